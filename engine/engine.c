@@ -1,0 +1,446 @@
+/*
+ * engine.c - engine lifetime and the reporting calls behind reftfs-admin.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ctl_i.h"
+#include "engine_i.h"
+
+void eng_config_defaults(struct eng_config *cfg)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	memset(cfg, 0, sizeof(*cfg));
+	/* Half of RAM: the other half is the training job's. */
+	cfg->mem_bytes = pages > 0 && psz > 0
+				 ? (uint64_t)pages * (uint64_t)psz / 2
+				 : (1ULL << 30);
+	cfg->chunk_size = RFT_CHUNK_DEFAULT;
+	cfg->keep = 2;
+	cfg->persist_every = 1;
+	cfg->unmount_flush = ENG_UNMOUNT_FLUSH_ALL;
+	cfg->enospc_wait_ms = 2000;
+	cfg->retry_ms = 5000;
+}
+
+int eng_ctl_default_path(const char *mountpoint, char *buf, size_t size)
+{
+	uint64_t h = 14695981039346656037ULL;
+	char dir[PATH_MAX];
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	/* FNV-1a: socket paths are short (108 bytes), mount points are not. */
+	for (const unsigned char *p = (const unsigned char *)mountpoint; *p;
+	     p++)
+		h = (h ^ *p) * 1099511628211ULL;
+	if (geteuid() == 0)
+		snprintf(dir, sizeof(dir), "/run/reftfs");
+	else if (xdg && *xdg)
+		snprintf(dir, sizeof(dir), "%s/reftfs", xdg);
+	else
+		snprintf(dir, sizeof(dir), "/tmp/reftfs-%u",
+			 (unsigned)geteuid());
+	n = snprintf(buf, size, "%s/%016llx.sock", dir, (unsigned long long)h);
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+const char *eng_state_name(enum eng_state s)
+{
+	switch (s) {
+	case ENG_STATE_WRITING:
+		return "writing";
+	case ENG_STATE_SEALED:
+		return "sealed";
+	case ENG_STATE_PROTECTED:
+		return "protected";
+	case ENG_STATE_PERSISTED:
+		return "persisted";
+	}
+	return "unknown";
+}
+
+const char *eng_crc_state_name(enum eng_crc_state s)
+{
+	switch (s) {
+	case ENG_CRC_PENDING:
+		return "pending";
+	case ENG_CRC_FINAL:
+		return "ok";
+	case ENG_CRC_UNVERIFIED:
+		return "unverified";
+	case ENG_CRC_BAD:
+		return "bad";
+	}
+	return "unknown";
+}
+
+int eng_new(const struct eng_config *cfg, struct eng **out)
+{
+	char path[PATH_MAX];
+	struct eng *e;
+	void *zeros;
+	int rc;
+
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->cfg = *cfg;
+	e->start_time = time(NULL);
+	e->mountpoint = strdup(cfg->mountpoint ? cfg->mountpoint : "");
+	e->persist_dir = cfg->persist_dir ? strdup(cfg->persist_dir) : NULL;
+	if (!e->mountpoint || (cfg->persist_dir && !e->persist_dir)) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	e->cfg.mountpoint = e->mountpoint;
+	e->cfg.persist_dir = e->persist_dir;
+
+	rc = store_init(&e->store, cfg->mem_bytes, cfg->chunk_size,
+			cfg->prefault);
+	if (rc < 0) {
+		rft_err("cannot set up a %llu-byte arena: %s",
+			(unsigned long long)cfg->mem_bytes, strerror(-rc));
+		goto fail;
+	}
+	e->store.pressure = persist_pressure;
+	e->store.pressure_ctx = e;
+	/* Holes are read from here: zero pages, shared, never written. */
+	zeros = mmap(NULL, e->store.chunk_size, PROT_READ,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (zeros == MAP_FAILED) {
+		rc = -errno;
+		goto fail;
+	}
+	e->zeros = zeros;
+
+	rc = ns_init(&e->ns);
+	if (rc < 0)
+		goto fail;
+	e->ns.root = ns_new_inode(e, S_IFDIR | 0755, getuid(), getgid());
+	if (!e->ns.root) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+
+	if (e->persist_dir) {
+		rc = persist_new(e, &e->persist);
+		if (rc < 0)
+			goto fail;
+		rc = persist_scan(e);
+		if (rc < 0)
+			goto fail;
+	}
+
+	if (cfg->ctl_path) {
+		snprintf(path, sizeof(path), "%s", cfg->ctl_path);
+	} else if (eng_ctl_default_path(e->mountpoint, path, sizeof(path)) <
+		   0) {
+		rc = -ENAMETOOLONG;
+		goto fail;
+	}
+	e->ctl_path = strdup(path);
+	if (!e->ctl_path) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	rc = ctl_new(e, e->ctl_path, &e->ctl);
+	if (rc < 0)
+		goto fail;
+	*out = e;
+	return 0;
+fail:
+	eng_free(e);
+	return rc;
+}
+
+int eng_start(struct eng *e)
+{
+	int rc = persist_start(e);
+
+	if (rc == 0)
+		rc = ctl_start(e->ctl);
+	return rc;
+}
+
+int eng_stop(struct eng *e)
+{
+	int rc = persist_stop(e, e->cfg.unmount_flush);
+
+	ctl_free(e->ctl);
+	e->ctl = NULL;
+	return rc;
+}
+
+void eng_free(struct eng *e)
+{
+	if (!e)
+		return;
+	ctl_free(e->ctl);
+	persist_free(e->persist);
+	if (e->ns.table)
+		ns_fini(e);
+	if (e->zeros)
+		munmap((void *)e->zeros, e->store.chunk_size);
+	store_fini(&e->store);
+	free(e->ctl_path);
+	free(e->persist_dir);
+	free(e->mountpoint);
+	free(e);
+}
+
+/* --- reporting ---------------------------------------------------------- */
+
+static int count_bytes(void *ctx, struct inode *in)
+{
+	uint64_t *v = ctx;
+
+	if (S_ISREG(in->mode) && in->nlink > 0) {
+		pthread_rwlock_rdlock(&in->file.lock);
+		v[0] += in->file.size;
+		pthread_rwlock_unlock(&in->file.lock);
+	}
+	return 0;
+}
+
+void eng_get_stats(struct eng *e, struct eng_stats *s)
+{
+	uint64_t bytes = 0;
+	uint32_t nfree = store_free_count(&e->store);
+
+	memset(s, 0, sizeof(*s));
+	s->chunk_size = e->store.chunk_size;
+	s->chunks_total = e->store.nchunks;
+	s->chunks_used = e->store.nchunks - nfree;
+	s->mem_budget = e->store.bytes;
+	s->mem_used = s->chunks_used * s->chunk_size;
+	s->bytes_resident = s->mem_used;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	s->files = e->ns.nfiles;
+	s->dirs = e->ns.ndirs;
+	for (struct dentry *de = e->ns.root->dir.first; de; de = de->next)
+		if (S_ISDIR(de->inode->mode))
+			s->checkpoints++;
+	ns_walk(&e->ns, count_bytes, &bytes);
+	pthread_rwlock_unlock(&e->ns.lock);
+	s->bytes_logical = bytes;
+
+	s->write_ops = atomic_load(&e->cnt.write_ops);
+	s->write_bytes = atomic_load(&e->cnt.write_bytes);
+	s->read_ops = atomic_load(&e->cnt.read_ops);
+	s->read_bytes = atomic_load(&e->cnt.read_bytes);
+	s->enospc = atomic_load(&e->cnt.enospc);
+	s->crc_errors = atomic_load(&e->cnt.crc_errors);
+	s->evicted_chunks = atomic_load(&e->cnt.evicted_chunks);
+	s->readthrough_chunks = atomic_load(&e->cnt.readthrough_chunks);
+	s->readthrough_bytes = atomic_load(&e->cnt.readthrough_bytes);
+	s->start_time = e->start_time;
+	persist_get_stats(e, s);
+}
+
+/* Weakest state and totals of the files below @dir; ns->lock held. */
+static void ckpt_tree(struct eng *e, struct inode *dir,
+		      struct eng_ckpt_info *ci)
+{
+	for (struct dentry *de = dir->dir.first; de; de = de->next) {
+		struct inode *in = de->inode;
+
+		if (S_ISDIR(in->mode)) {
+			ckpt_tree(e, in, ci);
+		} else if (S_ISREG(in->mode)) {
+			struct file *f = &in->file;
+
+			pthread_rwlock_rdlock(&f->lock);
+			if (f->state < ci->state)
+				ci->state = f->state;
+			ci->files++;
+			ci->bytes += f->size;
+			ci->bytes_resident +=
+				(uint64_t)f->resident * e->store.chunk_size;
+			pthread_rwlock_unlock(&f->lock);
+		}
+	}
+}
+
+int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx)
+{
+	struct eng_ckpt_info *v = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+
+	/* Copy out under the lock; @fn runs without it. */
+	pthread_rwlock_rdlock(&e->ns.lock);
+	for (struct dentry *de = e->ns.root->dir.first; de; de = de->next) {
+		struct inode *c = de->inode;
+		struct eng_ckpt_info ci = { 0 };
+
+		if (!S_ISDIR(c->mode))
+			continue;
+		if (n == cap) {
+			struct eng_ckpt_info *nv;
+
+			cap = cap ? cap * 2 : 16;
+			nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		ci.name = strdup(de->name);
+		if (!ci.name) {
+			rc = -ENOMEM;
+			break;
+		}
+		ci.seq = c->ckpt_seq;
+		ci.state = ENG_STATE_PERSISTED;
+		ckpt_tree(e, c, &ci);
+		ci.in_keep_window = ns_in_keep_window(e, c->ckpt_seq);
+		ci.persist_selected = e->cfg.persist_every > 0 &&
+				      c->ckpt_seq % e->cfg.persist_every == 0;
+		v[n++] = ci;
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+
+	/* Oldest first. */
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && v[j - 1].seq > v[j].seq; j--) {
+			struct eng_ckpt_info t = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = fn(ctx, &v[i]);
+	for (size_t i = 0; i < n; i++)
+		free((char *)v[i].name);
+	free(v);
+	return rc;
+}
+
+struct entry_copy {
+	struct eng_entry_info ei;
+	char *path;
+};
+
+static int fill_entry(struct eng *e, struct inode *in, const char *path,
+		      struct entry_copy *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->path = strdup(path);
+	if (!c->path)
+		return -ENOMEM;
+	c->ei.ino = in->ino;
+	c->ei.mode = in->mode;
+	c->ei.mtime = in->mtime;
+	c->ei.tier = "ram";
+	if (S_ISREG(in->mode)) {
+		struct file *f = &in->file;
+
+		pthread_rwlock_rdlock(&f->lock);
+		c->ei.size = f->size;
+		c->ei.mtime = in->mtime;
+		c->ei.state = f->state;
+		c->ei.crc = file_crc_state_locked(f);
+		c->ei.chunks = (uint32_t)((f->size + e->store.chunk_size - 1) >>
+					  e->store.chunk_shift);
+		c->ei.chunks_resident = f->resident;
+		c->ei.in_persist = f->in_persist;
+		if (f->in_persist && f->state == ENG_STATE_PERSISTED) {
+			uint32_t away = 0;
+
+			for (uint32_t i = 0; i < f->nslots; i++)
+				away += f->slots[i].id == SLOT_PERSIST;
+			c->ei.tier = away == 0	       ? "ram+persist"
+				     : away == f->nslots ? "persist"
+							 : "partial";
+		}
+		pthread_rwlock_unlock(&f->lock);
+	} else if (S_ISLNK(in->mode)) {
+		c->ei.size = strlen(in->target);
+		c->ei.state = in->sym_persisted ? ENG_STATE_PERSISTED
+						: ENG_STATE_SEALED;
+		c->ei.crc = ENG_CRC_FINAL;
+		c->ei.in_persist = in->sym_persisted;
+	} else {
+		c->ei.state = ENG_STATE_SEALED;
+		c->ei.crc = ENG_CRC_FINAL;
+	}
+	return 0;
+}
+
+int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn, void *ctx)
+{
+	char buf[PATH_MAX], *save = NULL, *part, child[PATH_MAX];
+	struct entry_copy *v = NULL;
+	struct inode *in;
+	size_t n = 0;
+	int rc = 0;
+
+	if (snprintf(buf, sizeof(buf), "%s", path ? path : "") >=
+	    (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = e->ns.root;
+	for (part = strtok_r(buf, "/", &save); part;
+	     part = strtok_r(NULL, "/", &save)) {
+		struct dentry *de;
+
+		if (!S_ISDIR(in->mode) || !(de = ns_dir_find(&in->dir, part))) {
+			rc = -ENOENT;
+			goto out;
+		}
+		in = de->inode;
+	}
+	if (ns_path(&e->ns, in, buf, sizeof(buf)) < 0) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (!S_ISDIR(in->mode)) {
+		v = malloc(sizeof(*v));
+		rc = v ? fill_entry(e, in, buf, &v[0]) : -ENOMEM;
+		n = rc == 0;
+		goto out;
+	}
+	v = malloc((in->dir.count + 1) * sizeof(*v));
+	if (!v) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (struct dentry *de = in->dir.first; de && rc == 0; de = de->next) {
+		if (snprintf(child, sizeof(child), "%s%s%s", buf,
+			     *buf ? "/" : "", de->name) >= (int)sizeof(child)) {
+			rc = -ENAMETOOLONG;
+			break;
+		}
+		rc = fill_entry(e, de->inode, child, &v[n]);
+		n += rc == 0;
+	}
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	for (size_t i = 0; i < n; i++) {
+		v[i].ei.path = v[i].path;
+		if (rc == 0)
+			rc = fn(ctx, &v[i].ei);
+		free(v[i].path);
+	}
+	free(v);
+	return rc;
+}
+
+int eng_flush_request(struct eng *e, uint64_t *ticket)
+{
+	return persist_flush_request(e, ticket);
+}
+
+int eng_flush_progress(struct eng *e, uint64_t ticket,
+		       struct eng_flush_progress *p)
+{
+	return persist_flush_progress(e, ticket, p);
+}

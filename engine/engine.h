@@ -1,0 +1,312 @@
+/*
+ * engine.h - the reftfs storage engine: namespace, chunk store and memory
+ * budget, file and checkpoint states, persist tier, control socket.
+ *
+ * The engine knows nothing of FUSE.  fs/ translates each kernel request into
+ * one call here; every call returns 0 (or a byte count) or -errno.
+ *
+ * Inode numbers are the engine's own; the root directory is RFT_ROOT_INO.
+ * Calls that hand an entry to the kernel (lookup, create, mknod, mkdir,
+ * symlink, link) take one lookup reference on it; eng_forget() drops them.
+ * An unlinked inode lives on while it has lookup references or open handles.
+ */
+#ifndef RFT_ENGINE_H
+#define RFT_ENGINE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#define RFT_ROOT_INO 1ULL
+
+#define RFT_CHUNK_MIN (1u << 20)
+#define RFT_CHUNK_MAX (4u << 20)
+#define RFT_CHUNK_DEFAULT (1u << 20)
+
+/* Largest file size; a write or truncate past it is -EFBIG. */
+#define RFT_MAX_FILE_SIZE (1ULL << 40)
+
+/* Suffix of the checksum sidecar kept beside each file in the persist dir. */
+#define RFT_SUM_SUFFIX ".rftsum"
+
+struct eng;		/* one per mount */
+struct eng_file;	/* an open file */
+struct eng_dir;		/* an open directory: a snapshot of its entries */
+
+/* --- logging ----------------------------------------------------------- */
+
+/* Syslog levels.  Messages go to stderr, or syslog once rft_log_syslog(). */
+enum rft_log_level {
+	RFT_LOG_ERR = 3,
+	RFT_LOG_WARN = 4,
+	RFT_LOG_INFO = 6,
+	RFT_LOG_DBG = 7,
+};
+
+extern int rft_log_max; /* messages above this level are dropped */
+
+void rft_log_syslog(const char *ident);
+void rft_logv(int level, const char *func, int line, const char *fmt,
+	      va_list ap) __attribute__((format(printf, 4, 0)));
+void rft_log(int level, const char *func, int line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Arguments are not evaluated when the level is off. */
+#define rft_log_at(lvl, ...)                                                   \
+	do {                                                                   \
+		if ((lvl) <= rft_log_max)                                      \
+			rft_log((lvl), __func__, __LINE__, __VA_ARGS__);        \
+	} while (0)
+#define rft_err(...) rft_log_at(RFT_LOG_ERR, __VA_ARGS__)
+#define rft_warn(...) rft_log_at(RFT_LOG_WARN, __VA_ARGS__)
+#define rft_info(...) rft_log_at(RFT_LOG_INFO, __VA_ARGS__)
+#define rft_dbg(...) rft_log_at(RFT_LOG_DBG, __VA_ARGS__)
+
+/* --- configuration and lifetime ---------------------------------------- */
+
+enum eng_unmount_flush {
+	ENG_UNMOUNT_FLUSH_ALL,	  /* write back every sealed file */
+	ENG_UNMOUNT_FLUSH_POLICY, /* only what --persist-every selects */
+	ENG_UNMOUNT_FLUSH_NONE,
+};
+
+struct eng_config {
+	const char *mountpoint;	 /* absolute path, for status and logs */
+	const char *persist_dir; /* NULL: no persist tier */
+	const char *ctl_path;	 /* control socket; NULL: eng_ctl_default_path */
+	uint64_t mem_bytes;	 /* memory budget for file data */
+	uint32_t chunk_size;	 /* power of two, RFT_CHUNK_MIN..RFT_CHUNK_MAX */
+	unsigned keep;		 /* newest checkpoints that always stay in RAM */
+	unsigned persist_every;	 /* write back every Nth checkpoint; 0: never
+				    by policy, only on flush and unmount */
+	enum eng_unmount_flush unmount_flush;
+	unsigned enospc_wait_ms; /* how long a writer waits for free space */
+	unsigned retry_ms;	 /* write-back retry period after an error */
+	bool prefault;		 /* fault the whole arena in at start */
+};
+
+/* Fill @cfg with the defaults documented in docs/operations.md. */
+void eng_config_defaults(struct eng_config *cfg);
+
+/*
+ * Create an engine: the arena, the namespace (with what cfg->persist_dir
+ * already holds, as not-yet-resident files) and the control socket, bound
+ * but not yet served.  Errors are -errno with one line logged saying what
+ * failed (e.g. -EADDRINUSE: socket in use by a live daemon, -EACCES:
+ * persist dir unwritable).
+ */
+int eng_new(const struct eng_config *cfg, struct eng **out);
+
+/* Start the background threads: write-back, eviction, control socket. */
+int eng_start(struct eng *e);
+
+/*
+ * Stop: write back what cfg->unmount_flush says (waiting for it), stop the
+ * threads, close the control socket.  Returns 0, or the write-back error.
+ */
+int eng_stop(struct eng *e);
+
+/* Free everything; eng_free(NULL) is a no-op.  Call after eng_stop(). */
+void eng_free(struct eng *e);
+
+/*
+ * Default control socket path for a mount point: a directory for sockets
+ * (/run/reftfs when root, else $XDG_RUNTIME_DIR/reftfs or /tmp/reftfs-UID)
+ * plus a hash of the absolute mount point.  Writes at most @size bytes to
+ * @buf.  Returns 0 or -ENAMETOOLONG.  Used by reftfsd and reftfs-admin.
+ */
+int eng_ctl_default_path(const char *mountpoint, char *buf, size_t size);
+
+/* --- namespace ---------------------------------------------------------- */
+
+int eng_lookup(struct eng *e, uint64_t parent, const char *name,
+	       struct stat *st);
+void eng_forget(struct eng *e, uint64_t ino, uint64_t nlookup);
+int eng_getattr(struct eng *e, uint64_t ino, struct stat *st);
+
+#define ENG_SET_MODE (1u << 0)
+#define ENG_SET_UID (1u << 1)
+#define ENG_SET_GID (1u << 2)
+#define ENG_SET_SIZE (1u << 3)
+#define ENG_SET_ATIME (1u << 4)
+#define ENG_SET_MTIME (1u << 5)
+#define ENG_SET_ATIME_NOW (1u << 6)
+#define ENG_SET_MTIME_NOW (1u << 7)
+#define ENG_SET_CTIME (1u << 8)
+
+struct eng_setattr {
+	unsigned valid; /* ENG_SET_* */
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
+	uint64_t size;
+	struct timespec atime, mtime, ctime;
+};
+
+/* Change attributes; @fp, when not NULL, is the handle a truncate came by. */
+int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
+		const struct eng_setattr *sa, struct stat *st);
+
+/* New entries belong to @uid/@gid; @mode carries the file type bits. */
+int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	      uid_t uid, gid_t gid, struct stat *st);
+int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	      uid_t uid, gid_t gid, struct stat *st);
+int eng_symlink(struct eng *e, uint64_t parent, const char *name,
+		const char *target, uid_t uid, gid_t gid, struct stat *st);
+/* Copy the target (not NUL-terminated) into @buf; returns its length. */
+int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size);
+int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
+	     const char *newname, struct stat *st);
+int eng_unlink(struct eng *e, uint64_t parent, const char *name);
+int eng_rmdir(struct eng *e, uint64_t parent, const char *name);
+
+#define ENG_RENAME_NOREPLACE (1u << 0)
+#define ENG_RENAME_EXCHANGE (1u << 1)
+int eng_rename(struct eng *e, uint64_t parent, const char *name,
+	       uint64_t newparent, const char *newname, unsigned flags);
+
+/* f_blocks/f_bfree report the memory budget, in f_frsize units. */
+int eng_statfs(struct eng *e, struct statvfs *sv);
+
+/* --- directories -------------------------------------------------------- */
+
+int eng_opendir(struct eng *e, uint64_t ino, struct eng_dir **dp);
+
+/*
+ * Called for each entry; @next_off is the offset to resume after it.
+ * Return nonzero to stop (the entry was not consumed).
+ */
+typedef int (*eng_dirent_fn)(void *ctx, const char *name,
+			     const struct stat *st, off_t next_off);
+
+/* Walk the snapshot from @off (0: the start, "." and ".." included). */
+int eng_readdir(struct eng *e, struct eng_dir *d, off_t off,
+		eng_dirent_fn fn, void *ctx);
+void eng_releasedir(struct eng *e, struct eng_dir *d);
+
+/* --- files -------------------------------------------------------------- */
+
+struct eng_open_info {
+	bool cache_valid; /* data unchanged since the last open that allowed
+			     caching: a reader may reuse what it cached */
+	bool sealed;	  /* the file is closed by all writers */
+};
+
+/* Open; @flags are open(2) flags (O_TRUNC, O_APPEND, access mode). */
+int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
+	     struct eng_open_info *info);
+/* Create @name and open it in one step (O_EXCL honoured). */
+int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	       uid_t uid, gid_t gid, int flags, struct stat *st,
+	       struct eng_file **fp, struct eng_open_info *info);
+
+/*
+ * Write @size bytes at @off (at the end of file for O_APPEND handles).
+ * Blocks up to cfg->enospc_wait_ms for memory, then -ENOSPC.
+ * Returns the byte count written.
+ */
+ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
+		  size_t size, off_t off);
+
+/*
+ * Read up to @size bytes at @off and pass them to @reply as an iovec that
+ * points into engine memory (holes point at zeros).  The iovec is valid only
+ * during the call; @reply's return value is returned.  A chunk that fails
+ * its checksum gives -EIO and @reply is not called.
+ */
+typedef int (*eng_reply_fn)(void *ctx, const struct iovec *iov, int cnt);
+int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
+	     eng_reply_fn reply, void *ctx);
+
+int eng_flush(struct eng *e, struct eng_file *fp);
+int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync);
+/* Close; the last writer's close seals the file. */
+void eng_release(struct eng *e, struct eng_file *fp);
+
+/* --- state for reftfs-admin (used by the control socket) ---------------- */
+
+enum eng_state {
+	ENG_STATE_WRITING,
+	ENG_STATE_SEALED,
+	ENG_STATE_PROTECTED,
+	ENG_STATE_PERSISTED,
+};
+const char *eng_state_name(enum eng_state s);
+
+/* How far a file's chunk checksums can be trusted. */
+enum eng_crc_state {
+	ENG_CRC_PENDING,    /* still being written */
+	ENG_CRC_FINAL,	    /* every chunk has its final CRC32C */
+	ENG_CRC_UNVERIFIED, /* from the persist dir without a sidecar */
+	ENG_CRC_BAD,	    /* a chunk failed its check: reads give EIO */
+};
+const char *eng_crc_state_name(enum eng_crc_state s);
+
+struct eng_stats {
+	uint64_t mem_budget, mem_used; /* bytes of arena */
+	uint64_t chunk_size, chunks_total, chunks_used, chunks_evictable;
+	uint64_t files, dirs, bytes_logical, bytes_resident;
+	uint64_t checkpoints;
+	uint64_t write_ops, write_bytes, read_ops, read_bytes;
+	uint64_t enospc, crc_errors, evicted_chunks;
+	uint64_t readthrough_chunks, readthrough_bytes;
+	/* persist tier */
+	bool persist_enabled, persist_healthy;
+	uint64_t persist_files, persist_bytes, persist_errors;
+	uint64_t persist_pending_files, persist_pending_bytes;
+	char persist_last_error[256]; /* "" when none */
+	time_t persist_last_error_time, persist_last_ok_time;
+	time_t start_time;
+};
+void eng_get_stats(struct eng *e, struct eng_stats *s);
+
+struct eng_ckpt_info {
+	const char *name; /* top-level directory name */
+	uint64_t seq;	  /* creation order, from 1 */
+	enum eng_state state; /* weakest state of its files */
+	uint64_t files, bytes, bytes_resident;
+	bool in_keep_window;	/* among the newest cfg->keep */
+	bool persist_selected;	/* chosen by --persist-every */
+};
+typedef int (*eng_ckpt_fn)(void *ctx, const struct eng_ckpt_info *ci);
+/* Report every checkpoint, oldest first; stops when @fn returns nonzero. */
+int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx);
+
+struct eng_entry_info {
+	const char *path; /* relative to the mount root, "" for the root */
+	uint64_t ino;
+	mode_t mode;
+	uint64_t size;
+	struct timespec mtime;
+	enum eng_state state;	  /* files only */
+	enum eng_crc_state crc;	  /* files only */
+	uint32_t chunks, chunks_resident;
+	bool in_persist;	  /* a current copy is in the persist dir */
+	const char *tier;	  /* "ram", "ram+persist", "persist", "partial" */
+};
+typedef int (*eng_entry_fn)(void *ctx, const struct eng_entry_info *ei);
+/*
+ * Report @path (relative to the mount root, "" or "/" for the root): a file
+ * reports itself, a directory each of its entries.  -ENOENT if absent.
+ */
+int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn,
+		  void *ctx);
+
+struct eng_flush_progress {
+	uint64_t files_total, files_done;
+	uint64_t bytes_total, bytes_done;
+	bool finished; /* everything asked for is written back, or failed */
+	int error;     /* -errno of the last failure, 0 if none */
+};
+/* Ask for everything sealed now to be written back; returns a ticket. */
+int eng_flush_request(struct eng *e, uint64_t *ticket);
+int eng_flush_progress(struct eng *e, uint64_t ticket,
+		       struct eng_flush_progress *p);
+
+#endif /* RFT_ENGINE_H */

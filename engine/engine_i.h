@@ -1,0 +1,276 @@
+/*
+ * engine_i.h - private structures of the engine.  Not for fs/ or tools/.
+ *
+ * Lock order (outermost first; never take an earlier lock while holding a
+ * later one):
+ *
+ *   persist->mirror_lock   serialises changes to the persist dir's names
+ *   ns->lock               namespace tree, inode table, non-data attributes
+ *   file->lock             one file's slots, size, mtime, state
+ *   store->lock            the free-chunk stack
+ *   persist->lock          write-back queue, flush tickets, error state
+ *
+ * The data path (eng_read/eng_write on an open handle) takes only
+ * file->lock and, to allocate, store->lock: there is no global lock on it.
+ */
+#ifndef RFT_ENGINE_I_H
+#define RFT_ENGINE_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "engine.h"
+
+struct persist;
+struct ctl;
+
+/* --- chunk store -------------------------------------------------------- */
+
+#define RFT_NO_CHUNK UINT32_MAX
+
+/*
+ * The arena: nchunks chunks of chunk_size bytes in one mapping.  Chunks are
+ * named by index, never by pointer, so that the arena can later live in a
+ * named shared-memory object and be re-attached at another address.
+ */
+struct store {
+	uint8_t *base;
+	uint64_t bytes;
+	uint32_t chunk_size;
+	unsigned chunk_shift;
+	uint32_t nchunks;
+	_Atomic uint32_t *refs; /* per chunk; 0 = free */
+
+	pthread_mutex_t lock;
+	pthread_cond_t freed;	/* signalled when chunks are freed */
+	uint32_t *free_stack;	/* protected by lock */
+	uint32_t nfree;		/* protected by lock */
+	unsigned waiters;	/* protected by lock */
+
+	/* Called (without store->lock) when an allocation finds no chunk. */
+	void (*pressure)(void *ctx);
+	void *pressure_ctx;
+};
+
+int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
+	       bool prefault);
+void store_fini(struct store *s);
+/* Take a free chunk (refs = 1), waiting up to @wait_ms; -ENOSPC if none. */
+int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id);
+void store_get(struct store *s, uint32_t id);
+/* Drop a reference; the chunk is free again when the last one goes. */
+void store_put(struct store *s, uint32_t id);
+uint32_t store_free_count(struct store *s);
+
+static inline uint8_t *store_ptr(const struct store *s, uint32_t id)
+{
+	return s->base + ((uint64_t)id << s->chunk_shift);
+}
+
+static inline uint32_t store_refs(const struct store *s, uint32_t id)
+{
+	return atomic_load_explicit(&s->refs[id], memory_order_acquire);
+}
+
+/* --- files -------------------------------------------------------------- */
+
+#define SLOT_HOLE UINT32_MAX	   /* reads as zeros */
+#define SLOT_PERSIST (UINT32_MAX - 1) /* bytes are in the persisted copy */
+#define SLOT_CRC_UNKNOWN UINT32_MAX
+
+#define SLOT_CLEAN (1u << 0) /* same bytes as the persisted copy */
+
+/*
+ * One chunk-sized piece of a file.  Bytes [0, fill) of the chunk hold data;
+ * bytes from fill up to end of file read as zeros.  crc covers the first
+ * crc_len bytes of the piece as the file shows them (zeros past fill).
+ */
+struct slot {
+	uint32_t id; /* arena chunk, SLOT_HOLE or SLOT_PERSIST */
+	uint32_t fill;
+	uint32_t crc;
+	uint32_t crc_len;
+	uint32_t flags;
+};
+
+struct file {
+	pthread_rwlock_t lock;
+	uint64_t size;		/* protected by lock */
+	struct slot *slots;	/* protected by lock; nslots may be < size */
+	uint32_t nslots, cap;	/* protected by lock */
+	enum eng_state state;	/* protected by lock */
+	unsigned writers;	/* open handles that may write; lock */
+	uint64_t version;	/* bumped by every data change; lock */
+	uint64_t cached_version; /* version a cached open last saw; lock */
+	bool in_persist;	/* a copy is at the current path; lock */
+	bool crc_unverified;	/* came from persist without sums; lock */
+	bool crc_bad;		/* a chunk failed its check; lock */
+	uint32_t resident;	/* slots holding an arena chunk; lock */
+};
+
+/* --- namespace ---------------------------------------------------------- */
+
+struct dentry {
+	char *name;
+	struct inode *inode;
+	struct dentry *hnext;		/* hash chain in the parent */
+	struct dentry *prev, *next;	/* insertion order, for readdir */
+};
+
+struct dir {
+	struct dentry **table;
+	uint32_t nbuckets;
+	uint32_t count;
+	uint32_t nsubdirs;
+	struct dentry *first, *last;
+};
+
+struct inode {
+	uint64_t ino;
+	mode_t mode;		/* protected by ns->lock */
+	uid_t uid;		/* protected by ns->lock */
+	gid_t gid;		/* protected by ns->lock */
+	uint32_t nlink;		/* protected by ns->lock */
+	struct timespec atime;	/* protected by ns->lock */
+	struct timespec mtime;	/* ns->lock; for files: file->lock */
+	struct timespec ctime;	/* ns->lock; for files: file->lock */
+	uint64_t nlookup;	/* kernel references; ns->lock */
+	unsigned opens;		/* open handles; ns->lock */
+	unsigned holds;		/* engine-internal references; ns->lock */
+
+	/* Where it was last linked: a path for persist and admin. */
+	struct inode *parent;	/* ns->lock; NULL once unlinked */
+	struct dentry *dentry;	/* ns->lock */
+
+	uint64_t ckpt_seq;	/* top-level directories: creation order */
+	bool sym_persisted;	/* symlinks: a copy is in the persist dir */
+
+	struct inode *hnext;	/* inode hash chain; ns->lock */
+	union {
+		struct dir dir;
+		struct file file;
+		char *target;	/* symlink */
+	};
+};
+
+struct ns {
+	pthread_rwlock_t lock;
+	struct inode **table;	/* by inode number */
+	uint32_t nbuckets;
+	uint64_t count;
+	uint64_t next_ino;
+	uint64_t next_ckpt_seq;
+	uint64_t nfiles, ndirs;
+	struct inode *root;
+};
+
+/* --- the engine --------------------------------------------------------- */
+
+struct eng_counters {
+	_Atomic uint64_t write_ops, write_bytes, read_ops, read_bytes;
+	_Atomic uint64_t enospc, crc_errors, evicted_chunks;
+	_Atomic uint64_t readthrough_chunks, readthrough_bytes;
+};
+
+struct eng {
+	struct eng_config cfg;
+	char *mountpoint;
+	char *persist_dir;
+	char *ctl_path;
+	time_t start_time;
+	struct store store;
+	struct ns ns;
+	struct persist *persist; /* NULL without a persist dir */
+	struct ctl *ctl;
+	struct eng_counters cnt;
+	const uint8_t *zeros; /* chunk_size bytes of zeros, for holes */
+};
+
+struct eng_file {
+	struct inode *inode;
+	int flags;	/* open(2) flags */
+	bool writer;
+};
+
+static inline void eng_now(struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+}
+
+/* ns.c */
+int ns_init(struct ns *ns);
+void ns_fini(struct eng *e);
+/* Find a live inode; caller holds ns->lock. */
+struct inode *ns_find(struct ns *ns, uint64_t ino);
+struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid);
+int ns_link_child(struct eng *e, struct inode *dir, const char *name,
+		  struct inode *child);
+struct dentry *ns_dir_find(struct dir *d, const char *name);
+/* Drop an engine-internal hold taken with ns->lock held (holds++). */
+void ns_unhold(struct eng *e, struct inode *in);
+/* Path of @in relative to the root into @buf; ns->lock held. */
+int ns_path(struct ns *ns, const struct inode *in, char *buf, size_t size);
+/* Top-level directory above @in, or NULL; ns->lock held. */
+struct inode *ns_checkpoint_of(struct ns *ns, const struct inode *in);
+void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st);
+bool ns_name_reserved(const struct inode *parent, const char *name);
+/* Walk every inode; ns->lock held.  Stops when @fn returns nonzero. */
+int ns_walk(struct ns *ns, int (*fn)(void *ctx, struct inode *in),
+	    void *ctx);
+/* Is checkpoint @seq among the newest cfg->keep?  ns->lock held. */
+bool ns_in_keep_window(struct eng *e, uint64_t seq);
+
+/* file.c */
+int file_init(struct file *f);
+void file_fini(struct eng *e, struct file *f);
+int file_truncate_locked(struct eng *e, struct file *f, uint64_t size);
+/* Make slots' CRCs final and move to SEALED; file->lock held for writing. */
+void file_seal_locked(struct eng *e, struct file *f);
+enum eng_crc_state file_crc_state_locked(const struct file *f);
+/* Drop resident clean slots of a persisted file; returns chunks freed. */
+uint32_t file_evict_locked(struct eng *e, struct file *f);
+/* CRC32C of @len zero bytes continuing from @crc. */
+uint32_t crc_zeros(uint32_t crc, uint64_t len);
+/* Length of piece @idx of a file of @size bytes (0 past the end). */
+uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx);
+/*
+ * Bring pieces [@first, @last] of @in into memory from the persist dir.
+ * Called without any lock.
+ */
+int file_load(struct eng *e, struct inode *in, uint32_t first,
+	      uint32_t last);
+
+/* persist.c */
+int persist_new(struct eng *e, struct persist **out);
+/* Put what the persist dir holds into the namespace, not resident. */
+int persist_scan(struct eng *e);
+int persist_start(struct eng *e);
+/* Write back per @mode and stop the worker; returns the last error. */
+int persist_stop(struct eng *e, enum eng_unmount_flush mode);
+void persist_free(struct persist *p);
+/* A file was sealed or changed: wake the worker. */
+void persist_kick(struct eng *e);
+/* The store is short of chunks: evict now. */
+void persist_pressure(void *ctx);
+/*
+ * Read one piece of a file from its persisted copy at @rel (relative to
+ * the persist dir): @fill bytes at @off, then zeros up to @len, into @buf.
+ * When @crc_len == @len the bytes are checked against @crc: -EIO on a
+ * mismatch, never wrong bytes.  Takes no engine lock; a rename since @rel
+ * was looked up gives -ENOENT and the caller looks the path up again.
+ */
+int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
+		       uint32_t fill, uint32_t len, uint32_t crc,
+		       uint32_t crc_len, uint8_t *buf);
+/* Mirror namespace changes into the persist dir; called under mirror. */
+void persist_mirror_lock(struct eng *e);
+void persist_mirror_unlock(struct eng *e);
+void persist_mirror_unlink(struct eng *e, const char *rel, bool dir);
+void persist_mirror_rename(struct eng *e, const char *from, const char *to,
+			   bool exchange);
+void persist_get_stats(struct eng *e, struct eng_stats *s);
+int persist_flush_request(struct eng *e, uint64_t *ticket);
+int persist_flush_progress(struct eng *e, uint64_t ticket,
+			   struct eng_flush_progress *p);
+
+#endif /* RFT_ENGINE_I_H */

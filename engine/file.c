@@ -1,0 +1,604 @@
+/*
+ * file.c - file data: slots of arena chunks, the write and read paths,
+ * checksums, sealing, truncation and eviction.
+ *
+ * A file is an array of slots, one per chunk-sized piece.  A slot holds an
+ * arena chunk, a hole, or a pointer into the persisted copy.  The write
+ * path is one memcpy into the arena plus CRC32C; sequential writes extend
+ * each piece's checksum as they go, so sealing is free for them.  A chunk
+ * shared with a write-back in flight (refs > 1) is copied before it is
+ * changed, so the write-back always sees the bytes it started with.
+ *
+ * Everything here is protected by file->lock; inode mtime/ctime of regular
+ * files too.  Reads hold the lock for reading while the reply is sent, so a
+ * chunk cannot be freed under a reader.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_i.h"
+#include "erasure.h"
+
+/* Bound on re-tries when an evicted piece is evicted again before use. */
+#define LOAD_TRIES 8
+
+uint32_t crc_zeros(uint32_t crc, uint64_t len)
+{
+	static const uint8_t zeros[64 * 1024];
+
+	while (len > 0) {
+		size_t n = len > sizeof(zeros) ? sizeof(zeros) : (size_t)len;
+
+		crc = ers_crc32c(crc, zeros, n);
+		len -= n;
+	}
+	return crc;
+}
+
+uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx)
+{
+	uint64_t start = (uint64_t)idx << e->store.chunk_shift;
+
+	if (start >= size)
+		return 0;
+	return size - start < e->store.chunk_size ? (uint32_t)(size - start)
+						   : e->store.chunk_size;
+}
+
+int file_init(struct file *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->state = ENG_STATE_WRITING;
+	return pthread_rwlock_init(&f->lock, NULL) ? -ENOMEM : 0;
+}
+
+static void drop_slot(struct eng *e, struct file *f, struct slot *s)
+{
+	if (s->id < SLOT_PERSIST) {
+		store_put(&e->store, s->id);
+		f->resident--;
+	}
+	s->id = SLOT_HOLE;
+}
+
+void file_fini(struct eng *e, struct file *f)
+{
+	for (uint32_t i = 0; i < f->nslots; i++)
+		drop_slot(e, f, &f->slots[i]);
+	free(f->slots);
+	pthread_rwlock_destroy(&f->lock);
+}
+
+/* Make room for slot @idx; new slots are holes. */
+static int ensure_slots(struct file *f, uint32_t idx)
+{
+	if (idx >= f->cap) {
+		uint32_t cap = f->cap ? f->cap : 4;
+		struct slot *s;
+
+		while (cap <= idx)
+			cap *= 2;
+		s = realloc(f->slots, (size_t)cap * sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+		f->slots = s;
+		f->cap = cap;
+	}
+	for (; f->nslots <= idx; f->nslots++)
+		f->slots[f->nslots] = (struct slot){ SLOT_HOLE, 0, 0, 0, 0 };
+	return 0;
+}
+
+enum eng_crc_state file_crc_state_locked(const struct file *f)
+{
+	if (f->crc_bad)
+		return ENG_CRC_BAD;
+	if (f->state == ENG_STATE_WRITING)
+		return ENG_CRC_PENDING;
+	if (f->crc_unverified)
+		return ENG_CRC_UNVERIFIED;
+	return ENG_CRC_FINAL;
+}
+
+void file_seal_locked(struct eng *e, struct file *f)
+{
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		struct slot *s = &f->slots[i];
+		uint32_t len = file_piece_len(e, f->size, i);
+
+		if (s->crc_len == len)
+			continue;
+		if (s->id == SLOT_HOLE) {
+			s->crc = crc_zeros(0, len);
+		} else if (s->id == SLOT_PERSIST) {
+			continue; /* stays unverified: not in memory */
+		} else {
+			uint32_t n = s->fill < len ? s->fill : len;
+
+			s->crc = ers_crc32c(0, store_ptr(&e->store, s->id), n);
+			s->crc = crc_zeros(s->crc, len - n);
+		}
+		s->crc_len = len;
+	}
+	f->state = ENG_STATE_SEALED;
+}
+
+int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
+{
+	if (size > RFT_MAX_FILE_SIZE)
+		return -EFBIG;
+	if (size < f->size) {
+		uint64_t keep = (size + e->store.chunk_size - 1) >>
+				e->store.chunk_shift;
+
+		for (uint32_t i = (uint32_t)keep; i < f->nslots; i++)
+			drop_slot(e, f, &f->slots[i]);
+		if (f->nslots > keep)
+			f->nslots = (uint32_t)keep;
+		if (keep > 0 && keep <= f->nslots) {
+			struct slot *s = &f->slots[keep - 1];
+			uint32_t len = file_piece_len(e, size, (uint32_t)keep - 1);
+
+			/* Bytes past the new end must read as zeros later. */
+			if (s->fill > len)
+				s->fill = len;
+			if (s->crc_len > len)
+				s->crc_len = SLOT_CRC_UNKNOWN;
+			s->flags &= ~SLOT_CLEAN;
+		}
+	}
+	f->size = size;
+	f->version++;
+	f->state = ENG_STATE_WRITING;
+	return 0;
+}
+
+uint32_t file_evict_locked(struct eng *e, struct file *f)
+{
+	uint32_t freed = 0;
+
+	if (!f->in_persist || f->state != ENG_STATE_PERSISTED)
+		return 0;
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		struct slot *s = &f->slots[i];
+
+		if (s->id >= SLOT_PERSIST || !(s->flags & SLOT_CLEAN))
+			continue;
+		store_put(&e->store, s->id);
+		s->id = SLOT_PERSIST;
+		f->resident--;
+		freed++;
+	}
+	return freed;
+}
+
+/* Give slot @s a chunk of its own that may be written. */
+static int own_chunk(struct eng *e, struct slot *s, struct file *f)
+{
+	uint32_t id;
+	int rc;
+
+	/* A persisted-only piece reaches here only when overwritten whole. */
+	if (s->id == SLOT_HOLE || s->id == SLOT_PERSIST) {
+		rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+		if (rc < 0)
+			return rc;
+		*s = (struct slot){ id, 0, 0, 0, 0 };
+		f->resident++;
+		return 0;
+	}
+	if (store_refs(&e->store, s->id) > 1) {
+		/* A write-back holds the old bytes: copy on write. */
+		rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+		if (rc < 0)
+			return rc;
+		memcpy(store_ptr(&e->store, id), store_ptr(&e->store, s->id),
+		       s->fill);
+		store_put(&e->store, s->id);
+		s->id = id;
+	}
+	return 0;
+}
+
+int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
+{
+	struct file *f = &in->file;
+	char rel[PATH_MAX];
+	int rc = -ENOENT;
+
+	for (int tries = 0; tries < 3 && rc == -ENOENT; tries++) {
+		pthread_rwlock_rdlock(&e->ns.lock);
+		rc = ns_path(&e->ns, in, rel, sizeof(rel));
+		pthread_rwlock_unlock(&e->ns.lock);
+		if (rc < 0)
+			return -EIO; /* unlinked: its persisted copy is gone */
+
+		pthread_rwlock_wrlock(&f->lock);
+		for (uint32_t i = first; i <= last && i < f->nslots; i++) {
+			struct slot *s = &f->slots[i];
+			uint32_t len = file_piece_len(e, f->size, i), id;
+
+			if (s->id != SLOT_PERSIST)
+				continue;
+			rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+			if (rc < 0)
+				break;
+			rc = persist_read_piece(e, rel,
+						(uint64_t)i << e->store.chunk_shift,
+						s->fill, len, s->crc, s->crc_len,
+						store_ptr(&e->store, id));
+			if (rc < 0) {
+				store_put(&e->store, id);
+				if (rc == -EIO) {
+					f->crc_bad = true;
+					atomic_fetch_add(&e->cnt.crc_errors, 1);
+				}
+				break;
+			}
+			s->id = id;
+			s->fill = len;
+			s->flags |= SLOT_CLEAN;
+			f->resident++;
+			atomic_fetch_add(&e->cnt.readthrough_chunks, 1);
+			atomic_fetch_add(&e->cnt.readthrough_bytes, len);
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	return rc;
+}
+
+/* --- open and close ----------------------------------------------------- */
+
+static void open_info(struct file *f, struct eng_open_info *info)
+{
+	if (!info)
+		return;
+	info->cache_valid = f->cached_version == f->version;
+	info->sealed = f->writers == 0;
+	f->cached_version = f->version;
+}
+
+/* Open @in, which the caller found under ns->lock held for writing. */
+static int open_locked(struct eng *e, struct inode *in, int flags,
+		       struct eng_file **fp, struct eng_open_info *info)
+{
+	struct eng_file *h;
+	struct file *f = &in->file;
+
+	if (S_ISDIR(in->mode))
+		return -EISDIR;
+	if (!S_ISREG(in->mode))
+		return -EINVAL;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->inode = in;
+	h->flags = flags;
+	h->writer = (flags & O_ACCMODE) != O_RDONLY;
+
+	pthread_rwlock_wrlock(&f->lock);
+	if (h->writer)
+		f->writers++;
+	if ((flags & O_TRUNC) && h->writer &&
+	    (f->size > 0 || f->state != ENG_STATE_WRITING)) {
+		file_truncate_locked(e, f, 0);
+		eng_now(&in->mtime);
+		in->ctime = in->mtime;
+	}
+	open_info(f, info);
+	pthread_rwlock_unlock(&f->lock);
+	in->opens++;
+	*fp = h;
+	return 0;
+}
+
+int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
+	     struct eng_open_info *info)
+{
+	struct inode *in;
+	int rc;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	rc = in ? open_locked(e, in, flags, fp, info) : -ENOENT;
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	       uid_t uid, gid_t gid, int flags, struct stat *st,
+	       struct eng_file **fp, struct eng_open_info *info)
+{
+	struct inode *dir, *in;
+	struct dentry *de;
+	int rc;
+
+	if (strlen(name) > NAME_MAX)
+		return -ENAMETOOLONG;
+	pthread_rwlock_wrlock(&e->ns.lock);
+	dir = ns_find(&e->ns, parent);
+	if (!dir || (dir != e->ns.root && dir->nlink == 0)) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (!S_ISDIR(dir->mode)) {
+		rc = -ENOTDIR;
+		goto out;
+	}
+	de = ns_dir_find(&dir->dir, name);
+	if (de) {
+		if (flags & O_EXCL) {
+			rc = -EEXIST;
+			goto out;
+		}
+		in = de->inode;
+	} else {
+		if (ns_name_reserved(dir, name)) {
+			rc = -EINVAL;
+			goto out;
+		}
+		in = ns_new_inode(e, S_IFREG | (mode & 07777), uid, gid);
+		if (!in) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		if (dir->mode & S_ISGID)
+			in->gid = dir->gid;
+		rc = ns_link_child(e, dir, name, in);
+		if (rc < 0) {
+			in->holds++;
+			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unhold(e, in);
+			return rc;
+		}
+		eng_now(&dir->mtime);
+		dir->ctime = dir->mtime;
+	}
+	rc = open_locked(e, in, flags, fp, info);
+	if (rc == 0) {
+		in->nlookup++;
+		ns_fill_stat(e, in, st);
+	}
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+void eng_release(struct eng *e, struct eng_file *fp)
+{
+	struct inode *in = fp->inode;
+	struct file *f = &in->file;
+	bool sealed = false;
+
+	if (fp->writer) {
+		pthread_rwlock_wrlock(&f->lock);
+		if (--f->writers == 0 && f->state == ENG_STATE_WRITING) {
+			file_seal_locked(e, f);
+			sealed = true;
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in->opens--;
+	in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unhold(e, in);
+	free(fp);
+	if (sealed)
+		persist_kick(e);
+}
+
+int eng_flush(struct eng *e, struct eng_file *fp)
+{
+	return 0;
+}
+
+int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
+{
+	/*
+	 * The data is in the arena already, which is as durable as this
+	 * tier gets; write-back to the persist dir is asynchronous by design
+	 * (reftfs-admin flush --wait is the barrier for that).
+	 */
+	return 0;
+}
+
+/* --- write -------------------------------------------------------------- */
+
+/* Copy one piece into slot @idx at [a, b); f->lock held for writing. */
+static int write_piece(struct eng *e, struct file *f, uint32_t idx,
+		       uint32_t a, uint32_t b, const uint8_t *src)
+{
+	struct slot *s;
+	uint8_t *p;
+	int rc;
+
+	rc = ensure_slots(f, idx);
+	if (rc < 0)
+		return rc;
+	s = &f->slots[idx];
+	rc = own_chunk(e, s, f);
+	if (rc < 0)
+		return rc;
+	p = store_ptr(&e->store, s->id);
+	if (a > s->fill)
+		memset(p + s->fill, 0, a - s->fill);
+	memcpy(p + a, src, b - a);
+
+	/* Keep the checksum running while the writes are sequential. */
+	if (s->crc_len != SLOT_CRC_UNKNOWN && a >= s->crc_len &&
+	    s->crc_len >= s->fill) {
+		s->crc = crc_zeros(s->crc, a - s->crc_len);
+		s->crc = ers_crc32c(s->crc, p + a, b - a);
+		s->crc_len = b;
+	} else if (s->crc_len != SLOT_CRC_UNKNOWN && b > 0) {
+		s->crc_len = SLOT_CRC_UNKNOWN;
+	}
+	if (b > s->fill)
+		s->fill = b;
+	s->flags &= ~SLOT_CLEAN;
+	return 0;
+}
+
+/* First persisted-only slot in [first, last] that a write must load. */
+static bool needs_load(struct eng *e, struct file *f, uint64_t off,
+		       size_t size, uint32_t *idx)
+{
+	uint32_t cs = e->store.chunk_size;
+	uint32_t first = (uint32_t)(off >> e->store.chunk_shift);
+	uint32_t last = (uint32_t)((off + size - 1) >> e->store.chunk_shift);
+
+	for (uint32_t i = first; i <= last && i < f->nslots; i++) {
+		uint64_t start = (uint64_t)i << e->store.chunk_shift;
+		bool whole = off <= start && off + size >= start + cs;
+
+		/* A piece overwritten whole needs no old bytes. */
+		if (f->slots[i].id == SLOT_PERSIST && !whole) {
+			*idx = i;
+			return true;
+		}
+	}
+	return false;
+}
+
+ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
+		  size_t size, off_t off)
+{
+	struct inode *in = fp->inode;
+	struct file *f = &in->file;
+	const uint8_t *src = buf;
+	uint32_t cs = e->store.chunk_size, idx;
+	size_t done = 0;
+	uint64_t pos;
+	int rc = 0;
+
+	if (off < 0)
+		return -EINVAL;
+	if (size == 0)
+		return 0;
+	for (int tries = 0;; tries++) {
+		pthread_rwlock_wrlock(&f->lock);
+		pos = (fp->flags & O_APPEND) ? f->size : (uint64_t)off;
+		if (pos + size > RFT_MAX_FILE_SIZE || pos + size < pos) {
+			pthread_rwlock_unlock(&f->lock);
+			return -EFBIG;
+		}
+		if (!needs_load(e, f, pos, size, &idx))
+			break;
+		pthread_rwlock_unlock(&f->lock);
+		if (tries == LOAD_TRIES)
+			return -EIO;
+		rc = file_load(e, in, idx, idx);
+		if (rc < 0)
+			return rc;
+	}
+
+	while (done < size) {
+		uint64_t p = pos + done;
+		uint32_t i = (uint32_t)(p >> e->store.chunk_shift);
+		uint32_t a = (uint32_t)(p & (cs - 1));
+		uint32_t b = size - done < cs - a ? a + (uint32_t)(size - done)
+						  : cs;
+
+		rc = write_piece(e, f, i, a, b, src + done);
+		if (rc < 0)
+			break;
+		done += b - a;
+	}
+	if (done > 0) {
+		if (pos + done > f->size)
+			f->size = pos + done;
+		f->version++;
+		f->state = ENG_STATE_WRITING;
+		eng_now(&in->mtime);
+		in->ctime = in->mtime;
+	}
+	pthread_rwlock_unlock(&f->lock);
+
+	if (rc == -ENOSPC)
+		atomic_fetch_add(&e->cnt.enospc, 1);
+	if (done == 0)
+		return rc;
+	atomic_fetch_add_explicit(&e->cnt.write_ops, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->cnt.write_bytes, done,
+				  memory_order_relaxed);
+	return (ssize_t)done;
+}
+
+/* --- read --------------------------------------------------------------- */
+
+#define READ_IOV_STACK 16
+
+int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
+	     eng_reply_fn reply, void *ctx)
+{
+	struct inode *in = fp->inode;
+	struct file *f = &in->file;
+	struct iovec stack_iov[READ_IOV_STACK], *iov = stack_iov;
+	uint32_t cs = e->store.chunk_size;
+	uint64_t pos = off < 0 ? 0 : (uint64_t)off, end;
+	uint32_t first, last;
+	int cnt = 0, rc;
+
+	for (int tries = 0;; tries++) {
+		bool missing = false;
+
+		pthread_rwlock_rdlock(&f->lock);
+		if (pos >= f->size || size == 0) {
+			rc = reply(ctx, NULL, 0);
+			pthread_rwlock_unlock(&f->lock);
+			return rc;
+		}
+		end = pos + size < f->size ? pos + size : f->size;
+		first = (uint32_t)(pos >> e->store.chunk_shift);
+		last = (uint32_t)((end - 1) >> e->store.chunk_shift);
+		for (uint32_t i = first; i <= last && i < f->nslots; i++)
+			if (f->slots[i].id == SLOT_PERSIST)
+				missing = true;
+		if (!missing)
+			break;
+		pthread_rwlock_unlock(&f->lock);
+		if (tries == LOAD_TRIES)
+			return -EIO;
+		rc = file_load(e, in, first, last);
+		if (rc < 0)
+			return rc;
+	}
+
+	if ((size_t)(last - first + 1) * 2 > READ_IOV_STACK) {
+		iov = malloc((size_t)(last - first + 1) * 2 * sizeof(*iov));
+		if (!iov) {
+			pthread_rwlock_unlock(&f->lock);
+			return -ENOMEM;
+		}
+	}
+	for (uint64_t p = pos; p < end;) {
+		uint32_t i = (uint32_t)(p >> e->store.chunk_shift);
+		uint32_t a = (uint32_t)(p & (cs - 1));
+		uint32_t b = end - p < cs - a ? a + (uint32_t)(end - p) : cs;
+		const struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
+		uint32_t data = 0;
+
+		if (s && s->id < SLOT_PERSIST && s->fill > a) {
+			data = (s->fill < b ? s->fill : b) - a;
+			iov[cnt].iov_base = store_ptr(&e->store, s->id) + a;
+			iov[cnt++].iov_len = data;
+		}
+		if (a + data < b) {
+			iov[cnt].iov_base = (void *)e->zeros;
+			iov[cnt++].iov_len = b - a - data;
+		}
+		p += b - a;
+	}
+	rc = reply(ctx, iov, cnt);
+	pthread_rwlock_unlock(&f->lock);
+	if (iov != stack_iov)
+		free(iov);
+	atomic_fetch_add_explicit(&e->cnt.read_ops, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->cnt.read_bytes, end - pos,
+				  memory_order_relaxed);
+	return rc;
+}

@@ -1,0 +1,990 @@
+/*
+ * ns.c - the namespace: inodes, directories, names.
+ *
+ * Directories are hash tables of dentries plus a list in insertion order
+ * for readdir.  Inodes are found by number through one hash table.  All of
+ * it is protected by ns->lock; file data is not (see file.c).
+ *
+ * Changes to names (unlink, rmdir, rename) are mirrored into the persist
+ * dir under the persist mirror lock, so a copy written back earlier moves
+ * with its name and never reappears under an old one after a remount.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_i.h"
+
+#define NS_MIN_BUCKETS 64
+
+static uint32_t name_hash(const char *name)
+{
+	uint32_t h = 2166136261u;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return h;
+}
+
+/* --- inode table -------------------------------------------------------- */
+
+static int table_grow(struct ns *ns)
+{
+	uint32_t n = ns->nbuckets ? ns->nbuckets * 2 : NS_MIN_BUCKETS * 16;
+	struct inode **t = calloc(n, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	for (uint32_t b = 0; b < ns->nbuckets; b++) {
+		struct inode *in = ns->table[b], *next;
+
+		for (; in; in = next) {
+			next = in->hnext;
+			in->hnext = t[in->ino % n];
+			t[in->ino % n] = in;
+		}
+	}
+	free(ns->table);
+	ns->table = t;
+	ns->nbuckets = n;
+	return 0;
+}
+
+struct inode *ns_find(struct ns *ns, uint64_t ino)
+{
+	struct inode *in = ns->table[ino % ns->nbuckets];
+
+	while (in && in->ino != ino)
+		in = in->hnext;
+	return in;
+}
+
+static void table_remove(struct ns *ns, struct inode *in)
+{
+	struct inode **pp = &ns->table[in->ino % ns->nbuckets];
+
+	while (*pp != in)
+		pp = &(*pp)->hnext;
+	*pp = in->hnext;
+	ns->count--;
+}
+
+static int dir_init(struct dir *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->nbuckets = NS_MIN_BUCKETS;
+	d->table = calloc(d->nbuckets, sizeof(*d->table));
+	return d->table ? 0 : -ENOMEM;
+}
+
+struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid)
+{
+	struct ns *ns = &e->ns;
+	struct inode *in;
+
+	if (ns->count + 1 > (uint64_t)ns->nbuckets * 2 && table_grow(ns) < 0)
+		return NULL;
+	in = calloc(1, sizeof(*in));
+	if (!in)
+		return NULL;
+	if ((S_ISDIR(mode) && dir_init(&in->dir) < 0) ||
+	    (S_ISREG(mode) && file_init(&in->file) < 0)) {
+		free(in);
+		return NULL;
+	}
+	in->ino = ns->next_ino++;
+	in->mode = mode;
+	in->uid = uid;
+	in->gid = gid;
+	eng_now(&in->mtime);
+	in->atime = in->ctime = in->mtime;
+	in->hnext = ns->table[in->ino % ns->nbuckets];
+	ns->table[in->ino % ns->nbuckets] = in;
+	ns->count++;
+	if (S_ISDIR(mode))
+		ns->ndirs++;
+	else if (S_ISREG(mode))
+		ns->nfiles++;
+	return in;
+}
+
+static void inode_free(struct eng *e, struct inode *in)
+{
+	table_remove(&e->ns, in);
+	if (S_ISDIR(in->mode)) {
+		free(in->dir.table);
+		e->ns.ndirs--;
+	} else if (S_ISREG(in->mode)) {
+		file_fini(e, &in->file);
+		e->ns.nfiles--;
+	} else if (S_ISLNK(in->mode)) {
+		free(in->target);
+	}
+	free(in);
+}
+
+/* Free @in once nothing refers to it; ns->lock held for writing. */
+static void maybe_free(struct eng *e, struct inode *in)
+{
+	if (in->nlink == 0 && in->nlookup == 0 && in->opens == 0 &&
+	    in->holds == 0 && in != e->ns.root)
+		inode_free(e, in);
+}
+
+void ns_unhold(struct eng *e, struct inode *in)
+{
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in->holds--;
+	maybe_free(e, in);
+	pthread_rwlock_unlock(&e->ns.lock);
+}
+
+/* --- directories -------------------------------------------------------- */
+
+struct dentry *ns_dir_find(struct dir *d, const char *name)
+{
+	struct dentry *de = d->table[name_hash(name) % d->nbuckets];
+
+	while (de && strcmp(de->name, name) != 0)
+		de = de->hnext;
+	return de;
+}
+
+static int dir_grow(struct dir *d)
+{
+	uint32_t n = d->nbuckets * 4;
+	struct dentry **t = calloc(n, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	for (struct dentry *de = d->first; de; de = de->next) {
+		uint32_t b = name_hash(de->name) % n;
+
+		de->hnext = t[b];
+		t[b] = de;
+	}
+	free(d->table);
+	d->table = t;
+	d->nbuckets = n;
+	return 0;
+}
+
+int ns_link_child(struct eng *e, struct inode *dir, const char *name,
+		  struct inode *child)
+{
+	struct dir *d = &dir->dir;
+	struct dentry *de;
+	uint32_t b;
+
+	if (d->count + 1 > d->nbuckets * 2 && dir_grow(d) < 0)
+		return -ENOMEM;
+	de = calloc(1, sizeof(*de));
+	if (!de || !(de->name = strdup(name))) {
+		free(de);
+		return -ENOMEM;
+	}
+	de->inode = child;
+	b = name_hash(name) % d->nbuckets;
+	de->hnext = d->table[b];
+	d->table[b] = de;
+	de->prev = d->last;
+	if (d->last)
+		d->last->next = de;
+	else
+		d->first = de;
+	d->last = de;
+	d->count++;
+
+	child->nlink++;
+	child->parent = dir;
+	child->dentry = de;
+	if (S_ISDIR(child->mode)) {
+		d->nsubdirs++;
+		if (dir == e->ns.root && child->ckpt_seq == 0)
+			child->ckpt_seq = ++e->ns.next_ckpt_seq;
+	}
+	return 0;
+}
+
+/* Remove @de from @dir; the inode is freed if nothing else holds it. */
+static void unlink_dentry(struct eng *e, struct inode *dir, struct dentry *de,
+			  bool free_inode)
+{
+	struct dir *d = &dir->dir;
+	struct dentry **pp = &d->table[name_hash(de->name) % d->nbuckets];
+	struct inode *child = de->inode;
+
+	while (*pp != de)
+		pp = &(*pp)->hnext;
+	*pp = de->hnext;
+	if (de->prev)
+		de->prev->next = de->next;
+	else
+		d->first = de->next;
+	if (de->next)
+		de->next->prev = de->prev;
+	else
+		d->last = de->prev;
+	d->count--;
+	if (S_ISDIR(child->mode))
+		d->nsubdirs--;
+
+	child->nlink--;
+	if (child->dentry == de) {
+		child->dentry = NULL;
+		child->parent = NULL;
+	}
+	free(de->name);
+	free(de);
+	if (free_inode)
+		maybe_free(e, child);
+}
+
+bool ns_name_reserved(const struct inode *parent, const char *name)
+{
+	size_t n = strlen(name), s = strlen(RFT_SUM_SUFFIX);
+
+	/* Names the persist dir uses for its own bookkeeping. */
+	if (n > s && name[0] == '.' &&
+	    strcmp(name + n - s, RFT_SUM_SUFFIX) == 0)
+		return true;
+	return parent->parent == NULL && parent->ino == RFT_ROOT_INO &&
+	       strcmp(name, ".reftfs-tmp") == 0;
+}
+
+int ns_init(struct ns *ns)
+{
+	memset(ns, 0, sizeof(*ns));
+	pthread_rwlock_init(&ns->lock, NULL);
+	ns->next_ino = RFT_ROOT_INO;
+	return table_grow(ns);
+}
+
+void ns_fini(struct eng *e)
+{
+	struct ns *ns = &e->ns;
+
+	for (uint32_t b = 0; ns->table && b < ns->nbuckets; b++) {
+		struct inode *in = ns->table[b], *next;
+
+		for (; in; in = next) {
+			next = in->hnext;
+			if (S_ISDIR(in->mode)) {
+				struct dentry *de = in->dir.first, *dn;
+
+				for (; de; de = dn) {
+					dn = de->next;
+					free(de->name);
+					free(de);
+				}
+				free(in->dir.table);
+			} else if (S_ISREG(in->mode)) {
+				file_fini(e, &in->file);
+			} else if (S_ISLNK(in->mode)) {
+				free(in->target);
+			}
+			free(in);
+		}
+	}
+	free(ns->table);
+	ns->table = NULL;
+	pthread_rwlock_destroy(&ns->lock);
+}
+
+int ns_path(struct ns *ns, const struct inode *in, char *buf, size_t size)
+{
+	const struct inode *stack[PATH_MAX / 2];
+	size_t depth = 0, len = 0;
+
+	for (; in && in != ns->root; in = in->parent) {
+		if (!in->dentry || depth == sizeof(stack) / sizeof(stack[0]))
+			return -ENOENT;
+		stack[depth++] = in;
+	}
+	if (!in)
+		return -ENOENT;
+	if (size == 0)
+		return -ENAMETOOLONG;
+	buf[0] = '\0';
+	while (depth > 0) {
+		const char *name = stack[--depth]->dentry->name;
+		size_t n = strlen(name);
+
+		if (len + n + 2 > size)
+			return -ENAMETOOLONG;
+		if (len)
+			buf[len++] = '/';
+		memcpy(buf + len, name, n + 1);
+		len += n;
+	}
+	return 0;
+}
+
+struct inode *ns_checkpoint_of(struct ns *ns, const struct inode *in)
+{
+	while (in && in->parent && in->parent != ns->root)
+		in = in->parent;
+	if (!in || in->parent != ns->root || !S_ISDIR(in->mode))
+		return NULL;
+	return (struct inode *)in;
+}
+
+bool ns_in_keep_window(struct eng *e, uint64_t seq)
+{
+	unsigned newer = 0;
+
+	for (struct dentry *de = e->ns.root->dir.first; de; de = de->next) {
+		struct inode *c = de->inode;
+
+		if (S_ISDIR(c->mode) && c->ckpt_seq > seq &&
+		    ++newer >= e->cfg.keep)
+			return false;
+	}
+	return newer < e->cfg.keep;
+}
+
+int ns_walk(struct ns *ns, int (*fn)(void *ctx, struct inode *in), void *ctx)
+{
+	for (uint32_t b = 0; b < ns->nbuckets; b++)
+		for (struct inode *in = ns->table[b]; in; in = in->hnext) {
+			int rc = fn(ctx, in);
+
+			if (rc)
+				return rc;
+		}
+	return 0;
+}
+
+void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = in->ino;
+	st->st_mode = in->mode;
+	st->st_uid = in->uid;
+	st->st_gid = in->gid;
+	st->st_atim = in->atime;
+	st->st_blksize = e->store.chunk_size;
+	if (S_ISDIR(in->mode)) {
+		st->st_nlink = 2 + in->dir.nsubdirs;
+		st->st_size = 4096;
+		st->st_mtim = in->mtime;
+		st->st_ctim = in->ctime;
+	} else if (S_ISREG(in->mode)) {
+		struct file *f = &in->file;
+
+		st->st_nlink = in->nlink;
+		pthread_rwlock_rdlock(&f->lock);
+		st->st_size = (off_t)f->size;
+		st->st_blocks = (blkcnt_t)((uint64_t)f->resident *
+					   e->store.chunk_size / 512);
+		st->st_mtim = in->mtime;
+		st->st_ctim = in->ctime;
+		pthread_rwlock_unlock(&f->lock);
+	} else {
+		st->st_nlink = in->nlink;
+		st->st_size = S_ISLNK(in->mode) ? (off_t)strlen(in->target) : 0;
+		st->st_mtim = in->mtime;
+		st->st_ctim = in->ctime;
+	}
+}
+
+/* Look @parent up and check it is a live directory; ns->lock held. */
+static int get_dir(struct eng *e, uint64_t ino, struct inode **out)
+{
+	struct inode *in = ns_find(&e->ns, ino);
+
+	if (!in)
+		return -ENOENT;
+	if (!S_ISDIR(in->mode))
+		return -ENOTDIR;
+	if (in != e->ns.root && in->nlink == 0)
+		return -ENOENT;
+	*out = in;
+	return 0;
+}
+
+static void touch_dir(struct inode *dir)
+{
+	eng_now(&dir->mtime);
+	dir->ctime = dir->mtime;
+}
+
+/* --- namespace calls ---------------------------------------------------- */
+
+int eng_lookup(struct eng *e, uint64_t parent, const char *name,
+	       struct stat *st)
+{
+	struct inode *dir;
+	struct dentry *de;
+	int rc;
+
+	/* nlookup changes under the read lock would race: take it for write. */
+	pthread_rwlock_wrlock(&e->ns.lock);
+	rc = get_dir(e, parent, &dir);
+	if (rc < 0)
+		goto out;
+	if (strlen(name) > NAME_MAX) {
+		rc = -ENAMETOOLONG;
+		goto out;
+	}
+	de = ns_dir_find(&dir->dir, name);
+	if (!de) {
+		rc = -ENOENT;
+		goto out;
+	}
+	de->inode->nlookup++;
+	ns_fill_stat(e, de->inode, st);
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+void eng_forget(struct eng *e, uint64_t ino, uint64_t nlookup)
+{
+	struct inode *in;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && in != e->ns.root) {
+		in->nlookup = in->nlookup > nlookup ? in->nlookup - nlookup : 0;
+		maybe_free(e, in);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+}
+
+int eng_getattr(struct eng *e, uint64_t ino, struct stat *st)
+{
+	struct inode *in;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in)
+		ns_fill_stat(e, in, st);
+	else
+		rc = -ENOENT;
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
+		const struct eng_setattr *sa, struct stat *st)
+{
+	struct timespec now;
+	struct inode *in;
+	bool kick = false;
+	int rc = 0;
+
+	eng_now(&now);
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = fp ? fp->inode : ns_find(&e->ns, ino);
+	if (!in) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if ((sa->valid & ENG_SET_SIZE) && !S_ISREG(in->mode)) {
+		rc = S_ISDIR(in->mode) ? -EISDIR : -EINVAL;
+		goto out;
+	}
+	if ((sa->valid & ENG_SET_SIZE) && sa->size > RFT_MAX_FILE_SIZE) {
+		rc = -EFBIG;
+		goto out;
+	}
+	if (sa->valid & ENG_SET_MODE)
+		in->mode = (in->mode & S_IFMT) | (sa->mode & 07777);
+	if (sa->valid & ENG_SET_UID)
+		in->uid = sa->uid;
+	if (sa->valid & ENG_SET_GID)
+		in->gid = sa->gid;
+
+	if (S_ISREG(in->mode)) {
+		struct file *f = &in->file;
+
+		pthread_rwlock_wrlock(&f->lock);
+		if (sa->valid & ENG_SET_SIZE) {
+			rc = file_truncate_locked(e, f, sa->size);
+			if (rc == 0)
+				in->mtime = now;
+		}
+		if (rc == 0) {
+			if (sa->valid & ENG_SET_ATIME)
+				in->atime = sa->atime;
+			if (sa->valid & ENG_SET_ATIME_NOW)
+				in->atime = now;
+			if (sa->valid & ENG_SET_MTIME)
+				in->mtime = sa->mtime;
+			if (sa->valid & ENG_SET_MTIME_NOW)
+				in->mtime = now;
+			in->ctime = (sa->valid & ENG_SET_CTIME) ? sa->ctime
+								: now;
+			/* Reseal after a truncate; any change makes the
+			 * persisted copy stale. */
+			if (f->state == ENG_STATE_WRITING && f->writers == 0) {
+				file_seal_locked(e, f);
+				kick = true;
+			} else if (f->state == ENG_STATE_PERSISTED) {
+				f->state = ENG_STATE_SEALED;
+				kick = true;
+			}
+		}
+		pthread_rwlock_unlock(&f->lock);
+	} else {
+		if (sa->valid & ENG_SET_ATIME)
+			in->atime = sa->atime;
+		if (sa->valid & ENG_SET_ATIME_NOW)
+			in->atime = now;
+		if (sa->valid & ENG_SET_MTIME)
+			in->mtime = sa->mtime;
+		if (sa->valid & ENG_SET_MTIME_NOW)
+			in->mtime = now;
+		in->ctime = (sa->valid & ENG_SET_CTIME) ? sa->ctime : now;
+		if (S_ISLNK(in->mode) && in->sym_persisted) {
+			in->sym_persisted = false;
+			kick = true;
+		}
+	}
+	if (rc == 0)
+		ns_fill_stat(e, in, st);
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (kick)
+		persist_kick(e);
+	return rc;
+}
+
+/* Make a new entry under @parent; ns->lock held for writing. */
+static int make_entry(struct eng *e, uint64_t parent, const char *name,
+		      mode_t mode, uid_t uid, gid_t gid, struct inode **out)
+{
+	struct inode *dir, *in;
+	int rc;
+
+	rc = get_dir(e, parent, &dir);
+	if (rc < 0)
+		return rc;
+	if (strlen(name) > NAME_MAX)
+		return -ENAMETOOLONG;
+	if (ns_name_reserved(dir, name))
+		return -EINVAL;
+	if (ns_dir_find(&dir->dir, name))
+		return -EEXIST;
+	in = ns_new_inode(e, mode, uid, gid);
+	if (!in)
+		return -ENOMEM;
+	/* New entries in a set-group-ID directory take its group. */
+	if (dir->mode & S_ISGID) {
+		in->gid = dir->gid;
+		if (S_ISDIR(mode))
+			in->mode |= S_ISGID;
+	}
+	rc = ns_link_child(e, dir, name, in);
+	if (rc < 0) {
+		in->nlink = 0;
+		maybe_free(e, in);
+		return rc;
+	}
+	touch_dir(dir);
+	*out = in;
+	return 0;
+}
+
+int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	      uid_t uid, gid_t gid, struct stat *st)
+{
+	struct inode *in;
+	int rc;
+
+	/* Checkpoints hold files; devices, FIFOs and sockets have no use. */
+	if (!S_ISREG(mode))
+		return -EPERM;
+	pthread_rwlock_wrlock(&e->ns.lock);
+	rc = make_entry(e, parent, name, mode, uid, gid, &in);
+	if (rc == 0) {
+		in->file.state = ENG_STATE_SEALED;
+		in->nlookup++;
+		ns_fill_stat(e, in, st);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc == 0)
+		persist_kick(e);
+	return rc;
+}
+
+int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	      uid_t uid, gid_t gid, struct stat *st)
+{
+	struct inode *in;
+	int rc;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	rc = make_entry(e, parent, name, S_IFDIR | (mode & 07777), uid, gid,
+			&in);
+	if (rc == 0) {
+		in->nlookup++;
+		ns_fill_stat(e, in, st);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+int eng_symlink(struct eng *e, uint64_t parent, const char *name,
+		const char *target, uid_t uid, gid_t gid, struct stat *st)
+{
+	struct inode *in;
+	char *t;
+	int rc;
+
+	if (strlen(target) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	t = strdup(target);
+	if (!t)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&e->ns.lock);
+	rc = make_entry(e, parent, name, S_IFLNK | 0777, uid, gid, &in);
+	if (rc == 0) {
+		in->target = t;
+		t = NULL;
+		in->nlookup++;
+		ns_fill_stat(e, in, st);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	free(t);
+	if (rc == 0)
+		persist_kick(e);
+	return rc;
+}
+
+int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
+{
+	struct inode *in;
+	int rc;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (!in) {
+		rc = -ENOENT;
+	} else if (!S_ISLNK(in->mode)) {
+		rc = -EINVAL;
+	} else {
+		size_t n = strlen(in->target);
+
+		if (n > size)
+			n = size;
+		memcpy(buf, in->target, n);
+		rc = (int)n;
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
+	     const char *newname, struct stat *st)
+{
+	/*
+	 * A second name would need a second copy, or a link, in the persist
+	 * dir and a rule for which name owns the file's checkpoint; no
+	 * checkpoint writer we know of makes hard links.
+	 */
+	return -EPERM;
+}
+
+/* Path of @parent/@name relative to the root; ns->lock held. */
+static int child_path(struct eng *e, struct inode *parent, const char *name,
+		      char *buf, size_t size)
+{
+	size_t len;
+	int rc = ns_path(&e->ns, parent, buf, size);
+
+	if (rc < 0)
+		return rc;
+	len = strlen(buf);
+	if (len + strlen(name) + 2 > size)
+		return -ENAMETOOLONG;
+	if (len)
+		buf[len++] = '/';
+	strcpy(buf + len, name);
+	return 0;
+}
+
+static int remove_entry(struct eng *e, uint64_t parent, const char *name,
+			bool want_dir)
+{
+	char rel[PATH_MAX];
+	struct inode *dir, *in;
+	struct dentry *de;
+	int rc;
+
+	persist_mirror_lock(e);
+	pthread_rwlock_wrlock(&e->ns.lock);
+	rc = get_dir(e, parent, &dir);
+	if (rc < 0)
+		goto out;
+	de = ns_dir_find(&dir->dir, name);
+	if (!de) {
+		rc = -ENOENT;
+		goto out;
+	}
+	in = de->inode;
+	if (want_dir && !S_ISDIR(in->mode)) {
+		rc = -ENOTDIR;
+		goto out;
+	}
+	if (!want_dir && S_ISDIR(in->mode)) {
+		rc = -EISDIR;
+		goto out;
+	}
+	if (want_dir && in->dir.count) {
+		rc = -ENOTEMPTY;
+		goto out;
+	}
+	if (child_path(e, dir, name, rel, sizeof(rel)) < 0)
+		rel[0] = '\0';
+	unlink_dentry(e, dir, de, true);
+	touch_dir(dir);
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc == 0 && rel[0])
+		persist_mirror_unlink(e, rel, want_dir);
+	persist_mirror_unlock(e);
+	return rc;
+}
+
+int eng_unlink(struct eng *e, uint64_t parent, const char *name)
+{
+	return remove_entry(e, parent, name, false);
+}
+
+int eng_rmdir(struct eng *e, uint64_t parent, const char *name)
+{
+	return remove_entry(e, parent, name, true);
+}
+
+/* Is @a an ancestor of (or equal to) @b?  ns->lock held. */
+static bool is_ancestor(const struct inode *a, const struct inode *b)
+{
+	for (; b; b = b->parent)
+		if (a == b)
+			return true;
+	return false;
+}
+
+int eng_rename(struct eng *e, uint64_t parent, const char *name,
+	       uint64_t newparent, const char *newname, unsigned flags)
+{
+	char from[PATH_MAX], to[PATH_MAX];
+	struct inode *sdir, *ddir, *src, *dst = NULL;
+	struct dentry *sde, *dde;
+	bool mirror = false;
+	int rc;
+
+	if ((flags & ENG_RENAME_NOREPLACE) && (flags & ENG_RENAME_EXCHANGE))
+		return -EINVAL;
+	if (flags & ~(ENG_RENAME_NOREPLACE | ENG_RENAME_EXCHANGE))
+		return -EINVAL;
+	if (strlen(newname) > NAME_MAX)
+		return -ENAMETOOLONG;
+
+	persist_mirror_lock(e);
+	pthread_rwlock_wrlock(&e->ns.lock);
+	rc = get_dir(e, parent, &sdir);
+	if (rc == 0)
+		rc = get_dir(e, newparent, &ddir);
+	if (rc < 0)
+		goto out;
+	if (ns_name_reserved(ddir, newname)) {
+		rc = -EINVAL;
+		goto out;
+	}
+	sde = ns_dir_find(&sdir->dir, name);
+	if (!sde) {
+		rc = -ENOENT;
+		goto out;
+	}
+	src = sde->inode;
+	dde = ns_dir_find(&ddir->dir, newname);
+	if (dde)
+		dst = dde->inode;
+	if (src == dst)
+		goto out; /* same entry, or two names of one inode */
+	/* A directory cannot move below itself. */
+	if (S_ISDIR(src->mode) && is_ancestor(src, ddir)) {
+		rc = -EINVAL;
+		goto out;
+	}
+	if (dst && S_ISDIR(dst->mode) && is_ancestor(dst, sdir)) {
+		rc = (flags & ENG_RENAME_EXCHANGE) ? -EINVAL : -ENOTEMPTY;
+		goto out;
+	}
+	if (flags & ENG_RENAME_EXCHANGE) {
+		if (!dst) {
+			rc = -ENOENT;
+			goto out;
+		}
+	} else if (dst) {
+		if (flags & ENG_RENAME_NOREPLACE) {
+			rc = -EEXIST;
+			goto out;
+		}
+		if (S_ISDIR(src->mode) && !S_ISDIR(dst->mode)) {
+			rc = -ENOTDIR;
+			goto out;
+		}
+		if (!S_ISDIR(src->mode) && S_ISDIR(dst->mode)) {
+			rc = -EISDIR;
+			goto out;
+		}
+		if (S_ISDIR(dst->mode) && dst->dir.count) {
+			rc = -ENOTEMPTY;
+			goto out;
+		}
+	}
+	mirror = child_path(e, sdir, name, from, sizeof(from)) == 0 &&
+		 child_path(e, ddir, newname, to, sizeof(to)) == 0;
+
+	if (flags & ENG_RENAME_EXCHANGE) {
+		/* Swap what the two dentries point at. */
+		sde->inode = dst;
+		dde->inode = src;
+		dst->parent = sdir;
+		dst->dentry = sde;
+		src->parent = ddir;
+		src->dentry = dde;
+		if (S_ISDIR(src->mode) != S_ISDIR(dst->mode)) {
+			if (S_ISDIR(src->mode)) {
+				sdir->dir.nsubdirs--;
+				ddir->dir.nsubdirs++;
+			} else {
+				sdir->dir.nsubdirs++;
+				ddir->dir.nsubdirs--;
+			}
+		}
+	} else {
+		/* Link the new name first: failing that, nothing changed. */
+		src->holds++;
+		if (dde)
+			unlink_dentry(e, ddir, dde, true);
+		rc = ns_link_child(e, ddir, newname, src);
+		if (rc < 0) {
+			src->holds--;
+			mirror = false;
+			goto out;
+		}
+		/* src->dentry is the new name now, so this keeps it. */
+		unlink_dentry(e, sdir, sde, false);
+		src->holds--;
+	}
+	if (ddir == e->ns.root && S_ISDIR(src->mode) && src->ckpt_seq == 0)
+		src->ckpt_seq = ++e->ns.next_ckpt_seq;
+	if (sdir == e->ns.root && dst && S_ISDIR(dst->mode) &&
+	    dst->ckpt_seq == 0)
+		dst->ckpt_seq = ++e->ns.next_ckpt_seq;
+	touch_dir(sdir);
+	touch_dir(ddir);
+	eng_now(&src->ctime);
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc == 0 && mirror)
+		persist_mirror_rename(e, from, to,
+				      flags & ENG_RENAME_EXCHANGE);
+	persist_mirror_unlock(e);
+	return rc;
+}
+
+int eng_statfs(struct eng *e, struct statvfs *sv)
+{
+	uint32_t nfree = store_free_count(&e->store);
+
+	memset(sv, 0, sizeof(*sv));
+	sv->f_bsize = e->store.chunk_size;
+	sv->f_frsize = e->store.chunk_size;
+	sv->f_blocks = e->store.nchunks;
+	sv->f_bfree = nfree;
+	sv->f_bavail = nfree;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	sv->f_files = e->ns.count + nfree;
+	sv->f_ffree = nfree;
+	pthread_rwlock_unlock(&e->ns.lock);
+	sv->f_favail = sv->f_ffree;
+	sv->f_namemax = NAME_MAX;
+	return 0;
+}
+
+/* --- readdir ------------------------------------------------------------ */
+
+struct eng_dir_entry {
+	char *name;
+	uint64_t ino;
+	mode_t mode;
+};
+
+struct eng_dir {
+	size_t count;
+	struct eng_dir_entry ent[];
+};
+
+int eng_opendir(struct eng *e, uint64_t ino, struct eng_dir **dp)
+{
+	struct inode *in;
+	struct eng_dir *d = NULL;
+	size_t i = 0;
+	int rc;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	rc = get_dir(e, ino, &in);
+	if (rc < 0)
+		goto out;
+	d = malloc(sizeof(*d) + (in->dir.count + 2) * sizeof(d->ent[0]));
+	if (!d) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	d->ent[i++] = (struct eng_dir_entry){ NULL, in->ino, S_IFDIR };
+	d->ent[i++] = (struct eng_dir_entry){
+		NULL, in->parent ? in->parent->ino : in->ino, S_IFDIR };
+	for (struct dentry *de = in->dir.first; de; de = de->next) {
+		char *name = strdup(de->name);
+
+		if (!name) {
+			rc = -ENOMEM;
+			break;
+		}
+		d->ent[i++] = (struct eng_dir_entry){ name, de->inode->ino,
+						      de->inode->mode };
+	}
+	d->count = i;
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc < 0 && d) {
+		eng_releasedir(e, d);
+		d = NULL;
+	}
+	*dp = d;
+	return rc;
+}
+
+int eng_readdir(struct eng *e, struct eng_dir *d, off_t off,
+		eng_dirent_fn fn, void *ctx)
+{
+	struct stat st;
+
+	memset(&st, 0, sizeof(st));
+	for (size_t i = off < 0 ? 0 : (size_t)off; i < d->count; i++) {
+		const char *name = i == 0 ? "." : i == 1 ? ".." : d->ent[i].name;
+
+		st.st_ino = d->ent[i].ino;
+		st.st_mode = d->ent[i].mode;
+		if (fn(ctx, name, &st, (off_t)(i + 1)))
+			break;
+	}
+	return 0;
+}
+
+void eng_releasedir(struct eng *e, struct eng_dir *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 2; i < d->count; i++)
+		free(d->ent[i].name);
+	free(d);
+}

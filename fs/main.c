@@ -1,0 +1,576 @@
+/*
+ * main.c - reftfsd: parse options, set up the engine, mount, serve.
+ *
+ *   reftfsd MOUNTPOINT [options]
+ *   reftfs SOURCE MOUNTPOINT -o opts     (as mount.fuse3 runs it for
+ *                                         "mount -t fuse.reftfs" and fstab)
+ *
+ * Exit status: 0 after a clean unmount, 1 when write-back at unmount
+ * failed, 2 for bad options or a setup error (one line says which).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "rfs.h"
+
+#define EXIT_SETUP 2
+#define READ_AHEAD_KB 16384
+
+struct opts {
+	struct eng_config cfg;
+	const char *source;
+	char *mountpoint;
+	char *persist_dir;
+	bool foreground;
+	bool debug;
+	bool single_thread;
+	bool direct_read;
+	char fuse_opts[4096]; /* -o options for libfuse */
+};
+
+static const char *prog = "reftfsd";
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: %s MOUNTPOINT [options]\n"
+		"\n"
+		"An in-memory checkpoint filesystem with write-back to shared storage.\n"
+		"\n"
+		"options:\n"
+		"  --mem SIZE            memory budget for file data (default: half of RAM)\n"
+		"  --chunk-size SIZE     chunk size, a power of two from 1M to 4M (default 1M)\n"
+		"  --keep K              newest checkpoints always kept in RAM (default 2)\n"
+		"  --persist DIR         write checkpoints back to DIR (e.g. an NFS path)\n"
+		"  --persist-every N     write back every Nth checkpoint; 0: only on flush\n"
+		"                        and unmount (default 1)\n"
+		"  --unmount-flush MODE  what unmount writes back: all, policy or none\n"
+		"                        (default all)\n"
+		"  --enospc-wait MS      how long a writer waits for memory before ENOSPC\n"
+		"                        (default 2000)\n"
+		"  --retry MS            write-back retry period after an error (default 5000)\n"
+		"  --ctl PATH            control socket (default: derived from MOUNTPOINT)\n"
+		"  --prefault            fault the whole arena in at start\n"
+		"  --direct-read         read-only opens bypass the page cache too (faster\n"
+		"                        reads; shared mmap of such files fails)\n"
+		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
+		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
+		"                        enospc_wait=, retry=, ctl=, prefault, direct_read;\n"
+		"                        others (allow_other, ...) go to FUSE\n"
+		"  -f                    stay in the foreground\n"
+		"  -s                    single-threaded\n"
+		"  -d                    debug output (implies -f)\n"
+		"  -h, --help            this text\n"
+		"  -V, --version         version\n"
+		"\n"
+		"SIZE takes K, M, G or T (powers of 1024). Unmount with fusermount3 -u.\n",
+		prog);
+}
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Say what is wrong with the command line, then how to use it. */
+static int bad(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	usage(stderr);
+	return -1;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+	int shift = 0;
+
+	if (!s || !*s || *s == '-')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (shift && *end == 'i')
+		end++;
+	if (shift && (*end == 'B' || *end == 'b'))
+		end++;
+	if (*end || v == 0 || v > (UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_uint(const char *s, unsigned max, unsigned *out)
+{
+	unsigned long v;
+	char *end;
+
+	if (!s || !*s || *s == '-')
+		return -1;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v > max)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* Apply one of our options, named as on the command line without "--". */
+static int set_opt(struct opts *o, const char *key, const char *val)
+{
+	uint64_t size;
+
+	if (!strcmp(key, "mem")) {
+		if (parse_size(val, &size) < 0)
+			return bad("bad --mem '%s': want a size like 512M or 8G",
+				   val ? val : "");
+		if (size < RFT_CHUNK_MAX)
+			return bad("--mem %s is less than one 4M chunk", val);
+		o->cfg.mem_bytes = size;
+	} else if (!strcmp(key, "chunk-size")) {
+		if (parse_size(val, &size) < 0 || size < RFT_CHUNK_MIN ||
+		    size > RFT_CHUNK_MAX || (size & (size - 1)))
+			return bad("bad --chunk-size '%s': want 1M, 2M or 4M",
+				   val ? val : "");
+		o->cfg.chunk_size = (uint32_t)size;
+	} else if (!strcmp(key, "keep")) {
+		if (parse_uint(val, 1000000, &o->cfg.keep) < 0)
+			return bad("bad --keep '%s': want a count >= 0",
+				   val ? val : "");
+	} else if (!strcmp(key, "persist")) {
+		if (!val || !*val)
+			return bad("--persist needs a directory");
+		free(o->persist_dir);
+		o->persist_dir = strdup(val);
+	} else if (!strcmp(key, "persist-every")) {
+		if (parse_uint(val, 1000000, &o->cfg.persist_every) < 0)
+			return bad("bad --persist-every '%s': want a count >= 0",
+				   val ? val : "");
+	} else if (!strcmp(key, "unmount-flush")) {
+		if (val && !strcmp(val, "all"))
+			o->cfg.unmount_flush = ENG_UNMOUNT_FLUSH_ALL;
+		else if (val && !strcmp(val, "policy"))
+			o->cfg.unmount_flush = ENG_UNMOUNT_FLUSH_POLICY;
+		else if (val && !strcmp(val, "none"))
+			o->cfg.unmount_flush = ENG_UNMOUNT_FLUSH_NONE;
+		else
+			return bad("bad --unmount-flush '%s': want all, policy "
+				   "or none", val ? val : "");
+	} else if (!strcmp(key, "enospc-wait")) {
+		if (parse_uint(val, 3600000, &o->cfg.enospc_wait_ms) < 0)
+			return bad("bad --enospc-wait '%s': want milliseconds",
+				   val ? val : "");
+	} else if (!strcmp(key, "retry")) {
+		if (parse_uint(val, 3600000, &o->cfg.retry_ms) < 0 ||
+		    o->cfg.retry_ms == 0)
+			return bad("bad --retry '%s': want milliseconds > 0",
+				   val ? val : "");
+	} else if (!strcmp(key, "ctl")) {
+		if (!val || !*val)
+			return bad("--ctl needs a path");
+		o->cfg.ctl_path = val;
+	} else if (!strcmp(key, "prefault")) {
+		o->cfg.prefault = true;
+	} else if (!strcmp(key, "direct-read")) {
+		o->direct_read = true;
+	} else {
+		return 1; /* not ours */
+	}
+	return 0;
+}
+
+static int add_fuse_opt(struct opts *o, const char *opt)
+{
+	size_t n = strlen(o->fuse_opts);
+
+	if (n + strlen(opt) + 2 > sizeof(o->fuse_opts))
+		return bad("too many -o options");
+	if (n)
+		o->fuse_opts[n++] = ',';
+	strcpy(o->fuse_opts + n, opt);
+	return 0;
+}
+
+/* Split "-o a=1,b,c=2"; ours are applied, the rest kept for libfuse. */
+static int parse_o(struct opts *o, const char *arg)
+{
+	char *copy = strdup(arg), *save = NULL;
+	int rc = 0;
+
+	if (!copy)
+		return -1;
+	for (char *tok = strtok_r(copy, ",", &save); tok && rc == 0;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '='), key[64];
+		size_t klen = eq ? (size_t)(eq - tok) : strlen(tok);
+
+		if (klen >= sizeof(key)) {
+			rc = add_fuse_opt(o, tok);
+			continue;
+		}
+		memcpy(key, tok, klen);
+		key[klen] = '\0';
+		for (char *k = key; *k; k++)
+			if (*k == '_')
+				*k = '-';
+		/* Options mount(8) and mount.fuse3 add that mean nothing here. */
+		if (!strcmp(key, "rw") || !strcmp(key, "dev") ||
+		    !strcmp(key, "suid") || !strcmp(key, "exec") ||
+		    !strcmp(key, "auto") || !strcmp(key, "noauto") ||
+		    !strcmp(key, "user") || !strcmp(key, "nouser") ||
+		    !strcmp(key, "_netdev") || !strcmp(key, "defaults"))
+			continue;
+		if (!strcmp(key, "ctl") && eq) {
+			rc = set_opt(o, key, strdup(eq + 1));
+			continue;
+		}
+		rc = set_opt(o, key, eq ? eq + 1 : NULL);
+		if (rc == 1)
+			rc = add_fuse_opt(o, tok);
+	}
+	free(copy);
+	return rc;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option longopts[] = {
+		{ "mem", required_argument, NULL, 'M' },
+		{ "chunk-size", required_argument, NULL, 'C' },
+		{ "keep", required_argument, NULL, 'K' },
+		{ "persist", required_argument, NULL, 'P' },
+		{ "persist-every", required_argument, NULL, 'E' },
+		{ "unmount-flush", required_argument, NULL, 'U' },
+		{ "enospc-wait", required_argument, NULL, 'W' },
+		{ "retry", required_argument, NULL, 'R' },
+		{ "ctl", required_argument, NULL, 'S' },
+		{ "prefault", no_argument, NULL, 'F' },
+		{ "direct-read", no_argument, NULL, 'D' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *pos[3];
+	int npos = 0, c;
+
+	opterr = 0;
+	/* "+": stop at nothing; "-": keep positionals in order. */
+	while ((c = getopt_long(argc, argv, "-o:fsdhV", longopts, NULL)) !=
+	       -1) {
+		const char *name = NULL;
+
+		switch (c) {
+		case 1:
+			if (npos == 3)
+				return bad("unexpected argument '%s'", optarg);
+			pos[npos++] = optarg;
+			continue;
+		case 'o':
+			if (parse_o(o, optarg) < 0)
+				return -1;
+			continue;
+		case 'f':
+			o->foreground = true;
+			continue;
+		case 's':
+			o->single_thread = true;
+			continue;
+		case 'd':
+			o->debug = o->foreground = true;
+			continue;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("reftfsd %s (libfuse %s)\n", RFT_VERSION,
+			       fuse_pkgversion());
+			exit(0);
+		case '?':
+			if (optopt)
+				return bad("option '-%c' is not known or lacks "
+					   "its value", optopt);
+			return bad("option '%s' is not known or lacks its value",
+				   argv[optind - 1]);
+		case 'M': name = "mem"; break;
+		case 'C': name = "chunk-size"; break;
+		case 'K': name = "keep"; break;
+		case 'P': name = "persist"; break;
+		case 'E': name = "persist-every"; break;
+		case 'U': name = "unmount-flush"; break;
+		case 'W': name = "enospc-wait"; break;
+		case 'R': name = "retry"; break;
+		case 'S': name = "ctl"; break;
+		case 'F': name = "prefault"; break;
+		case 'D': name = "direct-read"; break;
+		default:
+			return bad("cannot parse the options");
+		}
+		if (set_opt(o, name, optarg) != 0)
+			return -1;
+	}
+	if (npos == 0)
+		return bad("no mount point given");
+	if (npos == 3)
+		return bad("too many arguments");
+	/* mount.fuse3 passes "SOURCE MOUNTPOINT". */
+	if (npos == 2)
+		o->source = pos[0];
+	o->mountpoint = strdup(pos[npos - 1]);
+	return o->mountpoint ? 0 : -1;
+}
+
+/* Is @path a mount point already?  (FUSE would happily stack on it.) */
+static bool is_mounted(const char *path)
+{
+	char line[8192], mnt[PATH_MAX];
+	bool found = false;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		/* id parent major:minor root mountpoint ... */
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) == 1 &&
+		    !strcmp(mnt, path))
+			found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+static int check_mountpoint(struct opts *o)
+{
+	char real[PATH_MAX];
+	struct stat st;
+
+	if (stat(o->mountpoint, &st) < 0) {
+		if (errno == ENOTCONN)
+			fprintf(stderr,
+				"%s: mount point %s is a dead FUSE mount; "
+				"clear it with: fusermount3 -uz %s\n",
+				prog, o->mountpoint, o->mountpoint);
+		else
+			fprintf(stderr, "%s: mount point %s: %s\n", prog,
+				o->mountpoint, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "%s: mount point %s is not a directory\n",
+			prog, o->mountpoint);
+		return -1;
+	}
+	if (!realpath(o->mountpoint, real)) {
+		fprintf(stderr, "%s: mount point %s: %s\n", prog,
+			o->mountpoint, strerror(errno));
+		return -1;
+	}
+	if (is_mounted(real)) {
+		fprintf(stderr, "%s: mount point %s is busy: something is "
+			"mounted there already\n", prog, real);
+		return -1;
+	}
+	free(o->mountpoint);
+	o->mountpoint = strdup(real);
+	return o->mountpoint ? 0 : -1;
+}
+
+static int check_persist(struct opts *o)
+{
+	char real[PATH_MAX];
+	struct stat st;
+
+	if (!o->persist_dir)
+		return 0;
+	if (stat(o->persist_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "%s: persist dir %s: %s\n", prog,
+			o->persist_dir,
+			errno && !S_ISDIR(st.st_mode) ? strerror(errno)
+						      : "not a directory");
+		return -1;
+	}
+	if (access(o->persist_dir, W_OK | X_OK) < 0) {
+		fprintf(stderr, "%s: persist dir %s is not writable: %s\n",
+			prog, o->persist_dir, strerror(errno));
+		return -1;
+	}
+	if (!realpath(o->persist_dir, real))
+		return -1;
+	if (o->mountpoint && !strncmp(real, o->mountpoint,
+				      strlen(o->mountpoint)) &&
+	    (real[strlen(o->mountpoint)] == '/' ||
+	     real[strlen(o->mountpoint)] == '\0')) {
+		fprintf(stderr, "%s: persist dir %s is inside the mount point\n",
+			prog, real);
+		return -1;
+	}
+	free(o->persist_dir);
+	o->persist_dir = strdup(real);
+	return o->persist_dir ? 0 : -1;
+}
+
+/* Raise the readahead of our mount's bdi: buffered READs are 128K else. */
+static void raise_readahead(const char *mountpoint)
+{
+	char line[8192], mnt[PATH_MAX], dev[32], path[128];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	int fd;
+
+	if (!f)
+		return;
+	dev[0] = '\0';
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, mnt) == 2 &&
+		    !strcmp(mnt, mountpoint))
+			break;
+		else
+			dev[0] = '\0';
+	fclose(f);
+	if (!dev[0])
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return; /* not root: the default stays */
+	if (dprintf(fd, "%d\n", READ_AHEAD_KB) < 0)
+		rft_dbg("cannot raise readahead: %s", strerror(errno));
+	close(fd);
+}
+
+static void fuse_log_to_rft(enum fuse_log_level level, const char *fmt,
+			    va_list ap) __attribute__((format(printf, 2, 0)));
+
+/* libfuse's own messages go through our log, on its levels. */
+static void fuse_log_to_rft(enum fuse_log_level level, const char *fmt,
+			    va_list ap)
+{
+	rft_logv(level < FUSE_LOG_ERR ? RFT_LOG_ERR : (int)level, "fuse", 0,
+		 fmt, ap);
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	struct rfs rfs;
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se = NULL;
+	struct fuse_loop_config *loop = NULL;
+	struct eng *e = NULL;
+	char fsopts[PATH_MAX + 64];
+	int rc, status = EXIT_SETUP;
+
+	prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+	memset(&o, 0, sizeof(o));
+	eng_config_defaults(&o.cfg);
+	if (parse_args(argc, argv, &o) < 0)
+		return EXIT_SETUP;
+	if (o.debug)
+		rft_log_max = RFT_LOG_DBG;
+	if (check_mountpoint(&o) < 0 || check_persist(&o) < 0)
+		return EXIT_SETUP;
+	o.cfg.mountpoint = o.mountpoint;
+	o.cfg.persist_dir = o.persist_dir;
+	fuse_set_log_func(fuse_log_to_rft);
+
+	rc = eng_new(&o.cfg, &e);
+	if (rc < 0)
+		goto out; /* eng_new said why */
+
+	memset(&rfs, 0, sizeof(rfs));
+	rfs.eng = e;
+	rfs.direct_read = o.direct_read;
+	rfs.attr_timeout = 1.0;
+	rfs.max_write = 1u << 20;
+
+	snprintf(fsopts, sizeof(fsopts),
+		 "subtype=reftfs,fsname=%s,default_permissions",
+		 o.source ? o.source : "reftfs");
+	if (fuse_opt_add_arg(&args, prog) || fuse_opt_add_arg(&args, "-o") ||
+	    fuse_opt_add_arg(&args, fsopts) ||
+	    (o.fuse_opts[0] && (fuse_opt_add_arg(&args, "-o") ||
+				fuse_opt_add_arg(&args, o.fuse_opts))) ||
+	    (o.debug && fuse_opt_add_arg(&args, "-d"))) {
+		fprintf(stderr, "%s: out of memory\n", prog);
+		goto out;
+	}
+	se = fuse_session_new(&args, &rfs_oper, sizeof(rfs_oper), &rfs);
+	if (!se) {
+		fprintf(stderr, "%s: bad FUSE options: %s\n", prog,
+			o.fuse_opts[0] ? o.fuse_opts : "(none)");
+		goto out;
+	}
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out;
+	if (fuse_session_mount(se, o.mountpoint) != 0) {
+		fprintf(stderr, "%s: cannot mount on %s (see the line above)\n",
+			prog, o.mountpoint);
+		goto out_signals;
+	}
+	raise_readahead(o.mountpoint);
+	if (!o.foreground)
+		rft_log_syslog("reftfsd");
+	if (fuse_daemonize(o.foreground) != 0)
+		goto out_unmount;
+	rc = eng_start(e);
+	if (rc < 0) {
+		rft_err("cannot start the engine: %s", strerror(-rc));
+		goto out_unmount;
+	}
+	rft_info("mounted %s (memory %llu MiB, chunk %u KiB%s%s)",
+		 o.mountpoint,
+		 (unsigned long long)(o.cfg.mem_bytes >> 20),
+		 o.cfg.chunk_size >> 10, o.persist_dir ? ", persist " : "",
+		 o.persist_dir ? o.persist_dir : "");
+
+	if (o.single_thread) {
+		rc = fuse_session_loop(se);
+	} else {
+		loop = fuse_loop_cfg_create();
+		if (!loop) {
+			rc = -ENOMEM;
+		} else {
+			fuse_loop_cfg_set_max_threads(loop, 16);
+			rc = fuse_session_loop_mt(se, loop);
+		}
+	}
+	/* A positive value is the signal that ended the loop: a clean stop. */
+	status = rc < 0 ? 1 : 0;
+
+out_unmount:
+	fuse_session_unmount(se);
+	rft_info("unmounted %s", o.mountpoint);
+	if (eng_stop(e) < 0)
+		status = 1;
+out_signals:
+	fuse_remove_signal_handlers(se);
+out:
+	if (loop)
+		fuse_loop_cfg_destroy(loop);
+	if (se)
+		fuse_session_destroy(se);
+	fuse_opt_free_args(&args);
+	eng_free(e);
+	free(o.mountpoint);
+	free(o.persist_dir);
+	return status;
+}

@@ -1,0 +1,438 @@
+/*
+ * ops.c - FUSE low-level operations, each translated into one engine call.
+ *
+ * Errors come back from the engine as -errno and are turned into a reply
+ * here, once.  File handles carry the engine's struct eng_file in fi->fh.
+ *
+ * Caching: handles that may write use direct I/O (one copy, straight into
+ * the arena; PERF-NOTES measured 1.3x tmpfs for writes).  Read-only handles
+ * go through the page cache unless --direct-read, because libfuse 3.14
+ * cannot negotiate FUSE_DIRECT_IO_ALLOW_MMAP and shared mmap of a direct
+ * I/O file fails (safetensors, numpy.memmap); the cache is kept across opens
+ * while the engine says the data has not changed.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rfs.h"
+
+static struct rfs *rfs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct eng_file *fh_of(const struct fuse_file_info *fi)
+{
+	return (struct eng_file *)(uintptr_t)fi->fh;
+}
+
+static void reply_entry(fuse_req_t req, int rc, const struct stat *st)
+{
+	struct fuse_entry_param ep;
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	memset(&ep, 0, sizeof(ep));
+	ep.ino = st->st_ino;
+	ep.generation = 1;
+	ep.attr = *st;
+	ep.attr_timeout = rfs_of(req)->attr_timeout;
+	ep.entry_timeout = rfs_of(req)->attr_timeout;
+	fuse_reply_entry(req, &ep);
+}
+
+static void rfs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct rfs *r = userdata;
+
+	conn->max_write = r->max_write;
+	conn->max_readahead = r->max_write;
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	if (conn->capable & FUSE_CAP_ASYNC_DIO)
+		conn->want |= FUSE_CAP_ASYNC_DIO;
+	/* Measured slower or without effect here (docs/benchmarks.md). */
+	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
+			FUSE_CAP_SPLICE_MOVE | FUSE_CAP_WRITEBACK_CACHE);
+}
+
+static void rfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct stat st;
+	int rc = eng_lookup(rfs_of(req)->eng, parent, name, &st);
+
+	if (rc == -ENOENT) {
+		/* A negative entry the kernel may cache like a positive one. */
+		struct fuse_entry_param ep;
+
+		memset(&ep, 0, sizeof(ep));
+		ep.entry_timeout = rfs_of(req)->attr_timeout;
+		return (void)fuse_reply_entry(req, &ep);
+	}
+	reply_entry(req, rc, &st);
+}
+
+static void rfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	eng_forget(rfs_of(req)->eng, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void rfs_forget_multi(fuse_req_t req, size_t count,
+			     struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		eng_forget(rfs_of(req)->eng, forgets[i].ino,
+			   forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void rfs_getattr(fuse_req_t req, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	struct stat st;
+	int rc = eng_getattr(rfs_of(req)->eng, ino, &st);
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	fuse_reply_attr(req, &st, rfs_of(req)->attr_timeout);
+}
+
+static void rfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			int to_set, struct fuse_file_info *fi)
+{
+	static const struct {
+		int fuse;
+		unsigned eng;
+	} map[] = {
+		{ FUSE_SET_ATTR_MODE, ENG_SET_MODE },
+		{ FUSE_SET_ATTR_UID, ENG_SET_UID },
+		{ FUSE_SET_ATTR_GID, ENG_SET_GID },
+		{ FUSE_SET_ATTR_SIZE, ENG_SET_SIZE },
+		{ FUSE_SET_ATTR_ATIME, ENG_SET_ATIME },
+		{ FUSE_SET_ATTR_MTIME, ENG_SET_MTIME },
+		{ FUSE_SET_ATTR_ATIME_NOW, ENG_SET_ATIME_NOW },
+		{ FUSE_SET_ATTR_MTIME_NOW, ENG_SET_MTIME_NOW },
+		{ FUSE_SET_ATTR_CTIME, ENG_SET_CTIME },
+	};
+	struct eng_setattr sa = {
+		.mode = attr->st_mode,
+		.uid = attr->st_uid,
+		.gid = attr->st_gid,
+		.size = attr->st_size < 0 ? 0 : (uint64_t)attr->st_size,
+		.atime = attr->st_atim,
+		.mtime = attr->st_mtim,
+		.ctime = attr->st_ctim,
+	};
+	struct stat st;
+	int rc;
+
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (to_set & map[i].fuse)
+			sa.valid |= map[i].eng;
+	if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size < 0)
+		return (void)fuse_reply_err(req, EINVAL);
+	rc = eng_setattr(rfs_of(req)->eng, ino, fi ? fh_of(fi) : NULL, &sa,
+			 &st);
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	fuse_reply_attr(req, &st, rfs_of(req)->attr_timeout);
+}
+
+static void rfs_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char buf[PATH_MAX + 1];
+	int rc = eng_readlink(rfs_of(req)->eng, ino, buf, sizeof(buf) - 1);
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	buf[rc] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+static void rfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, dev_t rdev)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	struct stat st;
+
+	reply_entry(req,
+		    eng_mknod(rfs_of(req)->eng, parent, name, mode, c->uid,
+			      c->gid, &st),
+		    &st);
+}
+
+static void rfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	struct stat st;
+
+	reply_entry(req,
+		    eng_mkdir(rfs_of(req)->eng, parent, name, mode, c->uid,
+			      c->gid, &st),
+		    &st);
+}
+
+static void rfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+			const char *name)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	struct stat st;
+
+	reply_entry(req,
+		    eng_symlink(rfs_of(req)->eng, parent, name, link, c->uid,
+				c->gid, &st),
+		    &st);
+}
+
+static void rfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		     const char *newname)
+{
+	struct stat st;
+
+	reply_entry(req,
+		    eng_link(rfs_of(req)->eng, ino, newparent, newname, &st),
+		    &st);
+}
+
+static void rfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -eng_unlink(rfs_of(req)->eng, parent, name));
+}
+
+static void rfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -eng_rmdir(rfs_of(req)->eng, parent, name));
+}
+
+static void rfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       fuse_ino_t newparent, const char *newname,
+		       unsigned int flags)
+{
+	unsigned ef = 0;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return (void)fuse_reply_err(req, EINVAL);
+	if (flags & RENAME_NOREPLACE)
+		ef |= ENG_RENAME_NOREPLACE;
+	if (flags & RENAME_EXCHANGE)
+		ef |= ENG_RENAME_EXCHANGE;
+	fuse_reply_err(req, -eng_rename(rfs_of(req)->eng, parent, name,
+					newparent, newname, ef));
+}
+
+static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
+			const struct eng_open_info *info)
+{
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || rfs_of(req)->direct_read) {
+		fi->direct_io = 1;
+	} else {
+		fi->keep_cache = info->cache_valid;
+		fi->noflush = 1;
+	}
+}
+
+static void rfs_open(fuse_req_t req, fuse_ino_t ino,
+		     struct fuse_file_info *fi)
+{
+	struct eng_open_info info;
+	struct eng_file *fp;
+	int rc = eng_open(rfs_of(req)->eng, ino, fi->flags, &fp, &info);
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	fi->fh = (uintptr_t)fp;
+	set_caching(req, fi, &info);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		eng_release(rfs_of(req)->eng, fp); /* the open was interrupted */
+}
+
+static void rfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       mode_t mode, struct fuse_file_info *fi)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	struct fuse_entry_param ep;
+	struct eng_open_info info;
+	struct eng_file *fp;
+	int rc;
+
+	memset(&ep, 0, sizeof(ep));
+	rc = eng_create(rfs_of(req)->eng, parent, name, mode, c->uid, c->gid,
+			fi->flags, &ep.attr, &fp, &info);
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	ep.ino = ep.attr.st_ino;
+	ep.generation = 1;
+	ep.attr_timeout = rfs_of(req)->attr_timeout;
+	ep.entry_timeout = rfs_of(req)->attr_timeout;
+	fi->fh = (uintptr_t)fp;
+	set_caching(req, fi, &info);
+	if (fuse_reply_create(req, &ep, fi) == -ENOENT) {
+		eng_release(rfs_of(req)->eng, fp);
+		eng_forget(rfs_of(req)->eng, ep.ino, 1);
+	}
+}
+
+struct read_ctx {
+	fuse_req_t req;
+	bool replied;
+};
+
+static int reply_iov(void *arg, const struct iovec *iov, int cnt)
+{
+	struct read_ctx *ctx = arg;
+
+	ctx->replied = true;
+	if (cnt == 0)
+		return fuse_reply_buf(ctx->req, NULL, 0);
+	return fuse_reply_iov(ctx->req, iov, cnt);
+}
+
+static void rfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct read_ctx ctx = { req, false };
+	int rc = eng_read(rfs_of(req)->eng, fh_of(fi), size, off, reply_iov,
+			  &ctx);
+
+	if (!ctx.replied)
+		fuse_reply_err(req, rc < 0 ? -rc : EIO);
+}
+
+static void rfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		      size_t size, off_t off, struct fuse_file_info *fi)
+{
+	ssize_t n = eng_write(rfs_of(req)->eng, fh_of(fi), buf, size, off);
+
+	if (n < 0)
+		return (void)fuse_reply_err(req, (int)-n);
+	fuse_reply_write(req, (size_t)n);
+}
+
+static void rfs_flush(fuse_req_t req, fuse_ino_t ino,
+		      struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, -eng_flush(rfs_of(req)->eng, fh_of(fi)));
+}
+
+static void rfs_release(fuse_req_t req, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	eng_release(rfs_of(req)->eng, fh_of(fi));
+	fuse_reply_err(req, 0);
+}
+
+static void rfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		      struct fuse_file_info *fi)
+{
+	fuse_reply_err(req,
+		       -eng_fsync(rfs_of(req)->eng, fh_of(fi), datasync != 0));
+}
+
+static void rfs_opendir(fuse_req_t req, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	struct eng_dir *d;
+	int rc = eng_opendir(rfs_of(req)->eng, ino, &d);
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	fi->fh = (uintptr_t)d;
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		eng_releasedir(rfs_of(req)->eng, d);
+}
+
+struct dir_ctx {
+	fuse_req_t req;
+	char *buf;
+	size_t size, used;
+};
+
+static int add_dirent(void *arg, const char *name, const struct stat *st,
+		      off_t next_off)
+{
+	struct dir_ctx *c = arg;
+	size_t n = fuse_add_direntry(c->req, c->buf + c->used,
+				     c->size - c->used, name, st, next_off);
+
+	if (n > c->size - c->used)
+		return 1;
+	c->used += n;
+	return 0;
+}
+
+static void rfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+			off_t off, struct fuse_file_info *fi)
+{
+	struct dir_ctx c = { req, malloc(size), size, 0 };
+	int rc;
+
+	if (!c.buf)
+		return (void)fuse_reply_err(req, ENOMEM);
+	rc = eng_readdir(rfs_of(req)->eng,
+			 (struct eng_dir *)(uintptr_t)fi->fh, off, add_dirent,
+			 &c);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_buf(req, c.buf, c.used);
+	free(c.buf);
+}
+
+static void rfs_releasedir(fuse_req_t req, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
+{
+	eng_releasedir(rfs_of(req)->eng, (struct eng_dir *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void rfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+			 struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+static void rfs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+	int rc = eng_statfs(rfs_of(req)->eng, &sv);
+
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	fuse_reply_statfs(req, &sv);
+}
+
+const struct fuse_lowlevel_ops rfs_oper = {
+	.init = rfs_init,
+	.lookup = rfs_lookup,
+	.forget = rfs_forget,
+	.forget_multi = rfs_forget_multi,
+	.getattr = rfs_getattr,
+	.setattr = rfs_setattr,
+	.readlink = rfs_readlink,
+	.mknod = rfs_mknod,
+	.mkdir = rfs_mkdir,
+	.symlink = rfs_symlink,
+	.link = rfs_link,
+	.unlink = rfs_unlink,
+	.rmdir = rfs_rmdir,
+	.rename = rfs_rename,
+	.open = rfs_open,
+	.create = rfs_create,
+	.read = rfs_read,
+	.write = rfs_write,
+	.flush = rfs_flush,
+	.release = rfs_release,
+	.fsync = rfs_fsync,
+	.opendir = rfs_opendir,
+	.readdir = rfs_readdir,
+	.releasedir = rfs_releasedir,
+	.fsyncdir = rfs_fsyncdir,
+	.statfs = rfs_statfs,
+};

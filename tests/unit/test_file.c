@@ -1,0 +1,263 @@
+/*
+ * test_file.c - the data path: writes and reads against a reference
+ * buffer, holes, truncation, checksums at seal, copy-on-write, the budget.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "erasure.h"
+#include "eng_fixture.h"
+
+static int setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	fx_dirs(fx);
+	if (fx_start(fx, 8 * MiB, false, 2) < 0)
+		return -1;
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	fx_cleanup(fx);
+	free(fx);
+	return 0;
+}
+
+static struct eng_file *create(struct eng *e, const char *name, int flags)
+{
+	struct eng_file *fp;
+	struct stat st;
+
+	assert_int_equal(eng_create(e, RFT_ROOT_INO, name, 0644, 0, 0,
+				    O_CREAT | flags, &st, &fp, NULL), 0);
+	return fp;
+}
+
+/* Every piece's CRC after sealing equals the CRC of the bytes it shows. */
+static void check_sealed_crcs(struct eng *e, struct eng_file *fp,
+			      const uint8_t *ref, uint64_t size)
+{
+	struct file *f = &fp->inode->file;
+
+	assert_int_equal(f->state, ENG_STATE_SEALED);
+	assert_int_equal(f->size, size);
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		uint32_t len = file_piece_len(e, size, i);
+
+		assert_int_equal(f->slots[i].crc_len, len);
+		assert_int_equal(f->slots[i].crc,
+				 ers_crc32c(0, ref + (uint64_t)i * MiB, len));
+	}
+}
+
+static void test_random_writes_match_reference(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	const size_t size = 5 * MiB + 333;
+	uint8_t *ref = calloc(1, size), *buf = malloc(size), *got = malloc(size);
+	struct eng_file *fp = create(e, "rand", O_RDWR);
+	uint64_t ino;
+	uint32_t x = 7;
+
+	fx_fill(buf, size, 3);
+	/* Scattered writes, some crossing chunk edges, leaving holes. */
+	for (int i = 0; i < 200; i++) {
+		size_t off, len;
+
+		x = x * 1103515245u + 12345u;
+		off = (x >> 4) % size;
+		x = x * 1103515245u + 12345u;
+		len = 1 + (x >> 8) % 300000;
+		if (off + len > size)
+			len = size - off;
+		assert_int_equal(eng_write(e, fp, buf + off, len, (off_t)off),
+				 (ssize_t)len);
+		memcpy(ref + off, buf + off, len);
+	}
+	/* Make the size exact and the tail a hole. */
+	assert_int_equal(eng_write(e, fp, "", 0, 0), 0);
+	{
+		struct eng_setattr sa = { .valid = ENG_SET_SIZE, .size = size };
+		struct stat st;
+
+		assert_int_equal(eng_setattr(e, 0, fp, &sa, &st), 0);
+		assert_int_equal(st.st_size, size);
+	}
+	assert_int_equal(fx_read(e, fp, got, size, 0), (ssize_t)size);
+	assert_memory_equal(got, ref, size);
+	/* Odd offsets and lengths, and past the end. */
+	assert_int_equal(fx_read(e, fp, got, 1000, MiB - 10), 1000);
+	assert_memory_equal(got, ref + MiB - 10, 1000);
+	assert_int_equal(fx_read(e, fp, got, 1000, (off_t)size - 10), 10);
+	assert_int_equal(fx_read(e, fp, got, 1000, (off_t)size + 10), 0);
+
+	ino = fp->inode->ino;
+	eng_release(e, fp);
+	assert_int_equal(eng_open(e, ino, O_RDONLY, &fp, NULL), 0);
+	check_sealed_crcs(e, fp, ref, size);
+	eng_release(e, fp);
+	free(ref);
+	free(buf);
+	free(got);
+}
+
+static void test_sequential_crc_is_incremental(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	const size_t size = 3 * MiB + 5;
+	uint8_t *ref = malloc(size);
+	struct eng_file *fp = create(e, "seq", O_WRONLY);
+	struct file *f = &fp->inode->file;
+	uint64_t ino = fp->inode->ino;
+
+	fx_fill(ref, size, 9);
+	for (size_t off = 0; off < size; off += 4096) {
+		size_t n = size - off < 4096 ? size - off : 4096;
+
+		assert_int_equal(eng_write(e, fp, ref + off, n, (off_t)off),
+				 (ssize_t)n);
+	}
+	/* Before the seal the running CRCs already cover everything. */
+	for (uint32_t i = 0; i < f->nslots; i++)
+		assert_int_equal(f->slots[i].crc_len,
+				 file_piece_len(e, size, i));
+	eng_release(e, fp);
+	assert_int_equal(eng_open(e, ino, O_RDONLY, &fp, NULL), 0);
+	check_sealed_crcs(e, fp, ref, size);
+	eng_release(e, fp);
+	free(ref);
+}
+
+static void test_holes_and_truncate(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	struct eng_file *fp = create(e, "sparse", O_RDWR);
+	struct eng_setattr sa = { .valid = ENG_SET_SIZE };
+	uint8_t got[64], zero[64] = { 0 };
+	struct statvfs before, after;
+	struct stat st;
+
+	assert_int_equal(eng_statfs(e, &before), 0);
+	/* A huge sparse size allocates nothing. */
+	sa.size = 100ULL << 30;
+	assert_int_equal(eng_setattr(e, 0, fp, &sa, &st), 0);
+	assert_int_equal(st.st_size, 100ULL << 30);
+	assert_int_equal(eng_statfs(e, &after), 0);
+	assert_int_equal(before.f_bfree, after.f_bfree);
+	assert_int_equal(fx_read(e, fp, got, 64, 50LL << 30), 64);
+	assert_memory_equal(got, zero, 64);
+	sa.size = RFT_MAX_FILE_SIZE + 1;
+	assert_int_equal(eng_setattr(e, 0, fp, &sa, &st), -EFBIG);
+	assert_int_equal(eng_write(e, fp, "x", 1, (off_t)RFT_MAX_FILE_SIZE),
+			 -EFBIG);
+
+	/* Shrink into a written piece, grow again: the cut bytes are zero. */
+	sa.size = 0;
+	assert_int_equal(eng_setattr(e, 0, fp, &sa, &st), 0);
+	assert_int_equal(eng_write(e, fp, "abcdefgh", 8, 100), 8);
+	sa.size = 103;
+	assert_int_equal(eng_setattr(e, 0, fp, &sa, &st), 0);
+	sa.size = 200;
+	assert_int_equal(eng_setattr(e, 0, fp, &sa, &st), 0);
+	assert_int_equal(fx_read(e, fp, got, 64, 96), 64);
+	assert_memory_equal(got, "\0\0\0\0abc\0\0", 10);
+	assert_memory_equal(got + 7, zero, 57);
+	eng_release(e, fp);
+}
+
+static void test_append_and_trunc_open(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	struct eng_file *fp = create(e, "log", O_WRONLY | O_APPEND);
+	uint64_t ino = fp->inode->ino;
+	char got[16];
+
+	assert_int_equal(eng_write(e, fp, "abc", 3, 0), 3);
+	assert_int_equal(eng_write(e, fp, "def", 3, 0), 3); /* offset ignored */
+	eng_release(e, fp);
+	assert_int_equal(eng_open(e, ino, O_RDONLY, &fp, NULL), 0);
+	assert_int_equal(fx_read(e, fp, got, sizeof(got), 0), 6);
+	assert_memory_equal(got, "abcdef", 6);
+	eng_release(e, fp);
+	assert_int_equal(eng_open(e, ino, O_WRONLY | O_TRUNC, &fp, NULL), 0);
+	assert_int_equal(fp->inode->file.size, 0);
+	assert_int_equal(fp->inode->file.resident, 0);
+	eng_release(e, fp);
+}
+
+static void test_copy_on_write(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	struct eng_file *fp = create(e, "cow", O_RDWR);
+	struct file *f = &fp->inode->file;
+	uint32_t old;
+
+	assert_int_equal(eng_write(e, fp, "before", 6, 0), 6);
+	old = f->slots[0].id;
+	store_get(&e->store, old); /* as a write-back in flight would */
+	assert_int_equal(eng_write(e, fp, "AFTER!", 6, 0), 6);
+	assert_int_not_equal(f->slots[0].id, old);
+	assert_memory_equal(store_ptr(&e->store, old), "before", 6);
+	assert_memory_equal(store_ptr(&e->store, f->slots[0].id), "AFTER!", 6);
+	store_put(&e->store, old);
+	eng_release(e, fp);
+}
+
+static void test_budget_enospc_and_recovery(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	uint8_t *buf = malloc(MiB);
+	struct eng_file *fp = create(e, "hog", O_WRONLY);
+	uint64_t ino = fp->inode->ino;
+	struct eng_stats s;
+	ssize_t n = 0;
+	off_t off = 0;
+
+	memset(buf, 0xab, MiB);
+	/* 8 chunks: the ninth MiB cannot be had. */
+	while ((n = eng_write(e, fp, buf, MiB, off)) > 0)
+		off += n;
+	assert_int_equal(n, -ENOSPC);
+	assert_int_equal(off, 8 * MiB);
+	eng_get_stats(e, &s);
+	assert_true(s.enospc >= 1);
+	assert_int_equal(s.chunks_used, 8);
+	eng_release(e, fp);
+
+	assert_int_equal(eng_unlink(e, RFT_ROOT_INO, "hog"), 0);
+	eng_forget(e, ino, 1); /* the create's lookup */
+	eng_get_stats(e, &s);
+	assert_int_equal(s.chunks_used, 0);
+	fp = create(e, "again", O_WRONLY);
+	assert_int_equal(eng_write(e, fp, buf, MiB, 0), MiB);
+	eng_release(e, fp);
+	free(buf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+			test_random_writes_match_reference, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_sequential_crc_is_incremental, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_holes_and_truncate, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_append_and_trunc_open,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_copy_on_write, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_budget_enospc_and_recovery, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

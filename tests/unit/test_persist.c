@@ -1,0 +1,394 @@
+/*
+ * test_persist.c - write-back, re-mount over a persist dir, read-through
+ * with checksums, name mirroring, errors and retry, eviction.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "eng_fixture.h"
+
+#define FILE_SIZE (3 * MiB + 17)
+
+static int setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	fx_dirs(fx);
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	fx_cleanup(fx);
+	free(fx);
+	return 0;
+}
+
+/* Flush and wait; returns the flush's error. */
+static int flush_wait(struct eng *e)
+{
+	struct eng_flush_progress p;
+	uint64_t ticket;
+
+	assert_int_equal(eng_flush_request(e, &ticket), 0);
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(eng_flush_progress(e, ticket, &p), 0);
+		if (p.finished)
+			return p.error;
+		usleep(10 * 1000);
+	}
+	fail_msg("flush did not finish in 10 s");
+	return -ETIMEDOUT;
+}
+
+static uint8_t *read_host_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *buf;
+	long n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	*len = fread(buf, 1, (size_t)n, f);
+	fclose(f);
+	return buf;
+}
+
+static uint64_t lookup(struct eng *e, uint64_t parent, const char *name)
+{
+	struct stat st;
+
+	assert_int_equal(eng_lookup(e, parent, name, &st), 0);
+	return st.st_ino;
+}
+
+struct one_entry {
+	char tier[16];
+	char crc[16];
+	enum eng_state state;
+	uint32_t resident;
+};
+
+static int entry_cb(void *ctx, const struct eng_entry_info *ei)
+{
+	struct one_entry *o = ctx;
+
+	snprintf(o->tier, sizeof(o->tier), "%s", ei->tier);
+	snprintf(o->crc, sizeof(o->crc), "%s", eng_crc_state_name(ei->crc));
+	o->state = ei->state;
+	o->resident = ei->chunks_resident;
+	return 0;
+}
+
+static struct one_entry entry(struct eng *e, const char *path)
+{
+	struct one_entry o;
+
+	memset(&o, 0, sizeof(o));
+	assert_int_equal(eng_list_path(e, path, entry_cb, &o), 0);
+	return o;
+}
+
+/* Write step_1/model.pt and a "latest" symlink, flush, stop. */
+static uint8_t *write_checkpoint(struct fixture *fx)
+{
+	uint8_t *data = malloc(FILE_SIZE);
+	struct stat st;
+	uint64_t d;
+
+	fx_fill(data, FILE_SIZE, 42);
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "step_1", 0755, 0, 0,
+				   &st), 0);
+	d = st.st_ino;
+	assert_int_not_equal(fx_put(fx->e, d, "model.pt", data, FILE_SIZE), 0);
+	assert_int_equal(eng_symlink(fx->e, RFT_ROOT_INO, "latest", "step_1",
+				     0, 0, &st), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(entry(fx->e, "step_1/model.pt").state,
+			 ENG_STATE_PERSISTED);
+	fx_stop(fx);
+	return data;
+}
+
+static void test_writeback_and_remount(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *data = write_checkpoint(fx), *host, *got = malloc(FILE_SIZE);
+	char path[PATH_MAX + 64], link[64];
+	struct eng_file *fp;
+	struct eng_stats s;
+	struct one_entry o;
+	size_t len;
+	ssize_t n;
+
+	/* The persist dir holds a plain copy, its sums, no temporaries. */
+	snprintf(path, sizeof(path), "%s/step_1/model.pt", fx->persist);
+	host = read_host_file(path, &len);
+	assert_non_null(host);
+	assert_int_equal(len, FILE_SIZE);
+	assert_memory_equal(host, data, FILE_SIZE);
+	free(host);
+	snprintf(path, sizeof(path), "%s/step_1/.model.pt.rftsum",
+		 fx->persist);
+	assert_int_equal(access(path, R_OK), 0);
+	snprintf(path, sizeof(path), "%s/latest", fx->persist);
+	n = readlink(path, link, sizeof(link));
+	assert_int_equal(n, 6);
+	snprintf(path, sizeof(path), "rmdir '%s/.reftfs-tmp' 2>/dev/null",
+		 fx->persist);
+	assert_int_equal(system(path), 0); /* empty */
+
+	/* Mount again: it is there, not resident, read through on demand. */
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	o = entry(fx->e, "step_1/model.pt");
+	assert_string_equal(o.tier, "persist");
+	assert_string_equal(o.crc, "ok");
+	assert_int_equal(o.resident, 0);
+	assert_int_equal(eng_open(fx->e,
+				  lookup(fx->e, lookup(fx->e, RFT_ROOT_INO,
+						       "step_1"),
+					 "model.pt"),
+				  O_RDONLY, &fp, NULL), 0);
+	assert_int_equal(fx_read(fx->e, fp, got, FILE_SIZE, 0), FILE_SIZE);
+	assert_memory_equal(got, data, FILE_SIZE);
+	eng_release(fx->e, fp);
+	eng_get_stats(fx->e, &s);
+	assert_int_equal(s.readthrough_chunks, 4);
+	assert_int_equal(s.crc_errors, 0);
+	assert_string_equal(entry(fx->e, "step_1/model.pt").tier,
+			    "ram+persist");
+	n = eng_readlink(fx->e, lookup(fx->e, RFT_ROOT_INO, "latest"), link,
+			 sizeof(link));
+	assert_int_equal(n, 6);
+	assert_memory_equal(link, "step_1", 6);
+	free(data);
+	free(got);
+}
+
+static void test_corrupt_copy_gives_eio(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *data = write_checkpoint(fx), *got = malloc(FILE_SIZE);
+	char path[PATH_MAX + 64];
+	struct stat before;
+	struct eng_file *fp;
+	struct eng_stats s;
+	FILE *f;
+
+	/* Flip one byte in the second piece; keep size and mtime. */
+	snprintf(path, sizeof(path), "%s/step_1/model.pt", fx->persist);
+	assert_int_equal(stat(path, &before), 0);
+	f = fopen(path, "r+b");
+	fseek(f, MiB + 5, SEEK_SET);
+	fputc(data[MiB + 5] ^ 0x01, f);
+	fclose(f);
+	{
+		struct timespec t[2] = { before.st_atim, before.st_mtim };
+
+		assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+	}
+
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_int_equal(eng_open(fx->e,
+				  lookup(fx->e, lookup(fx->e, RFT_ROOT_INO,
+						       "step_1"),
+					 "model.pt"),
+				  O_RDONLY, &fp, NULL), 0);
+	/* The first piece is fine; the second is refused, never returned. */
+	assert_int_equal(fx_read(fx->e, fp, got, 4096, 0), 4096);
+	assert_memory_equal(got, data, 4096);
+	assert_int_equal(fx_read(fx->e, fp, got, 4096, MiB), -EIO);
+	assert_int_equal(fx_read(fx->e, fp, got, FILE_SIZE, 0), -EIO);
+	eng_release(fx->e, fp);
+	eng_get_stats(fx->e, &s);
+	assert_true(s.crc_errors >= 1);
+	assert_string_equal(entry(fx->e, "step_1/model.pt").crc, "bad");
+	free(data);
+	free(got);
+}
+
+static void test_foreign_file_unverified(void **state)
+{
+	struct fixture *fx = *state;
+	char path[PATH_MAX + 64], got[16];
+	struct eng_file *fp;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/plain.txt", fx->persist);
+	f = fopen(path, "w");
+	fputs("hello world", f);
+	fclose(f);
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_string_equal(entry(fx->e, "plain.txt").crc, "unverified");
+	assert_int_equal(eng_open(fx->e, lookup(fx->e, RFT_ROOT_INO,
+						"plain.txt"),
+				  O_RDONLY, &fp, NULL), 0);
+	assert_int_equal(fx_read(fx->e, fp, got, sizeof(got), 0), 11);
+	assert_memory_equal(got, "hello world", 11);
+	eng_release(fx->e, fp);
+}
+
+static void test_names_are_mirrored(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *data = write_checkpoint(fx);
+	char path[PATH_MAX + 64];
+	uint64_t d;
+
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	d = lookup(fx->e, RFT_ROOT_INO, "step_1");
+	assert_int_equal(eng_rename(fx->e, d, "model.pt", d, "renamed.pt", 0),
+			 0);
+	snprintf(path, sizeof(path), "%s/step_1/renamed.pt", fx->persist);
+	assert_int_equal(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/step_1/.renamed.pt.rftsum",
+		 fx->persist);
+	assert_int_equal(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/step_1/model.pt", fx->persist);
+	assert_int_equal(access(path, F_OK), -1);
+
+	/* A whole checkpoint renamed (HF's tmp-checkpoint-N -> checkpoint-N). */
+	assert_int_equal(eng_rename(fx->e, RFT_ROOT_INO, "step_1", RFT_ROOT_INO,
+				    "step_2", 0), 0);
+	snprintf(path, sizeof(path), "%s/step_2/renamed.pt", fx->persist);
+	assert_int_equal(access(path, F_OK), 0);
+
+	assert_int_equal(eng_unlink(fx->e, d, "renamed.pt"), 0);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(eng_rmdir(fx->e, RFT_ROOT_INO, "step_2"), 0);
+	snprintf(path, sizeof(path), "%s/step_2", fx->persist);
+	assert_int_equal(access(path, F_OK), -1);
+	free(data);
+}
+
+static void test_error_then_retry(void **state)
+{
+	struct fixture *fx = *state;
+	char path[PATH_MAX + 64];
+	struct eng_stats s;
+	struct stat st;
+	FILE *f;
+
+	/* A file where the checkpoint's directory must go. */
+	snprintf(path, sizeof(path), "%s/blocked", fx->persist);
+	f = fopen(path, "w");
+	fclose(f);
+	fx->no_policy = true;
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_int_equal(eng_unlink(fx->e, RFT_ROOT_INO, "blocked"), 0);
+	/* The mirror removed it; put it back behind the engine's back. */
+	f = fopen(path, "w");
+	fclose(f);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "blocked", 0755, 0, 0,
+				   &st), 0);
+	fx_put(fx->e, st.st_ino, "w.pt", "weights", 7);
+	assert_int_not_equal(flush_wait(fx->e), 0);
+	eng_get_stats(fx->e, &s);
+	assert_false(s.persist_healthy);
+	assert_true(s.persist_errors >= 1);
+	assert_true(strlen(s.persist_last_error) > 0);
+	assert_int_equal(s.persist_pending_files, 0); /* policy selects none */
+	assert_string_equal(entry(fx->e, "blocked/w.pt").tier, "ram");
+
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	eng_get_stats(fx->e, &s);
+	assert_true(s.persist_healthy);
+	snprintf(path, sizeof(path), "%s/blocked/w.pt", fx->persist);
+	assert_int_equal(access(path, F_OK), 0);
+}
+
+static void test_eviction_of_old_checkpoints(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *a = malloc(3 * MiB), *b = malloc(6 * MiB), *got = malloc(3 * MiB);
+	uint64_t da, dc, ic;
+	struct eng_file *fp;
+	struct eng_stats s;
+	struct stat st;
+
+	fx_fill(a, 3 * MiB, 1);
+	fx_fill(b, 6 * MiB, 2);
+	assert_int_equal(fx_start(fx, 8 * MiB, true, 1), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "a", 0755, 0, 0, &st),
+			 0);
+	da = st.st_ino;
+	fx_put(fx->e, da, "m.pt", a, 3 * MiB);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "c", 0755, 0, 0, &st),
+			 0);
+	dc = st.st_ino;
+	/* 3 + 6 > 8 chunks: a, persisted and out of the window, must go. */
+	ic = fx_put(fx->e, dc, "m.pt", b, 6 * MiB);
+	assert_int_not_equal(ic, 0);
+	eng_get_stats(fx->e, &s);
+	assert_true(s.evicted_chunks >= 1);
+	assert_string_not_equal(entry(fx->e, "a/m.pt").tier, "ram+persist");
+	/* c is in the window and not persisted: never evicted. */
+	assert_int_equal(entry(fx->e, "c/m.pt").resident, 6);
+
+	/* a still reads right, from the persist dir, once room is made. */
+	assert_int_equal(eng_unlink(fx->e, dc, "m.pt"), 0);
+	eng_forget(fx->e, ic, 1);
+	assert_int_equal(eng_open(fx->e, lookup(fx->e, da, "m.pt"), O_RDONLY,
+				  &fp, NULL), 0);
+	assert_int_equal(fx_read(fx->e, fp, got, 3 * MiB, 0), 3 * MiB);
+	assert_memory_equal(got, a, 3 * MiB);
+	eng_release(fx->e, fp);
+	free(a);
+	free(b);
+	free(got);
+}
+
+static void test_unmount_writes_back(void **state)
+{
+	struct fixture *fx = *state;
+	char path[PATH_MAX + 64];
+	struct stat st;
+
+	fx->no_policy = true;
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "s", 0755, 0, 0, &st),
+			 0);
+	fx_put(fx->e, st.st_ino, "x.pt", "data", 4);
+	usleep(300 * 1000); /* the worker must not write it: policy is 0 */
+	snprintf(path, sizeof(path), "%s/s/x.pt", fx->persist);
+	assert_int_equal(access(path, F_OK), -1);
+	fx_stop(fx); /* --unmount-flush all, the default */
+	assert_int_equal(access(path, F_OK), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_writeback_and_remount,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_copy_gives_eio,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_foreign_file_unverified,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names_are_mirrored, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_error_then_retry, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_eviction_of_old_checkpoints, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unmount_writes_back, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
