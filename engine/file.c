@@ -393,6 +393,25 @@ void eng_release(struct eng *e, struct eng_file *fp)
 
 int eng_flush(struct eng *e, struct eng_file *fp)
 {
+	struct file *f = &fp->inode->file;
+	bool sealed = false;
+
+	/*
+	 * close(2) waits for FLUSH but not for RELEASE, so a close followed
+	 * at once by "reftfs-admin flush --wait" could find the file still
+	 * WRITING.  Seal here when this is the only writer; a later write
+	 * through a dup()ed descriptor simply reopens the file.
+	 */
+	if (!fp->writer)
+		return 0;
+	pthread_rwlock_wrlock(&f->lock);
+	if (f->writers == 1 && f->state == ENG_STATE_WRITING) {
+		file_seal_locked(e, f);
+		sealed = true;
+	}
+	pthread_rwlock_unlock(&f->lock);
+	if (sealed)
+		persist_kick(e);
 	return 0;
 }
 

@@ -307,9 +307,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			       fuse_pkgversion());
 			exit(0);
 		case '?':
-			if (optopt)
-				return bad("option '-%c' is not known or lacks "
-					   "its value", optopt);
+			/* Long options report their internal letter: name them. */
+			if (optopt && strchr("o", optopt))
+				return bad("option '-%c' needs a value",
+					   optopt);
+			if (optopt && optopt < 'A')
+				return bad("option '-%c' is not known",
+					   optopt);
 			return bad("option '%s' is not known or lacks its value",
 				   argv[optind - 1]);
 		case 'M': name = "mem"; break;

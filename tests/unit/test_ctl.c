@@ -1,0 +1,691 @@
+/*
+ * test_ctl.c - the control socket server, over a real Unix socket, against
+ * a fake engine (the eng_* reporting calls below), so that every answer is
+ * known in advance: framing, escaping of hostile names, exit codes,
+ * malformed requests, flush --wait progress, clients that vanish, and the
+ * socket's own life (mode, stale and live sockets).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ctl_i.h"
+#include "engine_i.h"
+
+/* --- the fake engine ---------------------------------------------------- */
+
+int rft_log_max = RFT_LOG_WARN;
+
+void rft_log(int level, const char *func, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "log %d %s:%d: ", level, func, line);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+const char *eng_state_name(enum eng_state s)
+{
+	static const char *const n[] = { "writing", "sealed", "protected",
+					 "persisted" };
+
+	return (unsigned)s < 4 ? n[s] : "unknown";
+}
+
+const char *eng_crc_state_name(enum eng_crc_state s)
+{
+	static const char *const n[] = { "pending", "ok", "unverified",
+					 "bad" };
+
+	return (unsigned)s < 4 ? n[s] : "unknown";
+}
+
+/* Names that try to break lines, quotes, terminals and UTF-8. */
+static const char *const ck_names[] = {
+	"step_100",
+	"q\"uo\\te\nnl",
+	"bad\xff utf8 \xe2\x80\xa8sep",
+	"\x1b[31mred",
+};
+#define NCK 4
+
+static bool fake_persist = true;
+static int fake_flush_error; /* -errno the flush ends with */
+static unsigned fake_flush_steps = 3; /* progress calls until finished */
+static char fake_last_path[4096];
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t fake_tickets;
+static unsigned fake_calls[64]; /* eng_flush_progress calls per ticket */
+
+void eng_get_stats(struct eng *e, struct eng_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->mem_budget = 1ULL << 30;
+	s->mem_used = 256ULL << 20;
+	s->chunk_size = 1 << 20;
+	s->chunks_total = 1024;
+	s->chunks_used = 256;
+	s->files = 7;
+	s->dirs = 1;
+	s->checkpoints = NCK;
+	s->write_bytes = 123456789;
+	s->persist_enabled = fake_persist;
+	s->persist_healthy = !fake_flush_error;
+	s->persist_errors = fake_flush_error ? 1 : 0;
+	if (fake_flush_error)
+		snprintf(s->persist_last_error, sizeof(s->persist_last_error),
+			 "cannot write back a\nb: No space left on device");
+	s->start_time = time(NULL) - 90;
+}
+
+int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx)
+{
+	for (unsigned i = 0; i < NCK; i++) {
+		struct eng_ckpt_info ci = {
+			.name = ck_names[i],
+			.seq = i + 1,
+			.state = (enum eng_state)i,
+			.files = i,
+			.bytes = (uint64_t)i << 20,
+			.bytes_resident = (uint64_t)i << 19,
+			.in_keep_window = i >= 2,
+			.persist_selected = i == 0,
+		};
+		int rc = fn(ctx, &ci);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn,
+		  void *ctx)
+{
+	struct eng_entry_info d = { .path = "step_100", .ino = 2,
+				    .mode = S_IFDIR | 0755 };
+	struct eng_entry_info f = {
+		.path = "step_100/we\"ird\nname.pt",
+		.ino = 3,
+		.mode = S_IFREG | 0644,
+		.size = 3 << 20,
+		.state = ENG_STATE_SEALED,
+		.crc = ENG_CRC_FINAL,
+		.chunks = 3,
+		.chunks_resident = 3,
+		.tier = "ram",
+	};
+	int rc;
+
+	snprintf(fake_last_path, sizeof(fake_last_path), "%s", path);
+	if (!strcmp(path, ""))
+		return fn(ctx, &d);
+	if (!strcmp(path, "step_100")) {
+		rc = fn(ctx, &f);
+		if (!rc)
+			rc = fn(ctx, &f);
+		return rc;
+	}
+	return -ENOENT;
+}
+
+int eng_flush_request(struct eng *e, uint64_t *ticket)
+{
+	pthread_mutex_lock(&fake_lock);
+	*ticket = ++fake_tickets % 64;
+	fake_calls[*ticket] = 0;
+	pthread_mutex_unlock(&fake_lock);
+	return 0;
+}
+
+int eng_flush_progress(struct eng *e, uint64_t ticket,
+		       struct eng_flush_progress *p)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fake_lock);
+	n = fake_calls[ticket % 64]++;
+	pthread_mutex_unlock(&fake_lock);
+	if (n > fake_flush_steps)
+		n = fake_flush_steps;
+	p->files_total = fake_flush_steps;
+	p->files_done = n;
+	p->bytes_total = (uint64_t)fake_flush_steps << 20;
+	p->bytes_done = (uint64_t)n << 20;
+	p->finished = n == fake_flush_steps;
+	p->error = p->finished ? fake_flush_error : 0;
+	return 0;
+}
+
+/* --- fixture and client ----------------------------------------------- */
+
+struct fx {
+	char dir[64];
+	char path[128];
+	struct eng e;
+	struct ctl *c;
+};
+
+static int setup(void **state)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+
+	assert_non_null(fx);
+	snprintf(fx->dir, sizeof(fx->dir), "/tmp/rftctl.XXXXXX");
+	assert_non_null(mkdtemp(fx->dir));
+	/* A parent that does not exist yet: ctl_new makes it 0700. */
+	snprintf(fx->path, sizeof(fx->path), "%s/run/ctl.sock", fx->dir);
+	fx->e.mountpoint = "/mnt/ckpt";
+	fx->e.persist_dir = "/nfs/ckpt";
+	fx->e.cfg.keep = 2;
+	fake_persist = true;
+	fake_flush_error = 0;
+	fake_flush_steps = 3;
+	assert_int_equal(ctl_new(&fx->e, fx->path, &fx->c), 0);
+	assert_int_equal(ctl_start(fx->c), 0);
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *fx = *state;
+	char run[96];
+
+	ctl_free(fx->c);
+	snprintf(run, sizeof(run), "%s/run", fx->dir);
+	rmdir(run);
+	rmdir(fx->dir);
+	free(fx);
+	return 0;
+}
+
+static int dial(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+/* Send @req (@len bytes) and read the whole answer; NUL-terminated. */
+static char *ask_n(struct fx *fx, const char *req, size_t len)
+{
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap);
+	int fd = dial(fx->path);
+	ssize_t r;
+
+	assert_non_null(buf);
+	assert_true(fd >= 0);
+	assert_int_equal(send(fd, req, len, MSG_NOSIGNAL), (ssize_t)len);
+	for (;;) {
+		if (n + 1 == cap) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			assert_non_null(buf);
+		}
+		r = recv(fd, buf + n, cap - n - 1, 0);
+		assert_true(r >= 0);
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	buf[n] = '\0';
+	return buf;
+}
+
+static char *ask(struct fx *fx, const char *req)
+{
+	return ask_n(fx, req, strlen(req));
+}
+
+/*
+ * Check the framing of a whole answer: every line is "T text" with a
+ * known tag, no byte below 0x20 but '\n' (a tab inside an 'o' line is
+ * allowed), and the last line is "x CODE".  Returns CODE.
+ */
+static int frame_check(const char *a)
+{
+	const char *p = a, *nl, *last = NULL;
+	int code = -1;
+
+	assert_true(*a);
+	assert_true(a[strlen(a) - 1] == '\n');
+	for (; *p; p = nl + 1) {
+		nl = strchr(p, '\n');
+		assert_non_null(nl);
+		assert_non_null(strchr("oepx", p[0]));
+		assert_true(p[1] == ' ');
+		for (const char *q = p; q < nl; q++)
+			assert_true((unsigned char)*q >= 0x20);
+		last = p;
+	}
+	assert_true(last[0] == 'x');
+	assert_int_equal(sscanf(last, "x %d", &code), 1);
+	return code;
+}
+
+/* --- tests ------------------------------------------------------------- */
+
+static void test_socket_mode(void **state)
+{
+	struct fx *fx = *state;
+	char run[96];
+	struct stat st;
+
+	assert_int_equal(lstat(fx->path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	snprintf(run, sizeof(run), "%s/run", fx->dir);
+	assert_int_equal(stat(run, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0700);
+}
+
+static void test_status_text(void **state)
+{
+	char *a = ask(*state, "status\n");
+
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "o mount         /mnt/ckpt\n"));
+	assert_non_null(strstr(a, "256.0 MiB of 1.0 GiB used (25.0%)"));
+	assert_non_null(strstr(a, "/nfs/ckpt, healthy"));
+	/* Hostile names come out escaped, on one line each. */
+	assert_non_null(strstr(a, "q\"uo\\\\te\\nnl"));
+	assert_non_null(strstr(a, "bad\\xff utf8 \\u2028sep"));
+	assert_non_null(strstr(a, "\\x1b[31mred"));
+	assert_null(strchr(a, '\x1b'));
+	free(a);
+}
+
+static void test_status_json(void **state)
+{
+	char *a = ask(*state, "status --json\n");
+
+	assert_int_equal(frame_check(a), 0);
+	assert_true(!strncmp(a, "o {\"mountpoint\":\"/mnt/ckpt\"", 27));
+	/* One JSON line, then the exit code. */
+	assert_non_null(strstr(a, "}\nx 0\n"));
+	assert_int_equal(strchr(a, '\n') - a + 1,
+			 (long)(strlen(a) - strlen("x 0\n")));
+	assert_non_null(strstr(a, "\"name\":\"q\\\"uo\\\\te\\nnl\""));
+	assert_non_null(strstr(a, "\"name\":\"bad\\ufffd utf8 \\u2028sep\""));
+	assert_non_null(strstr(a, "\"name\":\"\\u001b[31mred\""));
+	assert_non_null(strstr(a, "\"used_percent\":25.0"));
+	assert_non_null(strstr(a, "\"last_error\":null"));
+	free(a);
+}
+
+static void test_status_error_shown(void **state)
+{
+	char *a;
+
+	fake_flush_error = -ENOSPC;
+	a = ask(*state, "status\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "FAILING"));
+	assert_non_null(strstr(a, "cannot write back a\\nb: No space left"));
+	free(a);
+	a = ask(*state, "status --json\n");
+	assert_non_null(strstr(a, "\"healthy\":false"));
+	assert_non_null(strstr(a, "\"last_error\":\"cannot write back a\\nb"));
+	free(a);
+}
+
+static void test_ls(void **state)
+{
+	char *a = ask(*state, "ls\n");
+
+	assert_int_equal(frame_check(a), 0);
+	assert_string_equal(fake_last_path, "");
+	assert_non_null(strstr(a, "o dir "));
+	assert_non_null(strstr(a, " /step_100\n"));
+	free(a);
+
+	a = ask(*state, "ls //step_100/./x/..\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_string_equal(fake_last_path, "step_100");
+	assert_non_null(strstr(a, "o sealed "));
+	assert_non_null(strstr(a, " 3145728  ram "));
+	assert_non_null(strstr(a, " ok "));
+	assert_non_null(strstr(a, " 3/3  /step_100/we\"ird\\nname.pt\n"));
+	free(a);
+
+	a = ask(*state, "ls \"/step_100\" --json\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(
+		strstr(a, "o [{\"path\":\"/step_100/we\\\"ird\\nname.pt\""));
+	assert_non_null(strstr(a, "\"state\":\"sealed\",\"checksum\":\"ok\""));
+	assert_non_null(strstr(a, "}]\nx 0\n"));
+	free(a);
+
+	/* Above the root stays at the root. */
+	a = ask(*state, "ls ../../..\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_string_equal(fake_last_path, "");
+	free(a);
+}
+
+static void test_ls_missing(void **state)
+{
+	char *a = ask(*state, "ls /nope\n");
+
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "e ls: /nope: No such file or directory\n"));
+	free(a);
+	/* A path given with the mount point in front: a hint. */
+	a = ask(*state, "ls /mnt/ckpt/step_9\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "try 'ls /step_9'"));
+	free(a);
+}
+
+static void test_metrics(void **state)
+{
+	char *a = ask(*state, "metrics\n");
+
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "o # TYPE reftfs_memory_used_bytes gauge\n"
+				  "o reftfs_memory_used_bytes 268435456\n"));
+	assert_non_null(strstr(a, "o # TYPE reftfs_write_bytes_total counter\n"
+				  "o reftfs_write_bytes_total 123456789\n"));
+	assert_non_null(strstr(a, "o reftfs_persist_healthy 1\n"));
+	assert_non_null(strstr(a, "reftfs_checkpoint_bytes{checkpoint="
+				  "\"q\\\"uo\\\\te\\nnl\"} 1048576\n"));
+	/* Not UTF-8, line separators, controls: U+FFFD. */
+	assert_non_null(strstr(a, "{checkpoint=\"bad\xef\xbf\xbd utf8 "
+				  "\xef\xbf\xbdsep\"}"));
+	assert_non_null(strstr(a, "{checkpoint=\"\xef\xbf\xbd[31mred\","
+				  "state=\"persisted\"} 1\n"));
+	free(a);
+
+	a = ask(*state, "metrics --json\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "\"reftfs_memory_used_bytes\":268435456"));
+	assert_non_null(strstr(a, "\"reftfs_checkpoint_files\":[{\"labels\":"
+				  "{\"checkpoint\":\"step_100\"},"
+				  "\"value\":0}"));
+	free(a);
+}
+
+static void test_flush(void **state)
+{
+	char *a = ask(*state, "flush\n");
+
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "o flush requested (ticket "));
+	assert_null(strstr(a, "\np "));
+	free(a);
+
+	a = ask(*state, "flush --wait\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_true(!strncmp(a, "p 0 3 0 3145728\n", 16));
+	assert_non_null(strstr(a, "p 3 3 3145728 3145728\n"
+				  "o flush finished: 3 files, 3.0 MiB written "
+				  "back\nx 0\n"));
+	free(a);
+
+	a = ask(*state, "flush --wait --json\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "\"finished\":true,\"error\":null}\nx 0\n"));
+	free(a);
+}
+
+static void test_flush_fails(void **state)
+{
+	char *a;
+
+	fake_flush_error = -EIO;
+	a = ask(*state, "flush --wait\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "e flush failed: Input/output error\n"));
+	assert_non_null(strstr(a, "e last persist error: cannot write back "
+				  "a\\nb"));
+	free(a);
+
+	fake_flush_error = 0;
+	fake_persist = false;
+	a = ask(*state, "flush --wait\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "no persist tier"));
+	free(a);
+}
+
+static void test_bad_requests(void **state)
+{
+	static const struct {
+		const char *req;
+		size_t len;
+		int code;
+		const char *say;
+	} cases[] = {
+		{ "frobnicate\n", 0, 2, "e unknown command 'frobnicate'" },
+		{ "\n", 0, 2, "e empty request" },
+		{ "status --bogus\n", 0, 2, "e status: unknown option" },
+		{ "flush /x\n", 0, 2, "e flush: unexpected argument '/x'" },
+		{ "ls a b\n", 0, 2, "e ls: unexpected argument 'b'" },
+		{ "ls \"a\n", 0, 2, "e malformed request: unterminated" },
+		{ "ls \"a\"b\n", 0, 2, "e malformed request: text right" },
+		{ "ls \"\\q\"\n", 0, 2, "e malformed request: bad escape" },
+		{ "ls \"\\x00\"\n", 0, 2, "e malformed request: bad escape" },
+		{ "ls \x01\n", 0, 2, "e malformed request: control" },
+		{ "sta\0tus\n", 8, 2, "e malformed request: NUL byte" },
+		{ "\xff\xfe\n", 0, 2, "e unknown command '\\xff\\xfe'" },
+		{ "version\r\n", 0, 0, "o reftfsd " },
+		{ "version", 0, 0, "o reftfsd " }, /* EOF ends the line */
+		{ "help\n", 0, 0, "o commands:" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = cases[i].len ? cases[i].len : strlen(cases[i].req);
+		int fd = -1;
+		char *a;
+
+		if (!strcmp(cases[i].req, "version")) {
+			/* Half-close: the server sees EOF after the word. */
+			char buf[256];
+			ssize_t n, got = 0;
+
+			fd = dial(((struct fx *)*state)->path);
+			assert_true(fd >= 0);
+			assert_int_equal(send(fd, "version", 7, 0), 7);
+			shutdown(fd, SHUT_WR);
+			while ((n = recv(fd, buf + got, sizeof(buf) - 1 - got,
+					 0)) > 0)
+				got += n;
+			close(fd);
+			buf[got] = '\0';
+			a = strdup(buf);
+		} else {
+			a = ask_n(*state, cases[i].req, len);
+		}
+		if (frame_check(a) != cases[i].code ||
+		    !strstr(a, cases[i].say))
+			fail_msg("request %zu: answer %s", i, a);
+		free(a);
+	}
+}
+
+static void test_too_long(void **state)
+{
+	char req[5000];
+	char *a;
+
+	/* 4095 bytes and the newline: the longest request there is. */
+	memset(req, 'a', sizeof(req));
+	memcpy(req, "ls /", 4);
+	req[4095] = '\n';
+	a = ask_n(*state, req, 4096);
+	assert_int_equal(frame_check(a), 1); /* no such path, but parsed */
+	free(a);
+	req[4095] = 'a';
+	req[4096] = '\n';
+	a = ask_n(*state, req, 4097);
+	assert_int_equal(frame_check(a), 2);
+	assert_non_null(strstr(a, "e request longer than 4095 bytes"));
+	free(a);
+}
+
+/* Clients that vanish mid-stream or never speak do not hurt the server. */
+static void test_vanishing_clients(void **state)
+{
+	struct fx *fx = *state;
+	char *a;
+	int fd;
+
+	fake_flush_steps = 1000000; /* a flush that never ends */
+	for (int i = 0; i < 40; i++) {
+		fd = dial(fx->path);
+		assert_true(fd >= 0);
+		if (i % 2)
+			assert_int_equal(send(fd, "flush --wait\n", 13, 0),
+					 13);
+		close(fd);
+	}
+	fake_flush_steps = 3;
+	a = ask(fx, "status\n");
+	assert_int_equal(frame_check(a), 0);
+	free(a);
+}
+
+/* ctl_free() while clients stream progress: they hear why, it is quick. */
+static void test_free_while_streaming(void **state)
+{
+	struct fx *fx = *state;
+	struct timespec t0, t1;
+	int fds[4];
+	char buf[65536];
+
+	fake_flush_steps = 1000000;
+	for (int i = 0; i < 4; i++) {
+		fds[i] = dial(fx->path);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(send(fds[i], "flush --wait\n", 13, 0), 13);
+	}
+	usleep(300 * 1000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ctl_free(fx->c);
+	fx->c = NULL;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_true((t1.tv_sec - t0.tv_sec) * 1000 +
+			    (t1.tv_nsec - t0.tv_nsec) / 1000000 <
+		    2000);
+	for (int i = 0; i < 4; i++) {
+		ssize_t n, got = 0;
+
+		while ((n = recv(fds[i], buf + got, sizeof(buf) - 1 - got,
+				 0)) > 0)
+			got += n;
+		buf[got] = '\0';
+		assert_non_null(strstr(buf, "reftfsd is stopping"));
+		assert_non_null(strstr(buf, "\nx 1\n"));
+		close(fds[i]);
+	}
+	/* The socket is gone with it. */
+	assert_int_equal(access(fx->path, F_OK), -1);
+	fake_flush_steps = 3;
+}
+
+static void test_live_and_stale(void **state)
+{
+	struct fx *fx = *state;
+	struct ctl *c2 = NULL;
+	char other[96];
+	int fd;
+
+	/* A live server owns the path: refused, and its socket stays. */
+	assert_int_equal(ctl_new(&fx->e, fx->path, &c2), -EADDRINUSE);
+	assert_null(c2);
+	assert_int_equal(access(fx->path, F_OK), 0);
+	fd = dial(fx->path);
+	assert_true(fd >= 0);
+	close(fd);
+
+	/* Not a socket: left alone. */
+	snprintf(other, sizeof(other), "%s/run/plain", fx->dir);
+	fd = open(other, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(ctl_new(&fx->e, other, &c2), -EEXIST);
+	unlink(other);
+
+	/* A stale socket (nobody listening) is replaced. */
+	{
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		int s = socket(AF_UNIX, SOCK_STREAM, 0);
+
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", other);
+		assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)),
+				 0);
+		close(s);
+	}
+	assert_int_equal(ctl_new(&fx->e, other, &c2), 0);
+	assert_int_equal(ctl_start(c2), 0);
+	{
+		char *a;
+		struct fx fx2 = *fx;
+
+		snprintf(fx2.path, sizeof(fx2.path), "%s", other);
+		a = ask(&fx2, "version\n");
+		assert_int_equal(frame_check(a), 0);
+		free(a);
+	}
+	ctl_free(c2);
+	assert_int_equal(access(other, F_OK), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_socket_mode, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_status_text, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_status_json, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_status_error_shown,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ls_missing, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flush, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flush_fails, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_bad_requests, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_too_long, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_vanishing_clients, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_free_while_streaming,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_live_and_stale, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

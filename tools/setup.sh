@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install what reftfs needs (Debian/Ubuntu), configure and build it.
+# Idempotent and quick when everything is there: apt-get runs only if a
+# package is missing, meson setup only if build/ is not configured yet.
+#
+# usage: bash tools/setup.sh        (from anywhere; builds in <repo>/build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(
+	build-essential gcc clang meson ninja-build pkg-config
+	libfuse3-dev fuse3 libisal-dev libcmocka-dev
+	libmemcached-dev memcached
+	python3 python3-torch python3-numpy
+	fio psmisc util-linux mount
+)
+
+SUDO=()
+if [ "$(id -u)" != 0 ]; then
+	command -v sudo >/dev/null || {
+		echo "setup: not root and no sudo: install ${PKGS[*]} by hand" >&2
+		exit 1
+	}
+	SUDO=(sudo)
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+	[ "$st" = installed ] || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "setup: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	"${SUDO[@]}" apt-get update -q
+	"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -e /dev/fuse ]; then
+	command -v modprobe >/dev/null && { "${SUDO[@]}" modprobe fuse 2>/dev/null || true; }
+	[ -e /dev/fuse ] || echo "setup: /dev/fuse missing; FUSE tests will be skipped" >&2
+fi
+
+if [ ! -f build/meson-private/coredata.dat ]; then
+	meson setup build
+fi
+ninja -C build
