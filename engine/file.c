@@ -203,9 +203,62 @@ static int own_chunk(struct eng *e, struct slot *s, struct file *f)
 	return 0;
 }
 
-int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
+/* Load one piece; no lock held.  1 if it was not persisted-only. */
+static int load_piece(struct eng *e, struct inode *in, const char *rel,
+		      uint32_t i)
 {
 	struct file *f = &in->file;
+	struct slot want;
+	uint32_t len, id;
+	int rc;
+
+	pthread_rwlock_rdlock(&f->lock);
+	if (i >= f->nslots || f->slots[i].id != SLOT_PERSIST) {
+		pthread_rwlock_unlock(&f->lock);
+		return 1;
+	}
+	want = f->slots[i];
+	len = file_piece_len(e, f->size, i);
+	pthread_rwlock_unlock(&f->lock);
+
+	/*
+	 * Allocate and read without the file's lock: the evictor may need
+	 * it to free this very file's older pieces, and other readers need
+	 * not wait for the persist dir.
+	 */
+	rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+	if (rc < 0)
+		return rc;
+	rc = persist_read_piece(e, rel, (uint64_t)i << e->store.chunk_shift,
+				want.fill, len, want.crc, want.crc_len,
+				store_ptr(&e->store, id));
+	pthread_rwlock_wrlock(&f->lock);
+	if (rc == -EIO) {
+		f->crc_bad = true;
+		atomic_fetch_add(&e->cnt.crc_errors, 1);
+	}
+	if (rc == 0 && i < f->nslots && f->slots[i].id == SLOT_PERSIST &&
+	    f->slots[i].fill == want.fill && f->slots[i].crc == want.crc &&
+	    f->slots[i].crc_len == want.crc_len &&
+	    file_piece_len(e, f->size, i) == len) {
+		struct slot *s = &f->slots[i];
+
+		s->id = id;
+		s->fill = len;
+		s->flags |= SLOT_CLEAN;
+		f->resident++;
+		id = RFT_NO_CHUNK;
+		atomic_fetch_add(&e->cnt.readthrough_chunks, 1);
+		atomic_fetch_add(&e->cnt.readthrough_bytes, len);
+	}
+	pthread_rwlock_unlock(&f->lock);
+	if (id != RFT_NO_CHUNK)
+		store_put(&e->store, id); /* failed, or changed meanwhile */
+	return rc;
+}
+
+int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
+{
 	char rel[PATH_MAX];
 	int rc = -ENOENT;
 
@@ -215,37 +268,13 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
 		pthread_rwlock_unlock(&e->ns.lock);
 		if (rc < 0)
 			return -EIO; /* unlinked: its persisted copy is gone */
-
-		pthread_rwlock_wrlock(&f->lock);
-		for (uint32_t i = first; i <= last && i < f->nslots; i++) {
-			struct slot *s = &f->slots[i];
-			uint32_t len = file_piece_len(e, f->size, i), id;
-
-			if (s->id != SLOT_PERSIST)
-				continue;
-			rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+		for (uint32_t i = first; i <= last; i++) {
+			rc = load_piece(e, in, rel, i);
 			if (rc < 0)
 				break;
-			rc = persist_read_piece(e, rel,
-						(uint64_t)i << e->store.chunk_shift,
-						s->fill, len, s->crc, s->crc_len,
-						store_ptr(&e->store, id));
-			if (rc < 0) {
-				store_put(&e->store, id);
-				if (rc == -EIO) {
-					f->crc_bad = true;
-					atomic_fetch_add(&e->cnt.crc_errors, 1);
-				}
-				break;
-			}
-			s->id = id;
-			s->fill = len;
-			s->flags |= SLOT_CLEAN;
-			f->resident++;
-			atomic_fetch_add(&e->cnt.readthrough_chunks, 1);
-			atomic_fetch_add(&e->cnt.readthrough_bytes, len);
 		}
-		pthread_rwlock_unlock(&f->lock);
+		if (rc > 0)
+			rc = 0;
 	}
 	return rc;
 }

@@ -353,6 +353,44 @@ static void test_eviction_of_old_checkpoints(void **state)
 	free(got);
 }
 
+/*
+ * Read back an evicted checkpoint larger than the free memory: its own
+ * older pieces must be evicted while the read streams through it.
+ */
+static void test_readthrough_under_pressure(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *a = malloc(6 * MiB), *c = malloc(4 * MiB), *got = malloc(MiB);
+	struct eng_file *fp;
+	struct stat st;
+	uint64_t da;
+
+	fx_fill(a, 6 * MiB, 5);
+	fx_fill(c, 4 * MiB, 6);
+	assert_int_equal(fx_start(fx, 8 * MiB, true, 1), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "a", 0755, 0, 0, &st),
+			 0);
+	da = st.st_ino;
+	fx_put(fx->e, da, "m.pt", a, 6 * MiB);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "c", 0755, 0, 0, &st),
+			 0);
+	assert_int_not_equal(fx_put(fx->e, st.st_ino, "m.pt", c, 4 * MiB), 0);
+	/* c fills the keep window: only a's own pieces can make room. */
+	assert_int_equal(eng_open(fx->e, lookup(fx->e, da, "m.pt"), O_RDONLY,
+				  &fp, NULL), 0);
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t i = 0; i < 6; i++) {
+			assert_int_equal(fx_read(fx->e, fp, got, MiB,
+						 (off_t)i * MiB), MiB);
+			assert_memory_equal(got, a + (size_t)i * MiB, MiB);
+		}
+	eng_release(fx->e, fp);
+	free(a);
+	free(c);
+	free(got);
+}
+
 static void test_unmount_writes_back(void **state)
 {
 	struct fixture *fx = *state;
@@ -386,6 +424,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(
 			test_eviction_of_old_checkpoints, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readthrough_under_pressure,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unmount_writes_back, setup,
 						teardown),
 	};
