@@ -162,8 +162,10 @@ fail:
 
 int eng_start(struct eng *e)
 {
-	int rc = persist_start(e);
+	int rc = copier_start(e);
 
+	if (rc == 0)
+		rc = persist_start(e);
 	if (rc == 0)
 		rc = ctl_start(e->ctl);
 	return rc;
@@ -171,7 +173,10 @@ int eng_start(struct eng *e)
 
 int eng_stop(struct eng *e)
 {
-	int rc = persist_stop(e, e->cfg.unmount_flush);
+	int rc;
+
+	copier_stop(e); /* queued writes land before the last write-back */
+	rc = persist_stop(e, e->cfg.unmount_flush);
 
 	ctl_free(e->ctl);
 	e->ctl = NULL;
@@ -182,6 +187,7 @@ void eng_free(struct eng *e)
 {
 	if (!e)
 		return;
+	copier_stop(e);
 	ctl_free(e->ctl);
 	persist_free(e->persist);
 	if (e->ns.table)

@@ -215,6 +215,18 @@ ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
 		  size_t size, off_t off);
 
 /*
+ * Like eng_write, but the copy into memory may happen later, in the
+ * engine's copier thread: memory is reserved (or -ENOSPC returned) before
+ * this returns, and the file's size is final.  When *@queued is set on
+ * return, @buf must stay valid until @done(@ctx) is called (from another
+ * thread); otherwise the copy is complete and @done is not called.  Reads,
+ * truncates, fsync and close of the file wait for its queued copies.
+ */
+ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
+			size_t size, off_t off, void (*done)(void *ctx),
+			void *ctx, bool *queued);
+
+/*
  * Read up to @size bytes at @off and pass them to @reply as an iovec that
  * points into engine memory (holes point at zeros).  The iovec is valid only
  * during the call; @reply's return value is returned.  A chunk that fails

@@ -10,6 +10,8 @@
  *   store->lock            the free-chunk stack
  *   persist->lock          write-back queue, flush tickets, error state
  *
+ *   copier.lock            queued asynchronous write copies (a leaf)
+ *
  * The data path (eng_read/eng_write on an open handle) takes only
  * file->lock and, to allocate, store->lock: there is no global lock on it.
  */
@@ -106,6 +108,8 @@ struct file {
 	bool crc_unverified;	/* came from persist without sums; lock */
 	bool crc_bad;		/* a chunk failed its check; lock */
 	uint32_t resident;	/* slots holding an arena chunk; lock */
+	_Atomic unsigned pending; /* queued copies (eng_write_async); changed
+				     under copier.lock, read anywhere */
 };
 
 /* --- namespace ---------------------------------------------------------- */
@@ -164,6 +168,32 @@ struct ns {
 	struct inode *root;
 };
 
+/* --- the copier: asynchronous write copies ----------------------------- */
+
+struct wjob {
+	struct wjob *next;
+	struct eng_file *fp;
+	const uint8_t *src;
+	size_t size;
+	uint64_t pos;
+	void (*done)(void *ctx);
+	void *ctx;
+};
+
+/*
+ * One thread applies queued writes in arrival order, so overlapping writes
+ * land in the order they were replied to.  copier.lock is a leaf lock.
+ */
+struct copier {
+	pthread_mutex_t lock;
+	pthread_cond_t work;	/* a job was queued, or stop */
+	pthread_cond_t drained;	/* some file's pending dropped to 0 */
+	struct wjob *head, *tail; /* protected by lock */
+	bool stop;		/* protected by lock */
+	bool running;
+	pthread_t thread;
+};
+
 /* --- the engine --------------------------------------------------------- */
 
 struct eng_counters {
@@ -183,6 +213,7 @@ struct eng {
 	struct persist *persist; /* NULL without a persist dir */
 	struct ctl *ctl;
 	struct eng_counters cnt;
+	struct copier copier;
 	const uint8_t *zeros; /* chunk_size bytes of zeros, for holes */
 };
 
@@ -229,6 +260,10 @@ void file_seal_locked(struct eng *e, struct file *f);
 enum eng_crc_state file_crc_state_locked(const struct file *f);
 /* Drop resident clean slots of a persisted file; returns chunks freed. */
 uint32_t file_evict_locked(struct eng *e, struct file *f);
+/* Wait until no queued copy targets @f.  Hold no file lock. */
+void file_wait_writes(struct eng *e, struct file *f);
+int copier_start(struct eng *e);
+void copier_stop(struct eng *e);
 /* CRC32C of @len zero bytes continuing from @crc. */
 uint32_t crc_zeros(uint32_t crc, uint64_t len);
 /* Length of piece @idx of a file of @size bytes (0 past the end). */

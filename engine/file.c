@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -308,6 +309,8 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 	h->flags = flags;
 	h->writer = (flags & O_ACCMODE) != O_RDONLY;
 
+	if ((flags & O_TRUNC) && h->writer)
+		file_wait_writes(e, f);
 	pthread_rwlock_wrlock(&f->lock);
 	if (h->writer)
 		f->writers++;
@@ -403,6 +406,7 @@ void eng_release(struct eng *e, struct eng_file *fp)
 	bool sealed = false;
 
 	if (fp->writer) {
+		file_wait_writes(e, f);
 		pthread_rwlock_wrlock(&f->lock);
 		if (--f->writers == 0 && f->state == ENG_STATE_WRITING) {
 			file_seal_locked(e, f);
@@ -422,30 +426,15 @@ void eng_release(struct eng *e, struct eng_file *fp)
 
 int eng_flush(struct eng *e, struct eng_file *fp)
 {
-	struct file *f = &fp->inode->file;
-	bool sealed = false;
-
-	/*
-	 * close(2) waits for FLUSH but not for RELEASE, so a close followed
-	 * at once by "reftfs-admin flush --wait" could find the file still
-	 * WRITING.  Seal here when this is the only writer; a later write
-	 * through a dup()ed descriptor simply reopens the file.
-	 */
-	if (!fp->writer)
-		return 0;
-	pthread_rwlock_wrlock(&f->lock);
-	if (f->writers == 1 && f->state == ENG_STATE_WRITING) {
-		file_seal_locked(e, f);
-		sealed = true;
-	}
-	pthread_rwlock_unlock(&f->lock);
-	if (sealed)
-		persist_kick(e);
+	/* close(2) returns with the data in place. */
+	if (fp->writer)
+		file_wait_writes(e, &fp->inode->file);
 	return 0;
 }
 
 int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
 {
+	file_wait_writes(e, &fp->inode->file);
 	/*
 	 * The data is in the arena already, which is as durable as this
 	 * tier gets; write-back to the persist dir is asynchronous by design
@@ -456,22 +445,21 @@ int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
 
 /* --- write -------------------------------------------------------------- */
 
-/* Copy one piece into slot @idx at [a, b); f->lock held for writing. */
-static int write_piece(struct eng *e, struct file *f, uint32_t idx,
+/* Give slot @idx a chunk this write may change; f->lock held for writing. */
+static int reserve_piece(struct eng *e, struct file *f, uint32_t idx)
+{
+	int rc = ensure_slots(f, idx);
+
+	return rc < 0 ? rc : own_chunk(e, &f->slots[idx], f);
+}
+
+/* Copy one reserved piece in at [a, b); f->lock held for writing. */
+static void copy_piece(struct eng *e, struct file *f, uint32_t idx,
 		       uint32_t a, uint32_t b, const uint8_t *src)
 {
-	struct slot *s;
-	uint8_t *p;
-	int rc;
+	struct slot *s = &f->slots[idx];
+	uint8_t *p = store_ptr(&e->store, s->id);
 
-	rc = ensure_slots(f, idx);
-	if (rc < 0)
-		return rc;
-	s = &f->slots[idx];
-	rc = own_chunk(e, s, f);
-	if (rc < 0)
-		return rc;
-	p = store_ptr(&e->store, s->id);
 	if (a > s->fill)
 		memset(p + s->fill, 0, a - s->fill);
 	memcpy(p + a, src, b - a);
@@ -488,7 +476,24 @@ static int write_piece(struct eng *e, struct file *f, uint32_t idx,
 	if (b > s->fill)
 		s->fill = b;
 	s->flags &= ~SLOT_CLEAN;
-	return 0;
+}
+
+/* Copy [pos, pos + size) of reserved pieces in; f->lock held for writing. */
+static void copy_range(struct eng *e, struct file *f, const uint8_t *src,
+		       size_t size, uint64_t pos)
+{
+	uint32_t cs = e->store.chunk_size;
+
+	for (size_t done = 0; done < size;) {
+		uint64_t p = pos + done;
+		uint32_t a = (uint32_t)(p & (cs - 1));
+		uint32_t b = size - done < cs - a ? a + (uint32_t)(size - done)
+						  : cs;
+
+		copy_piece(e, f, (uint32_t)(p >> e->store.chunk_shift), a, b,
+			   src + done);
+		done += b - a;
+	}
 }
 
 /* First persisted-only slot in [first, last] that a write must load. */
@@ -512,68 +517,202 @@ static bool needs_load(struct eng *e, struct file *f, uint64_t off,
 	return false;
 }
 
-ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
-		  size_t size, off_t off)
+void file_wait_writes(struct eng *e, struct file *f)
+{
+	struct copier *c = &e->copier;
+
+	if (atomic_load_explicit(&f->pending, memory_order_acquire) == 0)
+		return;
+	pthread_mutex_lock(&c->lock);
+	while (atomic_load_explicit(&f->pending, memory_order_acquire))
+		pthread_cond_wait(&c->drained, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/*
+ * The write path.  With @done, the copy is queued for the copier and
+ * *@queued set; without, it is done here.  Either way memory is reserved,
+ * and the size and state updated, before this returns.
+ */
+static ssize_t write_common(struct eng *e, struct eng_file *fp,
+			    const void *buf, size_t size, off_t off,
+			    void (*done)(void *ctx), void *ctx, bool *queued)
 {
 	struct inode *in = fp->inode;
 	struct file *f = &in->file;
-	const uint8_t *src = buf;
+	struct wjob *job = NULL;
 	uint32_t cs = e->store.chunk_size, idx;
-	size_t done = 0;
+	size_t reserved = 0;
 	uint64_t pos;
 	int rc = 0;
 
+	if (queued)
+		*queued = false;
 	if (off < 0)
 		return -EINVAL;
 	if (size == 0)
 		return 0;
+	if (done && !(job = malloc(sizeof(*job))))
+		done = NULL; /* no memory to queue it: copy now */
+	if (!done)
+		file_wait_writes(e, f); /* keep the order of queued writes */
 	for (int tries = 0;; tries++) {
 		pthread_rwlock_wrlock(&f->lock);
 		pos = (fp->flags & O_APPEND) ? f->size : (uint64_t)off;
 		if (pos + size > RFT_MAX_FILE_SIZE || pos + size < pos) {
-			pthread_rwlock_unlock(&f->lock);
-			return -EFBIG;
+			rc = -EFBIG;
+			goto out;
 		}
 		if (!needs_load(e, f, pos, size, &idx))
 			break;
 		pthread_rwlock_unlock(&f->lock);
-		if (tries == LOAD_TRIES)
+		if (tries == LOAD_TRIES) {
+			free(job);
 			return -EIO;
+		}
 		rc = file_load(e, in, idx, idx);
-		if (rc < 0)
+		if (rc < 0) {
+			free(job);
 			return rc;
+		}
 	}
 
-	while (done < size) {
-		uint64_t p = pos + done;
-		uint32_t i = (uint32_t)(p >> e->store.chunk_shift);
+	while (reserved < size) {
+		uint64_t p = pos + reserved;
 		uint32_t a = (uint32_t)(p & (cs - 1));
-		uint32_t b = size - done < cs - a ? a + (uint32_t)(size - done)
-						  : cs;
+		uint32_t n = size - reserved < cs - a ? (uint32_t)(size - reserved)
+						      : cs - a;
 
-		rc = write_piece(e, f, i, a, b, src + done);
+		rc = reserve_piece(e, f, (uint32_t)(p >> e->store.chunk_shift));
 		if (rc < 0)
 			break;
-		done += b - a;
+		reserved += n;
 	}
-	if (done > 0) {
-		if (pos + done > f->size)
-			f->size = pos + done;
-		f->version++;
-		f->state = ENG_STATE_WRITING;
-		eng_now(&in->mtime);
-		in->ctime = in->mtime;
-	}
-	pthread_rwlock_unlock(&f->lock);
+	if (reserved == 0)
+		goto out;
+	if (pos + reserved > f->size)
+		f->size = pos + reserved;
+	f->version++;
+	f->state = ENG_STATE_WRITING;
+	eng_now(&in->mtime);
+	in->ctime = in->mtime;
+	if (done) {
+		struct copier *c = &e->copier;
 
+		*job = (struct wjob){ NULL, fp, buf, reserved, pos, done, ctx };
+		pthread_mutex_lock(&c->lock);
+		atomic_fetch_add_explicit(&f->pending, 1, memory_order_release);
+		if (c->tail)
+			c->tail->next = job;
+		else
+			c->head = job;
+		c->tail = job;
+		pthread_cond_signal(&c->work);
+		pthread_mutex_unlock(&c->lock);
+		job = NULL;
+		*queued = true;
+	} else {
+		copy_range(e, f, buf, reserved, pos);
+	}
+out:
+	pthread_rwlock_unlock(&f->lock);
+	free(job);
 	if (rc == -ENOSPC)
 		atomic_fetch_add(&e->cnt.enospc, 1);
-	if (done == 0)
+	if (reserved == 0)
 		return rc;
 	atomic_fetch_add_explicit(&e->cnt.write_ops, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&e->cnt.write_bytes, done,
+	atomic_fetch_add_explicit(&e->cnt.write_bytes, reserved,
 				  memory_order_relaxed);
-	return (ssize_t)done;
+	return (ssize_t)reserved;
+}
+
+ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
+		  size_t size, off_t off)
+{
+	return write_common(e, fp, buf, size, off, NULL, NULL, NULL);
+}
+
+ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
+			size_t size, off_t off, void (*done)(void *ctx),
+			void *ctx, bool *queued)
+{
+	if (!e->copier.running)
+		return write_common(e, fp, buf, size, off, NULL, NULL, queued);
+	return write_common(e, fp, buf, size, off, done, ctx, queued);
+}
+
+static void *copier_main(void *arg)
+{
+	struct eng *e = arg;
+	struct copier *c = &e->copier;
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		struct wjob *job = c->head;
+		struct file *f;
+
+		if (!job) {
+			if (c->stop)
+				break;
+			pthread_cond_wait(&c->work, &c->lock);
+			continue;
+		}
+		c->head = job->next;
+		if (!c->head)
+			c->tail = NULL;
+		pthread_mutex_unlock(&c->lock);
+
+		f = &job->fp->inode->file;
+		pthread_rwlock_wrlock(&f->lock);
+		copy_range(e, f, job->src, job->size, job->pos);
+		pthread_rwlock_unlock(&f->lock);
+
+		/* Give the buffer back before waiters on the file go on. */
+		job->done(job->ctx);
+		free(job);
+		pthread_mutex_lock(&c->lock);
+		if (atomic_fetch_sub_explicit(&f->pending, 1,
+					      memory_order_acq_rel) == 1)
+			pthread_cond_broadcast(&c->drained);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+int copier_start(struct eng *e)
+{
+	struct copier *c = &e->copier;
+	int rc;
+
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->work, NULL);
+	pthread_cond_init(&c->drained, NULL);
+	rc = -pthread_create(&c->thread, NULL, copier_main, e);
+	if (rc == 0)
+		c->running = true;
+	return rc;
+}
+
+/* Apply what is queued, then stop the thread. */
+void copier_stop(struct eng *e)
+{
+	struct copier *c = &e->copier;
+
+	if (!c->running)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->thread, NULL);
+	c->running = false;
+	pthread_cond_destroy(&c->drained);
+	pthread_cond_destroy(&c->work);
+	pthread_mutex_destroy(&c->lock);
 }
 
 /* --- read --------------------------------------------------------------- */
@@ -591,6 +730,7 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 	uint32_t first, last;
 	int cnt = 0, rc;
 
+	file_wait_writes(e, f); /* replied writes are visible to reads */
 	for (int tries = 0;; tries++) {
 		bool missing = false;
 

@@ -501,6 +501,8 @@ int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 	if (S_ISREG(in->mode)) {
 		struct file *f = &in->file;
 
+		if (sa->valid & ENG_SET_SIZE)
+			file_wait_writes(e, f);
 		pthread_rwlock_wrlock(&f->lock);
 		if (sa->valid & ENG_SET_SIZE) {
 			rc = file_truncate_locked(e, f, sa->size);

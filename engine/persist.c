@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@
 #define SUM_MAGIC "RFTSUM1"
 #define LOCK_WAIT_MS 60000
 #define UNMOUNT_TRIES 3
+#define FLUSH_GRACE_MS 500
 
 /*
  * Sidecar: little-endian, as the daemon that wrote it (x86-64 and arm64
@@ -702,7 +704,11 @@ static void *worker(void *arg)
 	struct eng *e = arg;
 	struct persist *p = e->persist;
 	uint8_t *bounce = malloc(e->store.chunk_size);
+	sigset_t sigs;
 
+	/* Signals are for the FUSE loop, which ends the session on them. */
+	sigfillset(&sigs);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	pthread_mutex_lock(&p->lock);
 	while (!p->stopping) {
 		uint64_t ticket = p->flush_req;
@@ -772,6 +778,18 @@ void persist_pressure(void *ctx)
 
 /* --- flush tickets ------------------------------------------------------ */
 
+static int count_open_writers(void *ctx, struct inode *in)
+{
+	unsigned *n = ctx;
+
+	if (S_ISREG(in->mode) && in->nlink > 0) {
+		pthread_rwlock_rdlock(&in->file.lock);
+		*n += in->file.writers > 0;
+		pthread_rwlock_unlock(&in->file.lock);
+	}
+	return 0;
+}
+
 int persist_flush_request(struct eng *e, uint64_t *ticket)
 {
 	struct persist *p = e->persist;
@@ -779,6 +797,22 @@ int persist_flush_request(struct eng *e, uint64_t *ticket)
 
 	if (!p)
 		return -ENOTSUP;
+	/*
+	 * A file is sealed by its last RELEASE, which the kernel sends after
+	 * close(2) has returned.  "close; reftfs-admin flush" must include
+	 * it: give releases in flight a moment.  Files still open for writing
+	 * after that are not part of this flush.
+	 */
+	for (int i = 0; i < FLUSH_GRACE_MS / 10; i++) {
+		unsigned open_writers = 0;
+
+		pthread_rwlock_rdlock(&e->ns.lock);
+		ns_walk(&e->ns, count_open_writers, &open_writers);
+		pthread_rwlock_unlock(&e->ns.lock);
+		if (open_writers == 0)
+			break;
+		usleep(10 * 1000);
+	}
 	pthread_rwlock_rdlock(&e->ns.lock);
 	ns_walk(&e->ns, collect_one, &c); /* counts only: c.v is NULL */
 	pthread_rwlock_unlock(&e->ns.lock);

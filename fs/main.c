@@ -24,6 +24,7 @@
 
 #define EXIT_SETUP 2
 #define READ_AHEAD_KB 16384
+#define WORKERS 8 /* FUSE worker threads */
 
 struct opts {
 	struct eng_config cfg;
@@ -225,6 +226,10 @@ static int parse_o(struct opts *o, const char *arg)
 		char *eq = strchr(tok, '='), key[64];
 		size_t klen = eq ? (size_t)(eq - tok) : strlen(tok);
 
+		/* Options for mount(8) and systemd that mean nothing here. */
+		if (!strcmp(tok, "_netdev") || !strcmp(tok, "nofail") ||
+		    !strncmp(tok, "x-", 2) || !strncmp(tok, "comment=", 8))
+			continue;
 		if (klen >= sizeof(key)) {
 			rc = add_fuse_opt(o, tok);
 			continue;
@@ -239,7 +244,7 @@ static int parse_o(struct opts *o, const char *arg)
 		    !strcmp(key, "suid") || !strcmp(key, "exec") ||
 		    !strcmp(key, "auto") || !strcmp(key, "noauto") ||
 		    !strcmp(key, "user") || !strcmp(key, "nouser") ||
-		    !strcmp(key, "_netdev") || !strcmp(key, "defaults"))
+		    !strcmp(key, "defaults"))
 			continue;
 		if (!strcmp(key, "ctl") && eq) {
 			rc = set_opt(o, key, strdup(eq + 1));
@@ -406,11 +411,14 @@ static int check_persist(struct opts *o)
 
 	if (!o->persist_dir)
 		return 0;
-	if (stat(o->persist_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+	if (stat(o->persist_dir, &st) < 0) {
 		fprintf(stderr, "%s: persist dir %s: %s\n", prog,
-			o->persist_dir,
-			errno && !S_ISDIR(st.st_mode) ? strerror(errno)
-						      : "not a directory");
+			o->persist_dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "%s: persist dir %s is not a directory\n", prog,
+			o->persist_dir);
 		return -1;
 	}
 	if (access(o->persist_dir, W_OK | X_OK) < 0) {
@@ -464,12 +472,29 @@ static void raise_readahead(const char *mountpoint)
 static void fuse_log_to_rft(enum fuse_log_level level, const char *fmt,
 			    va_list ap) __attribute__((format(printf, 2, 0)));
 
-/* libfuse's own messages go through our log, on its levels. */
+/*
+ * libfuse's own messages go through our log, on its levels.  It prints
+ * some lines in pieces, so pieces are gathered up to the newline.
+ */
 static void fuse_log_to_rft(enum fuse_log_level level, const char *fmt,
 			    va_list ap)
 {
-	rft_logv(level < FUSE_LOG_ERR ? RFT_LOG_ERR : (int)level, "fuse", 0,
-		 fmt, ap);
+	static __thread char line[1024];
+	static __thread size_t len;
+	int n;
+
+	n = vsnprintf(line + len, sizeof(line) - len, fmt, ap);
+	if (n < 0)
+		return;
+	len = len + (size_t)n < sizeof(line) - 1 ? len + (size_t)n
+						 : sizeof(line) - 1;
+	if (len == 0 || (line[len - 1] != '\n' && len < sizeof(line) - 1))
+		return;
+	if (line[len - 1] == '\n')
+		line[len - 1] = '\0';
+	rft_log(level < FUSE_LOG_ERR ? RFT_LOG_ERR : (int)level, "fuse", 0,
+		"%s", line);
+	len = 0;
 }
 
 int main(int argc, char **argv)
@@ -478,7 +503,6 @@ int main(int argc, char **argv)
 	struct rfs rfs;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se = NULL;
-	struct fuse_loop_config *loop = NULL;
 	struct eng *e = NULL;
 	char fsopts[PATH_MAX + 64];
 	int rc, status = EXIT_SETUP;
@@ -546,17 +570,10 @@ int main(int argc, char **argv)
 		 o.cfg.chunk_size >> 10, o.persist_dir ? ", persist " : "",
 		 o.persist_dir ? o.persist_dir : "");
 
-	if (o.single_thread) {
+	if (o.single_thread)
 		rc = fuse_session_loop(se);
-	} else {
-		loop = fuse_loop_cfg_create();
-		if (!loop) {
-			rc = -ENOMEM;
-		} else {
-			fuse_loop_cfg_set_max_threads(loop, 16);
-			rc = fuse_session_loop_mt(se, loop);
-		}
-	}
+	else
+		rc = rfs_loop_run(se, WORKERS);
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	status = rc < 0 ? 1 : 0;
 
@@ -568,8 +585,6 @@ out_unmount:
 out_signals:
 	fuse_remove_signal_handlers(se);
 out:
-	if (loop)
-		fuse_loop_cfg_destroy(loop);
 	if (se)
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);

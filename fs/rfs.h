@@ -20,4 +20,21 @@ struct rfs {
 
 extern const struct fuse_lowlevel_ops rfs_oper;
 
+/*
+ * Serve @se with @nthreads workers until it ends; 0, a signal number
+ * (stopped by a signal), or -errno.  Returns once every receive buffer is
+ * back, so no queued write still points into one.
+ */
+int rfs_loop_run(struct fuse_session *se, unsigned nthreads);
+
+/*
+ * In a handler run by rfs_loop_run(): the receive buffer that holds
+ * [@p, @p + @len), or NULL (another loop, or not in the buffer).  A handler
+ * that keeps it past its return calls rfs_loop_keep() and later hands it
+ * to rfs_loop_give_back(), from any thread.
+ */
+void *rfs_loop_buffer(const void *p, size_t len);
+void rfs_loop_keep(void);
+void rfs_loop_give_back(void *rbuf);
+
 #endif /* RFT_RFS_H */

@@ -242,6 +242,94 @@ static void test_budget_enospc_and_recovery(void **state)
 	free(buf);
 }
 
+static _Atomic int done_calls;
+
+static void count_done(void *ctx)
+{
+	free(ctx); /* the buffer the write came in: now no longer needed */
+	atomic_fetch_add(&done_calls, 1);
+}
+
+/*
+ * Queued writes land in the order they were accepted, reads see every
+ * accepted write, and running out of memory is reported at once.
+ */
+static void test_async_writes(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	const size_t size = 3 * MiB;
+	uint8_t *ref = calloc(1, size), *got = malloc(size);
+	struct eng_file *fp = create(e, "async", O_RDWR);
+	int queued_n = 0;
+	uint32_t x = 99;
+
+	atomic_store(&done_calls, 0);
+	for (int i = 0; i < 300; i++) {
+		size_t off, len;
+		uint8_t *b;
+		bool queued;
+		ssize_t n;
+
+		x = x * 1103515245u + 12345u;
+		off = (x >> 4) % size;
+		x = x * 1103515245u + 12345u;
+		len = 1 + (x >> 8) % 200000;
+		if (off + len > size)
+			len = size - off;
+		b = malloc(len);
+		memset(b, i & 0xff, len); /* later writes overwrite earlier */
+		/* Before the call: once queued, b is the copier's to free. */
+		memcpy(ref + off, b, len);
+		n = eng_write_async(e, fp, b, len, (off_t)off, count_done, b,
+				    &queued);
+		assert_int_equal(n, (ssize_t)len);
+		if (queued)
+			queued_n++;
+		else
+			free(b);
+		/* Every so often read right behind the writes. */
+		if (i % 50 == 49) {
+			assert_int_equal(fx_read(e, fp, got, size, 0),
+					 (ssize_t)fp->inode->file.size);
+			assert_memory_equal(got, ref, fp->inode->file.size);
+		}
+	}
+	assert_true(queued_n > 0);
+	assert_int_equal(fx_read(e, fp, got, size, 0),
+			 (ssize_t)fp->inode->file.size);
+	assert_memory_equal(got, ref, fp->inode->file.size);
+	assert_int_equal(eng_flush(e, fp), 0);
+	assert_int_equal(atomic_load(&done_calls), queued_n);
+	/* A FLUSH is any close(); only the last RELEASE seals. */
+	assert_int_equal(fp->inode->file.state, ENG_STATE_WRITING);
+	{
+		struct file *f = &fp->inode->file;
+
+		eng_release(e, fp);
+		assert_int_equal(f->state, ENG_STATE_SEALED);
+	}
+
+	/* The budget (8 chunks, 3 used) runs out synchronously. */
+	fp = create(e, "async2", O_WRONLY);
+	{
+		uint8_t *b = malloc(MiB);
+		bool queued;
+		ssize_t n;
+		off_t off = 0;
+
+		memset(b, 1, MiB);
+		while ((n = eng_write_async(e, fp, b, MiB, off, count_done,
+					    NULL, &queued)) > 0)
+			off += n;
+		assert_int_equal(n, -ENOSPC);
+		assert_int_equal(off, 5 * MiB);
+		eng_release(e, fp); /* waits for the queued copies */
+		free(b);
+	}
+	free(ref);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -257,6 +345,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(
 			test_budget_enospc_and_recovery, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_async_writes, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
