@@ -36,8 +36,7 @@ daemon_pid() { # the reftfsd serving $MNT
 }
 
 wait_exit() { # wait_exit PID SECONDS
-	local i
-	for i in $(seq 1 $(($2 * 10))); do
+	for _ in $(seq 1 $(($2 * 10))); do
 		kill -0 "$1" 2>/dev/null || return 0
 		sleep 0.1
 	done
@@ -79,7 +78,7 @@ step "3. what reftfs holds"
 run reftfs-admin -m "$MNT" status
 run reftfs-admin -m "$MNT" ls /step_100
 
-step "4. push it to the persist dir now"
+step "4. push everything to the persist dir now (the background write-back may have done it already)"
 run reftfs-admin -m "$MNT" flush --wait
 run ls -l "$PERSIST/step_100"
 

@@ -5,7 +5,7 @@
 #
 # usage: bash tools/test.sh [extra meson test arguments]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 summary() { # passed failed skipped
 	echo "$1 passed, $2 failed, $3 skipped"
@@ -26,10 +26,13 @@ meson test -C build --suite unit --suite integration --print-errorlogs \
 	--num-processes "$(nproc 2>/dev/null || echo 2)" "$@"
 mrc=$?
 
-# Safety net: a killed test must not leave a mount behind.
+# Safety net: a test killed by a timeout must not leave a dead mount
+# behind.  Only mounts whose daemon is gone (stat fails: "Transport endpoint
+# is not connected") are cleared; live ones may belong to another run.
 awk '$3 == "fuse.reftfs" && $2 ~ "/reftfs-" { print $2 }' /proc/mounts |
 	while read -r m; do
-		echo "test: unmounting leftover $m" >&2
+		timeout 5 stat -t "$m" >/dev/null 2>&1 && continue
+		echo "test: clearing dead mount $m" >&2
 		fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 	done
 

@@ -1,0 +1,312 @@
+# shellcheck shell=bash
+# tests/integration/lib.sh - sourced by every tests/integration/NNN-name.sh.
+#
+# Gives each test a private temp dir, starts real reftfsd daemons on real
+# FUSE mounts, and guarantees that whatever the test started is stopped and
+# unmounted when it exits, however it exits (trap on EXIT, INT, TERM).
+#
+# Environment (set by tests/integration/meson.build; defaults for running a
+# test by hand from the repository root):
+#   REFTFSD       path of reftfsd
+#   REFTFS_ADMIN  path of reftfs-admin
+#   SRCDIR        repository root
+#   BUILDDIR      meson build dir
+#
+# Exit codes follow meson: 0 pass, 77 skip, anything else fail.
+
+set -euo pipefail
+
+: "${SRCDIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+: "${BUILDDIR:=$SRCDIR/build}"
+: "${REFTFSD:=$BUILDDIR/fs/reftfsd}"
+: "${REFTFS_ADMIN:=$BUILDDIR/tools/reftfs-admin}"
+export SRCDIR BUILDDIR REFTFSD REFTFS_ADMIN
+
+# Debian's python3-torch lives only under the system interpreter.
+PY=/usr/bin/python3
+HELPERS=$SRCDIR/tests/integration
+export PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH="$HELPERS${PYTHONPATH:+:$PYTHONPATH}"
+
+TEST_NAME=$(basename "$0" .sh)
+T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/reftfs-${TEST_NAME}.XXXXXX")
+T_TMP=$(cd "$T_TMP" && pwd -P) # absolute, as /proc/self/mountinfo shows it
+
+_T_MOUNTS=()	# FUSE mount points we made
+_T_TMPFS=()	# other mounts we made (tmpfs), unmounted after the FUSE ones
+_T_PIDS=()	# processes we started
+_T_RM=()	# extra directories to remove (outside $T_TMP)
+_T_NDAEMON=0
+_T_LAST_LOG=""
+
+log() { printf '[%s] %s\n' "$TEST_NAME" "$*" >&2; }
+fail() {
+	printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2
+	exit 1
+}
+skip() {
+	printf '[%s] SKIP: %s\n' "$TEST_NAME" "$*" >&2
+	exit 77
+}
+
+# Is $1 a mount point right now?  Reads /proc (never stats the path, which
+# could hang on a dead FUSE connection).
+is_mounted() {
+	awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' \
+		/proc/self/mountinfo
+}
+
+# Filesystem type of the mount at $1 ("" if none).
+mount_type() {
+	awk -v m="$1" '$5 == m {
+		for (i = 7; $i != "-"; i++) ; t = $(i + 1)
+	} END { print t }' /proc/self/mountinfo
+}
+
+pid_alive() {
+	[ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null &&
+		! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+}
+
+# PIDs of reftfsd processes (command name reftfsd, or reftfs when started
+# by mount.fuse3) with mount point $1 among their arguments.  Used for
+# daemons that went to the background and are not our children.
+daemon_pids_for() {
+	local m=$1 p arg comm
+	for p in /proc/[0-9]*; do
+		comm=$(cat "$p/comm" 2>/dev/null) || continue
+		case $comm in reftfsd | reftfs) ;; *) continue ;; esac
+		while IFS= read -r -d '' arg; do
+			if [ "$arg" = "$m" ]; then
+				echo "${p#/proc/}"
+				break
+			fi
+		done <"$p/cmdline" 2>/dev/null || true
+	done
+}
+
+# Unmount $1 (FUSE); lazy unmount if a plain one fails.
+unmount_fuse() {
+	local m=$1 i
+	is_mounted "$m" || return 0
+	for i in 1 2 3 4 5; do
+		fusermount3 -u "$m" 2>/dev/null && return 0
+		is_mounted "$m" || return 0
+		sleep 0.5
+	done
+	fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+}
+
+_t_cleanup() {
+	local rc=$? m p i
+	set +e
+	trap - EXIT INT TERM
+	for m in "${_T_MOUNTS[@]}"; do
+		if is_mounted "$m"; then
+			fusermount3 -u "$m" 2>/dev/null ||
+				fusermount3 -uz "$m" 2>/dev/null ||
+				umount -l "$m" 2>/dev/null
+		fi
+		_T_PIDS+=($(daemon_pids_for "$m"))
+	done
+	# Give daemons a moment to write back and exit on their own.
+	for p in "${_T_PIDS[@]}"; do
+		for i in $(seq 1 50); do
+			pid_alive "$p" || break
+			sleep 0.1
+		done
+		if pid_alive "$p"; then
+			kill -TERM "$p" 2>/dev/null
+			sleep 0.5
+			pid_alive "$p" && kill -KILL "$p" 2>/dev/null
+		fi
+	done
+	for m in "${_T_MOUNTS[@]}"; do
+		is_mounted "$m" && fusermount3 -uz "$m" 2>/dev/null
+	done
+	for m in "${_T_TMPFS[@]}"; do
+		is_mounted "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
+	done
+	for m in "${_T_RM[@]}"; do
+		rm -rf "$m"
+	done
+	# Never rm -rf through something still mounted.
+	if awk -v t="$T_TMP/" 'index($5 "/", t) == 1 { f = 1 } END { exit !f }' \
+		/proc/self/mountinfo; then
+		echo "[$TEST_NAME] WARNING: mounts left under $T_TMP, not removed" >&2
+		[ "$rc" = 0 ] && rc=1
+	else
+		rm -rf "$T_TMP"
+	fi
+	exit "$rc"
+}
+trap _t_cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+# --- preconditions ------------------------------------------------------
+
+need_fuse() {
+	[ -c /dev/fuse ] || skip "no /dev/fuse (modprobe fuse, or run where FUSE is allowed)"
+	[ -r /dev/fuse ] && [ -w /dev/fuse ] || skip "/dev/fuse not accessible to uid $(id -u)"
+	command -v fusermount3 >/dev/null || skip "fusermount3 missing (apt-get install fuse3)"
+	[ -x "$REFTFSD" ] || fail "reftfsd not built: $REFTFSD"
+	[ -x "$REFTFS_ADMIN" ] || fail "reftfs-admin not built: $REFTFS_ADMIN"
+}
+
+need_torch() {
+	[ -x "$PY" ] || skip "$PY missing"
+	"$PY" -c 'import torch' 2>/dev/null || skip "python3-torch not installed (apt-get install python3-torch)"
+}
+
+need_numpy() {
+	[ -x "$PY" ] || skip "$PY missing"
+	"$PY" -c 'import numpy' 2>/dev/null || skip "python3-numpy not installed"
+}
+
+need_root() {
+	[ "$(id -u)" = 0 ] || skip "needs root: $*"
+}
+
+is_root() { [ "$(id -u)" = 0 ]; }
+
+# --- daemons -------------------------------------------------------------
+
+# new_dir NAME: make $T_TMP/NAME and print it.
+new_dir() {
+	mkdir -p "$T_TMP/$1"
+	echo "$T_TMP/$1"
+}
+
+# wait_mounted MNT PID LOG [SECONDS]: wait until MNT is a fuse.reftfs mount;
+# fail (showing the log) if the daemon dies or it takes too long.
+wait_mounted() {
+	local m=$1 pid=$2 lf=$3 secs=${4:-30} i
+	for i in $(seq 1 $((secs * 10))); do
+		if is_mounted "$m"; then
+			return 0
+		fi
+		if [ -n "$pid" ] && ! pid_alive "$pid"; then
+			sed 's/^/    daemon: /' "$lf" >&2 || true
+			fail "reftfsd exited before $m was mounted"
+		fi
+		sleep 0.1
+	done
+	sed 's/^/    daemon: /' "$lf" >&2 || true
+	fail "$m not mounted after ${secs}s"
+}
+
+# start_daemon MNT [reftfsd options...]: run reftfsd in the foreground (-f)
+# as our child, wait until MNT is mounted.  Sets DAEMON_PID and DAEMON_LOG.
+start_daemon() {
+	local m=$1
+	shift
+	_T_NDAEMON=$((_T_NDAEMON + 1))
+	DAEMON_LOG="$T_TMP/daemon.$_T_NDAEMON.log"
+	_T_MOUNTS+=("$m")
+	"$REFTFSD" "$m" -f "$@" >"$DAEMON_LOG" 2>&1 &
+	DAEMON_PID=$!
+	_T_PIDS+=("$DAEMON_PID")
+	_T_LAST_LOG=$DAEMON_LOG
+	wait_mounted "$m" "$DAEMON_PID" "$DAEMON_LOG"
+	local t
+	t=$(mount_type "$m")
+	[ "$t" = fuse.reftfs ] || fail "$m mounted with type '$t', want fuse.reftfs"
+	log "mounted $m (pid $DAEMON_PID): reftfsd $m -f $*"
+}
+
+# start_daemon_bg MNT [options...]: the ordinary background mode.  reftfsd
+# must return only once the mount is usable (or with an error).
+start_daemon_bg() {
+	local m=$1 rc=0
+	shift
+	_T_NDAEMON=$((_T_NDAEMON + 1))
+	DAEMON_LOG="$T_TMP/daemon.$_T_NDAEMON.log"
+	_T_MOUNTS+=("$m")
+	timeout 60 "$REFTFSD" "$m" "$@" >"$DAEMON_LOG" 2>&1 || rc=$?
+	[ "$rc" = 0 ] || { cat "$DAEMON_LOG" >&2; fail "reftfsd $m $* exited $rc"; }
+	wait_mounted "$m" "" "$DAEMON_LOG" 10
+	DAEMON_PID=$(daemon_pids_for "$m" | head -n1)
+	[ -n "$DAEMON_PID" ] || fail "no reftfsd process found for $m"
+	_T_PIDS+=("$DAEMON_PID")
+	log "mounted $m (background pid $DAEMON_PID): reftfsd $m $*"
+}
+
+# stop_daemon MNT PID [SECONDS]: fusermount3 -u, then wait for the daemon to
+# write back and exit; fail if it does not exit 0 in time.
+stop_daemon() {
+	local m=$1 pid=$2 secs=${3:-120} i rc=0
+	fusermount3 -u "$m" || fail "fusermount3 -u $m failed"
+	for i in $(seq 1 $((secs * 10))); do
+		pid_alive "$pid" || break
+		sleep 0.1
+	done
+	if pid_alive "$pid"; then
+		fail "reftfsd (pid $pid) still running ${secs}s after unmount of $m"
+	fi
+	if wait "$pid" 2>/dev/null; then rc=0; else rc=$?; fi
+	# $pid was not our child (background mode): wait says 127, unknowable.
+	if [ "$rc" != 0 ] && [ "$rc" != 127 ]; then
+		sed 's/^/    daemon: /' "$_T_LAST_LOG" >&2 || true
+		fail "reftfsd exited $rc after unmount of $m (want 0)"
+	fi
+	is_mounted "$m" && fail "$m still mounted after the daemon exited"
+	log "unmounted $m, daemon exited 0"
+}
+
+# kill_daemon MNT PID: SIGKILL and lazy unmount (simulated crash).
+kill_daemon() {
+	local m=$1 pid=$2
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null || true
+	fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+	is_mounted "$m" && fail "$m still mounted after lazy unmount"
+	log "killed daemon $pid, lazily unmounted $m"
+}
+
+# daemon_alive PID: fail unless it still runs.
+daemon_alive() {
+	pid_alive "$1" || {
+		sed 's/^/    daemon: /' "$_T_LAST_LOG" >&2 || true
+		fail "reftfsd (pid $1) died"
+	}
+}
+
+# admin MNT ARGS...: run reftfs-admin -m MNT ARGS with a timeout.
+admin() {
+	local m=$1
+	shift
+	timeout 60 "$REFTFS_ADMIN" -m "$m" "$@"
+}
+
+# mount_tmpfs DIR SIZE: a private tmpfs (root only), unmounted at exit.
+mount_tmpfs() {
+	mkdir -p "$1"
+	mount -t tmpfs -o "size=$2,mode=0755" tmpfs "$1" || fail "mount tmpfs on $1"
+	_T_TMPFS+=("$1")
+}
+
+# tmpfs_dir NAME: set TMPFS_DIR to an empty directory on tmpfs: a private
+# tmpfs mount when root, else a directory in /dev/shm.  Removed at exit.
+tmpfs_dir() {
+	if is_root; then
+		TMPFS_DIR=$T_TMP/$1
+		mount_tmpfs "$TMPFS_DIR" "${2:-4G}"
+	else
+		[ -d /dev/shm ] && [ -w /dev/shm ] || skip "no writable /dev/shm"
+		TMPFS_DIR=$(mktemp -d "/dev/shm/reftfs-$TEST_NAME.XXXXXX")
+		_T_RM+=("$TMPFS_DIR")
+	fi
+}
+
+# run_py SCRIPT ARGS...: run a helper under the system python with a timeout.
+run_py() {
+	local s=$1
+	shift
+	timeout "${PY_TIMEOUT:-240}" "$PY" "$HELPERS/$s" "$@"
+}
+
+# expect_eq GOT WANT WHAT
+expect_eq() {
+	[ "$1" = "$2" ] || fail "$3: got '$1', want '$2'"
+}
