@@ -103,7 +103,7 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	e->cfg.persist_dir = e->persist_dir;
 
 	rc = store_init(&e->store, cfg->mem_bytes, cfg->chunk_size,
-			cfg->prefault);
+			cfg->prefault == ENG_PREFAULT_START);
 	if (rc < 0) {
 		rft_err("cannot set up a %llu-byte arena: %s",
 			(unsigned long long)cfg->mem_bytes, strerror(-rc));
@@ -164,6 +164,8 @@ int eng_start(struct eng *e)
 {
 	int rc = copier_start(e);
 
+	if (rc == 0 && e->cfg.prefault == ENG_PREFAULT_BACKGROUND)
+		rc = store_prefault_start(&e->store);
 	if (rc == 0)
 		rc = persist_start(e);
 	if (rc == 0)
@@ -175,6 +177,7 @@ int eng_stop(struct eng *e)
 {
 	int rc;
 
+	store_prefault_stop(&e->store);
 	copier_stop(e); /* queued writes land before the last write-back */
 	rc = persist_stop(e, e->cfg.unmount_flush);
 

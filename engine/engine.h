@@ -75,6 +75,17 @@ enum eng_unmount_flush {
 	ENG_UNMOUNT_FLUSH_NONE,
 };
 
+/*
+ * Faulting the arena in costs the writer of the first checkpoint dearly
+ * (docs/benchmarks.md): by default a low-priority thread does it after
+ * mounting, in the order chunks are handed out.
+ */
+enum eng_prefault {
+	ENG_PREFAULT_BACKGROUND,
+	ENG_PREFAULT_START,	/* all of it before eng_new returns */
+	ENG_PREFAULT_NONE,
+};
+
 struct eng_config {
 	const char *mountpoint;	 /* absolute path, for status and logs */
 	const char *persist_dir; /* NULL: no persist tier */
@@ -87,7 +98,7 @@ struct eng_config {
 	enum eng_unmount_flush unmount_flush;
 	unsigned enospc_wait_ms; /* how long a writer waits for free space */
 	unsigned retry_ms;	 /* write-back retry period after an error */
-	bool prefault;		 /* fault the whole arena in at start */
+	enum eng_prefault prefault; /* when the arena is faulted in */
 };
 
 /* Fill @cfg with the defaults documented in docs/operations.md. */

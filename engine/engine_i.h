@@ -52,11 +52,19 @@ struct store {
 	/* Called (without store->lock) when an allocation finds no chunk. */
 	void (*pressure)(void *ctx);
 	void *pressure_ctx;
+
+	pthread_t prefaulter;
+	bool prefaulting;
+	_Atomic bool prefault_stop;
+	_Atomic uint64_t prefaulted; /* bytes faulted in from the start */
 };
 
 int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	       bool prefault);
 void store_fini(struct store *s);
+/* Fault the arena in from a low-priority thread; stopped by store_fini. */
+int store_prefault_start(struct store *s);
+void store_prefault_stop(struct store *s);
 /* Take a free chunk (refs = 1), waiting up to @wait_ms; -ENOSPC if none. */
 int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id);
 void store_get(struct store *s, uint32_t id);

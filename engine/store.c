@@ -7,10 +7,14 @@
  * stack, so the chunks reused first are the ones already faulted in.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine_i.h"
 
@@ -44,10 +48,13 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	if (madvise(s->base, s->bytes, MADV_HUGEPAGE) < 0)
 		rft_info("no transparent huge pages for the arena: %s",
 			 strerror(errno));
-	if (prefault &&
-	    madvise(s->base, s->bytes, MADV_POPULATE_WRITE) < 0)
-		rft_warn("prefault of %llu bytes failed: %s",
-			 (unsigned long long)s->bytes, strerror(errno));
+	if (prefault) {
+		if (madvise(s->base, s->bytes, MADV_POPULATE_WRITE) < 0)
+			rft_warn("prefault of %llu bytes failed: %s",
+				 (unsigned long long)s->bytes, strerror(errno));
+		else
+			s->prefaulted = s->bytes;
+	}
 
 	s->refs = calloc(n, sizeof(*s->refs));
 	s->free_stack = malloc(n * sizeof(*s->free_stack));
@@ -79,10 +86,60 @@ fail:
 	return rc;
 }
 
+#define PREFAULT_STEP (64ULL << 20)
+
+static void *prefault_main(void *arg)
+{
+	struct store *s = arg;
+	sigset_t sigs;
+
+	sigfillset(&sigs);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	/* Let writers and the FUSE threads go first. */
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+	/* Low chunk indices are handed out first: fault those first. */
+	while (!atomic_load(&s->prefault_stop) && s->prefaulted < s->bytes) {
+		uint64_t off = s->prefaulted;
+		uint64_t n = s->bytes - off < PREFAULT_STEP ? s->bytes - off
+							    : PREFAULT_STEP;
+
+		/* Pages already present (in use) are left as they are. */
+		if (madvise(s->base + off, n, MADV_POPULATE_WRITE) < 0) {
+			rft_info("background prefault stopped at %llu bytes: %s",
+				 (unsigned long long)off, strerror(errno));
+			break;
+		}
+		atomic_store(&s->prefaulted, off + n);
+	}
+	return NULL;
+}
+
+int store_prefault_start(struct store *s)
+{
+	int rc;
+
+	if (s->prefaulted >= s->bytes)
+		return 0;
+	atomic_store(&s->prefault_stop, false);
+	rc = -pthread_create(&s->prefaulter, NULL, prefault_main, s);
+	s->prefaulting = rc == 0;
+	return rc;
+}
+
+void store_prefault_stop(struct store *s)
+{
+	if (!s->prefaulting)
+		return;
+	atomic_store(&s->prefault_stop, true);
+	pthread_join(s->prefaulter, NULL);
+	s->prefaulting = false;
+}
+
 void store_fini(struct store *s)
 {
 	if (!s->base)
 		return;
+	store_prefault_stop(s);
 	pthread_cond_destroy(&s->freed);
 	pthread_mutex_destroy(&s->lock);
 	free((void *)s->refs);

@@ -60,12 +60,15 @@ static void usage(FILE *out)
 		"                        (default 2000)\n"
 		"  --retry MS            write-back retry period after an error (default 5000)\n"
 		"  --ctl PATH            control socket (default: derived from MOUNTPOINT)\n"
-		"  --prefault            fault the whole arena in at start\n"
+		"  --prefault            fault the whole memory budget in before mounting\n"
+		"                        (default: in the background after mounting)\n"
+		"  --no-prefault         fault memory in only as it is used\n"
 		"  --direct-read         read-only opens bypass the page cache too (faster\n"
 		"                        reads; shared mmap of such files fails)\n"
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
-		"                        enospc_wait=, retry=, ctl=, prefault, direct_read;\n"
+		"                        enospc_wait=, retry=, ctl=, prefault,\n"
+		"                        no_prefault, direct_read;\n"
 		"                        others (allow_other, ...) go to FUSE\n"
 		"  -f                    stay in the foreground\n"
 		"  -s                    single-threaded\n"
@@ -192,7 +195,9 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 			return bad("--ctl needs a path");
 		o->cfg.ctl_path = val;
 	} else if (!strcmp(key, "prefault")) {
-		o->cfg.prefault = true;
+		o->cfg.prefault = ENG_PREFAULT_START;
+	} else if (!strcmp(key, "no-prefault")) {
+		o->cfg.prefault = ENG_PREFAULT_NONE;
 	} else if (!strcmp(key, "direct-read")) {
 		o->direct_read = true;
 	} else {
@@ -271,6 +276,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "retry", required_argument, NULL, 'R' },
 		{ "ctl", required_argument, NULL, 'S' },
 		{ "prefault", no_argument, NULL, 'F' },
+		{ "no-prefault", no_argument, NULL, 'N' },
 		{ "direct-read", no_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -331,6 +337,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'R': name = "retry"; break;
 		case 'S': name = "ctl"; break;
 		case 'F': name = "prefault"; break;
+		case 'N': name = "no-prefault"; break;
 		case 'D': name = "direct-read"; break;
 		default:
 			return bad("cannot parse the options");

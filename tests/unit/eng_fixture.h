@@ -51,6 +51,7 @@ static inline int fx_start(struct fixture *fx, uint64_t mem, bool persist,
 	cfg.keep = keep;
 	cfg.enospc_wait_ms = 100;
 	cfg.retry_ms = 100;
+	cfg.prefault = ENG_PREFAULT_NONE; /* small arenas; keep tests quick */
 	if (fx->no_policy)
 		cfg.persist_every = 0;
 	rc = eng_new(&cfg, &fx->e);

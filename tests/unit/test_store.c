@@ -127,6 +127,27 @@ static void test_waiter_is_woken(void **state)
 	store_fini(&s);
 }
 
+static void test_background_prefault(void **state)
+{
+	struct store s;
+	uint32_t id;
+
+	assert_int_equal(store_init(&s, 256 * MiB, MiB, false), 0);
+	assert_int_equal(s.prefaulted, 0);
+	assert_int_equal(store_prefault_start(&s), 0);
+	/* Chunks stay usable while it runs. */
+	assert_int_equal(store_alloc(&s, 0, &id), 0);
+	memset(store_ptr(&s, id), 0x5a, MiB);
+	for (int i = 0; i < 500 && atomic_load(&s.prefaulted) < s.bytes; i++)
+		usleep(10 * 1000);
+	assert_int_equal(atomic_load(&s.prefaulted), s.bytes);
+	/* Populating did not touch data already there. */
+	assert_int_equal(store_ptr(&s, id)[MiB - 1], 0x5a);
+	store_prefault_stop(&s);
+	store_prefault_stop(&s); /* twice is fine */
+	store_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -134,6 +155,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_all_then_enospc),
 		cmocka_unit_test(test_refs),
 		cmocka_unit_test(test_waiter_is_woken),
+		cmocka_unit_test(test_background_prefault),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
