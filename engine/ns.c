@@ -468,6 +468,21 @@ int eng_getattr(struct eng *e, uint64_t ino, struct stat *st)
 	return rc;
 }
 
+/* Apply the time changes of @sa; any change sets ctime. */
+static void set_times(struct inode *in, const struct eng_setattr *sa,
+		      const struct timespec *now)
+{
+	if (sa->valid & ENG_SET_ATIME)
+		in->atime = sa->atime;
+	if (sa->valid & ENG_SET_ATIME_NOW)
+		in->atime = *now;
+	if (sa->valid & ENG_SET_MTIME)
+		in->mtime = sa->mtime;
+	if (sa->valid & ENG_SET_MTIME_NOW)
+		in->mtime = *now;
+	in->ctime = (sa->valid & ENG_SET_CTIME) ? sa->ctime : *now;
+}
+
 int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 		const struct eng_setattr *sa, struct stat *st)
 {
@@ -510,16 +525,7 @@ int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 				in->mtime = now;
 		}
 		if (rc == 0) {
-			if (sa->valid & ENG_SET_ATIME)
-				in->atime = sa->atime;
-			if (sa->valid & ENG_SET_ATIME_NOW)
-				in->atime = now;
-			if (sa->valid & ENG_SET_MTIME)
-				in->mtime = sa->mtime;
-			if (sa->valid & ENG_SET_MTIME_NOW)
-				in->mtime = now;
-			in->ctime = (sa->valid & ENG_SET_CTIME) ? sa->ctime
-								: now;
+			set_times(in, sa, &now);
 			/* Reseal after a truncate; any change makes the
 			 * persisted copy stale. */
 			if (f->state == ENG_STATE_WRITING && f->writers == 0) {
@@ -532,15 +538,7 @@ int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 		}
 		pthread_rwlock_unlock(&f->lock);
 	} else {
-		if (sa->valid & ENG_SET_ATIME)
-			in->atime = sa->atime;
-		if (sa->valid & ENG_SET_ATIME_NOW)
-			in->atime = now;
-		if (sa->valid & ENG_SET_MTIME)
-			in->mtime = sa->mtime;
-		if (sa->valid & ENG_SET_MTIME_NOW)
-			in->mtime = now;
-		in->ctime = (sa->valid & ENG_SET_CTIME) ? sa->ctime : now;
+		set_times(in, sa, &now);
 		if (S_ISLNK(in->mode) && in->sym_persisted) {
 			in->sym_persisted = false;
 			kick = true;

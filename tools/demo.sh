@@ -4,7 +4,8 @@
 #   torch.save a model into it, show reftfs-admin status / ls, flush --wait,
 #   unmount (write-back), mount again on the same persist dir, show that the
 #   file is there but not yet in RAM, torch.load it and compare every tensor
-#   with a reference copy kept outside the mount.  Prints PASS or FAIL.
+#   with a reference copy kept outside the mount; then save step_200, flush,
+#   SIGKILL the daemon, mount again and load step_200.  Prints PASS or FAIL.
 # Everything lives in a temp dir and is cleaned up, whatever happens.
 #
 # usage: bash tools/demo.sh
@@ -21,8 +22,9 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/reftfs-demo.XXXXXX")
 WORK=$(cd "$WORK" && pwd -P)
 MNT=$WORK/ckpt         # what training code writes to
 PERSIST=$WORK/nfs      # stands in for shared storage (NFS, Lustre, ...)
-REF=$WORK/ref          # reference copy, outside reftfs
-mkdir -p "$MNT" "$PERSIST" "$REF"
+REF=$WORK/ref          # reference copies, outside reftfs
+REF2=$WORK/ref200
+mkdir -p "$MNT" "$PERSIST" "$REF" "$REF2"
 
 daemon_pid() { # the reftfsd serving $MNT
 	local p arg
@@ -98,14 +100,29 @@ result=PASS
 run "$PY" tools/demo_torch.py load "$MNT/step_100/model.pt" "$REF" || result=FAIL
 run reftfs-admin -m "$MNT" ls /step_100
 
-step "8. unmount"
+step "8. the job saves its next checkpoint, step_200, and it is written back"
+run "$PY" tools/demo_torch.py save "$MNT/step_200/model.pt" "$REF2"
+run reftfs-admin -m "$MNT" flush --wait
+
+step "9. the node fails: reftfsd is killed (SIGKILL), no unmount, no clean shutdown"
+pid=$(daemon_pid)
+run kill -KILL "$pid"
+wait_exit "$pid" 30 || { echo "reftfsd survived SIGKILL" >&2; exit 1; }
+run fusermount3 -uz "$MNT"   # clear the dead mount, as an operator or the job's launcher would
+
+step "10. a new reftfsd mounts the same persist dir; the job resumes from step_200"
+run reftfsd "$MNT" --mem 1G --persist "$PERSIST"
+run reftfs-admin -m "$MNT" status
+run "$PY" tools/demo_torch.py load "$MNT/step_200/model.pt" "$REF2" || result=FAIL
+
+step "11. unmount"
 pid=$(daemon_pid)
 run fusermount3 -u "$MNT"
 wait_exit "$pid" 120 || result=FAIL
 
 echo
 if [ "$result" = PASS ]; then
-	echo "PASS: the checkpoint saved into reftfs came back byte-identical after unmount, write-back and mount again"
+	echo "PASS: both checkpoints came back byte-identical: after unmount and mount again, and after the daemon was killed"
 else
 	echo "FAIL: the checkpoint did not come back identical (see above)"
 	exit 1

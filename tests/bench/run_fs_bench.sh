@@ -91,13 +91,18 @@ fi
 start() {
 	"$REFTFSD" "$MNT" -f --mem "$MEM" "$@" >"$WORK/reftfsd.log" 2>&1 &
 	PID=$!
-	for _ in $(seq 1 300); do
+	# --prefault faults the whole --mem in before mounting: minutes on a
+	# VM whose memory is backed on first touch.
+	for _ in $(seq 1 6000); do
 		grep -q " $MNT fuse.reftfs " /proc/mounts && return 0
 		kill -0 "$PID" 2>/dev/null || break
 		sleep 0.1
 	done
 	cat "$WORK/reftfsd.log" >&2
 	echo "reftfsd did not mount" >&2
+	kill -KILL "$PID" 2>/dev/null
+	wait "$PID" 2>/dev/null
+	grep -q " $MNT " /proc/mounts && fusermount3 -uz "$MNT"
 	exit 1
 }
 
