@@ -31,6 +31,7 @@ struct opts {
 	const char *source;
 	char *mountpoint;
 	char *persist_dir;
+	char *ctl_path;	/* from -o ctl= */
 	bool foreground;
 	bool debug;
 	bool single_thread;
@@ -252,7 +253,10 @@ static int parse_o(struct opts *o, const char *arg)
 		    !strcmp(key, "defaults"))
 			continue;
 		if (!strcmp(key, "ctl") && eq) {
-			rc = set_opt(o, key, strdup(eq + 1));
+			/* Outlives the copy being split: keep one of our own. */
+			free(o->ctl_path);
+			o->ctl_path = strdup(eq + 1);
+			rc = o->ctl_path ? set_opt(o, key, o->ctl_path) : -1;
 			continue;
 		}
 		rc = set_opt(o, key, eq ? eq + 1 : NULL);
@@ -518,11 +522,11 @@ int main(int argc, char **argv)
 	memset(&o, 0, sizeof(o));
 	eng_config_defaults(&o.cfg);
 	if (parse_args(argc, argv, &o) < 0)
-		return EXIT_SETUP;
+		goto out;
 	if (o.debug)
 		rft_log_max = RFT_LOG_DBG;
 	if (check_mountpoint(&o) < 0 || check_persist(&o) < 0)
-		return EXIT_SETUP;
+		goto out;
 	o.cfg.mountpoint = o.mountpoint;
 	o.cfg.persist_dir = o.persist_dir;
 	fuse_set_log_func(fuse_log_to_rft);
@@ -598,5 +602,6 @@ out:
 	eng_free(e);
 	free(o.mountpoint);
 	free(o.persist_dir);
+	free(o.ctl_path);
 	return status;
 }
