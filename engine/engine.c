@@ -170,6 +170,8 @@ int eng_start(struct eng *e)
 		rc = persist_start(e);
 	if (rc == 0)
 		rc = ctl_start(e->ctl);
+	if (rc == 0)
+		rft_info("control socket %s", e->ctl_path);
 	return rc;
 }
 
@@ -229,6 +231,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->chunks_used = e->store.nchunks - nfree;
 	s->mem_budget = e->store.bytes;
 	s->mem_used = s->chunks_used * s->chunk_size;
+	s->mem_prefaulted = atomic_load(&e->store.prefaulted);
 	s->bytes_resident = s->mem_used;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	s->files = e->ns.nfiles;

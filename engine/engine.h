@@ -273,6 +273,7 @@ const char *eng_crc_state_name(enum eng_crc_state s);
 
 struct eng_stats {
 	uint64_t mem_budget, mem_used; /* bytes of arena */
+	uint64_t mem_prefaulted;       /* bytes faulted in ahead of use */
 	uint64_t chunk_size, chunks_total, chunks_used, chunks_evictable;
 	uint64_t files, dirs, bytes_logical, bytes_resident;
 	uint64_t checkpoints;
@@ -281,6 +282,7 @@ struct eng_stats {
 	uint64_t readthrough_chunks, readthrough_bytes;
 	/* persist tier */
 	bool persist_enabled, persist_healthy;
+	/* written back since start */
 	uint64_t persist_files, persist_bytes, persist_errors;
 	uint64_t persist_pending_files, persist_pending_bytes;
 	char persist_last_error[256]; /* "" when none */
