@@ -9,7 +9,9 @@
  * go through the page cache unless --direct-read, because libfuse 3.14
  * cannot negotiate FUSE_DIRECT_IO_ALLOW_MMAP and shared mmap of a direct
  * I/O file fails (safetensors, numpy.memmap); the cache is kept across opens
- * while the engine says the data has not changed.
+ * while the engine says the data has not changed.  Built against a libfuse
+ * that can negotiate it, and on a kernel that offers it, every open is
+ * direct I/O.
  */
 #include <errno.h>
 #include <limits.h>
@@ -56,6 +58,16 @@ static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	if (conn->capable & FUSE_CAP_ASYNC_DIO)
 		conn->want |= FUSE_CAP_ASYNC_DIO;
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
+	/*
+	 * A libfuse newer than Debian 12's can ask for mmap on direct I/O
+	 * files; then read-only opens need not go through the page cache.
+	 */
+	if (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP) {
+		conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
+		r->mmap_direct = true;
+	}
+#endif
 	/* Measured slower or without effect here (docs/benchmarks.md). */
 	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 			FUSE_CAP_SPLICE_MOVE | FUSE_CAP_WRITEBACK_CACHE);
@@ -230,7 +242,8 @@ static void rfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
 			const struct eng_open_info *info)
 {
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || rfs_of(req)->direct_read) {
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || rfs_of(req)->direct_read ||
+	    rfs_of(req)->mmap_direct) {
 		fi->direct_io = 1;
 	} else {
 		fi->keep_cache = info->cache_valid;

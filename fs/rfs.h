@@ -14,6 +14,8 @@
 struct rfs {
 	struct eng *eng;
 	bool direct_read;	/* read-only opens use direct I/O too */
+	bool mmap_direct;	/* the kernel allows mmap of direct I/O files:
+				   every open can use direct I/O */
 	double attr_timeout;	/* seconds the kernel may cache attributes */
 	unsigned max_write;	/* bytes per WRITE request */
 };
