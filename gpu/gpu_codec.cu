@@ -8,8 +8,10 @@
  * checked; a failure is -EIO (or -ENOMEM/-ENODEV) with the CUDA error text
  * in gpu_last_error(), never silently wrong bytes.
  *
- * The GF(2^8) field is ISA-L's (polynomial 0x11D); products go through
- * log/exp tables held in shared memory.
+ * The kernels and the arithmetic they do per word are in gpu_kernels.h,
+ * where the host test can run them too. The GF(2^8) field is ISA-L's
+ * (polynomial 0x11D); products go through log/exp tables held in shared
+ * memory.
  */
 #include <cuda_runtime.h>
 
@@ -22,10 +24,7 @@
 #include <string.h>
 
 #include "gpu.h"
-
-#define GPU_THREADS 256
-#define GPU_MAX_BLOCKS 4096
-#define GF_TABLES 768 /* log[256] then exp[512] */
+#include "gpu_kernels.h"
 
 static thread_local char gpu_err[256];
 
@@ -78,136 +77,6 @@ static int cuda_fail(cudaError_t e, const char *what)
 	} while (0)
 
 /* ------------------------------------------------------------------------
- * Kernels
- */
-
-struct xor_args {
-	const uint8_t *src[ERS_MAX_K];
-	uint8_t *dst;
-	size_t len;
-	int nsrc;
-};
-
-struct gf_args {
-	const uint8_t *src[ERS_MAX_K];
-	uint8_t *dst[ERS_MAX_M];
-	/* log of coef[r * nsrc + j], -1 for a zero coefficient */
-	int16_t logc[ERS_MAX_M * ERS_MAX_K];
-	const uint8_t *tables;
-	size_t len;
-	int nsrc;
-	int rows;
-	int accumulate; /* dst ^= product instead of dst = product */
-};
-
-/*
- * Device buffers are cudaMalloc'd and slices are multiples of 256 bytes, so
- * word loads are aligned; the last len % word bytes go one by one.
- */
-static __global__ void xor_kernel(struct xor_args a)
-{
-	size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	size_t stride = (size_t)gridDim.x * blockDim.x;
-	size_t nw = a.len / sizeof(uint4);
-
-	for (size_t w = id; w < nw; w += stride) {
-		uint4 acc = ((const uint4 *)a.src[0])[w];
-
-		for (int j = 1; j < a.nsrc; j++) {
-			uint4 x = ((const uint4 *)a.src[j])[w];
-
-			acc.x ^= x.x;
-			acc.y ^= x.y;
-			acc.z ^= x.z;
-			acc.w ^= x.w;
-		}
-		((uint4 *)a.dst)[w] = acc;
-	}
-	for (size_t i = nw * sizeof(uint4) + id; i < a.len; i += stride) {
-		uint8_t b = a.src[0][i];
-
-		for (int j = 1; j < a.nsrc; j++)
-			b ^= a.src[j][i];
-		a.dst[i] = b;
-	}
-}
-
-__device__ static inline uint8_t gf_mul_log(const uint8_t *lg,
-					    const uint8_t *ex, uint8_t x,
-					    int logc)
-{
-	return (x == 0 || logc < 0) ? 0 : ex[lg[x] + logc];
-}
-
-__device__ static inline uint32_t gf_mul_word(const uint8_t *lg,
-					      const uint8_t *ex, uint32_t x,
-					      int logc)
-{
-	uint32_t r = 0;
-
-	if (logc < 0)
-		return 0;
-#pragma unroll
-	for (int b = 0; b < 4; b++)
-		r |= (uint32_t)gf_mul_log(lg, ex, (uint8_t)(x >> (8 * b)), logc)
-		     << (8 * b);
-	return r;
-}
-
-static __global__ void gf_kernel(struct gf_args a)
-{
-	__shared__ uint8_t lg[256];
-	__shared__ uint8_t ex[512];
-	size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	size_t stride = (size_t)gridDim.x * blockDim.x;
-	size_t nw = a.len / sizeof(uint32_t);
-
-	for (int i = threadIdx.x; i < GF_TABLES; i += blockDim.x) {
-		if (i < 256)
-			lg[i] = a.tables[i];
-		else
-			ex[i - 256] = a.tables[i];
-	}
-	__syncthreads();
-
-	for (size_t w = id; w < nw; w += stride) {
-		uint32_t acc[ERS_MAX_M];
-
-#pragma unroll
-		for (int r = 0; r < ERS_MAX_M; r++)
-			acc[r] = 0;
-		for (int j = 0; j < a.nsrc; j++) {
-			uint32_t x = ((const uint32_t *)a.src[j])[w];
-
-#pragma unroll
-			for (int r = 0; r < ERS_MAX_M; r++)
-				if (r < a.rows)
-					acc[r] ^= gf_mul_word(
-						lg, ex, x,
-						a.logc[r * a.nsrc + j]);
-		}
-#pragma unroll
-		for (int r = 0; r < ERS_MAX_M; r++) {
-			if (r < a.rows) {
-				uint32_t *d = (uint32_t *)a.dst[r];
-
-				d[w] = a.accumulate ? d[w] ^ acc[r] : acc[r];
-			}
-		}
-	}
-	for (size_t i = nw * sizeof(uint32_t) + id; i < a.len; i += stride) {
-		for (int r = 0; r < a.rows; r++) {
-			uint8_t acc = 0;
-
-			for (int j = 0; j < a.nsrc; j++)
-				acc ^= gf_mul_log(lg, ex, a.src[j][i],
-						  a.logc[r * a.nsrc + j]);
-			a.dst[r][i] = a.accumulate ? a.dst[r][i] ^ acc : acc;
-		}
-	}
-}
-
-/* ------------------------------------------------------------------------
  * Host side
  */
 
@@ -231,35 +100,6 @@ struct gpu_backend {
 static struct gpu_backend *to_gpu(struct ers_backend *be)
 {
 	return reinterpret_cast<struct gpu_backend *>(be);
-}
-
-/* The 0x11D field by its generator 2, as ISA-L builds it. */
-static void gf_build_tables(uint8_t *lg, uint8_t *ex)
-{
-	unsigned x = 1;
-
-	memset(lg, 0, 256);
-	for (int i = 0; i < 255; i++) {
-		ex[i] = (uint8_t)x;
-		ex[i + 255] = (uint8_t)x;
-		lg[x] = (uint8_t)i;
-		x <<= 1;
-		if (x & 0x100)
-			x ^= 0x11D;
-	}
-	ex[510] = ex[0];
-	ex[511] = ex[1];
-}
-
-static unsigned grid_for(size_t words)
-{
-	size_t b = (words + GPU_THREADS - 1) / GPU_THREADS;
-
-	if (b < 1)
-		b = 1;
-	if (b > GPU_MAX_BLOCKS)
-		b = GPU_MAX_BLOCKS;
-	return (unsigned)b;
 }
 
 static size_t min_sz(size_t a, size_t b)
@@ -293,7 +133,8 @@ static int gpu_xor_gen(struct ers_backend *be, size_t len, int nsrc,
 		a.dst = g->ddst;
 		a.len = n;
 		a.nsrc = nsrc;
-		xor_kernel<<<grid_for(n / 16), GPU_THREADS, 0, g->stream>>>(a);
+		xor_kernel<<<gpu_grid_for(xor_words(n)), GPU_THREADS, 0,
+			     g->stream>>>(a);
 		CK(cudaGetLastError());
 		CK(cudaMemcpyAsync(dst + off, g->ddst, n,
 				   cudaMemcpyDeviceToHost, g->stream));
@@ -322,11 +163,10 @@ static int gpu_gf_run(struct gpu_backend *g, size_t len, int nsrc, int rows,
 		return -EINVAL;
 	}
 	memset(&a, 0, sizeof(a));
-	for (int i = 0; i < rows * nsrc; i++)
-		a.logc[i] = coef[i] ? g->log_tbl[coef[i]] : -1;
-	a.tables = g->dtables;
 	a.nsrc = nsrc;
 	a.rows = rows;
+	gf_args_set_coef(&a, g->log_tbl, coef);
+	a.tables = g->dtables;
 	a.accumulate = accumulate;
 	for (int j = 0; j < nsrc; j++)
 		a.src[j] = g->dsrc + (size_t)j * g->slice;
@@ -345,7 +185,8 @@ static int gpu_gf_run(struct gpu_backend *g, size_t len, int nsrc, int rows,
 			CK(cudaMemcpyAsync(a.dst[r], dst[r] + off, n,
 					   cudaMemcpyHostToDevice, g->stream));
 		a.len = n;
-		gf_kernel<<<grid_for(n / 4), GPU_THREADS, 0, g->stream>>>(a);
+		gf_kernel<<<gpu_grid_for(gf_words(n)), GPU_THREADS, 0,
+			    g->stream>>>(a);
 		CK(cudaGetLastError());
 		for (int r = 0; r < rows; r++)
 			CK(cudaMemcpyAsync(dst[r] + off, a.dst[r], n,
