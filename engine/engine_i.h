@@ -65,8 +65,21 @@ void store_fini(struct store *s);
 /* Fault the arena in from a low-priority thread; stopped by store_fini. */
 int store_prefault_start(struct store *s);
 void store_prefault_stop(struct store *s);
-/* Take a free chunk (refs = 1), waiting up to @wait_ms; -ENOSPC if none. */
+/*
+ * Take a free chunk (refs = 1), waiting up to @wait_ms; -ENOSPC if none.
+ * Sleeps: call it with no namespace or file lock held.
+ */
 int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id);
+/* Take a free chunk without waiting; -ENOSPC if none.  Any lock may be held. */
+int store_try_alloc(struct store *s, uint32_t *id);
+/* CLOCK_MONOTONIC time @wait_ms from now, for store_wait_free. */
+void store_deadline(unsigned wait_ms, struct timespec *deadline);
+/*
+ * Ask for eviction and wait until a chunk is free or @deadline passes
+ * (-ENOSPC).  A free chunk is not reserved: the caller retries its
+ * store_try_alloc.  Sleeps: hold no namespace or file lock.
+ */
+int store_wait_free(struct store *s, const struct timespec *deadline);
 void store_get(struct store *s, uint32_t id);
 /* Drop a reference; the chunk is free again when the last one goes. */
 void store_put(struct store *s, uint32_t id);
@@ -111,6 +124,7 @@ struct file {
 	enum eng_state state;	/* protected by lock */
 	unsigned writers;	/* open handles that may write; lock */
 	uint64_t version;	/* bumped by every data change; lock */
+	uint64_t meta_version;	/* bumped by chmod, chown, utimens; lock */
 	uint64_t cached_version; /* version a cached open last saw; lock */
 	bool in_persist;	/* a copy is at the current path; lock */
 	bool crc_unverified;	/* came from persist without sums; lock */
@@ -252,7 +266,15 @@ int ns_path(struct ns *ns, const struct inode *in, char *buf, size_t size);
 /* Top-level directory above @in, or NULL; ns->lock held. */
 struct inode *ns_checkpoint_of(struct ns *ns, const struct inode *in);
 void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st);
+/* Root names starting with this belong to the persist dir (lock, staging). */
+#define RFT_RESERVED_PREFIX ".reftfs-"
 bool ns_name_reserved(const struct inode *parent, const char *name);
+/*
+ * May @name be given to an entry of type @type (S_IFMT bits) in @dir?
+ * -ENAMETOOLONG, -EINVAL for reserved names, else 0.  ns->lock held.
+ */
+int ns_name_check(const struct eng *e, const struct inode *dir,
+		  const char *name, mode_t type);
 /* Walk every inode; ns->lock held.  Stops when @fn returns nonzero. */
 int ns_walk(struct ns *ns, int (*fn)(void *ctx, struct inode *in),
 	    void *ctx);
@@ -268,8 +290,15 @@ void file_seal_locked(struct eng *e, struct file *f);
 enum eng_crc_state file_crc_state_locked(const struct file *f);
 /* Drop resident clean slots of a persisted file; returns chunks freed. */
 uint32_t file_evict_locked(struct eng *e, struct file *f);
-/* Wait until no queued copy targets @f.  Hold no file lock. */
+/* Wait until no queued copy targets @f.  Sleeps: hold no lock at all. */
 void file_wait_writes(struct eng *e, struct file *f);
+/*
+ * Take f->lock for writing if no copy is queued for @f (true); else take
+ * nothing (false), and the caller drops its locks, file_wait_writes() and
+ * tries again.  Truncates and synchronous writes use it so that they never
+ * overtake a copy replied to before them.
+ */
+bool file_wrlock_drained(struct eng *e, struct file *f);
 int copier_start(struct eng *e);
 void copier_stop(struct eng *e);
 /* CRC32C of @len zero bytes continuing from @crc. */

@@ -182,9 +182,13 @@ static int own_chunk(struct eng *e, struct slot *s, struct file *f)
 	uint32_t id;
 	int rc;
 
-	/* A persisted-only piece reaches here only when overwritten whole. */
+	/*
+	 * Called under f->lock: never wait for memory here (the caller drops
+	 * the lock and waits, see write_common).  A persisted-only piece
+	 * reaches here only when overwritten whole.
+	 */
 	if (s->id == SLOT_HOLE || s->id == SLOT_PERSIST) {
-		rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+		rc = store_try_alloc(&e->store, &id);
 		if (rc < 0)
 			return rc;
 		*s = (struct slot){ id, 0, 0, 0, 0 };
@@ -193,7 +197,7 @@ static int own_chunk(struct eng *e, struct slot *s, struct file *f)
 	}
 	if (store_refs(&e->store, s->id) > 1) {
 		/* A write-back holds the old bytes: copy on write. */
-		rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+		rc = store_try_alloc(&e->store, &id);
 		if (rc < 0)
 			return rc;
 		memcpy(store_ptr(&e->store, id), store_ptr(&e->store, s->id),
@@ -291,12 +295,19 @@ static void open_info(struct file *f, struct eng_open_info *info)
 	f->cached_version = f->version;
 }
 
-/* Open @in, which the caller found under ns->lock held for writing. */
+/*
+ * Open @in, which the caller found under ns->lock held for writing.
+ * -EAGAIN: an O_TRUNC open found copies queued for the file; the caller
+ * drops ns->lock, waits for them (file_wait_writes) and tries again, so
+ * that no thread sleeps holding the namespace lock.
+ */
 static int open_locked(struct eng *e, struct inode *in, int flags,
 		       struct eng_file **fp, struct eng_open_info *info)
 {
-	struct eng_file *h;
+	bool writer = (flags & O_ACCMODE) != O_RDONLY;
+	bool trunc = (flags & O_TRUNC) && writer;
 	struct file *f = &in->file;
+	struct eng_file *h;
 
 	if (S_ISDIR(in->mode))
 		return -EISDIR;
@@ -307,15 +318,20 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 		return -ENOMEM;
 	h->inode = in;
 	h->flags = flags;
-	h->writer = (flags & O_ACCMODE) != O_RDONLY;
+	h->writer = writer;
 
-	if ((flags & O_TRUNC) && h->writer)
-		file_wait_writes(e, f);
-	pthread_rwlock_wrlock(&f->lock);
-	if (h->writer)
+	if (trunc) {
+		/* A truncate must not race a copy queued before it. */
+		if (!file_wrlock_drained(e, f)) {
+			free(h);
+			return -EAGAIN;
+		}
+	} else {
+		pthread_rwlock_wrlock(&f->lock);
+	}
+	if (writer)
 		f->writers++;
-	if ((flags & O_TRUNC) && h->writer &&
-	    (f->size > 0 || f->state != ENG_STATE_WRITING)) {
+	if (trunc && (f->size > 0 || f->state != ENG_STATE_WRITING)) {
 		file_truncate_locked(e, f, 0);
 		eng_now(&in->mtime);
 		in->ctime = in->mtime;
@@ -327,15 +343,30 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 	return 0;
 }
 
+/* Wait for @in's queued copies with no lock held; ns->lock held on entry,
+ * released on return. */
+static void wait_unlocked(struct eng *e, struct inode *in)
+{
+	in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	file_wait_writes(e, &in->file);
+	ns_unhold(e, in);
+}
+
 int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
 	     struct eng_open_info *info)
 {
 	struct inode *in;
 	int rc;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
-	in = ns_find(&e->ns, ino);
-	rc = in ? open_locked(e, in, flags, fp, info) : -ENOENT;
+	for (;;) {
+		pthread_rwlock_wrlock(&e->ns.lock);
+		in = ns_find(&e->ns, ino);
+		rc = in ? open_locked(e, in, flags, fp, info) : -ENOENT;
+		if (rc != -EAGAIN)
+			break;
+		wait_unlocked(e, in);
+	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	return rc;
 }
@@ -350,6 +381,7 @@ int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 
 	if (strlen(name) > NAME_MAX)
 		return -ENAMETOOLONG;
+again:
 	pthread_rwlock_wrlock(&e->ns.lock);
 	dir = ns_find(&e->ns, parent);
 	if (!dir || (dir != e->ns.root && dir->nlink == 0)) {
@@ -368,10 +400,9 @@ int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 		}
 		in = de->inode;
 	} else {
-		if (ns_name_reserved(dir, name)) {
-			rc = -EINVAL;
+		rc = ns_name_check(e, dir, name, S_IFREG);
+		if (rc < 0)
 			goto out;
-		}
 		in = ns_new_inode(e, S_IFREG | (mode & 07777), uid, gid);
 		if (!in) {
 			rc = -ENOMEM;
@@ -390,6 +421,10 @@ int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 		dir->ctime = dir->mtime;
 	}
 	rc = open_locked(e, in, flags, fp, info);
+	if (rc == -EAGAIN) {
+		wait_unlocked(e, in);
+		goto again;
+	}
 	if (rc == 0) {
 		in->nlookup++;
 		ns_fill_stat(e, in, st);
@@ -406,8 +441,9 @@ void eng_release(struct eng *e, struct eng_file *fp)
 	bool sealed = false;
 
 	if (fp->writer) {
-		file_wait_writes(e, f);
-		pthread_rwlock_wrlock(&f->lock);
+		/* Seal what the writer's queued copies leave, not less. */
+		while (!file_wrlock_drained(e, f))
+			file_wait_writes(e, f);
 		if (--f->writers == 0 && f->state == ENG_STATE_WRITING) {
 			file_seal_locked(e, f);
 			sealed = true;
@@ -517,6 +553,16 @@ static bool needs_load(struct eng *e, struct file *f, uint64_t off,
 	return false;
 }
 
+bool file_wrlock_drained(struct eng *e, struct file *f)
+{
+	pthread_rwlock_wrlock(&f->lock);
+	/* Copies are queued under f->lock: none can be added while held. */
+	if (atomic_load_explicit(&f->pending, memory_order_acquire) == 0)
+		return true;
+	pthread_rwlock_unlock(&f->lock);
+	return false;
+}
+
 void file_wait_writes(struct eng *e, struct file *f)
 {
 	struct copier *c = &e->copier;
@@ -542,7 +588,10 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	struct file *f = &in->file;
 	struct wjob *job = NULL;
 	uint32_t cs = e->store.chunk_size, idx;
+	struct timespec deadline;
+	bool waited = false, timed_out = false;
 	size_t reserved = 0;
+	int loads = 0;
 	uint64_t pos;
 	int rc = 0;
 
@@ -553,41 +602,68 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	if (size == 0)
 		return 0;
 	if (done && !(job = malloc(sizeof(*job))))
-		done = NULL; /* no memory to queue it: copy now */
-	if (!done)
-		file_wait_writes(e, f); /* keep the order of queued writes */
-	for (int tries = 0;; tries++) {
-		pthread_rwlock_wrlock(&f->lock);
+		return -ENOMEM;
+	for (;;) {
+		/*
+		 * A copy done here must not overtake a queued one: take the
+		 * lock only when nothing is queued (queueing needs the lock).
+		 */
+		if (done) {
+			pthread_rwlock_wrlock(&f->lock);
+		} else if (!file_wrlock_drained(e, f)) {
+			file_wait_writes(e, f);
+			continue;
+		}
 		pos = (fp->flags & O_APPEND) ? f->size : (uint64_t)off;
 		if (pos + size > RFT_MAX_FILE_SIZE || pos + size < pos) {
 			rc = -EFBIG;
 			goto out;
 		}
-		if (!needs_load(e, f, pos, size, &idx))
+		if (needs_load(e, f, pos, size, &idx)) {
+			pthread_rwlock_unlock(&f->lock);
+			if (loads++ == LOAD_TRIES) {
+				free(job);
+				return -EIO;
+			}
+			rc = file_load(e, in, idx, idx);
+			if (rc < 0) {
+				free(job);
+				return rc;
+			}
+			continue;
+		}
+		while (reserved < size) {
+			uint64_t p = pos + reserved;
+			uint32_t a = (uint32_t)(p & (cs - 1));
+			uint32_t n = size - reserved < cs - a
+					     ? (uint32_t)(size - reserved)
+					     : cs - a;
+
+			rc = reserve_piece(e, f,
+					   (uint32_t)(p >> e->store.chunk_shift));
+			if (rc < 0)
+				break;
+			reserved += n;
+		}
+		if (rc != -ENOSPC || timed_out)
 			break;
+		/*
+		 * Out of memory: wait for eviction without the file lock
+		 * (readers, the evictor and the persist worker need it),
+		 * then reserve again from the start; pieces reserved already
+		 * are kept unless the file changed meanwhile.  Past the
+		 * deadline what could be reserved is a short write.
+		 */
 		pthread_rwlock_unlock(&f->lock);
-		if (tries == LOAD_TRIES) {
-			free(job);
-			return -EIO;
+		if (!waited) {
+			store_deadline(e->cfg.enospc_wait_ms, &deadline);
+			waited = true;
 		}
-		rc = file_load(e, in, idx, idx);
-		if (rc < 0) {
-			free(job);
-			return rc;
-		}
+		timed_out = store_wait_free(&e->store, &deadline) < 0;
+		reserved = 0;
+		rc = 0;
 	}
 
-	while (reserved < size) {
-		uint64_t p = pos + reserved;
-		uint32_t a = (uint32_t)(p & (cs - 1));
-		uint32_t n = size - reserved < cs - a ? (uint32_t)(size - reserved)
-						      : cs - a;
-
-		rc = reserve_piece(e, f, (uint32_t)(p >> e->store.chunk_shift));
-		if (rc < 0)
-			break;
-		reserved += n;
-	}
 	if (reserved == 0)
 		goto out;
 	if (pos + reserved > f->size)

@@ -250,7 +250,29 @@ bool ns_name_reserved(const struct inode *parent, const char *name)
 	    strcmp(name + n - s, RFT_SUM_SUFFIX) == 0)
 		return true;
 	return parent->parent == NULL && parent->ino == RFT_ROOT_INO &&
-	       strcmp(name, ".reftfs-tmp") == 0;
+	       strncmp(name, RFT_RESERVED_PREFIX,
+		       strlen(RFT_RESERVED_PREFIX)) == 0;
+}
+
+int ns_name_check(const struct eng *e, const struct inode *dir,
+		  const char *name, mode_t type)
+{
+	size_t n = strlen(name);
+
+	if (n > NAME_MAX)
+		return -ENAMETOOLONG;
+	if (ns_name_reserved(dir, name))
+		return -EINVAL;
+	/*
+	 * A regular file is written back with a sidecar ".NAME.rftsum"
+	 * beside it: a name whose sidecar the persist dir cannot hold
+	 * would never be written back, so it is refused here, where the
+	 * program that chose it hears of it.
+	 */
+	if (e->persist && S_ISREG(type) &&
+	    n + 1 + strlen(RFT_SUM_SUFFIX) > NAME_MAX)
+		return -ENAMETOOLONG;
+	return 0;
 }
 
 int ns_init(struct ns *ns)
@@ -486,12 +508,18 @@ static void set_times(struct inode *in, const struct eng_setattr *sa,
 int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 		const struct eng_setattr *sa, struct stat *st)
 {
+	const unsigned meta = ENG_SET_MODE | ENG_SET_UID | ENG_SET_GID |
+			      ENG_SET_ATIME | ENG_SET_MTIME |
+			      ENG_SET_ATIME_NOW | ENG_SET_MTIME_NOW |
+			      ENG_SET_CTIME;
+	struct file *f = NULL;
 	struct timespec now;
 	struct inode *in;
 	bool kick = false;
 	int rc = 0;
 
 	eng_now(&now);
+again:
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in = fp ? fp->inode : ns_find(&e->ns, ino);
 	if (!in) {
@@ -506,6 +534,22 @@ int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 		rc = -EFBIG;
 		goto out;
 	}
+	if (S_ISREG(in->mode)) {
+		f = &in->file;
+		if (!(sa->valid & ENG_SET_SIZE)) {
+			pthread_rwlock_wrlock(&f->lock);
+		} else if (!file_wrlock_drained(e, f)) {
+			/*
+			 * A truncate must follow the copies queued before
+			 * it; wait for them with no lock held.
+			 */
+			in->holds++;
+			pthread_rwlock_unlock(&e->ns.lock);
+			file_wait_writes(e, f);
+			ns_unhold(e, in);
+			goto again;
+		}
+	}
 	if (sa->valid & ENG_SET_MODE)
 		in->mode = (in->mode & S_IFMT) | (sa->mode & 07777);
 	if (sa->valid & ENG_SET_UID)
@@ -513,12 +557,7 @@ int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 	if (sa->valid & ENG_SET_GID)
 		in->gid = sa->gid;
 
-	if (S_ISREG(in->mode)) {
-		struct file *f = &in->file;
-
-		if (sa->valid & ENG_SET_SIZE)
-			file_wait_writes(e, f);
-		pthread_rwlock_wrlock(&f->lock);
+	if (f) {
 		if (sa->valid & ENG_SET_SIZE) {
 			rc = file_truncate_locked(e, f, sa->size);
 			if (rc == 0)
@@ -526,6 +565,12 @@ int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 		}
 		if (rc == 0) {
 			set_times(in, sa, &now);
+			/*
+			 * A write-back in flight copied the old attributes:
+			 * the new metadata version keeps it from counting.
+			 */
+			if (sa->valid & meta)
+				f->meta_version++;
 			/* Reseal after a truncate; any change makes the
 			 * persisted copy stale. */
 			if (f->state == ENG_STATE_WRITING && f->writers == 0) {
@@ -563,10 +608,9 @@ static int make_entry(struct eng *e, uint64_t parent, const char *name,
 	rc = get_dir(e, parent, &dir);
 	if (rc < 0)
 		return rc;
-	if (strlen(name) > NAME_MAX)
-		return -ENAMETOOLONG;
-	if (ns_name_reserved(dir, name))
-		return -EINVAL;
+	rc = ns_name_check(e, dir, name, mode);
+	if (rc < 0)
+		return rc;
 	if (ns_dir_find(&dir->dir, name))
 		return -EEXIST;
 	in = ns_new_inode(e, mode, uid, gid);
@@ -792,19 +836,23 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 		rc = get_dir(e, newparent, &ddir);
 	if (rc < 0)
 		goto out;
-	if (ns_name_reserved(ddir, newname)) {
-		rc = -EINVAL;
-		goto out;
-	}
 	sde = ns_dir_find(&sdir->dir, name);
 	if (!sde) {
 		rc = -ENOENT;
 		goto out;
 	}
 	src = sde->inode;
+	rc = ns_name_check(e, ddir, newname, src->mode);
+	if (rc < 0)
+		goto out;
 	dde = ns_dir_find(&ddir->dir, newname);
 	if (dde)
 		dst = dde->inode;
+	if (dst && (flags & ENG_RENAME_EXCHANGE)) {
+		rc = ns_name_check(e, sdir, name, dst->mode);
+		if (rc < 0)
+			goto out;
+	}
 	if (src == dst)
 		goto out; /* same entry, or two names of one inode */
 	/* A directory cannot move below itself. */

@@ -222,7 +222,7 @@ int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
 /* --- write-back of one file -------------------------------------------- */
 
 struct snap {
-	uint64_t ino, version, size;
+	uint64_t ino, version, meta_version, size;
 	mode_t mode;
 	uid_t uid;
 	gid_t gid;
@@ -253,6 +253,7 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s)
 		goto out;
 	}
 	s->version = f->version;
+	s->meta_version = f->meta_version;
 	s->size = f->size;
 	s->mtime = in->mtime;
 	s->nslots = f->nslots;
@@ -459,7 +460,8 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce)
 
 	pthread_rwlock_wrlock(&f->lock);
 	f->in_persist = true;
-	if (f->version == s.version && f->state == ENG_STATE_SEALED) {
+	if (f->version == s.version && f->meta_version == s.meta_version &&
+	    f->state == ENG_STATE_SEALED) {
 		for (uint32_t i = 0; i < f->nslots && i < s.nslots; i++)
 			if (f->slots[i].id == s.slots[i].id)
 				f->slots[i].flags |= SLOT_CLEAN;

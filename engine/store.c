@@ -157,45 +157,66 @@ static bool pop_locked(struct store *s, uint32_t *id)
 	return true;
 }
 
-int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
+int store_try_alloc(struct store *s, uint32_t *id)
 {
-	struct timespec deadline;
+	bool ok;
+
+	pthread_mutex_lock(&s->lock);
+	ok = pop_locked(s, id);
+	pthread_mutex_unlock(&s->lock);
+	return ok ? 0 : -ENOSPC;
+}
+
+void store_deadline(unsigned wait_ms, struct timespec *deadline)
+{
+	clock_gettime(CLOCK_MONOTONIC, deadline);
+	deadline->tv_sec += wait_ms / 1000;
+	deadline->tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+	if (deadline->tv_nsec >= 1000000000L) {
+		deadline->tv_sec++;
+		deadline->tv_nsec -= 1000000000L;
+	}
+}
+
+int store_wait_free(struct store *s, const struct timespec *deadline)
+{
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (pop_locked(s, id))
-		goto out;
-
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += wait_ms / 1000;
-	deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-	if (deadline.tv_nsec >= 1000000000L) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000L;
-	}
 	s->waiters++;
-	for (;;) {
+	while (s->nfree == 0) {
 		/* Ask for eviction, then wait for a chunk to be put back. */
 		if (s->pressure) {
 			pthread_mutex_unlock(&s->lock);
 			s->pressure(s->pressure_ctx);
 			pthread_mutex_lock(&s->lock);
+			if (s->nfree)
+				break;
 		}
-		if (pop_locked(s, id))
-			break;
-		if (pthread_cond_timedwait(&s->freed, &s->lock, &deadline) ==
+		if (pthread_cond_timedwait(&s->freed, &s->lock, deadline) ==
 		    ETIMEDOUT) {
-			if (!pop_locked(s, id))
+			if (s->nfree == 0)
 				rc = -ENOSPC;
 			break;
 		}
-		if (pop_locked(s, id))
-			break;
 	}
 	s->waiters--;
-out:
 	pthread_mutex_unlock(&s->lock);
 	return rc;
+}
+
+int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
+{
+	struct timespec deadline;
+
+	if (store_try_alloc(s, id) == 0)
+		return 0;
+	store_deadline(wait_ms, &deadline);
+	/* Another waiter may take the chunk we were woken for: go again. */
+	while (store_wait_free(s, &deadline) == 0)
+		if (store_try_alloc(s, id) == 0)
+			return 0;
+	return store_try_alloc(s, id);
 }
 
 void store_get(struct store *s, uint32_t id)
