@@ -363,8 +363,8 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 		c->ei.chunks = (uint32_t)((f->size + e->store.chunk_size - 1) >>
 					  e->store.chunk_shift);
 		c->ei.chunks_resident = f->resident;
-		c->ei.in_persist = f->in_persist;
-		if (f->in_persist && f->state == ENG_STATE_PERSISTED) {
+		c->ei.in_persist = f->copy == COPY_HOME;
+		if (f->copy != COPY_NONE && f->state == ENG_STATE_PERSISTED) {
 			uint32_t away = 0;
 
 			for (uint32_t i = 0; i < f->nslots; i++)

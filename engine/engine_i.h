@@ -116,6 +116,18 @@ struct slot {
 	uint32_t flags;
 };
 
+/*
+ * Where a file's copy in the persist dir is.  It follows the file's name
+ * (renames are mirrored at once); when it cannot, the file keeps reading
+ * from where the copy is and is written back again under its name.
+ */
+enum copy_where {
+	COPY_NONE,   /* no copy */
+	COPY_HOME,   /* at the file's current path */
+	COPY_PARKED, /* in the staging dir: unlinked while open */
+	COPY_AWAY,   /* at away_rel: its name moved and the copy did not */
+};
+
 struct file {
 	pthread_rwlock_t lock;
 	uint64_t size;		/* protected by lock */
@@ -126,7 +138,13 @@ struct file {
 	uint64_t version;	/* bumped by every data change; lock */
 	uint64_t meta_version;	/* bumped by chmod, chown, utimens; lock */
 	uint64_t cached_version; /* version a cached open last saw; lock */
-	bool in_persist;	/* a copy is at the current path; lock */
+	/* Changed under lock and persist's mirror lock; read under either. */
+	enum copy_where copy;
+	char *away_rel;		/* COPY_AWAY: the copy's path */
+	/* Write-back of this file failed: retried alone, with backoff. */
+	uint32_t wb_failures;	/* lock */
+	uint64_t wb_next_ms;	/* not before this CLOCK_MONOTONIC ms; lock */
+	int wb_error;		/* last failure, -errno, 0 if none; lock */
 	bool crc_unverified;	/* came from persist without sums; lock */
 	bool crc_bad;		/* a chunk failed its check; lock */
 	uint32_t resident;	/* slots holding an arena chunk; lock */
@@ -263,6 +281,8 @@ struct dentry *ns_dir_find(struct dir *d, const char *name);
 void ns_unhold(struct eng *e, struct inode *in);
 /* Path of @in relative to the root into @buf; ns->lock held. */
 int ns_path(struct ns *ns, const struct inode *in, char *buf, size_t size);
+/* The entry at @rel (relative to the root), or NULL; ns->lock held. */
+struct inode *ns_resolve(struct ns *ns, const char *rel);
 /* Top-level directory above @in, or NULL; ns->lock held. */
 struct inode *ns_checkpoint_of(struct ns *ns, const struct inode *in);
 void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st);
@@ -334,12 +354,34 @@ void persist_pressure(void *ctx);
 int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
 		       uint32_t fill, uint32_t len, uint32_t crc,
 		       uint32_t crc_len, uint8_t *buf);
-/* Mirror namespace changes into the persist dir; called under mirror. */
+/*
+ * Path of @in's copy relative to the persist dir into @buf: -ENOENT if it
+ * has none.  ns->lock and @in's file lock held (read is enough).
+ */
+int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
+		      size_t size);
+/*
+ * Mirror namespace changes into the persist dir.  The caller holds the
+ * mirror lock across its namespace change and the mirror call, and holds
+ * (in->holds) the inodes it passes, but no ns->lock or file lock: these
+ * calls do I/O on the persist dir.  Failures are queued and retried by the
+ * worker; a copy is never deleted while its file may still need it.
+ */
 void persist_mirror_lock(struct eng *e);
 void persist_mirror_unlock(struct eng *e);
-void persist_mirror_unlink(struct eng *e, const char *rel, bool dir);
-void persist_mirror_rename(struct eng *e, const char *from, const char *to,
-			   bool exchange);
+/* @in was unlinked from @rel (a directory when @dir); @open: still open. */
+void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
+			   bool dir, bool open);
+/*
+ * @src moved from @from to @to; @dst is what @to named before (NULL if
+ * nothing), now at @from for an exchange, else unlinked (@dst_open: it is
+ * still open).
+ */
+void persist_mirror_rename(struct eng *e, struct inode *src, const char *from,
+			   struct inode *dst, const char *to, bool exchange,
+			   bool dst_open);
+/* @in is being freed: let go of its copy.  ns->lock held for writing. */
+void persist_forget(struct eng *e, struct inode *in);
 void persist_get_stats(struct eng *e, struct eng_stats *s);
 int persist_flush_request(struct eng *e, uint64_t *ticket);
 int persist_flush_progress(struct eng *e, uint64_t ticket,

@@ -70,6 +70,7 @@ void file_fini(struct eng *e, struct file *f)
 	for (uint32_t i = 0; i < f->nslots; i++)
 		drop_slot(e, f, &f->slots[i]);
 	free(f->slots);
+	free(f->away_rel);
 	pthread_rwlock_destroy(&f->lock);
 }
 
@@ -161,7 +162,7 @@ uint32_t file_evict_locked(struct eng *e, struct file *f)
 {
 	uint32_t freed = 0;
 
-	if (!f->in_persist || f->state != ENG_STATE_PERSISTED)
+	if (f->copy == COPY_NONE || f->state != ENG_STATE_PERSISTED)
 		return 0;
 	for (uint32_t i = 0; i < f->nslots; i++) {
 		struct slot *s = &f->slots[i];
@@ -267,12 +268,18 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
 	char rel[PATH_MAX];
 	int rc = -ENOENT;
 
+	/* A rename may move the copy between the look-up and the read. */
 	for (int tries = 0; tries < 3 && rc == -ENOENT; tries++) {
 		pthread_rwlock_rdlock(&e->ns.lock);
-		rc = ns_path(&e->ns, in, rel, sizeof(rel));
+		pthread_rwlock_rdlock(&in->file.lock);
+		rc = persist_copy_path(e, in, rel, sizeof(rel));
+		pthread_rwlock_unlock(&in->file.lock);
 		pthread_rwlock_unlock(&e->ns.lock);
-		if (rc < 0)
-			return -EIO; /* unlinked: its persisted copy is gone */
+		if (rc < 0) {
+			rft_err("no persisted copy for inode %llu: %s",
+				(unsigned long long)in->ino, strerror(-rc));
+			return -EIO;
+		}
 		for (uint32_t i = first; i <= last; i++) {
 			rc = load_piece(e, in, rel, i);
 			if (rc < 0)

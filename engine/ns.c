@@ -116,6 +116,7 @@ static void inode_free(struct eng *e, struct inode *in)
 		free(in->dir.table);
 		e->ns.ndirs--;
 	} else if (S_ISREG(in->mode)) {
+		persist_forget(e, in);
 		file_fini(e, &in->file);
 		e->ns.nfiles--;
 	} else if (S_ISLNK(in->mode)) {
@@ -341,6 +342,29 @@ int ns_path(struct ns *ns, const struct inode *in, char *buf, size_t size)
 		len += n;
 	}
 	return 0;
+}
+
+struct inode *ns_resolve(struct ns *ns, const char *rel)
+{
+	struct inode *in = ns->root;
+	char name[NAME_MAX + 1];
+
+	while (*rel) {
+		const char *slash = strchr(rel, '/');
+		size_t n = slash ? (size_t)(slash - rel) : strlen(rel);
+		struct dentry *de;
+
+		if (n == 0 || n > NAME_MAX || !S_ISDIR(in->mode))
+			return NULL;
+		memcpy(name, rel, n);
+		name[n] = '\0';
+		de = ns_dir_find(&in->dir, name);
+		if (!de)
+			return NULL;
+		in = de->inode;
+		rel += n + (slash ? 1 : 0);
+	}
+	return in;
 }
 
 struct inode *ns_checkpoint_of(struct ns *ns, const struct inode *in)
@@ -755,8 +779,9 @@ static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 			bool want_dir)
 {
 	char rel[PATH_MAX];
-	struct inode *dir, *in;
+	struct inode *dir, *in = NULL;
 	struct dentry *de;
+	bool open = false;
 	int rc;
 
 	persist_mirror_lock(e);
@@ -784,12 +809,18 @@ static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 	}
 	if (child_path(e, dir, name, rel, sizeof(rel)) < 0)
 		rel[0] = '\0';
+	/* Kept alive for the mirror, which decides what its copy needs. */
+	in->holds++;
+	open = in->opens > 0;
 	unlink_dentry(e, dir, de, true);
 	touch_dir(dir);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
-	if (rc == 0 && rel[0])
-		persist_mirror_unlink(e, rel, want_dir);
+	if (rc == 0) {
+		if (rel[0])
+			persist_mirror_unlink(e, in, rel, want_dir, open);
+		ns_unhold(e, in);
+	}
 	persist_mirror_unlock(e);
 	return rc;
 }
@@ -817,9 +848,9 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 	       uint64_t newparent, const char *newname, unsigned flags)
 {
 	char from[PATH_MAX], to[PATH_MAX];
-	struct inode *sdir, *ddir, *src, *dst = NULL;
+	struct inode *sdir, *ddir, *src = NULL, *dst = NULL;
 	struct dentry *sde, *dde;
-	bool mirror = false;
+	bool mirror = false, dst_open = false, held = false;
 	int rc;
 
 	if ((flags & ENG_RENAME_NOREPLACE) && (flags & ENG_RENAME_EXCHANGE))
@@ -889,6 +920,13 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 	}
 	mirror = child_path(e, sdir, name, from, sizeof(from)) == 0 &&
 		 child_path(e, ddir, newname, to, sizeof(to)) == 0;
+	/* Both stay alive until the persist dir follows. */
+	held = true;
+	src->holds++;
+	if (dst) {
+		dst->holds++;
+		dst_open = dst->opens > 0;
+	}
 
 	if (flags & ENG_RENAME_EXCHANGE) {
 		/* Swap what the two dentries point at. */
@@ -909,18 +947,15 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 		}
 	} else {
 		/* Link the new name first: failing that, nothing changed. */
-		src->holds++;
 		if (dde)
 			unlink_dentry(e, ddir, dde, true);
 		rc = ns_link_child(e, ddir, newname, src);
 		if (rc < 0) {
-			src->holds--;
 			mirror = false;
 			goto out;
 		}
 		/* src->dentry is the new name now, so this keeps it. */
 		unlink_dentry(e, sdir, sde, false);
-		src->holds--;
 	}
 	if (ddir == e->ns.root && S_ISDIR(src->mode) && src->ckpt_seq == 0)
 		src->ckpt_seq = ++e->ns.next_ckpt_seq;
@@ -933,8 +968,13 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0 && mirror)
-		persist_mirror_rename(e, from, to,
-				      flags & ENG_RENAME_EXCHANGE);
+		persist_mirror_rename(e, src, from, dst, to,
+				      flags & ENG_RENAME_EXCHANGE, dst_open);
+	if (held) {
+		ns_unhold(e, src);
+		if (dst)
+			ns_unhold(e, dst);
+	}
 	persist_mirror_unlock(e);
 	return rc;
 }

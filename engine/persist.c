@@ -38,6 +38,9 @@
 #define LOCK_WAIT_MS 60000
 #define UNMOUNT_TRIES 3
 #define FLUSH_GRACE_MS 500
+#define PARK_PREFIX TMP_DIR "/park."
+#define FLUSH_TICKETS 64	/* recent flush tickets whose outcome is kept */
+#define BACKOFF_MAX_MS (5 * 60 * 1000)
 
 /*
  * Sidecar: little-endian, as the daemon that wrote it (x86-64 and arm64
@@ -57,7 +60,18 @@ struct flush_ticket {
 	uint64_t ticket;
 	uint64_t files_total, bytes_total;
 	uint64_t files_base, bytes_base;
-	int error;
+	int error;	/* first failure of the pass that answered it */
+};
+
+/*
+ * A change to the persist dir that failed and is tried again by the
+ * worker: removing a name the namespace gave up.  Before it is retried
+ * the namespace is asked whether the name is in use again.
+ */
+struct pending_op {
+	struct pending_op *next;
+	bool dir;
+	char rel[];
 };
 
 struct persist {
@@ -75,7 +89,12 @@ struct persist {
 	bool pressure;		/* protected by lock */
 	uint64_t flush_req;	/* protected by lock */
 	uint64_t flush_done;	/* protected by lock */
-	struct flush_ticket fl; /* protected by lock */
+	/* Ticket t lives in fl[t % FLUSH_TICKETS]; protected by lock. */
+	struct flush_ticket fl[FLUSH_TICKETS];
+
+	struct pending_op *ops;	/* failed removals to retry; lock */
+	struct inode **away;	/* files whose copy is COPY_AWAY; lock */
+	size_t naway, away_cap;	/* protected by lock */
 
 	/* protected by lock */
 	uint64_t files_written, bytes_written, errors;
@@ -132,6 +151,8 @@ static int write_all(int fd, const void *buf, size_t len, off_t off)
 				continue;
 			return -errno;
 		}
+		if (n == 0)
+			return -EIO; /* no progress: would spin */
 		p += n;
 		off += n;
 		len -= (size_t)n;
@@ -175,6 +196,268 @@ static int fsync_parent(int dirfd, const char *rel)
 		rc = -errno;
 	close(fd);
 	return rc;
+}
+
+/* --- where copies are ---------------------------------------------------- */
+
+static void park_path(uint64_t ino, char *buf, size_t size)
+{
+	snprintf(buf, size, PARK_PREFIX "%llu", (unsigned long long)ino);
+}
+
+int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
+		      size_t size)
+{
+	const struct file *f = &in->file;
+
+	switch (f->copy) {
+	case COPY_HOME:
+		return ns_path(&e->ns, in, buf, size);
+	case COPY_PARKED:
+		park_path(in->ino, buf, size);
+		return 0;
+	case COPY_AWAY:
+		return snprintf(buf, size, "%s", f->away_rel) < (int)size
+			       ? 0
+			       : -ENAMETOOLONG;
+	case COPY_NONE:
+		break;
+	}
+	return -ENOENT;
+}
+
+/* Record where @in's copy now is; mirror lock held, no file lock. */
+static void set_copy(struct eng *e, struct inode *in, enum copy_where w,
+		     const char *away)
+{
+	struct persist *p = e->persist;
+	struct file *f = &in->file;
+	char *dup = away ? strdup(away) : NULL;
+
+	if (w == COPY_AWAY && !dup)
+		w = COPY_NONE; /* no memory: forget the copy, rewrite it */
+	pthread_rwlock_wrlock(&f->lock);
+	free(f->away_rel);
+	f->away_rel = dup;
+	/* Not at home: the copy under its name is stale or missing. */
+	if (w != COPY_HOME && f->state == ENG_STATE_PERSISTED)
+		f->state = ENG_STATE_SEALED;
+	pthread_mutex_lock(&p->lock);
+	if (f->copy == COPY_AWAY && w != COPY_AWAY) {
+		for (size_t i = 0; i < p->naway; i++)
+			if (p->away[i] == in) {
+				p->away[i] = p->away[--p->naway];
+				break;
+			}
+	} else if (f->copy != COPY_AWAY && w == COPY_AWAY) {
+		if (p->naway == p->away_cap) {
+			size_t cap = p->away_cap ? p->away_cap * 2 : 8;
+			struct inode **v = realloc(p->away, cap * sizeof(*v));
+
+			if (!v) {
+				free(f->away_rel);
+				f->away_rel = NULL;
+				w = COPY_NONE;
+				goto out;
+			}
+			p->away = v;
+			p->away_cap = cap;
+		}
+		p->away[p->naway++] = in;
+	}
+out:
+	f->copy = w;
+	pthread_mutex_unlock(&p->lock);
+	pthread_rwlock_unlock(&f->lock);
+}
+
+/* The file whose copy sits away at @rel, with a hold taken; or NULL. */
+static struct inode *away_owner(struct eng *e, const char *rel)
+{
+	struct persist *p = e->persist;
+	struct inode *owner = NULL;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->naway && !owner; i++)
+		if (!strcmp(p->away[i]->file.away_rel, rel))
+			owner = p->away[i];
+	pthread_mutex_unlock(&p->lock);
+	if (owner)
+		owner->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	return owner;
+}
+
+static void queue_op(struct persist *p, const char *rel, bool dir)
+{
+	size_t n = strlen(rel) + 1;
+	struct pending_op *op = malloc(sizeof(*op) + n);
+
+	if (!op) {
+		rft_err("persist: no memory to retry the removal of %s", rel);
+		return;
+	}
+	op->dir = dir;
+	memcpy(op->rel, rel, n);
+	pthread_mutex_lock(&p->lock);
+	op->next = p->ops;
+	p->ops = op;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Remove @rel (a file, with its sidecar) from the persist dir. */
+static int remove_copy(struct persist *p, const char *rel)
+{
+	char sum[PATH_MAX + 16];
+	int rc = 0;
+
+	if (sum_name(rel, sum, sizeof(sum)) == 0 &&
+	    unlinkat(p->dirfd, sum, 0) < 0 && errno != ENOENT)
+		rc = -errno;
+	if (unlinkat(p->dirfd, rel, 0) < 0 && errno != ENOENT && errno != EISDIR)
+		rc = -errno;
+	return rc;
+}
+
+/* Move a file's copy (and its sidecar) from @from to @to. */
+static int move_copy(struct persist *p, const char *from, const char *to)
+{
+	char sfrom[PATH_MAX + 16], sto[PATH_MAX + 16];
+	int rc;
+
+	rc = make_parents(p->dirfd, to);
+	if (rc < 0)
+		return rc;
+	if (renameat(p->dirfd, from, p->dirfd, to) < 0)
+		return -errno;
+	if (sum_name(from, sfrom, sizeof(sfrom)) == 0 &&
+	    sum_name(to, sto, sizeof(sto)) == 0 &&
+	    renameat(p->dirfd, sfrom, p->dirfd, sto) < 0 && errno != ENOENT) {
+		/* Data moved, sums did not: drop both sidecars, not the data. */
+		unlinkat(p->dirfd, sfrom, 0);
+		unlinkat(p->dirfd, sto, 0);
+	}
+	return 0;
+}
+
+/*
+ * Move the copy of a file whose copy sits away at @rel into the staging
+ * dir, so that @rel can take another file's copy.  Mirror lock held.
+ */
+static int park_away_owner(struct eng *e, const char *rel)
+{
+	struct persist *p = e->persist;
+	struct inode *owner = away_owner(e, rel);
+	char park[64];
+	int rc;
+
+	if (!owner)
+		return 0;
+	park_path(owner->ino, park, sizeof(park));
+	rc = move_copy(p, rel, park);
+	if (rc == 0)
+		set_copy(e, owner, COPY_PARKED, NULL);
+	else
+		set_error(p, rc, "cannot park the copy at", rel);
+	ns_unhold(e, owner);
+	return rc;
+}
+
+/*
+ * A name the namespace gave up: remove what the persist dir still holds
+ * under it, unless the namespace uses the name again for a file (then
+ * the copy there is that file's, or its older version, which a write-back
+ * replaces) or a file that moved away still reads from it.  Mirror lock
+ * held.  0 when done or not needed.
+ */
+static int drop_name(struct eng *e, const char *rel, bool dir)
+{
+	struct persist *p = e->persist;
+	struct inode *in, *owner;
+	bool keep;
+	int rc;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_resolve(&e->ns, rel);
+	keep = in && (dir ? S_ISDIR(in->mode)
+			  : S_ISREG(in->mode) || S_ISLNK(in->mode));
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (keep)
+		return 0;
+	if (dir) {
+		if (unlinkat(p->dirfd, rel, AT_REMOVEDIR) < 0 &&
+		    errno != ENOENT && errno != ENOTDIR)
+			return -errno;
+		return 0;
+	}
+	owner = away_owner(e, rel);
+	if (owner) {
+		ns_unhold(e, owner);
+		return 0;
+	}
+	rc = remove_copy(p, rel);
+	return rc;
+}
+
+/* Try the queued removals again; mirror lock held. */
+static void retry_ops(struct eng *e)
+{
+	struct persist *p = e->persist;
+	struct pending_op *ops, *op, *left = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	ops = p->ops;
+	p->ops = NULL;
+	pthread_mutex_unlock(&p->lock);
+	while ((op = ops)) {
+		int rc = drop_name(e, op->rel, op->dir);
+
+		ops = op->next;
+		if (rc < 0) {
+			set_error(p, rc, "cannot remove", op->rel);
+			op->next = left;
+			left = op;
+		} else {
+			rft_info("persist: removed %s after an earlier failure",
+				 op->rel);
+			free(op);
+		}
+	}
+	if (left) {
+		pthread_mutex_lock(&p->lock);
+		for (op = left; op->next; op = op->next)
+			;
+		op->next = p->ops;
+		p->ops = left;
+		pthread_mutex_unlock(&p->lock);
+	}
+}
+
+static void retry_ops_locked(struct eng *e)
+{
+	struct persist *p = e->persist;
+	bool any;
+
+	pthread_mutex_lock(&p->lock);
+	any = p->ops != NULL;
+	pthread_mutex_unlock(&p->lock);
+	if (!any)
+		return;
+	persist_mirror_lock(e);
+	retry_ops(e);
+	persist_mirror_unlock(e);
+}
+
+static size_t pending_ops(struct persist *p)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (struct pending_op *op = p->ops; op; op = op->next)
+		n++;
+	pthread_mutex_unlock(&p->lock);
+	return n;
 }
 
 /* --- read-through ------------------------------------------------------- */
@@ -229,29 +512,42 @@ struct snap {
 	struct timespec mtime;
 	uint32_t nslots;
 	struct slot *slots;
+	enum eng_state state;
 	char rel[PATH_MAX];
+	char copy_rel[PATH_MAX]; /* where pieces not in memory are read */
 };
 
-/* Copy what write-back needs of @in and pin its chunks; 1 if nothing to do. */
-static int take_snapshot(struct eng *e, struct inode *in, struct snap *s)
+/*
+ * Copy what write-back needs of @in and pin its chunks; 1 if there is
+ * nothing to do.  @final (the last pass at unmount) takes files still open
+ * for writing too, as they are now.
+ */
+static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
+			 bool final)
 {
 	struct file *f = &in->file;
-	int rc = 0;
+	int rc;
 
 	pthread_rwlock_rdlock(&e->ns.lock);
-	if (ns_path(&e->ns, in, s->rel, sizeof(s->rel)) < 0) {
+	rc = ns_path(&e->ns, in, s->rel, sizeof(s->rel));
+	if (rc < 0) {
 		pthread_rwlock_unlock(&e->ns.lock);
-		return 1; /* unlinked meanwhile */
+		/* Unlinked meanwhile: nothing to keep.  Too long: a failure. */
+		return rc == -ENOENT ? 1 : rc;
 	}
 	s->ino = in->ino;
 	s->mode = in->mode;
 	s->uid = in->uid;
 	s->gid = in->gid;
 	pthread_rwlock_rdlock(&f->lock);
-	if (f->state != ENG_STATE_SEALED) {
+	if (f->state != ENG_STATE_SEALED &&
+	    !(final && f->state == ENG_STATE_WRITING)) {
 		rc = 1;
 		goto out;
 	}
+	s->state = f->state;
+	if (persist_copy_path(e, in, s->copy_rel, sizeof(s->copy_rel)) < 0)
+		s->copy_rel[0] = '\0';
 	s->version = f->version;
 	s->meta_version = f->meta_version;
 	s->size = f->size;
@@ -286,7 +582,6 @@ static void drop_snapshot(struct eng *e, struct snap *s)
 static int write_data(struct eng *e, struct snap *s, int fd, uint32_t *crcs,
 		      uint8_t *bounce)
 {
-	struct persist *p = e->persist;
 	uint32_t npieces = (uint32_t)((s->size + e->store.chunk_size - 1) >>
 				      e->store.chunk_shift);
 	int rc;
@@ -303,8 +598,12 @@ static int write_data(struct eng *e, struct snap *s, int fd, uint32_t *crcs,
 			n = sl->fill < len ? sl->fill : len;
 		} else if (sl && sl->id == SLOT_PERSIST) {
 			/* Not in memory: carry it over from the old copy. */
-			rc = persist_read_piece(e, s->rel, off, sl->fill, len,
-						sl->crc, sl->crc_len, bounce);
+			rc = s->copy_rel[0]
+				     ? persist_read_piece(e, s->copy_rel, off,
+							  sl->fill, len,
+							  sl->crc, sl->crc_len,
+							  bounce)
+				     : -EIO;
 			if (rc < 0)
 				return rc;
 			data = bounce;
@@ -322,7 +621,6 @@ static int write_data(struct eng *e, struct snap *s, int fd, uint32_t *crcs,
 			crcs[i] = n ? ers_crc32c(0, data, n) : 0;
 			crcs[i] = crc_zeros(crcs[i], len - n);
 		}
-		add_progress(p, 0, len);
 	}
 	if (ftruncate(fd, (off_t)s->size) < 0)
 		return -errno;
@@ -365,39 +663,68 @@ static int write_sum(struct eng *e, struct snap *s, const char *tmp,
 	return rc;
 }
 
-/* Move the finished temporaries into place under the file's current name. */
-static int commit(struct eng *e, struct inode *in, struct snap *s,
-		  const char *tmp, const char *tmpsum)
+/*
+ * Move the finished temporaries into place under the file's current name:
+ * data first, then its sums (a sidecar is trusted only beside the data it
+ * describes, so a crash between the two loses checksums, never data).
+ * 1 if the file was unlinked meanwhile.
+ */
+static int commit(struct eng *e, struct inode *in, const char *tmp,
+		  const char *tmpsum)
 {
 	struct persist *p = e->persist;
-	char rel[PATH_MAX], sum[PATH_MAX + 16];
+	char rel[PATH_MAX], sum[PATH_MAX + 16], old[PATH_MAX];
+	bool reg = S_ISREG(in->mode);
 	int rc;
 
 	persist_mirror_lock(e);
 	pthread_rwlock_rdlock(&e->ns.lock);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
+	old[0] = '\0';
+	if (rc == 0 && reg) {
+		pthread_rwlock_rdlock(&in->file.lock);
+		if (in->file.copy == COPY_AWAY || in->file.copy == COPY_PARKED)
+			persist_copy_path(e, in, old, sizeof(old));
+		pthread_rwlock_unlock(&in->file.lock);
+	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc < 0) {
-		rc = 1; /* unlinked while written: drop the copy */
+		/* Unlinked while written: drop the copy.  Too long: fail. */
+		rc = rc == -ENOENT ? 1 : rc;
 		goto out;
 	}
-	rc = sum_name(rel, sum, sizeof(sum));
+	/* The name may hold a copy another file still reads from. */
+	if (strcmp(old, rel) != 0)
+		rc = park_away_owner(e, rel);
+	if (rc == 0)
+		rc = sum_name(rel, sum, sizeof(sum));
 	if (rc == 0)
 		rc = make_parents(p->dirfd, rel);
-	if (rc == 0 && tmpsum && renameat(p->dirfd, tmpsum, p->dirfd, sum) < 0)
-		rc = -errno;
 	if (rc == 0 && renameat(p->dirfd, tmp, p->dirfd, rel) < 0)
 		rc = -errno;
+	if (rc == 0 && tmpsum && renameat(p->dirfd, tmpsum, p->dirfd, sum) < 0) {
+		rc = -errno;
+		unlinkat(p->dirfd, sum, 0); /* an older one must not stay */
+	}
 	if (rc == 0)
 		rc = fsync_parent(p->dirfd, rel);
-	if (rc < 0)
+	if (rc < 0) {
 		set_error(p, rc, "cannot rename into place", rel);
+		goto out;
+	}
+	if (reg) {
+		/* The copy it read from until now is not needed any more. */
+		if (old[0] && strcmp(old, rel) != 0 && remove_copy(p, old) < 0)
+			queue_op(p, old, false);
+		set_copy(e, in, COPY_HOME, NULL);
+	}
 out:
 	persist_mirror_unlock(e);
 	return rc;
 }
 
-static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce)
+static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
+			bool final)
 {
 	struct persist *p = e->persist;
 	struct file *f = &in->file;
@@ -407,7 +734,9 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce)
 	int fd = -1, rc;
 
 	memset(&s, 0, sizeof(s));
-	rc = take_snapshot(e, in, &s);
+	rc = take_snapshot(e, in, &s, final);
+	if (rc < 0)
+		set_error(p, rc, "cannot write back", s.rel[0] ? s.rel : "a file");
 	if (rc != 0)
 		return rc < 0 ? rc : 0;
 	npieces = (uint32_t)((s.size + e->store.chunk_size - 1) >>
@@ -454,14 +783,13 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce)
 		set_error(p, rc, "cannot write the checksums of", s.rel);
 		goto out;
 	}
-	rc = commit(e, in, &s, tmp, tmpsum);
+	rc = commit(e, in, tmp, tmpsum);
 	if (rc != 0)
 		goto out;
 
 	pthread_rwlock_wrlock(&f->lock);
-	f->in_persist = true;
 	if (f->version == s.version && f->meta_version == s.meta_version &&
-	    f->state == ENG_STATE_SEALED) {
+	    f->state == ENG_STATE_SEALED && s.state == ENG_STATE_SEALED) {
 		for (uint32_t i = 0; i < f->nslots && i < s.nslots; i++)
 			if (f->slots[i].id == s.slots[i].id)
 				f->slots[i].flags |= SLOT_CLEAN;
@@ -469,7 +797,7 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce)
 		f->state = ENG_STATE_PERSISTED;
 	}
 	pthread_rwlock_unlock(&f->lock);
-	add_progress(p, 1, 0);
+	add_progress(p, 1, s.size);
 	rft_dbg("persist: wrote back %s (%llu bytes)", s.rel,
 		(unsigned long long)s.size);
 out:
@@ -494,8 +822,12 @@ static int persist_symlink(struct eng *e, struct inode *in)
 	if (rc == 0)
 		snprintf(target, sizeof(target), "%s", in->target);
 	pthread_rwlock_unlock(&e->ns.lock);
-	if (rc < 0)
-		return 0;
+	if (rc == -ENOENT)
+		return 0; /* unlinked meanwhile */
+	if (rc < 0) {
+		set_error(p, rc, "cannot write back", "a symlink");
+		return rc;
+	}
 	snprintf(tmp, sizeof(tmp), TMP_DIR "/%llu.lnk",
 		 (unsigned long long)in->ino);
 	unlinkat(p->dirfd, tmp, 0);
@@ -504,7 +836,7 @@ static int persist_symlink(struct eng *e, struct inode *in)
 		set_error(p, rc, "cannot write back", s.rel);
 		return rc;
 	}
-	rc = commit(e, in, &s, tmp, NULL);
+	rc = commit(e, in, tmp, NULL);
 	if (rc != 0) {
 		unlinkat(p->dirfd, tmp, 0);
 		return rc < 0 ? rc : 0;
@@ -530,8 +862,23 @@ static bool policy_selects(struct eng *e, struct inode *in)
 	       ck->ckpt_seq % e->cfg.persist_every == 0;
 }
 
-static bool wants_writeback(struct eng *e, struct inode *in, bool all,
-			    uint64_t *bytes)
+/* Which files a write-back pass takes. */
+struct pass {
+	bool all;	/* every file, not only what --persist-every selects */
+	bool now;	/* also files waiting out a backoff (flush, unmount) */
+	bool final;	/* the last pass at unmount: open files too */
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool wants_writeback(struct eng *e, struct inode *in,
+			    const struct pass *ps, uint64_t *bytes)
 {
 	bool want = false;
 
@@ -541,17 +888,22 @@ static bool wants_writeback(struct eng *e, struct inode *in, bool all,
 		want = !in->sym_persisted;
 		*bytes = 0;
 	} else if (S_ISREG(in->mode)) {
-		pthread_rwlock_rdlock(&in->file.lock);
-		want = in->file.state == ENG_STATE_SEALED;
-		*bytes = in->file.size;
-		pthread_rwlock_unlock(&in->file.lock);
+		struct file *f = &in->file;
+
+		pthread_rwlock_rdlock(&f->lock);
+		want = f->state == ENG_STATE_SEALED ||
+		       (ps->final && f->state == ENG_STATE_WRITING);
+		if (!ps->now && f->wb_failures && now_ms() < f->wb_next_ms)
+			want = false;
+		*bytes = f->size;
+		pthread_rwlock_unlock(&f->lock);
 	}
-	return want && (all || policy_selects(e, in));
+	return want && (ps->all || policy_selects(e, in));
 }
 
 struct collect {
 	struct eng *e;
-	bool all;
+	struct pass ps;
 	struct inode **v;
 	size_t n, cap;
 	uint64_t bytes;
@@ -563,7 +915,7 @@ static int collect_one(void *ctx, struct inode *in)
 	struct collect *c = ctx;
 	uint64_t bytes = 0;
 
-	if (!wants_writeback(c->e, in, c->all, &bytes))
+	if (!wants_writeback(c->e, in, &c->ps, &bytes))
 		return 0;
 	c->bytes += bytes;
 	if (!c->v) {
@@ -586,12 +938,43 @@ static int collect_one(void *ctx, struct inode *in)
 	return 0;
 }
 
-/* Write back what is due; returns the first error. */
-static int writeback_pass(struct eng *e, bool all, uint8_t *bounce)
+/* Note the outcome of one file's write-back: failures back off, alone. */
+static void note_outcome(struct eng *e, struct inode *in, int rc)
 {
-	struct collect c = { .e = e, .all = all };
-	int rc = 0;
+	struct file *f = &in->file;
+	uint64_t delay;
 
+	if (!S_ISREG(in->mode))
+		return;
+	pthread_rwlock_wrlock(&f->lock);
+	f->wb_error = rc;
+	if (rc == 0) {
+		f->wb_failures = 0;
+	} else {
+		f->wb_failures++;
+		delay = (uint64_t)e->cfg.retry_ms
+			<< (f->wb_failures < 10 ? f->wb_failures - 1 : 9);
+		f->wb_next_ms = now_ms() + (delay < BACKOFF_MAX_MS
+						    ? delay
+						    : BACKOFF_MAX_MS);
+	}
+	pthread_rwlock_unlock(&f->lock);
+}
+
+/*
+ * Write back what @ps selects.  Each file fails alone: the others are
+ * still written, and the failed one is retried later with backoff.
+ * Returns the first error (0 if none) and counts failures in *@failed;
+ * with @names, each file that failed is logged by name.
+ */
+static int writeback_pass(struct eng *e, const struct pass *ps,
+			  uint8_t *bounce, unsigned *failed, bool names)
+{
+	struct collect c = { .e = e, .ps = *ps };
+	int first = 0;
+
+	*failed = 0;
+	retry_ops_locked(e);
 	c.v = malloc(64 * sizeof(*c.v));
 	if (!c.v)
 		return -ENOMEM;
@@ -602,15 +985,32 @@ static int writeback_pass(struct eng *e, bool all, uint8_t *bounce)
 
 	for (size_t i = 0; i < c.n; i++) {
 		struct inode *in = c.v[i];
+		int rc = S_ISLNK(in->mode) ? persist_symlink(e, in)
+					   : persist_file(e, in, bounce,
+							  ps->final);
 
-		/* After one failure keep the rest for the retry. */
-		if (rc == 0)
-			rc = S_ISLNK(in->mode) ? persist_symlink(e, in)
-					       : persist_file(e, in, bounce);
+		note_outcome(e, in, rc);
+		if (rc < 0) {
+			char rel[PATH_MAX];
+
+			(*failed)++;
+			if (!first)
+				first = rc;
+			pthread_rwlock_rdlock(&e->ns.lock);
+			if (ns_path(&e->ns, in, rel, sizeof(rel)) < 0)
+				snprintf(rel, sizeof(rel), "inode %llu",
+					 (unsigned long long)in->ino);
+			pthread_rwlock_unlock(&e->ns.lock);
+			if (names)
+				rft_err("not written back: %s: %s", rel,
+					strerror(-rc));
+		}
 		ns_unhold(e, in);
 	}
 	free(c.v);
-	return rc ? rc : c.rc;
+	if (c.rc < 0 && !first)
+		first = c.rc;
+	return first;
 }
 
 /* --- eviction ----------------------------------------------------------- */
@@ -639,7 +1039,8 @@ static void evict_tree(struct evict *ev, struct inode *dir)
 			struct file *f = &in->file;
 
 			pthread_rwlock_rdlock(&f->lock);
-			if (f->in_persist && f->state == ENG_STATE_PERSISTED)
+			if (f->copy != COPY_NONE &&
+			    f->state == ENG_STATE_PERSISTED)
 				for (uint32_t i = 0; i < f->nslots; i++)
 					if (f->slots[i].id < SLOT_PERSIST &&
 					    (f->slots[i].flags & SLOT_CLEAN))
@@ -715,6 +1116,8 @@ static void *worker(void *arg)
 	while (!p->stopping) {
 		uint64_t ticket = p->flush_req;
 		bool all = ticket > p->flush_done, pressure = p->pressure;
+		struct pass ps = { .all = all, .now = all };
+		unsigned failed = 0;
 		int rc;
 
 		p->kicked = false;
@@ -722,13 +1125,16 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&p->lock);
 
 		evict_pass(e, pressure);
-		rc = bounce ? writeback_pass(e, all, bounce) : -ENOMEM;
+		rc = bounce ? writeback_pass(e, &ps, bounce, &failed, false)
+			    : -ENOMEM;
 
 		pthread_mutex_lock(&p->lock);
 		if (all) {
+			/* Every ticket asked for before this pass began. */
+			for (uint64_t t = p->flush_done + 1; t <= ticket; t++)
+				if (p->fl[t % FLUSH_TICKETS].ticket == t)
+					p->fl[t % FLUSH_TICKETS].error = rc;
 			p->flush_done = ticket;
-			if (p->fl.ticket == ticket)
-				p->fl.error = rc;
 		}
 		if (!p->kicked && !p->pressure && !p->stopping &&
 		    p->flush_req == p->flush_done) {
@@ -795,7 +1201,8 @@ static int count_open_writers(void *ctx, struct inode *in)
 int persist_flush_request(struct eng *e, uint64_t *ticket)
 {
 	struct persist *p = e->persist;
-	struct collect c = { .e = e, .all = true };
+	struct collect c = { .e = e, .ps = { .all = true, .now = true } };
+	struct flush_ticket *fl;
 
 	if (!p)
 		return -ENOTSUP;
@@ -821,7 +1228,8 @@ int persist_flush_request(struct eng *e, uint64_t *ticket)
 
 	pthread_mutex_lock(&p->lock);
 	*ticket = ++p->flush_req;
-	p->fl = (struct flush_ticket){
+	fl = &p->fl[*ticket % FLUSH_TICKETS];
+	*fl = (struct flush_ticket){
 		.ticket = *ticket,
 		.files_total = c.n,
 		.bytes_total = c.bytes,
@@ -837,30 +1245,35 @@ int persist_flush_progress(struct eng *e, uint64_t ticket,
 			   struct eng_flush_progress *fp)
 {
 	struct persist *p = e->persist;
+	const struct flush_ticket *fl;
+	uint64_t f, b;
 
 	if (!p)
 		return -ENOTSUP;
 	memset(fp, 0, sizeof(*fp));
 	pthread_mutex_lock(&p->lock);
+	fl = &p->fl[ticket % FLUSH_TICKETS];
 	if (ticket == 0 || ticket > p->flush_req) {
 		pthread_mutex_unlock(&p->lock);
 		return -EINVAL;
 	}
+	/* Each ticket keeps its own outcome, until FLUSH_TICKETS newer. */
+	if (fl->ticket != ticket) {
+		pthread_mutex_unlock(&p->lock);
+		return -ESTALE;
+	}
 	fp->finished = p->flush_done >= ticket;
-	if (p->fl.ticket == ticket) {
-		uint64_t f = p->files_written - p->fl.files_base;
-		uint64_t b = p->bytes_written - p->fl.bytes_base;
-
-		fp->files_total = p->fl.files_total;
-		fp->bytes_total = p->fl.bytes_total;
-		fp->files_done = f < fp->files_total ? f : fp->files_total;
-		fp->bytes_done = b < fp->bytes_total ? b : fp->bytes_total;
-		if (fp->finished) {
-			fp->error = p->fl.error;
-			if (!fp->error) {
-				fp->files_done = fp->files_total;
-				fp->bytes_done = fp->bytes_total;
-			}
+	f = p->files_written - fl->files_base;
+	b = p->bytes_written - fl->bytes_base;
+	fp->files_total = fl->files_total;
+	fp->bytes_total = fl->bytes_total;
+	fp->files_done = f < fp->files_total ? f : fp->files_total;
+	fp->bytes_done = b < fp->bytes_total ? b : fp->bytes_total;
+	if (fp->finished) {
+		fp->error = fl->error;
+		if (!fp->error) {
+			fp->files_done = fp->files_total;
+			fp->bytes_done = fp->bytes_total;
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -872,7 +1285,7 @@ int persist_flush_progress(struct eng *e, uint64_t ticket,
 void persist_get_stats(struct eng *e, struct eng_stats *s)
 {
 	struct persist *p = e->persist;
-	struct collect c = { .e = e, .all = false };
+	struct collect c = { .e = e, .ps = { .now = true } };
 	struct evict ev = { .e = e, .count_only = true };
 
 	s->persist_enabled = p != NULL;
@@ -912,70 +1325,257 @@ void persist_mirror_unlock(struct eng *e)
 		pthread_mutex_unlock(&e->persist->mirror_lock);
 }
 
-void persist_mirror_unlink(struct eng *e, const char *rel, bool dir)
+/* Remove @rel from the persist dir now, or later if that fails. */
+static void drop_or_queue(struct eng *e, const char *rel, bool dir)
+{
+	int rc = drop_name(e, rel, dir);
+
+	if (rc < 0) {
+		set_error(e->persist, rc, "cannot remove", rel);
+		queue_op(e->persist, rel, dir);
+	}
+}
+
+void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
+			   bool dir, bool open)
 {
 	struct persist *p = e->persist;
-	char sum[PATH_MAX + 16];
+	char park[64];
+	int rc;
 
 	if (!p)
 		return;
-	if (dir) {
-		if (unlinkat(p->dirfd, rel, AT_REMOVEDIR) < 0 &&
-		    errno != ENOENT)
-			set_error(p, -errno, "cannot remove directory", rel);
-		return;
+	if (S_ISREG(in->mode) && in->file.copy == COPY_HOME) {
+		if (!open) {
+			set_copy(e, in, COPY_NONE, NULL);
+		} else {
+			/* Its readers may still need the bytes: park them. */
+			park_path(in->ino, park, sizeof(park));
+			rc = move_copy(p, rel, park);
+			if (rc == 0) {
+				set_copy(e, in, COPY_PARKED, NULL);
+				return;
+			}
+			set_error(p, rc, "cannot park", rel);
+			/* Read on from there; removed when it is freed. */
+			set_copy(e, in, COPY_AWAY, rel);
+			return;
+		}
 	}
-	if (sum_name(rel, sum, sizeof(sum)) == 0 &&
-	    unlinkat(p->dirfd, sum, 0) < 0 && errno != ENOENT)
-		set_error(p, -errno, "cannot remove", sum);
-	if (unlinkat(p->dirfd, rel, 0) < 0 && errno != ENOENT)
-		set_error(p, -errno, "cannot remove", rel);
+	drop_or_queue(e, rel, dir);
 }
 
-/* Rename @from to @to in the persist dir, or drop a stale @to. */
-static void mirror_move(struct persist *p, const char *from, const char *to,
-			bool exchange)
+/* Below @dir, files whose copy was at home now read from under @from. */
+static void subtree_away(struct eng *e, struct inode *dir, const char *from)
 {
+	for (struct dentry *de = dir->dir.first; de; de = de->next) {
+		struct inode *in = de->inode;
+		char rel[PATH_MAX];
+
+		if (snprintf(rel, sizeof(rel), "%s/%s", from, de->name) >=
+		    (int)sizeof(rel))
+			continue;
+		if (S_ISDIR(in->mode))
+			subtree_away(e, in, rel);
+		else if (S_ISREG(in->mode) && in->file.copy == COPY_HOME)
+			set_copy(e, in, COPY_AWAY, rel);
+		else if (S_ISLNK(in->mode))
+			in->sym_persisted = false;
+	}
+}
+
+/* Move a whole directory of the persist dir along with the namespace. */
+static void mirror_dir(struct eng *e, struct inode *src, const char *from,
+		       const char *to)
+{
+	struct persist *p = e->persist;
+	struct stat st;
+	int rc = 0;
+
+	if (fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return; /* never written back */
+	/* What it replaces was empty in the namespace. */
+	if (unlinkat(p->dirfd, to, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		rc = -errno;
+	if (rc == 0)
+		rc = make_parents(p->dirfd, to);
+	if (rc == 0 && renameat(p->dirfd, from, p->dirfd, to) < 0)
+		rc = -errno;
+	if (rc == 0)
+		return;
+	set_error(p, rc, "cannot rename directory", from);
+	/* Files below read from their old place and are written again. */
+	pthread_rwlock_rdlock(&e->ns.lock);
+	subtree_away(e, src, from);
+	pthread_rwlock_unlock(&e->ns.lock);
+	queue_op(p, from, true);
+	persist_kick(e);
+}
+
+/* Move @in's copy from @from to its new name @to; mirror lock held. */
+static void follow_name(struct eng *e, struct inode *in, const char *from,
+			const char *to)
+{
+	struct persist *p = e->persist;
+	int rc = park_away_owner(e, to);
+
+	if (rc == 0)
+		rc = move_copy(p, from, to);
+	if (rc == 0)
+		return;
+	set_error(p, rc, "cannot rename", from);
+	set_copy(e, in, COPY_AWAY, from);
+	persist_kick(e);
+}
+
+/*
+ * Exchange of two regular files: each copy goes to the staging dir, then
+ * to its file's new name, so no step puts one file's bytes under the
+ * other's name for good.  A copy stuck in between is read from there and
+ * written again.
+ */
+static void exchange_files(struct eng *e, struct inode *a, const char *from,
+			   struct inode *b, const char *to)
+{
+	struct persist *p = e->persist;
+	struct inode *side[2] = { a, b };
+	const char *oldp[2] = { from, to }, *newp[2] = { to, from };
+	char park[2][64];
+
+	for (int i = 0; i < 2; i++) {
+		if (side[i]->file.copy != COPY_HOME)
+			continue;
+		park_path(side[i]->ino, park[i], sizeof(park[i]));
+		if (move_copy(p, oldp[i], park[i]) == 0) {
+			set_copy(e, side[i], COPY_PARKED, NULL);
+		} else {
+			set_error(p, -errno, "cannot park", oldp[i]);
+			set_copy(e, side[i], COPY_AWAY, oldp[i]);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		if (side[i]->file.copy != COPY_PARKED)
+			continue;
+		if (park_away_owner(e, newp[i]) == 0 &&
+		    move_copy(p, park[i], newp[i]) == 0)
+			set_copy(e, side[i], COPY_HOME, NULL);
+		else
+			set_error(p, -EIO, "cannot move back", newp[i]);
+	}
+	persist_kick(e);
+}
+
+/* Exchange of anything else: swap the two paths of the persist dir. */
+static void exchange_paths(struct eng *e, struct inode *a, const char *from,
+			   struct inode *b, const char *to)
+{
+	struct persist *p = e->persist;
+	struct inode *side[2] = { a, b };
 	struct stat st;
 	bool have_from = fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	bool have_to = fstatat(p->dirfd, to, &st, AT_SYMLINK_NOFOLLOW) == 0;
-	bool to_dir = have_to && S_ISDIR(st.st_mode);
+	char park[64];
+	int rc = 0;
 
-	if (exchange && have_from && have_to) {
-		if (renameat2(p->dirfd, from, p->dirfd, to,
-			      RENAME_EXCHANGE) < 0)
-			set_error(p, -errno, "cannot exchange", from);
-		return;
-	}
-	if (have_from) {
-		if (make_parents(p->dirfd, to) < 0 ||
-		    renameat(p->dirfd, from, p->dirfd, to) < 0)
-			set_error(p, -errno, "cannot rename", from);
-		return;
-	}
-	if (exchange && have_to) {
+	if (have_from && have_to) {
+		if (renameat2(p->dirfd, from, p->dirfd, to, RENAME_EXCHANGE) < 0) {
+			/* NFS has no RENAME_EXCHANGE: three renames. */
+			park_path(a->ino, park, sizeof(park));
+			if (renameat(p->dirfd, from, p->dirfd, park) < 0 ||
+			    renameat(p->dirfd, to, p->dirfd, from) < 0 ||
+			    renameat(p->dirfd, park, p->dirfd, to) < 0)
+				rc = -errno;
+		}
+	} else if (have_from) {
+		if (renameat(p->dirfd, from, p->dirfd, to) < 0)
+			rc = -errno;
+	} else if (have_to) {
 		if (renameat(p->dirfd, to, p->dirfd, from) < 0)
-			set_error(p, -errno, "cannot rename", to);
-		return;
+			rc = -errno;
 	}
-	/* The namespace replaced @to with something never written back. */
-	if (have_to && unlinkat(p->dirfd, to, to_dir ? AT_REMOVEDIR : 0) < 0)
-		set_error(p, -errno, "cannot remove stale", to);
+	if (rc < 0)
+		set_error(p, rc, "cannot exchange", from);
+	/* A file among them lost its sidecar's name: write it again. */
+	for (int i = 0; i < 2; i++) {
+		if (S_ISREG(side[i]->mode) && side[i]->file.copy == COPY_HOME)
+			set_copy(e, side[i], COPY_NONE, NULL);
+		if (rc < 0 && S_ISDIR(side[i]->mode)) {
+			pthread_rwlock_rdlock(&e->ns.lock);
+			subtree_away(e, side[i], i ? to : from);
+			pthread_rwlock_unlock(&e->ns.lock);
+		}
+	}
+	persist_kick(e);
 }
 
-void persist_mirror_rename(struct eng *e, const char *from, const char *to,
-			   bool exchange)
+void persist_mirror_rename(struct eng *e, struct inode *src, const char *from,
+			   struct inode *dst, const char *to, bool exchange,
+			   bool dst_open)
 {
 	struct persist *p = e->persist;
-	char sfrom[PATH_MAX + 16], sto[PATH_MAX + 16];
 
 	if (!p)
 		return;
-	if (sum_name(from, sfrom, sizeof(sfrom)) == 0 &&
-	    sum_name(to, sto, sizeof(sto)) == 0)
-		mirror_move(p, sfrom, sto, exchange);
-	mirror_move(p, from, to, exchange);
+	if (exchange) {
+		if (S_ISREG(src->mode) && S_ISREG(dst->mode))
+			exchange_files(e, src, from, dst, to);
+		else
+			exchange_paths(e, src, from, dst, to);
+		fsync_parent(p->dirfd, to);
+		return;
+	}
+	/*
+	 * What @to named is gone.  Its copy stays there as the name's old
+	 * version until @src's copy replaces it; if it is still open it is
+	 * also where its readers read from.
+	 */
+	if (dst && S_ISREG(dst->mode) && dst->file.copy == COPY_HOME)
+		set_copy(e, dst, dst_open ? COPY_AWAY : COPY_NONE,
+			 dst_open ? to : NULL);
+	if (S_ISDIR(src->mode)) {
+		mirror_dir(e, src, from, to);
+	} else if (S_ISREG(src->mode) && src->file.copy == COPY_HOME) {
+		follow_name(e, src, from, to);
+	} else if (S_ISLNK(src->mode) && src->sym_persisted) {
+		if (make_parents(p->dirfd, to) < 0 ||
+		    renameat(p->dirfd, from, p->dirfd, to) < 0) {
+			set_error(p, -errno, "cannot rename", from);
+			pthread_rwlock_wrlock(&e->ns.lock);
+			src->sym_persisted = false;
+			pthread_rwlock_unlock(&e->ns.lock);
+			drop_or_queue(e, from, false);
+		}
+	} else {
+		/* Not written back under @from: what is there is stale. */
+		drop_or_queue(e, from, false);
+	}
 	fsync_parent(p->dirfd, to);
+}
+
+void persist_forget(struct eng *e, struct inode *in)
+{
+	struct persist *p = e->persist;
+	struct file *f = &in->file;
+	char park[64];
+
+	if (!p)
+		return;
+	if (f->copy == COPY_PARKED) {
+		park_path(in->ino, park, sizeof(park));
+		queue_op(p, park, false);
+	} else if (f->copy == COPY_AWAY) {
+		pthread_mutex_lock(&p->lock);
+		for (size_t i = 0; i < p->naway; i++)
+			if (p->away[i] == in) {
+				p->away[i] = p->away[--p->naway];
+				break;
+			}
+		pthread_mutex_unlock(&p->lock);
+		/* Kept while the namespace has a file under that name. */
+		queue_op(p, f->away_rel, false);
+	}
+	f->copy = COPY_NONE;
+	persist_kick(e);
 }
 
 /* --- mount-time scan ---------------------------------------------------- */
@@ -1064,7 +1664,7 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 				SLOT_CRC_UNKNOWN, 0 };
 		load_sums(e, dirfd, name, st, f);
 		f->state = ENG_STATE_PERSISTED;
-		f->in_persist = true;
+		f->copy = COPY_HOME;
 	} else if (S_ISLNK(st->st_mode)) {
 		char target[PATH_MAX];
 		ssize_t n = readlinkat(dirfd, name, target, sizeof(target) - 1);
@@ -1159,7 +1759,8 @@ static int scan_dir(struct eng *e, int dirfd, struct inode *dir, int depth)
 	}
 	closedir(dp);
 	/* Oldest first, so checkpoints get their sequence numbers in order. */
-	qsort(items, n, sizeof(*items), by_mtime);
+	if (n)
+		qsort(items, n, sizeof(*items), by_mtime);
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = scan_entry(e, dirfd, dir, items[i].name, &items[i].st,
 				depth);
@@ -1292,7 +1893,11 @@ int persist_start(struct eng *e)
 int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 {
 	struct persist *p = e->persist;
+	struct pass ps = { .all = mode == ENG_UNMOUNT_FLUSH_ALL, .now = true,
+			   .final = true };
+	unsigned failed = 0;
 	uint8_t *bounce;
+	size_t left;
 	int rc = 0;
 
 	if (!p)
@@ -1310,18 +1915,31 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 	bounce = malloc(e->store.chunk_size);
 	if (!bounce)
 		return -ENOMEM;
+	/*
+	 * Files still open for writing count too, as they are now: the
+	 * kernel may not have sent their last RELEASE before the unmount.
+	 */
 	for (int i = 0; i < UNMOUNT_TRIES; i++) {
-		rc = writeback_pass(e, mode == ENG_UNMOUNT_FLUSH_ALL, bounce);
+		bool last = i == UNMOUNT_TRIES - 1;
+
+		rc = writeback_pass(e, &ps, bounce, &failed, last);
 		if (rc == 0)
 			break;
-		rft_warn("write-back at unmount failed (%s), try %d of %d",
-			 strerror(-rc), i + 1, UNMOUNT_TRIES);
-		usleep(e->cfg.retry_ms * 1000u);
+		if (!last) {
+			rft_warn("write-back at unmount: %u files failed (%s), "
+				 "try %d of %d", failed, strerror(-rc), i + 1,
+				 UNMOUNT_TRIES);
+			usleep(e->cfg.retry_ms * 1000u);
+		}
 	}
 	free(bounce);
+	left = pending_ops(p);
+	if (left)
+		rft_warn("persist dir %s: %zu stale names could not be "
+			 "removed", e->persist_dir, left);
 	if (rc < 0)
-		rft_err("unmount: some data was not written back to %s: %s",
-			e->persist_dir, strerror(-rc));
+		rft_err("unmount: %u files were not written back to %s (%s)",
+			failed, e->persist_dir, strerror(-rc));
 	return rc;
 }
 
@@ -1333,6 +1951,13 @@ void persist_free(struct persist *p)
 		close(p->lockfd);
 	if (p->dirfd >= 0)
 		close(p->dirfd);
+	while (p->ops) {
+		struct pending_op *op = p->ops;
+
+		p->ops = op->next;
+		free(op);
+	}
+	free(p->away);
 	pthread_cond_destroy(&p->wake);
 	pthread_mutex_destroy(&p->lock);
 	pthread_mutex_destroy(&p->mirror_lock);

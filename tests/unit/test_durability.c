@@ -1,0 +1,501 @@
+/*
+ * test_durability.c - what the persist dir holds across crashes, renames,
+ * unlinks of open files and failures of the persist dir itself (issue 7).
+ *
+ * A crash is an engine stopped with --unmount-flush none: nothing is
+ * written back at the end, and a new engine mounts the same persist dir.
+ * Failures of the persist dir are made with the immutable attribute on one
+ * of its directories (renames and unlinks in it fail with EPERM, even for
+ * root); where the filesystem under TMPDIR has no such attribute, those
+ * cases are skipped and say so.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <linux/fs.h>
+
+#include <cmocka.h>
+
+#include "eng_fixture.h"
+
+#define SIZE (3 * MiB + 5)
+
+static int setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	fx_dirs(fx);
+	fx->no_policy = true; /* write back only when a test asks */
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	fx_cleanup(fx);
+	free(fx);
+	return 0;
+}
+
+static uint64_t start_ticket(struct eng *e)
+{
+	uint64_t t;
+
+	assert_int_equal(eng_flush_request(e, &t), 0);
+	return t;
+}
+
+static int wait_ticket(struct eng *e, uint64_t t)
+{
+	struct eng_flush_progress p;
+
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(eng_flush_progress(e, t, &p), 0);
+		if (p.finished)
+			return p.error;
+		usleep(10 * 1000);
+	}
+	fail_msg("flush %llu did not finish in 10 s", (unsigned long long)t);
+	return -ETIMEDOUT;
+}
+
+static int flush_wait(struct eng *e)
+{
+	return wait_ticket(e, start_ticket(e));
+}
+
+/* Stop as a crash would: nothing more is written back. */
+static void crash(struct fixture *fx)
+{
+	fx->e->cfg.unmount_flush = ENG_UNMOUNT_FLUSH_NONE;
+	fx_stop(fx);
+}
+
+static uint64_t mkdir_at(struct eng *e, uint64_t parent, const char *name)
+{
+	struct stat st;
+
+	assert_int_equal(eng_mkdir(e, parent, name, 0755, 0, 0, &st), 0);
+	return st.st_ino;
+}
+
+static int lookup(struct eng *e, uint64_t parent, const char *name,
+		  uint64_t *ino)
+{
+	struct stat st;
+	int rc = eng_lookup(e, parent, name, &st);
+
+	if (rc == 0)
+		*ino = st.st_ino;
+	return rc;
+}
+
+/* Contents of @dir/@name in the mount must be @want (@len bytes). */
+static void expect_file(struct eng *e, uint64_t dir, const char *name,
+			const uint8_t *want, size_t len)
+{
+	uint8_t *got = malloc(len + 1);
+	struct eng_file *fp;
+	uint64_t ino = 0;
+
+	assert_int_equal(lookup(e, dir, name, &ino), 0);
+	assert_int_equal(eng_open(e, ino, O_RDONLY, &fp, NULL), 0);
+	assert_int_equal(fx_read(e, fp, got, len + 1, 0), (ssize_t)len);
+	assert_memory_equal(got, want, len);
+	eng_release(e, fp);
+	eng_forget(e, ino, 1);
+	free(got);
+}
+
+static bool host_exists(struct fixture *fx, const char *rel)
+{
+	char path[PATH_MAX * 2];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", fx->persist, rel);
+	return lstat(path, &st) == 0;
+}
+
+/* Set or clear the immutable attribute of persist/@rel; false if unsupported. */
+static bool immutable(struct fixture *fx, const char *rel, bool on)
+{
+	char path[PATH_MAX * 2];
+	int fd, flags = 0;
+	bool ok;
+
+	snprintf(path, sizeof(path), "%s/%s", fx->persist, rel);
+	fd = open(path, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return false;
+	ok = ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+	if (on)
+		flags |= FS_IMMUTABLE_FL;
+	else
+		flags &= ~FS_IMMUTABLE_FL;
+	ok = ok && ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+	close(fd);
+	return ok;
+}
+
+/*
+ * Defect 9: the atomic-replace pattern (write NAME.tmp, rename over NAME)
+ * must keep the written-back NAME in the persist dir until the new file is
+ * written back: a crash in between used to leave no NAME at all.
+ */
+static void test_rename_over_keeps_old_copy(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *v1 = malloc(SIZE), *v2 = malloc(SIZE);
+	uint64_t d;
+
+	fx_fill(v1, SIZE, 1);
+	fx_fill(v2, SIZE, 2);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	assert_int_not_equal(fx_put(fx->e, d, "model.pt", v1, SIZE), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_not_equal(fx_put(fx->e, d, "model.pt.tmp", v2, SIZE), 0);
+	assert_int_equal(eng_rename(fx->e, d, "model.pt.tmp", d, "model.pt", 0),
+			 0);
+	crash(fx);
+
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	expect_file(fx->e, d, "model.pt", v1, SIZE);
+
+	/* Once written back, the new version replaces it. */
+	assert_int_not_equal(fx_put(fx->e, d, "model.pt.tmp", v2, SIZE), 0);
+	assert_int_equal(eng_rename(fx->e, d, "model.pt.tmp", d, "model.pt", 0),
+			 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	crash(fx);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	expect_file(fx->e, d, "model.pt", v2, SIZE);
+	assert_false(host_exists(fx, "ck/model.pt.tmp"));
+	free(v1);
+	free(v2);
+}
+
+/*
+ * Defect 11: a file open for reading whose bytes are only in the persist
+ * dir reads on after it is unlinked, or replaced by a rename, as on tmpfs.
+ */
+static void test_open_unlinked_reads(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *v1 = malloc(SIZE), *v2 = malloc(SIZE), *got = malloc(SIZE);
+	struct eng_file *a, *b;
+	uint64_t d, ia = 0, ib = 0;
+
+	fx_fill(v1, SIZE, 3);
+	fx_fill(v2, SIZE, 4);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	assert_int_not_equal(fx_put(fx->e, d, "a", v1, SIZE), 0);
+	assert_int_not_equal(fx_put(fx->e, d, "b", v1, SIZE), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	fx_stop(fx);
+
+	/* Mounted again: nothing is in memory, all reads go to the dir. */
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	assert_int_equal(lookup(fx->e, d, "a", &ia), 0);
+	assert_int_equal(lookup(fx->e, d, "b", &ib), 0);
+	assert_int_equal(eng_open(fx->e, ia, O_RDONLY, &a, NULL), 0);
+	assert_int_equal(eng_open(fx->e, ib, O_RDONLY, &b, NULL), 0);
+	assert_int_equal(eng_unlink(fx->e, d, "a"), 0);
+	assert_int_not_equal(fx_put(fx->e, d, "b.tmp", v2, SIZE), 0);
+	assert_int_equal(eng_rename(fx->e, d, "b.tmp", d, "b", 0), 0);
+
+	assert_int_equal(fx_read(fx->e, a, got, SIZE, 0), SIZE);
+	assert_memory_equal(got, v1, SIZE);
+	assert_int_equal(fx_read(fx->e, b, got, SIZE, 0), SIZE);
+	assert_memory_equal(got, v1, SIZE);
+	eng_release(fx->e, a);
+	eng_release(fx->e, b);
+	eng_forget(fx->e, ia, 1);
+	eng_forget(fx->e, ib, 1);
+	assert_int_equal(flush_wait(fx->e), 0);
+	expect_file(fx->e, d, "b", v2, SIZE);
+	fx_stop(fx);
+	assert_false(host_exists(fx, "ck/a"));
+
+	/* Nothing parked is left behind once the readers are gone. */
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	expect_file(fx->e, d, "b", v2, SIZE);
+	assert_int_equal(lookup(fx->e, d, "a", &ia), -ENOENT);
+	free(v1);
+	free(v2);
+	free(got);
+}
+
+/*
+ * Defects 2 and 4: one file that cannot be written back (a directory sits
+ * at its name in the persist dir) fails alone: the others are written
+ * back, the flush that met it reports its error, and a later flush that
+ * succeeds does not overwrite that report.
+ */
+static void test_one_failure_fails_alone(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t data[4096];
+	char name[32], path[PATH_MAX * 2];
+	uint64_t d, t1, t2;
+
+	fx_fill(data, sizeof(data), 5);
+	assert_int_equal(fx_start(fx, 64 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	/* persist/ck/bad is a directory: "ck/bad" cannot be renamed there. */
+	snprintf(path, sizeof(path), "%s/ck", fx->persist);
+	assert_int_equal(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/ck/bad", fx->persist);
+	assert_int_equal(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/ck/bad/x", fx->persist);
+	assert_int_equal(mkdir(path, 0755), 0);
+	assert_int_not_equal(fx_put(fx->e, d, "bad", data, sizeof(data)), 0);
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "good%02d", i);
+		assert_int_not_equal(fx_put(fx->e, d, name, data,
+					    sizeof(data)), 0);
+	}
+	t1 = start_ticket(fx->e);
+	assert_int_not_equal(wait_ticket(fx->e, t1), 0);
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "ck/good%02d", i);
+		assert_true(host_exists(fx, name));
+	}
+
+	/* Clear the obstacle: the next flush writes the file back. */
+	snprintf(path, sizeof(path), "%s/ck/bad/x", fx->persist);
+	assert_int_equal(rmdir(path), 0);
+	snprintf(path, sizeof(path), "%s/ck/bad", fx->persist);
+	assert_int_equal(rmdir(path), 0);
+	t2 = start_ticket(fx->e);
+	assert_int_equal(wait_ticket(fx->e, t2), 0);
+	assert_true(host_exists(fx, "ck/bad"));
+	/* Each ticket keeps its own outcome. */
+	assert_int_not_equal(wait_ticket(fx->e, t1), 0);
+	assert_int_equal(wait_ticket(fx->e, t2), 0);
+}
+
+/* Defect 2: a name whose sidecar the persist dir cannot hold is refused. */
+static void test_long_names(void **state)
+{
+	struct fixture *fx = *state;
+	char name[NAME_MAX + 1];
+	struct eng_file *fp;
+	struct stat st;
+
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	memset(name, 'n', 250);
+	name[250] = '\0';
+	assert_int_equal(eng_create(fx->e, RFT_ROOT_INO, name, 0644, 0, 0,
+				    O_CREAT | O_WRONLY, &st, &fp, NULL),
+			 -ENAMETOOLONG);
+	/* A directory has no sidecar: the name is fine for it. */
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, name, 0755, 0, 0, &st),
+			 0);
+	name[NAME_MAX - 8] = '\0'; /* 247 bytes: ".NAME.rftsum" fits */
+	assert_int_not_equal(fx_put(fx->e, RFT_ROOT_INO, name, "x", 1), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_true(host_exists(fx, name));
+}
+
+/* Defect 13: names the persist dir uses for itself are reserved. */
+static void test_reserved_names(void **state)
+{
+	struct fixture *fx = *state;
+	const char *names[] = { ".reftfs-lock", ".reftfs-tmp", ".reftfs-x" };
+	struct eng_file *fp;
+	struct stat st;
+	uint64_t d;
+
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		assert_int_equal(eng_create(fx->e, RFT_ROOT_INO, names[i], 0644,
+					    0, 0, O_CREAT | O_WRONLY, &st, &fp,
+					    NULL),
+				 -EINVAL);
+		assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, names[i], 0755,
+					   0, 0, &st),
+				 -EINVAL);
+	}
+	/* Below the root they are ordinary names. */
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	assert_int_not_equal(fx_put(fx->e, d, ".reftfs-lock", "x", 1), 0);
+	assert_int_not_equal(fx_put(fx->e, RFT_ROOT_INO, "f", "x", 1), 0);
+	assert_int_equal(eng_rename(fx->e, RFT_ROOT_INO, "f", RFT_ROOT_INO,
+				    ".reftfs-lock", 0),
+			 -EINVAL);
+}
+
+/*
+ * Defect 3: a file still open for writing when the engine stops is
+ * written back as it is, not dropped.
+ */
+static void test_open_writer_written_back_at_stop(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *v = malloc(SIZE);
+	struct eng_file *fp;
+	struct stat st;
+	uint64_t d;
+
+	fx_fill(v, SIZE, 6);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	assert_int_equal(eng_create(fx->e, d, "open.pt", 0644, 0, 0,
+				    O_CREAT | O_WRONLY, &st, &fp, NULL), 0);
+	assert_int_equal(eng_write(fx->e, fp, v, SIZE, 0), SIZE);
+	assert_int_equal(eng_stop(fx->e), 0);
+	eng_release(fx->e, fp);
+	eng_free(fx->e);
+	fx->e = NULL;
+
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	expect_file(fx->e, d, "open.pt", v, SIZE);
+	free(v);
+}
+
+/*
+ * Defect 6: a chmod while the file is being written back is not lost: the
+ * write-back that copied the old mode does not count.
+ */
+static void test_chmod_during_writeback(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *v = malloc(SIZE);
+	struct eng_setattr sa = { .valid = ENG_SET_MODE, .mode = 0600 };
+	char path[PATH_MAX * 2];
+	struct stat st;
+	uint64_t d, ino, t;
+
+	fx_fill(v, SIZE, 7);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	ino = fx_put(fx->e, d, "m.pt", v, SIZE);
+	assert_int_not_equal(ino, 0);
+	/* Hold the write-back at its rename into place. */
+	persist_mirror_lock(fx->e);
+	t = start_ticket(fx->e);
+	usleep(300 * 1000);
+	assert_int_equal(eng_setattr(fx->e, ino, NULL, &sa, &st), 0);
+	persist_mirror_unlock(fx->e);
+	assert_int_equal(wait_ticket(fx->e, t), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	snprintf(path, sizeof(path), "%s/ck/m.pt", fx->persist);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	free(v);
+}
+
+/*
+ * Defects 7 and 12: a removal or rename the persist dir refused is
+ * retried; a file whose copy could not follow its new name reads on from
+ * the old place, is written again under the new one, and the old name
+ * does not come back after a remount.
+ */
+static void test_failed_mirror_repaired(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *v = malloc(SIZE);
+	uint64_t d;
+
+	fx_fill(v, SIZE, 8);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	assert_int_not_equal(fx_put(fx->e, d, "gone", v, SIZE), 0);
+	assert_int_not_equal(fx_put(fx->e, d, "a", v, SIZE), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	fx_stop(fx);
+	if (!immutable(fx, "ck", true)) {
+		immutable(fx, "ck", false);
+		skip(); /* no immutable attribute under TMPDIR */
+	}
+	immutable(fx, "ck", false);
+
+	/* Mounted again, so "a" is read from the persist dir only. */
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	assert_true(immutable(fx, "ck", true));
+	assert_int_equal(eng_unlink(fx->e, d, "gone"), 0);
+	assert_int_equal(eng_rename(fx->e, d, "a", d, "b", 0), 0);
+	expect_file(fx->e, d, "b", v, SIZE);
+	assert_true(host_exists(fx, "ck/gone"));
+	assert_true(host_exists(fx, "ck/a"));
+	assert_true(immutable(fx, "ck", false));
+
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(flush_wait(fx->e), 0); /* the retries ran */
+	assert_false(host_exists(fx, "ck/gone"));
+	assert_false(host_exists(fx, "ck/a"));
+	assert_true(host_exists(fx, "ck/b"));
+	crash(fx);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	expect_file(fx->e, d, "b", v, SIZE);
+	assert_int_equal(lookup(fx->e, d, "a", &d), -ENOENT);
+	free(v);
+}
+
+/* Defect 7: an exchange leaves each name with its own file's bytes. */
+static void test_exchange(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *v1 = malloc(SIZE), *v2 = malloc(SIZE);
+	uint64_t d;
+
+	fx_fill(v1, SIZE, 9);
+	fx_fill(v2, SIZE, 10);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	assert_int_not_equal(fx_put(fx->e, d, "a", v1, SIZE), 0);
+	assert_int_not_equal(fx_put(fx->e, d, "b", v2, SIZE), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	fx_stop(fx);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	assert_int_equal(eng_rename(fx->e, d, "a", d, "b",
+				    ENG_RENAME_EXCHANGE), 0);
+	expect_file(fx->e, d, "a", v2, SIZE);
+	expect_file(fx->e, d, "b", v1, SIZE);
+	crash(fx);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	expect_file(fx->e, d, "a", v2, SIZE);
+	expect_file(fx->e, d, "b", v1, SIZE);
+	free(v1);
+	free(v2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_rename_over_keeps_old_copy,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_open_unlinked_reads, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_one_failure_fails_alone,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_long_names, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reserved_names, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_open_writer_written_back_at_stop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chmod_during_writeback,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_mirror_repaired,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exchange, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
