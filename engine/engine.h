@@ -149,6 +149,14 @@ int eng_getattr(struct eng *e, uint64_t ino, struct stat *st);
 #define ENG_SET_ATIME_NOW (1u << 6)
 #define ENG_SET_MTIME_NOW (1u << 7)
 #define ENG_SET_CTIME (1u << 8)
+/*
+ * Clear set-user-ID of a regular file, and set-group-ID where group execute
+ * is set or the caller (kill_gid) is not of the file's group, unless
+ * ENG_SET_MODE sets the mode: the kernel's setattr_should_drop_suidgid.
+ * fs/ asks for it when an unprivileged caller writes or truncates, and on
+ * every chown, since with FUSE_CAP_HANDLE_KILLPRIV the filesystem does it.
+ */
+#define ENG_SET_KILL_SETID (1u << 9)
 
 struct eng_setattr {
 	unsigned valid; /* ENG_SET_* */
@@ -157,7 +165,10 @@ struct eng_setattr {
 	gid_t gid;
 	uint64_t size;
 	struct timespec atime, mtime, ctime;
+	gid_t kill_gid; /* ENG_SET_KILL_SETID: the caller's group */
 };
+/* kill_gid of a caller with CAP_FSETID: set-group-ID needs group execute. */
+#define ENG_KILL_PRIVILEGED ((gid_t)-1)
 
 /* Change attributes; @fp, when not NULL, is the handle a truncate came by. */
 int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
@@ -246,6 +257,14 @@ ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
 typedef int (*eng_reply_fn)(void *ctx, const struct iovec *iov, int cnt);
 int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 	     eng_reply_fn reply, void *ctx);
+
+/*
+ * A write by an unprivileged caller of group @gid: clear the file's set-ID
+ * bits as ENG_SET_KILL_SETID does.  Cheap when the file has none.  Returns
+ * 1 when the mode changed (the kernel's cached attributes are stale), 0 or
+ * -errno.
+ */
+int eng_write_kill_setid(struct eng *e, struct eng_file *fp, gid_t gid);
 
 int eng_flush(struct eng *e, struct eng_file *fp);
 int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync);

@@ -178,6 +178,8 @@ struct inode {
 	struct timespec atime;	/* protected by ns->lock */
 	struct timespec mtime;	/* ns->lock; for files: file->lock */
 	struct timespec ctime;	/* ns->lock; for files: file->lock */
+	_Atomic bool setid;	/* regular file with bits a write clears;
+				   changed under ns->lock, read anywhere */
 	uint64_t nlookup;	/* kernel references; ns->lock */
 	unsigned opens;		/* open handles; ns->lock */
 	unsigned holds;		/* engine-internal references; ns->lock */
@@ -286,6 +288,8 @@ struct inode *ns_resolve(struct ns *ns, const char *rel);
 /* Top-level directory above @in, or NULL; ns->lock held. */
 struct inode *ns_checkpoint_of(struct ns *ns, const struct inode *in);
 void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st);
+/* Set @in's mode (type bits included); ns->lock held for writing. */
+void ns_set_mode(struct inode *in, mode_t mode);
 /* Root names starting with this belong to the persist dir (lock, staging). */
 #define RFT_RESERVED_PREFIX ".reftfs-"
 bool ns_name_reserved(const struct inode *parent, const char *name);

@@ -60,6 +60,13 @@ struct inode *ns_find(struct ns *ns, uint64_t ino)
 	return in;
 }
 
+void ns_set_mode(struct inode *in, mode_t mode)
+{
+	in->mode = mode;
+	atomic_store(&in->setid,
+		     S_ISREG(mode) && (mode & (S_ISUID | S_ISGID)));
+}
+
 static void table_remove(struct ns *ns, struct inode *in)
 {
 	struct inode **pp = &ns->table[in->ino % ns->nbuckets];
@@ -94,7 +101,7 @@ struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid)
 		return NULL;
 	}
 	in->ino = ns->next_ino++;
-	in->mode = mode;
+	ns_set_mode(in, mode);
 	in->uid = uid;
 	in->gid = gid;
 	eng_now(&in->mtime);
@@ -535,7 +542,7 @@ int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 	const unsigned meta = ENG_SET_MODE | ENG_SET_UID | ENG_SET_GID |
 			      ENG_SET_ATIME | ENG_SET_MTIME |
 			      ENG_SET_ATIME_NOW | ENG_SET_MTIME_NOW |
-			      ENG_SET_CTIME;
+			      ENG_SET_CTIME | ENG_SET_KILL_SETID;
 	struct file *f = NULL;
 	struct timespec now;
 	struct inode *in;
@@ -575,7 +582,14 @@ again:
 		}
 	}
 	if (sa->valid & ENG_SET_MODE)
-		in->mode = (in->mode & S_IFMT) | (sa->mode & 07777);
+		ns_set_mode(in, (in->mode & S_IFMT) | (sa->mode & 07777));
+	else if ((sa->valid & ENG_SET_KILL_SETID) && S_ISREG(in->mode))
+		ns_set_mode(in, in->mode & ~(mode_t)(
+			S_ISUID | ((in->mode & S_IXGRP) ||
+					   (sa->kill_gid != ENG_KILL_PRIVILEGED &&
+					    sa->kill_gid != in->gid)
+				   ? S_ISGID
+				   : 0)));
 	if (sa->valid & ENG_SET_UID)
 		in->uid = sa->uid;
 	if (sa->valid & ENG_SET_GID)
@@ -620,6 +634,19 @@ out:
 	if (kick)
 		persist_kick(e);
 	return rc;
+}
+
+int eng_write_kill_setid(struct eng *e, struct eng_file *fp, gid_t gid)
+{
+	struct eng_setattr sa = { .valid = ENG_SET_KILL_SETID,
+				  .kill_gid = gid };
+	struct stat st;
+	int rc;
+
+	if (!atomic_load(&fp->inode->setid))
+		return 0;
+	rc = eng_setattr(e, 0, fp, &sa, &st);
+	return rc < 0 ? rc : 1;
 }
 
 /* Make a new entry under @parent; ns->lock held for writing. */

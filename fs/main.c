@@ -553,6 +553,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	se = fuse_session_new(&args, &rfs_oper, sizeof(rfs_oper), &rfs);
+	rfs.se = se;
 	if (!se) {
 		fprintf(stderr, "%s: bad FUSE options: %s\n", prog,
 			o.fuse_opts[0] ? o.fuse_opts : "(none)");

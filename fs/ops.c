@@ -149,6 +149,14 @@ static void rfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			sa.valid |= map[i].eng;
 	if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size < 0)
 		return (void)fuse_reply_err(req, EINVAL);
+	/* FUSE_CAP_HANDLE_KILLPRIV: clearing set-ID bits is ours to do. */
+	if ((to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) ||
+	    ((to_set & FUSE_SET_ATTR_SIZE) && fuse_req_ctx(req)->uid != 0)) {
+		sa.valid |= ENG_SET_KILL_SETID;
+		/* Root keeps set-group-ID on chown where group execute is off. */
+		sa.kill_gid = fuse_req_ctx(req)->uid ? fuse_req_ctx(req)->gid
+						     : ENG_KILL_PRIVILEGED;
+	}
 	rc = eng_setattr(rfs_of(req)->eng, ino, fi ? fh_of(fi) : NULL, &sa,
 			 &st);
 	if (rc < 0)
@@ -325,6 +333,23 @@ static void rfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	bool queued = false;
 	ssize_t n;
 
+	/*
+	 * Direct I/O writes leave clearing set-ID bits to us; libfuse 3.14
+	 * drops the kernel's FUSE_WRITE_KILL_SUIDGID, so decide as the kernel
+	 * does, with root standing for CAP_FSETID.
+	 */
+	if (fuse_req_ctx(req)->uid != 0) {
+		int rc = eng_write_kill_setid(rfs_of(req)->eng, fh_of(fi),
+					      fuse_req_ctx(req)->gid);
+
+		if (rc < 0)
+			return (void)fuse_reply_err(req, -rc);
+		/* The kernel's cached mode is stale now (never blocks here:
+		 * no writeback cache). */
+		if (rc > 0)
+			fuse_lowlevel_notify_inval_inode(rfs_of(req)->se, ino,
+							 -1, 0);
+	}
 	/* Answer before the copy: it overlaps the writer's next request. */
 	if (rbuf) {
 		n = eng_write_async(rfs_of(req)->eng, fh_of(fi), buf, size, off,

@@ -13,6 +13,7 @@
 /* What the FUSE operations need besides the engine. */
 struct rfs {
 	struct eng *eng;
+	struct fuse_session *se;	/* for notifications to the kernel */
 	bool direct_read;	/* read-only opens use direct I/O too */
 	bool mmap_direct;	/* the kernel allows mmap of direct I/O files:
 				   every open can use direct I/O */
