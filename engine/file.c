@@ -26,16 +26,33 @@
 /* Bound on re-tries when an evicted piece is evicted again before use. */
 #define LOAD_TRIES 8
 
+#define ZERO_RUN (64 * 1024)
+#define ZERO_POW 64
+
+static const uint8_t zero_run[ZERO_RUN];
+static uint32_t zero_crc[ZERO_POW]; /* CRC32C of 2^k zero bytes */
+static pthread_once_t zero_once = PTHREAD_ONCE_INIT;
+
+static void zero_crc_init(void)
+{
+	zero_crc[0] = ers_crc32c(0, zero_run, 1);
+	for (int k = 1; k < ZERO_POW; k++)
+		zero_crc[k] = ers_crc32c_combine(zero_crc[k - 1],
+						 zero_crc[k - 1], 1ULL << (k - 1));
+}
+
+/*
+ * Sparse files are mostly zeros: extend by powers of two with CRC combine,
+ * O(log^2 len) instead of O(len) (a 1 TiB hole used to take 18 s).
+ */
 uint32_t crc_zeros(uint32_t crc, uint64_t len)
 {
-	static const uint8_t zeros[64 * 1024];
-
-	while (len > 0) {
-		size_t n = len > sizeof(zeros) ? sizeof(zeros) : (size_t)len;
-
-		crc = ers_crc32c(crc, zeros, n);
-		len -= n;
-	}
+	if (len <= ZERO_RUN)
+		return ers_crc32c(crc, zero_run, (size_t)len);
+	pthread_once(&zero_once, zero_crc_init);
+	for (int k = 0; len; k++, len >>= 1)
+		if (len & 1)
+			crc = ers_crc32c_combine(crc, zero_crc[k], 1ULL << k);
 	return crc;
 }
 

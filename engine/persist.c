@@ -1621,6 +1621,44 @@ out:
 	f->crc_unverified = !ok;
 }
 
+/*
+ * Pieces that are one hole in the persisted copy stay holes: reading them
+ * costs neither memory nor I/O (SEEK_DATA; a filesystem without it reports
+ * all data, which is only slower).
+ */
+static void mark_holes(struct eng *e, int dirfd, const char *name,
+		       struct file *f)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	uint64_t off = 0;
+
+	if (fd < 0)
+		return;
+	while (off < f->size) {
+		off_t data = lseek(fd, (off_t)off, SEEK_DATA);
+		uint64_t end = data < 0 ? f->size : (uint64_t)data, first;
+		off_t hole;
+
+		/* Pieces wholly inside [off, end) are holes. */
+		first = (off + e->store.chunk_size - 1) >> e->store.chunk_shift;
+		for (uint64_t i = first; i < f->nslots; i++) {
+			uint64_t start = i << e->store.chunk_shift;
+
+			if (start + file_piece_len(e, f->size, (uint32_t)i) > end)
+				break;
+			f->slots[i] = (struct slot){ SLOT_HOLE, 0, 0,
+						     SLOT_CRC_UNKNOWN, 0 };
+		}
+		if (data < 0)
+			break;
+		hole = lseek(fd, data, SEEK_HOLE);
+		if (hole <= data)
+			break;
+		off = (uint64_t)hole;
+	}
+	close(fd);
+}
+
 static int scan_dir(struct eng *e, int dirfd, struct inode *dir, int depth);
 
 static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
@@ -1662,6 +1700,7 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 			f->slots[i] = (struct slot){
 				SLOT_PERSIST, file_piece_len(e, f->size, i), 0,
 				SLOT_CRC_UNKNOWN, 0 };
+		mark_holes(e, dirfd, name, f);
 		load_sums(e, dirfd, name, st, f);
 		f->state = ENG_STATE_PERSISTED;
 		f->copy = COPY_HOME;

@@ -475,9 +475,54 @@ static void test_exchange(void **state)
 	free(v2);
 }
 
+/*
+ * Defect 16: holes stay holes across the persist dir: reading a mostly
+ * sparse file after a remount needs no memory for its holes.
+ */
+static void test_sparse_file_after_remount(void **state)
+{
+	struct fixture *fx = *state;
+	struct eng_setattr sa = { .valid = ENG_SET_SIZE, .size = 1ULL << 30 };
+	uint8_t *got = malloc(MiB);
+	struct eng_file *fp;
+	struct eng_stats es;
+	struct stat st;
+	uint64_t d, ino = 0;
+
+	assert_int_equal(fx_start(fx, 64 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	assert_int_equal(eng_create(fx->e, d, "sparse", 0644, 0, 0,
+				    O_CREAT | O_WRONLY, &st, &fp, NULL), 0);
+	assert_int_equal(eng_setattr(fx->e, st.st_ino, fp, &sa, &st), 0);
+	assert_int_equal(eng_write(fx->e, fp, "hi", 2, 1ULL << 30), 2);
+	eng_release(fx->e, fp);
+	assert_int_equal(flush_wait(fx->e), 0);
+	fx_stop(fx);
+
+	/* 8 MiB of memory for a 1 GiB file that is one hole and "hi". */
+	assert_int_equal(fx_start(fx, 8 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	assert_int_equal(lookup(fx->e, d, "sparse", &ino), 0);
+	assert_int_equal(eng_open(fx->e, ino, O_RDONLY, &fp, NULL), 0);
+	for (uint64_t off = 0; off < (1ULL << 30); off += MiB) {
+		assert_int_equal(fx_read(fx->e, fp, got, MiB, (off_t)off), MiB);
+		assert_true(got[0] == 0 && got[MiB - 1] == 0 &&
+			    !memcmp(got, got + 1, MiB - 1));
+	}
+	assert_int_equal(fx_read(fx->e, fp, got, MiB, 1LL << 30), 2);
+	assert_memory_equal(got, "hi", 2);
+	eng_release(fx->e, fp);
+	eng_get_stats(fx->e, &es);
+	assert_int_equal(es.enospc, 0);
+	assert_true(es.chunks_used <= 1);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_sparse_file_after_remount,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename_over_keeps_old_copy,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_unlinked_reads, setup,
