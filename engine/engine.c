@@ -29,6 +29,63 @@ void eng_config_defaults(struct eng_config *cfg)
 	cfg->retry_ms = 5000;
 }
 
+/* Bytes of the files below @dir; ns->lock held. */
+static uint64_t tree_bytes(struct inode *dir)
+{
+	uint64_t n = 0;
+
+	for (struct dentry *de = dir->dir.first; de; de = de->next) {
+		struct inode *in = de->inode;
+
+		if (S_ISDIR(in->mode)) {
+			n += tree_bytes(in);
+		} else if (S_ISREG(in->mode)) {
+			pthread_rwlock_rdlock(&in->file.lock);
+			n += in->file.size;
+			pthread_rwlock_unlock(&in->file.lock);
+		}
+	}
+	return n;
+}
+
+/*
+ * What the next checkpoint will likely need, for the store's balancer:
+ * the larger of the two newest checkpoints (one may be half written),
+ * remembered when they are deleted.  --no-prefault: nothing ahead of use.
+ */
+static uint64_t next_checkpoint_bytes(void *ctx)
+{
+	struct eng *e = ctx;
+	struct inode *newest[2] = { NULL, NULL };
+	uint64_t bytes = 0;
+
+	if (e->cfg.prefault == ENG_PREFAULT_NONE)
+		return 0;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	for (struct dentry *de = e->ns.root->dir.first; de; de = de->next) {
+		struct inode *c = de->inode;
+
+		if (!S_ISDIR(c->mode))
+			continue;
+		if (!newest[0] || c->ckpt_seq > newest[0]->ckpt_seq) {
+			newest[1] = newest[0];
+			newest[0] = c;
+		} else if (!newest[1] || c->ckpt_seq > newest[1]->ckpt_seq) {
+			newest[1] = c;
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		if (newest[i]) {
+			uint64_t n = tree_bytes(newest[i]);
+
+			bytes = n > bytes ? n : bytes;
+		}
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (bytes)
+		atomic_store(&e->learned_ckpt_bytes, bytes);
+	return atomic_load(&e->learned_ckpt_bytes);
+}
+
 int eng_ctl_default_path(const char *mountpoint, char *buf, size_t size)
 {
 	uint64_t h = 14695981039346656037ULL;
@@ -111,6 +168,8 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	}
 	e->store.pressure = persist_pressure;
 	e->store.pressure_ctx = e;
+	e->store.target = next_checkpoint_bytes;
+	e->store.target_ctx = e;
 	/* Holes are read from here: zero pages, shared, never written. */
 	zeros = mmap(NULL, e->store.chunk_size, PROT_READ,
 		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -164,8 +223,9 @@ int eng_start(struct eng *e)
 {
 	int rc = copier_start(e);
 
-	if (rc == 0 && e->cfg.prefault == ENG_PREFAULT_BACKGROUND)
-		rc = store_prefault_start(&e->store);
+	/* --prefault faulted all of it in and keeps it. */
+	if (rc == 0 && e->cfg.prefault != ENG_PREFAULT_START)
+		rc = store_balance_start(&e->store);
 	if (rc == 0)
 		rc = persist_start(e);
 	if (rc == 0)
@@ -179,7 +239,7 @@ int eng_stop(struct eng *e)
 {
 	int rc;
 
-	store_prefault_stop(&e->store);
+	store_balance_stop(&e->store);
 	copier_stop(e); /* queued writes land before the last write-back */
 	rc = persist_stop(e, e->cfg.unmount_flush);
 
@@ -231,7 +291,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->chunks_used = e->store.nchunks - nfree;
 	s->mem_budget = e->store.bytes;
 	s->mem_used = s->chunks_used * s->chunk_size;
-	s->mem_prefaulted = atomic_load(&e->store.prefaulted);
+	s->mem_prefaulted = store_faulted_bytes(&e->store);
 	s->bytes_resident = s->mem_used;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	s->files = e->ns.nfiles;

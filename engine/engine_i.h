@@ -53,18 +53,38 @@ struct store {
 	void (*pressure)(void *ctx);
 	void *pressure_ctx;
 
-	pthread_t prefaulter;
-	bool prefaulting;
-	_Atomic bool prefault_stop;
-	_Atomic uint64_t prefaulted; /* bytes faulted in from the start */
+	/*
+	 * Memory the arena holds: a chunk is "faulted" once handed out or
+	 * faulted in ahead of use, until the balancer gives its pages back.
+	 * The balancer keeps about target(ctx) bytes of free chunks faulted
+	 * in for the next checkpoint and gives the rest of the free ones back.
+	 */
+	uint8_t *faulted;	  /* per chunk; protected by lock */
+	uint32_t nfaulted;	  /* protected by lock */
+	uint32_t nfaulted_free;	  /* free ones among them; lock */
+	uint64_t (*target)(void *ctx); /* called with no store lock */
+	void *target_ctx;
+	pthread_t balancer;
+	bool balancing;
+	bool balance_stop;	  /* protected by lock */
+	pthread_cond_t balance_wake; /* stop; protected by lock */
+	_Atomic uint64_t trimmed; /* bytes given back since start */
 };
 
 int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	       bool prefault);
 void store_fini(struct store *s);
-/* Fault the arena in from a low-priority thread; stopped by store_fini. */
-int store_prefault_start(struct store *s);
-void store_prefault_stop(struct store *s);
+/*
+ * Start the balancer, a low-priority thread that every STORE_BALANCE_MS
+ * faults free chunks in up to s->target() bytes and gives free chunks'
+ * memory back beyond that (with some slack).  Stopped by store_fini.
+ */
+int store_balance_start(struct store *s);
+void store_balance_stop(struct store *s);
+/* Bytes of the arena faulted in (in use or ready for use). */
+uint64_t store_faulted_bytes(struct store *s);
+/* One balancing step now; returns bytes faulted in minus given back. */
+int64_t store_balance(struct store *s);
 /*
  * Take a free chunk (refs = 1), waiting up to @wait_ms; -ENOSPC if none.
  * Sleeps: call it with no namespace or file lock held.
@@ -257,6 +277,7 @@ struct eng {
 	struct eng_counters cnt;
 	struct copier copier;
 	const uint8_t *zeros; /* chunk_size bytes of zeros, for holes */
+	_Atomic uint64_t learned_ckpt_bytes; /* see next_checkpoint_bytes */
 };
 
 struct eng_file {

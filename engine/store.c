@@ -48,17 +48,11 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	if (madvise(s->base, s->bytes, MADV_HUGEPAGE) < 0)
 		rft_info("no transparent huge pages for the arena: %s",
 			 strerror(errno));
-	if (prefault) {
-		if (madvise(s->base, s->bytes, MADV_POPULATE_WRITE) < 0)
-			rft_warn("prefault of %llu bytes failed: %s",
-				 (unsigned long long)s->bytes, strerror(errno));
-		else
-			s->prefaulted = s->bytes;
-	}
 
 	s->refs = calloc(n, sizeof(*s->refs));
 	s->free_stack = malloc(n * sizeof(*s->free_stack));
-	if (!s->refs || !s->free_stack) {
+	s->faulted = calloc(n, 1);
+	if (!s->refs || !s->free_stack || !s->faulted) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -66,6 +60,15 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	for (uint32_t i = 0; i < n; i++)
 		s->free_stack[i] = (uint32_t)(n - 1 - i);
 	s->nfree = (uint32_t)n;
+	if (prefault) {
+		if (madvise(s->base, s->bytes, MADV_POPULATE_WRITE) < 0) {
+			rft_warn("prefault of %llu bytes failed: %s",
+				 (unsigned long long)s->bytes, strerror(errno));
+		} else {
+			memset(s->faulted, 1, n);
+			s->nfaulted = s->nfaulted_free = (uint32_t)n;
+		}
+	}
 
 	pthread_mutex_init(&s->lock, NULL);
 	{
@@ -74,6 +77,7 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 		pthread_condattr_init(&ca);
 		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 		pthread_cond_init(&s->freed, &ca);
+		pthread_cond_init(&s->balance_wake, &ca);
 		pthread_condattr_destroy(&ca);
 	}
 	return 0;
@@ -81,69 +85,185 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 fail:
 	free((void *)s->refs);
 	free(s->free_stack);
+	free(s->faulted);
 	munmap(s->base, s->bytes);
 	memset(s, 0, sizeof(*s));
 	return rc;
 }
 
-#define PREFAULT_STEP (64ULL << 20)
+#define BALANCE_MS 500
+#define BALANCE_STEP (64ULL << 20) /* bytes per step, either way */
 
-static void *prefault_main(void *arg)
+uint64_t store_faulted_bytes(struct store *s)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&s->lock);
+	n = s->nfaulted;
+	pthread_mutex_unlock(&s->lock);
+	return n << s->chunk_shift;
+}
+
+/* Fault in up to @max free chunks, those handed out next first. */
+static uint32_t fault_in(struct store *s, uint32_t max)
+{
+	uint32_t *ids = malloc(max * sizeof(*ids)), n = 0;
+
+	if (!ids)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = s->nfree; i-- > 0 && n < max;) {
+		uint32_t id = s->free_stack[i];
+
+		if (!s->faulted[id]) {
+			s->faulted[id] = 1;
+			s->nfaulted++;
+			s->nfaulted_free++;
+			ids[n++] = id;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	/*
+	 * No lock: a writer may take one of these meanwhile, which is fine:
+	 * populating writes nothing, it only faults pages in.
+	 */
+	for (uint32_t i = 0; i < n; i++)
+		if (madvise(store_ptr(s, ids[i]), s->chunk_size,
+			    MADV_POPULATE_WRITE) < 0) {
+			rft_info("prefault stopped: %s", strerror(errno));
+			break;
+		}
+	free(ids);
+	return n;
+}
+
+/*
+ * Give back the memory of up to @max free chunks, coldest first (the
+ * bottom of the stack).  They leave the stack while their pages go, so no
+ * writer can take one in the middle, and come back at the bottom.
+ */
+static uint32_t give_back(struct store *s, uint32_t max)
+{
+	uint32_t *ids = malloc(max * sizeof(*ids)), n = 0, k = 0;
+
+	if (!ids)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = 0; i < s->nfree; i++) {
+		uint32_t id = s->free_stack[i];
+
+		if (s->faulted[id] && n < max)
+			ids[n++] = id;
+		else
+			s->free_stack[k++] = id;
+	}
+	s->nfree = k;
+	pthread_mutex_unlock(&s->lock);
+	for (uint32_t i = 0; i < n; i++)
+		madvise(store_ptr(s, ids[i]), s->chunk_size, MADV_DONTNEED);
+	pthread_mutex_lock(&s->lock);
+	memmove(s->free_stack + n, s->free_stack,
+		(size_t)s->nfree * sizeof(*s->free_stack));
+	for (uint32_t i = 0; i < n; i++) {
+		s->faulted[ids[i]] = 0;
+		s->free_stack[i] = ids[i];
+	}
+	s->nfree += n;
+	s->nfaulted -= n;
+	s->nfaulted_free -= n;
+	if (s->waiters)
+		pthread_cond_broadcast(&s->freed);
+	pthread_mutex_unlock(&s->lock);
+	free(ids);
+	atomic_fetch_add(&s->trimmed, (uint64_t)n << s->chunk_shift);
+	return n;
+}
+
+int64_t store_balance(struct store *s)
+{
+	uint64_t want = s->target ? s->target(s->target_ctx) : 0;
+	uint32_t target, slack, have, step;
+
+	step = (uint32_t)(BALANCE_STEP >> s->chunk_shift);
+	target = want >> s->chunk_shift > s->nchunks
+			 ? s->nchunks
+			 : (uint32_t)(want >> s->chunk_shift);
+	/* Hysteresis: a checkpoint's size wobbles; do not chase it. */
+	slack = target / 8 > step ? target / 8 : step;
+	pthread_mutex_lock(&s->lock);
+	have = s->nfaulted_free;
+	pthread_mutex_unlock(&s->lock);
+	if (have < target)
+		return (int64_t)fault_in(s, target - have < step ? target - have
+								 : step)
+		       << s->chunk_shift;
+	if (have > target + slack)
+		return -((int64_t)give_back(s, have - target - slack < step
+						       ? have - target - slack
+						       : step)
+			 << s->chunk_shift);
+	return 0;
+}
+
+static void *balance_main(void *arg)
 {
 	struct store *s = arg;
+	struct timespec ts;
 	sigset_t sigs;
 
 	sigfillset(&sigs);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	/* Let writers and the FUSE threads go first. */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-	/* Low chunk indices are handed out first: fault those first. */
-	while (!atomic_load(&s->prefault_stop) && s->prefaulted < s->bytes) {
-		uint64_t off = s->prefaulted;
-		uint64_t n = s->bytes - off < PREFAULT_STEP ? s->bytes - off
-							    : PREFAULT_STEP;
+	pthread_mutex_lock(&s->lock);
+	while (!s->balance_stop) {
+		int64_t moved;
 
-		/* Pages already present (in use) are left as they are. */
-		if (madvise(s->base + off, n, MADV_POPULATE_WRITE) < 0) {
-			rft_info("background prefault stopped at %llu bytes: %s",
-				 (unsigned long long)off, strerror(errno));
-			break;
-		}
-		atomic_store(&s->prefaulted, off + n);
+		pthread_mutex_unlock(&s->lock);
+		moved = store_balance(s);
+		pthread_mutex_lock(&s->lock);
+		if (moved != 0)
+			continue; /* more to do: go on at once */
+		store_deadline(BALANCE_MS, &ts);
+		pthread_cond_timedwait(&s->balance_wake, &s->lock, &ts);
 	}
+	pthread_mutex_unlock(&s->lock);
 	return NULL;
 }
 
-int store_prefault_start(struct store *s)
+int store_balance_start(struct store *s)
 {
 	int rc;
 
-	if (s->prefaulted >= s->bytes)
-		return 0;
-	atomic_store(&s->prefault_stop, false);
-	rc = -pthread_create(&s->prefaulter, NULL, prefault_main, s);
-	s->prefaulting = rc == 0;
+	s->balance_stop = false;
+	rc = -pthread_create(&s->balancer, NULL, balance_main, s);
+	s->balancing = rc == 0;
 	return rc;
 }
 
-void store_prefault_stop(struct store *s)
+void store_balance_stop(struct store *s)
 {
-	if (!s->prefaulting)
+	if (!s->balancing)
 		return;
-	atomic_store(&s->prefault_stop, true);
-	pthread_join(s->prefaulter, NULL);
-	s->prefaulting = false;
+	pthread_mutex_lock(&s->lock);
+	s->balance_stop = true;
+	pthread_cond_signal(&s->balance_wake);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->balancer, NULL);
+	s->balancing = false;
 }
 
 void store_fini(struct store *s)
 {
 	if (!s->base)
 		return;
-	store_prefault_stop(s);
+	store_balance_stop(s);
+	pthread_cond_destroy(&s->balance_wake);
 	pthread_cond_destroy(&s->freed);
 	pthread_mutex_destroy(&s->lock);
 	free((void *)s->refs);
 	free(s->free_stack);
+	free(s->faulted);
 	munmap(s->base, s->bytes);
 	memset(s, 0, sizeof(*s));
 }
@@ -154,6 +274,12 @@ static bool pop_locked(struct store *s, uint32_t *id)
 		return false;
 	*id = s->free_stack[--s->nfree];
 	atomic_store_explicit(&s->refs[*id], 1, memory_order_release);
+	if (s->faulted[*id]) {
+		s->nfaulted_free--;
+	} else {
+		s->faulted[*id] = 1; /* its writer faults it in */
+		s->nfaulted++;
+	}
 	return true;
 }
 
@@ -231,6 +357,7 @@ void store_put(struct store *s, uint32_t id)
 		return;
 	pthread_mutex_lock(&s->lock);
 	s->free_stack[s->nfree++] = id;
+	s->nfaulted_free++;
 	if (s->waiters)
 		pthread_cond_broadcast(&s->freed);
 	pthread_mutex_unlock(&s->lock);

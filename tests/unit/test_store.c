@@ -10,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <stdlib.h>
+#include <sys/mman.h>
+
 #include <cmocka.h>
 
 #include "engine_i.h"
@@ -127,24 +130,87 @@ static void test_waiter_is_woken(void **state)
 	store_fini(&s);
 }
 
-static void test_background_prefault(void **state)
+static uint64_t target_of(void *ctx)
 {
+	return atomic_load((_Atomic uint64_t *)ctx);
+}
+
+/* Resident pages of chunk @id, by mincore(): the kernel's word, not ours. */
+static size_t resident_pages(struct store *s, uint32_t id)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = s->chunk_size / pg, r = 0;
+	unsigned char *v = malloc(n);
+
+	assert_int_equal(mincore(store_ptr(s, id), s->chunk_size, v), 0);
+	for (size_t i = 0; i < n; i++)
+		r += v[i] & 1;
+	free(v);
+	return r;
+}
+
+static size_t resident_chunks(struct store *s)
+{
+	size_t n = 0;
+
+	for (uint32_t id = 0; id < s->nchunks; id++)
+		n += resident_pages(s, id) > 0;
+	return n;
+}
+
+static uint64_t wait_faulted(struct store *s, uint64_t lo, uint64_t hi)
+{
+	uint64_t b = 0;
+
+	for (int i = 0; i < 500; i++) {
+		b = store_faulted_bytes(s);
+		if (b >= lo && b <= hi)
+			break;
+		usleep(10 * 1000);
+	}
+	return b;
+}
+
+/*
+ * The balancer faults in what the next checkpoint needs and gives the
+ * memory of free chunks back beyond that, never touching chunks in use.
+ */
+static void test_balancer(void **state)
+{
+	_Atomic uint64_t target = 64 * MiB;
 	struct store s;
 	uint32_t id;
+	uint64_t b;
 
 	assert_int_equal(store_init(&s, 256 * MiB, MiB, false), 0);
-	assert_int_equal(s.prefaulted, 0);
-	assert_int_equal(store_prefault_start(&s), 0);
+	s.target = target_of;
+	s.target_ctx = (void *)&target;
+	assert_int_equal(store_faulted_bytes(&s), 0);
+	assert_int_equal(resident_chunks(&s), 0);
+	assert_int_equal(store_balance_start(&s), 0);
 	/* Chunks stay usable while it runs. */
 	assert_int_equal(store_alloc(&s, 0, &id), 0);
 	memset(store_ptr(&s, id), 0x5a, MiB);
-	for (int i = 0; i < 500 && atomic_load(&s.prefaulted) < s.bytes; i++)
+	b = wait_faulted(&s, 65 * MiB, 65 * MiB);
+	assert_int_equal(b, 65 * MiB); /* in use + target free */
+	/* Counted first, then populated: give the madvise calls time. */
+	for (int i = 0; i < 500 && resident_chunks(&s) < 65; i++)
 		usleep(10 * 1000);
-	assert_int_equal(atomic_load(&s.prefaulted), s.bytes);
-	/* Populating did not touch data already there. */
+	assert_true(resident_chunks(&s) >= 65);
+	assert_true(resident_chunks(&s) <= 66);
+
+	/* All of it, then nothing: free memory goes back, data stays. */
+	atomic_store(&target, 256 * MiB);
+	assert_int_equal(wait_faulted(&s, 256 * MiB, 256 * MiB), 256 * MiB);
+	atomic_store(&target, 0);
+	b = wait_faulted(&s, 0, 65 * MiB);
+	assert_true(b <= 65 * MiB); /* the slack is one 64 MiB step */
+	assert_true(resident_chunks(&s) <= 66);
 	assert_int_equal(store_ptr(&s, id)[MiB - 1], 0x5a);
-	store_prefault_stop(&s);
-	store_prefault_stop(&s); /* twice is fine */
+	assert_true(resident_pages(&s, id) > 0);
+	assert_true(atomic_load(&s.trimmed) >= 190 * MiB);
+	store_balance_stop(&s);
+	store_balance_stop(&s); /* twice is fine */
+	store_put(&s, id);
 	store_fini(&s);
 }
 
@@ -155,7 +221,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_all_then_enospc),
 		cmocka_unit_test(test_refs),
 		cmocka_unit_test(test_waiter_is_woken),
-		cmocka_unit_test(test_background_prefault),
+		cmocka_unit_test(test_balancer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
