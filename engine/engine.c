@@ -436,10 +436,10 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 		pthread_rwlock_unlock(&f->lock);
 	} else if (S_ISLNK(in->mode)) {
 		c->ei.size = strlen(in->target);
-		c->ei.state = in->sym_persisted ? ENG_STATE_PERSISTED
+		c->ei.state = in->node_persisted ? ENG_STATE_PERSISTED
 						: ENG_STATE_SEALED;
 		c->ei.crc = ENG_CRC_FINAL;
-		c->ei.in_persist = in->sym_persisted;
+		c->ei.in_persist = in->node_persisted;
 	} else {
 		c->ei.state = ENG_STATE_SEALED;
 		c->ei.crc = ENG_CRC_FINAL;

@@ -175,14 +175,17 @@ int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
 		const struct eng_setattr *sa, struct stat *st);
 
 /* New entries belong to @uid/@gid; @mode carries the file type bits. */
+/* Regular files, FIFOs, sockets, and device nodes (@rdev). */
 int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	      uid_t uid, gid_t gid, struct stat *st);
+	      dev_t rdev, uid_t uid, gid_t gid, struct stat *st);
 int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 	      uid_t uid, gid_t gid, struct stat *st);
 int eng_symlink(struct eng *e, uint64_t parent, const char *name,
 		const char *target, uid_t uid, gid_t gid, struct stat *st);
 /* Copy the target (not NUL-terminated) into @buf; returns its length. */
 int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size);
+/* Hard links, of anything but directories; at most RFT_LINK_MAX names. */
+#define RFT_LINK_MAX 65000
 int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
 	     const char *newname, struct stat *st);
 int eng_unlink(struct eng *e, uint64_t parent, const char *name);

@@ -177,6 +177,8 @@ struct file {
 struct dentry {
 	char *name;
 	struct inode *inode;
+	struct inode *dir;		/* the directory it is in */
+	struct dentry *lnext;		/* the inode's next name (hard links) */
 	struct dentry *hnext;		/* hash chain in the parent */
 	struct dentry *prev, *next;	/* insertion order, for readdir */
 };
@@ -204,12 +206,18 @@ struct inode {
 	unsigned opens;		/* open handles; ns->lock */
 	unsigned holds;		/* engine-internal references; ns->lock */
 
-	/* Where it was last linked: a path for persist and admin. */
-	struct inode *parent;	/* ns->lock; NULL once unlinked */
-	struct dentry *dentry;	/* ns->lock */
+	/*
+	 * Its names: dentry is the primary one (the path persist and admin
+	 * use, where a file's copy lives), the others follow on lnext; parent
+	 * is the primary's directory.  ns->lock; NULL once unlinked.
+	 */
+	struct inode *parent;
+	struct dentry *dentry;
 
 	uint64_t ckpt_seq;	/* top-level directories: creation order */
-	bool sym_persisted;	/* symlinks: a copy is in the persist dir */
+	dev_t rdev;		/* device nodes */
+	bool node_persisted;	/* symlinks, FIFOs, sockets, devices: in the
+				   persist dir under every name; ns->lock */
 
 	struct inode *hnext;	/* inode hash chain; ns->lock */
 	union {
@@ -297,8 +305,15 @@ void ns_fini(struct eng *e);
 /* Find a live inode; caller holds ns->lock. */
 struct inode *ns_find(struct ns *ns, uint64_t ino);
 struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid);
+/*
+ * Give @child the name @name in @dir: as its primary name if @primary (or
+ * it has none), else as one more (a hard link).  ns->lock held.
+ */
 int ns_link_child(struct eng *e, struct inode *dir, const char *name,
-		  struct inode *child);
+		  struct inode *child, bool primary);
+/* Path of @de relative to the root into @buf; ns->lock held. */
+int ns_dentry_path(struct ns *ns, const struct dentry *de, char *buf,
+		   size_t size);
 struct dentry *ns_dir_find(struct dir *d, const char *name);
 /* Drop an engine-internal hold taken with ns->lock held (holds++). */
 void ns_unhold(struct eng *e, struct inode *in);
@@ -394,9 +409,15 @@ int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
  */
 void persist_mirror_lock(struct eng *e);
 void persist_mirror_unlock(struct eng *e);
-/* @in was unlinked from @rel (a directory when @dir); @open: still open. */
+/*
+ * @in was unlinked from @rel (a directory when @dir).  @open: it may still
+ * be read (open, or it has other names); @last: it has no name left.
+ */
 void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
-			   bool dir, bool open);
+			   bool dir, bool open, bool last);
+/* @in, whose primary name is @from, got the name @to as well. */
+void persist_mirror_link(struct eng *e, struct inode *in, const char *from,
+			 const char *to);
 /*
  * @src moved from @from to @to; @dst is what @to named before (NULL if
  * nothing), now at @from for an exchange, else unlinked (@dst_open: it is

@@ -434,7 +434,7 @@ again:
 		}
 		if (dir->mode & S_ISGID)
 			in->gid = dir->gid;
-		rc = ns_link_child(e, dir, name, in);
+		rc = ns_link_child(e, dir, name, in, true);
 		if (rc < 0) {
 			in->holds++;
 			pthread_rwlock_unlock(&e->ns.lock);

@@ -179,7 +179,7 @@ static int dir_grow(struct dir *d)
 }
 
 int ns_link_child(struct eng *e, struct inode *dir, const char *name,
-		  struct inode *child)
+		  struct inode *child, bool primary)
 {
 	struct dir *d = &dir->dir;
 	struct dentry *de;
@@ -193,6 +193,7 @@ int ns_link_child(struct eng *e, struct inode *dir, const char *name,
 		return -ENOMEM;
 	}
 	de->inode = child;
+	de->dir = dir;
 	b = name_hash(name) % d->nbuckets;
 	de->hnext = d->table[b];
 	d->table[b] = de;
@@ -205,8 +206,17 @@ int ns_link_child(struct eng *e, struct inode *dir, const char *name,
 	d->count++;
 
 	child->nlink++;
-	child->parent = dir;
-	child->dentry = de;
+	if (primary || !child->dentry) {
+		de->lnext = child->dentry;
+		child->dentry = de;
+		child->parent = dir;
+	} else {
+		struct dentry **pp = &child->dentry->lnext;
+
+		while (*pp)
+			pp = &(*pp)->lnext;
+		*pp = de;
+	}
 	if (S_ISDIR(child->mode)) {
 		d->nsubdirs++;
 		if (dir == e->ns.root && child->ckpt_seq == 0)
@@ -239,10 +249,13 @@ static void unlink_dentry(struct eng *e, struct inode *dir, struct dentry *de,
 		d->nsubdirs--;
 
 	child->nlink--;
-	if (child->dentry == de) {
-		child->dentry = NULL;
-		child->parent = NULL;
-	}
+	for (struct dentry **lp = &child->dentry; *lp; lp = &(*lp)->lnext)
+		if (*lp == de) {
+			*lp = de->lnext;
+			break;
+		}
+	/* Another name, if any, becomes the primary one. */
+	child->parent = child->dentry ? child->dentry->dir : NULL;
 	free(de->name);
 	free(de);
 	if (free_inode)
@@ -320,6 +333,23 @@ void ns_fini(struct eng *e)
 	free(ns->table);
 	ns->table = NULL;
 	pthread_rwlock_destroy(&ns->lock);
+}
+
+int ns_dentry_path(struct ns *ns, const struct dentry *de, char *buf,
+		   size_t size)
+{
+	size_t len;
+	int rc = ns_path(ns, de->dir, buf, size);
+
+	if (rc < 0)
+		return rc;
+	len = strlen(buf);
+	if (len + strlen(de->name) + 2 > size)
+		return -ENAMETOOLONG;
+	if (len)
+		buf[len++] = '/';
+	strcpy(buf + len, de->name);
+	return 0;
 }
 
 int ns_path(struct ns *ns, const struct inode *in, char *buf, size_t size)
@@ -436,6 +466,7 @@ void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st)
 		pthread_rwlock_unlock(&f->lock);
 	} else {
 		st->st_nlink = in->nlink;
+		st->st_rdev = in->rdev;
 		st->st_size = S_ISLNK(in->mode) ? (off_t)strlen(in->target) : 0;
 		st->st_mtim = in->mtime;
 		st->st_ctim = in->ctime;
@@ -622,8 +653,9 @@ again:
 		pthread_rwlock_unlock(&f->lock);
 	} else {
 		set_times(in, sa, &now);
-		if (S_ISLNK(in->mode) && in->sym_persisted) {
-			in->sym_persisted = false;
+		/* Directories and nodes: their metadata goes again. */
+		if (in->node_persisted) {
+			in->node_persisted = false;
 			kick = true;
 		}
 	}
@@ -673,7 +705,7 @@ static int make_entry(struct eng *e, uint64_t parent, const char *name,
 		if (S_ISDIR(mode))
 			in->mode |= S_ISGID;
 	}
-	rc = ns_link_child(e, dir, name, in);
+	rc = ns_link_child(e, dir, name, in, true);
 	if (rc < 0) {
 		in->nlink = 0;
 		maybe_free(e, in);
@@ -685,18 +717,22 @@ static int make_entry(struct eng *e, uint64_t parent, const char *name,
 }
 
 int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	      uid_t uid, gid_t gid, struct stat *st)
+	      dev_t rdev, uid_t uid, gid_t gid, struct stat *st)
 {
 	struct inode *in;
 	int rc;
 
-	/* Checkpoints hold files; devices, FIFOs and sockets have no use. */
-	if (!S_ISREG(mode))
-		return -EPERM;
+	/* As tmpfs: files, FIFOs, sockets and device nodes. */
+	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) &&
+	    !S_ISCHR(mode) && !S_ISBLK(mode))
+		return -EINVAL;
 	pthread_rwlock_wrlock(&e->ns.lock);
 	rc = make_entry(e, parent, name, mode, uid, gid, &in);
 	if (rc == 0) {
-		in->file.state = ENG_STATE_SEALED;
+		if (S_ISREG(mode))
+			in->file.state = ENG_STATE_SEALED;
+		else if (S_ISCHR(mode) || S_ISBLK(mode))
+			in->rdev = rdev;
 		in->nlookup++;
 		ns_fill_stat(e, in, st);
 	}
@@ -773,17 +809,6 @@ int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
 	return rc;
 }
 
-int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
-	     const char *newname, struct stat *st)
-{
-	/*
-	 * A second name would need a second copy, or a link, in the persist
-	 * dir and a rule for which name owns the file's checkpoint; no
-	 * checkpoint writer we know of makes hard links.
-	 */
-	return -EPERM;
-}
-
 /* Path of @parent/@name relative to the root; ns->lock held. */
 static int child_path(struct eng *e, struct inode *parent, const char *name,
 		      char *buf, size_t size)
@@ -802,13 +827,65 @@ static int child_path(struct eng *e, struct inode *parent, const char *name,
 	return 0;
 }
 
+int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
+	     const char *newname, struct stat *st)
+{
+	char from[PATH_MAX], to[PATH_MAX];
+	struct inode *in, *dir;
+	bool mirror = false;
+	int rc;
+
+	persist_mirror_lock(e);
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISDIR(in->mode)) {
+		rc = -EPERM;
+		goto out;
+	}
+	if (!in || in->nlink == 0) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (in->nlink >= RFT_LINK_MAX) {
+		rc = -EMLINK;
+		goto out;
+	}
+	rc = get_dir(e, newparent, &dir);
+	if (rc == 0)
+		rc = ns_name_check(e, dir, newname, in->mode);
+	if (rc == 0 && ns_dir_find(&dir->dir, newname))
+		rc = -EEXIST;
+	if (rc < 0)
+		goto out;
+	mirror = ns_path(&e->ns, in, from, sizeof(from)) == 0 &&
+		 child_path(e, dir, newname, to, sizeof(to)) == 0;
+	/* One more name; the primary one, where its copy lives, stays. */
+	rc = ns_link_child(e, dir, newname, in, false);
+	if (rc < 0)
+		goto out;
+	touch_dir(dir);
+	eng_now(&in->ctime);
+	in->nlookup++;
+	in->holds++;
+	ns_fill_stat(e, in, st);
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc == 0) {
+		if (mirror)
+			persist_mirror_link(e, in, from, to);
+		ns_unhold(e, in);
+	}
+	persist_mirror_unlock(e);
+	return rc;
+}
+
 static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 			bool want_dir)
 {
 	char rel[PATH_MAX];
 	struct inode *dir, *in = NULL;
 	struct dentry *de;
-	bool open = false;
+	bool open = false, last = true;
 	int rc;
 
 	persist_mirror_lock(e);
@@ -840,12 +917,16 @@ static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 	in->holds++;
 	open = in->opens > 0;
 	unlink_dentry(e, dir, de, true);
+	last = in->nlink == 0;
+	if (!last)
+		eng_now(&in->ctime);
 	touch_dir(dir);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0) {
 		if (rel[0])
-			persist_mirror_unlink(e, in, rel, want_dir, open);
+			persist_mirror_unlink(e, in, rel, want_dir,
+					      open || !last, last);
 		ns_unhold(e, in);
 	}
 	persist_mirror_unlock(e);
@@ -956,13 +1037,22 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 	}
 
 	if (flags & ENG_RENAME_EXCHANGE) {
-		/* Swap what the two dentries point at. */
+		/* Swap what the two dentries point at, in each name list. */
+		struct dentry **sp = &src->dentry, **dp = &dst->dentry;
+		struct dentry *sn = sde->lnext, *dn = dde->lnext;
+
+		while (*sp != sde)
+			sp = &(*sp)->lnext;
+		while (*dp != dde)
+			dp = &(*dp)->lnext;
+		*sp = dde;
+		dde->lnext = sn;
+		*dp = sde;
+		sde->lnext = dn;
 		sde->inode = dst;
 		dde->inode = src;
-		dst->parent = sdir;
-		dst->dentry = sde;
-		src->parent = ddir;
-		src->dentry = dde;
+		src->parent = src->dentry->dir;
+		dst->parent = dst->dentry->dir;
 		if (S_ISDIR(src->mode) != S_ISDIR(dst->mode)) {
 			if (S_ISDIR(src->mode)) {
 				sdir->dir.nsubdirs--;
@@ -976,12 +1066,12 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 		/* Link the new name first: failing that, nothing changed. */
 		if (dde)
 			unlink_dentry(e, ddir, dde, true);
-		rc = ns_link_child(e, ddir, newname, src);
+		rc = ns_link_child(e, ddir, newname, src, sde == src->dentry);
 		if (rc < 0) {
 			mirror = false;
 			goto out;
 		}
-		/* src->dentry is the new name now, so this keeps it. */
+		/* The new name took the old one's place among src's names. */
 		unlink_dentry(e, sdir, sde, false);
 	}
 	if (ddir == e->ns.root && S_ISDIR(src->mode) && src->ckpt_seq == 0)

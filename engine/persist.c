@@ -664,6 +664,87 @@ static int write_sum(struct eng *e, struct snap *s, const char *tmp,
 }
 
 /*
+ * Make @to a hard link of @from in the persist dir (and the sidecars, for
+ * files), replacing what was there; mirror lock held.
+ */
+static int link_name(struct eng *e, struct inode *in, const char *from,
+		     const char *to)
+{
+	struct persist *p = e->persist;
+	char tmp[64], sfrom[PATH_MAX + 16], sto[PATH_MAX + 16];
+	struct stat a, b;
+	int rc;
+
+	/* Already one file: rename() would do nothing and leave tmp. */
+	if (fstatat(p->dirfd, from, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    fstatat(p->dirfd, to, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+		return 0;
+	rc = park_away_owner(e, to);
+	if (rc == 0)
+		rc = make_parents(p->dirfd, to);
+	if (rc < 0)
+		return rc;
+	snprintf(tmp, sizeof(tmp), TMP_DIR "/%llu.link",
+		 (unsigned long long)in->ino);
+	unlinkat(p->dirfd, tmp, 0);
+	if (linkat(p->dirfd, from, p->dirfd, tmp, 0) < 0)
+		return -errno;
+	if (renameat(p->dirfd, tmp, p->dirfd, to) < 0) {
+		rc = -errno;
+		unlinkat(p->dirfd, tmp, 0);
+		return rc;
+	}
+	if (S_ISREG(in->mode) && sum_name(from, sfrom, sizeof(sfrom)) == 0 &&
+	    sum_name(to, sto, sizeof(sto)) == 0) {
+		unlinkat(p->dirfd, sto, 0);
+		/* No sidecar to link is no error: it stays unverified. */
+		if (linkat(p->dirfd, sfrom, p->dirfd, sto, 0) < 0 &&
+		    errno != ENOENT)
+			rft_dbg("persist: cannot link %s: %s", sto,
+				strerror(errno));
+	}
+	return 0;
+}
+
+/* Give @in's other names (hard links) what is now at @rel. */
+static int relink_aliases(struct eng *e, struct inode *in, const char *rel)
+{
+	char **paths = NULL;
+	size_t n = 0, i = 0;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	for (struct dentry *de = in->dentry ? in->dentry->lnext : NULL; de;
+	     de = de->lnext)
+		n++;
+	if (n)
+		paths = calloc(n, sizeof(*paths));
+	for (struct dentry *de = in->dentry ? in->dentry->lnext : NULL;
+	     de && paths; de = de->lnext) {
+		char buf[PATH_MAX];
+
+		if (ns_dentry_path(&e->ns, de, buf, sizeof(buf)) == 0)
+			paths[i++] = strdup(buf);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (n && !paths)
+		return -ENOMEM;
+	for (size_t k = 0; k < i; k++) {
+		int r = paths[k] ? link_name(e, in, rel, paths[k]) : -ENOMEM;
+
+		if (r < 0 && !rc) {
+			rc = r;
+			set_error(e->persist, r, "cannot link",
+				  paths[k] ? paths[k] : rel);
+		}
+		free(paths[k]);
+	}
+	free(paths);
+	return rc;
+}
+
+/*
  * Move the finished temporaries into place under the file's current name:
  * data first, then its sums (a sidecar is trusted only beside the data it
  * describes, so a crash between the two loses checksums, never data).
@@ -718,6 +799,7 @@ static int commit(struct eng *e, struct inode *in, const char *tmp,
 			queue_op(p, old, false);
 		set_copy(e, in, COPY_HOME, NULL);
 	}
+	rc = relink_aliases(e, in, rel);
 out:
 	persist_mirror_unlock(e);
 	return rc;
@@ -761,13 +843,17 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 	if (rc == 0) {
 		struct timespec times[2] = { s.mtime, s.mtime };
 
+		/*
+		 * Ownership is kept where we may set it (root, NFS
+		 * no_root_squash); before the mode, since a chown clears
+		 * set-ID bits.
+		 */
+		if (geteuid() == 0 && fchown(fd, s.uid, s.gid) < 0)
+			rft_dbg("persist: cannot chown %s: %s", s.rel,
+				strerror(errno));
 		if (fchmod(fd, s.mode & 07777) < 0 ||
 		    futimens(fd, times) < 0)
 			rc = -errno;
-		/* Ownership is kept where we may set it (root, NFS no_root_squash). */
-		if (rc == 0 && geteuid() == 0 && fchown(fd, s.uid, s.gid) < 0)
-			rft_dbg("persist: cannot chown %s: %s", s.rel,
-				strerror(errno));
 	}
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
@@ -810,30 +896,104 @@ out:
 	return rc < 0 ? rc : 0;
 }
 
-static int persist_symlink(struct eng *e, struct inode *in)
+/* Mode, owner and times of @rel as the namespace has them (chown first). */
+static int set_meta(struct persist *p, const char *rel, mode_t mode, uid_t uid,
+		    gid_t gid, const struct timespec *times)
+{
+	if (geteuid() == 0 &&
+	    fchownat(p->dirfd, rel, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (!S_ISLNK(mode) && fchmodat(p->dirfd, rel, mode & 07777, 0) < 0)
+		return -errno;
+	if (utimensat(p->dirfd, rel, times, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * A directory's mode, owner and times, empty or not (the persist dir's
+ * own times move as entries come and go: they are set when its metadata
+ * changes, and are the persist dir's otherwise).
+ */
+static int persist_dir_meta(struct eng *e, struct inode *in)
 {
 	struct persist *p = e->persist;
-	char tmp[64], target[PATH_MAX];
-	struct snap s;
+	struct timespec times[2];
+	char rel[PATH_MAX];
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
 	int rc;
 
 	pthread_rwlock_rdlock(&e->ns.lock);
-	rc = ns_path(&e->ns, in, s.rel, sizeof(s.rel));
+	rc = ns_path(&e->ns, in, rel, sizeof(rel));
+	mode = in->mode;
+	uid = in->uid;
+	gid = in->gid;
+	times[0] = in->atime;
+	times[1] = in->mtime;
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc == -ENOENT)
+		return 0;
+	persist_mirror_lock(e);
 	if (rc == 0)
+		rc = make_parents(p->dirfd, rel);
+	if (rc == 0 && mkdirat(p->dirfd, rel, 0700) < 0 && errno != EEXIST)
+		rc = -errno;
+	if (rc == 0)
+		rc = set_meta(p, rel, mode, uid, gid, times);
+	persist_mirror_unlock(e);
+	if (rc < 0) {
+		set_error(p, rc, "cannot write back directory", rel);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in->node_persisted = true;
+	pthread_rwlock_unlock(&e->ns.lock);
+	add_progress(p, 1, 0);
+	return 0;
+}
+
+/* Write back a symlink, FIFO, socket or device node, under all its names. */
+static int persist_node(struct eng *e, struct inode *in)
+{
+	struct persist *p = e->persist;
+	char tmp[64], rel[PATH_MAX], target[PATH_MAX];
+	struct timespec times[2];
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
+	dev_t rdev;
+	int rc;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	rc = ns_path(&e->ns, in, rel, sizeof(rel));
+	if (rc == 0 && S_ISLNK(in->mode))
 		snprintf(target, sizeof(target), "%s", in->target);
+	mode = in->mode;
+	uid = in->uid;
+	gid = in->gid;
+	rdev = in->rdev;
+	times[0] = in->atime;
+	times[1] = in->mtime;
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == -ENOENT)
 		return 0; /* unlinked meanwhile */
 	if (rc < 0) {
-		set_error(p, rc, "cannot write back", "a symlink");
+		set_error(p, rc, "cannot write back", "a node");
 		return rc;
 	}
-	snprintf(tmp, sizeof(tmp), TMP_DIR "/%llu.lnk",
+	snprintf(tmp, sizeof(tmp), TMP_DIR "/%llu.node",
 		 (unsigned long long)in->ino);
 	unlinkat(p->dirfd, tmp, 0);
-	if (symlinkat(target, p->dirfd, tmp) < 0) {
-		rc = -errno;
-		set_error(p, rc, "cannot write back", s.rel);
+	if (S_ISLNK(mode))
+		rc = symlinkat(target, p->dirfd, tmp);
+	else
+		rc = mknodat(p->dirfd, tmp, mode, rdev);
+	rc = rc < 0 ? -errno : set_meta(p, tmp, mode, uid, gid, times);
+	if (rc < 0) {
+		set_error(p, rc, "cannot write back", rel);
+		unlinkat(p->dirfd, tmp, 0);
 		return rc;
 	}
 	rc = commit(e, in, tmp, NULL);
@@ -842,7 +1002,7 @@ static int persist_symlink(struct eng *e, struct inode *in)
 		return rc < 0 ? rc : 0;
 	}
 	pthread_rwlock_wrlock(&e->ns.lock);
-	in->sym_persisted = true;
+	in->node_persisted = true;
 	pthread_rwlock_unlock(&e->ns.lock);
 	add_progress(p, 1, 0);
 	return 0;
@@ -884,10 +1044,10 @@ static bool wants_writeback(struct eng *e, struct inode *in,
 
 	if (!in->parent || in->nlink == 0)
 		return false;
-	if (S_ISLNK(in->mode)) {
-		want = !in->sym_persisted;
+	if (!S_ISREG(in->mode)) {
+		want = !in->node_persisted;
 		*bytes = 0;
-	} else if (S_ISREG(in->mode)) {
+	} else {
 		struct file *f = &in->file;
 
 		pthread_rwlock_rdlock(&f->lock);
@@ -985,9 +1145,10 @@ static int writeback_pass(struct eng *e, const struct pass *ps,
 
 	for (size_t i = 0; i < c.n; i++) {
 		struct inode *in = c.v[i];
-		int rc = S_ISLNK(in->mode) ? persist_symlink(e, in)
-					   : persist_file(e, in, bounce,
-							  ps->final);
+		int rc = S_ISREG(in->mode)   ? persist_file(e, in, bounce,
+								ps->final)
+			 : S_ISDIR(in->mode) ? persist_dir_meta(e, in)
+					     : persist_node(e, in);
 
 		note_outcome(e, in, rc);
 		if (rc < 0) {
@@ -1337,7 +1498,7 @@ static void drop_or_queue(struct eng *e, const char *rel, bool dir)
 }
 
 void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
-			   bool dir, bool open)
+			   bool dir, bool open, bool last)
 {
 	struct persist *p = e->persist;
 	char park[64];
@@ -1345,6 +1506,11 @@ void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
 
 	if (!p)
 		return;
+	/* Other names hold the same bytes (hard links): drop only this one. */
+	if (!last) {
+		drop_or_queue(e, rel, false);
+		return;
+	}
 	if (S_ISREG(in->mode) && in->file.copy == COPY_HOME) {
 		if (!open) {
 			set_copy(e, in, COPY_NONE, NULL);
@@ -1365,6 +1531,47 @@ void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
 	drop_or_queue(e, rel, dir);
 }
 
+/* The copy must be written again (it stays where it is meanwhile). */
+static void mark_stale(struct eng *e, struct inode *in)
+{
+	if (S_ISREG(in->mode)) {
+		pthread_rwlock_wrlock(&in->file.lock);
+		if (in->file.state == ENG_STATE_PERSISTED)
+			in->file.state = ENG_STATE_SEALED;
+		pthread_rwlock_unlock(&in->file.lock);
+	} else {
+		pthread_rwlock_wrlock(&e->ns.lock);
+		in->node_persisted = false;
+		pthread_rwlock_unlock(&e->ns.lock);
+	}
+	persist_kick(e);
+}
+
+void persist_mirror_link(struct eng *e, struct inode *in, const char *from,
+			 const char *to)
+{
+	struct persist *p = e->persist;
+	bool has;
+	int rc;
+
+	if (!p)
+		return;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	has = S_ISREG(in->mode) ? in->file.copy == COPY_HOME
+				: in->node_persisted;
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (!has)
+		return; /* written back later, under all its names */
+	rc = link_name(e, in, from, to);
+	if (rc == 0)
+		return;
+	set_error(p, rc, "cannot link", to);
+	/* Keep reading where the copy is; write it again, names and all. */
+	if (S_ISREG(in->mode))
+		set_copy(e, in, COPY_AWAY, from);
+	mark_stale(e, in);
+}
+
 /* Below @dir, files whose copy was at home now read from under @from. */
 static void subtree_away(struct eng *e, struct inode *dir, const char *from)
 {
@@ -1380,7 +1587,7 @@ static void subtree_away(struct eng *e, struct inode *dir, const char *from)
 		else if (S_ISREG(in->mode) && in->file.copy == COPY_HOME)
 			set_copy(e, in, COPY_AWAY, rel);
 		else if (S_ISLNK(in->mode))
-			in->sym_persisted = false;
+			in->node_persisted = false;
 	}
 }
 
@@ -1536,12 +1743,12 @@ void persist_mirror_rename(struct eng *e, struct inode *src, const char *from,
 		mirror_dir(e, src, from, to);
 	} else if (S_ISREG(src->mode) && src->file.copy == COPY_HOME) {
 		follow_name(e, src, from, to);
-	} else if (S_ISLNK(src->mode) && src->sym_persisted) {
+	} else if (S_ISLNK(src->mode) && src->node_persisted) {
 		if (make_parents(p->dirfd, to) < 0 ||
 		    renameat(p->dirfd, from, p->dirfd, to) < 0) {
 			set_error(p, -errno, "cannot rename", from);
 			pthread_rwlock_wrlock(&e->ns.lock);
-			src->sym_persisted = false;
+			src->node_persisted = false;
 			pthread_rwlock_unlock(&e->ns.lock);
 			drop_or_queue(e, from, false);
 		}
@@ -1661,17 +1868,54 @@ static void mark_holes(struct eng *e, int dirfd, const char *name,
 
 static int scan_dir(struct eng *e, int dirfd, struct inode *dir, int depth);
 
+/* Hard links met during the scan: host (dev, ino) to our inode. */
+#define SCAN_LINK_BUCKETS 1024
+
+struct scan_link {
+	struct scan_link *next;
+	dev_t dev;
+	ino_t ino;
+	struct inode *in;
+};
+
+static struct scan_link *scan_links[SCAN_LINK_BUCKETS]; /* under ns->lock */
+
+static struct scan_link **scan_link_slot(const struct stat *st)
+{
+	struct scan_link **pp =
+		&scan_links[(st->st_ino ^ st->st_dev) % SCAN_LINK_BUCKETS];
+
+	while (*pp && ((*pp)->ino != st->st_ino || (*pp)->dev != st->st_dev))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static void scan_links_free(void)
+{
+	for (size_t b = 0; b < SCAN_LINK_BUCKETS; b++)
+		while (scan_links[b]) {
+			struct scan_link *l = scan_links[b];
+
+			scan_links[b] = l->next;
+			free(l);
+		}
+}
+
 static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 		      const char *name, const struct stat *st, int depth)
 {
+	struct scan_link **slot = NULL;
 	struct inode *in;
 	int rc;
 
-	if (!S_ISDIR(st->st_mode) && !S_ISREG(st->st_mode) &&
-	    !S_ISLNK(st->st_mode))
-		return 0;
 	if (ns_dir_find(&dir->dir, name))
 		return 0;
+	/* A further name of something met already: a hard link. */
+	if (!S_ISDIR(st->st_mode) && st->st_nlink > 1) {
+		slot = scan_link_slot(st);
+		if (*slot)
+			return ns_link_child(e, dir, name, (*slot)->in, false);
+	}
 	if (S_ISREG(st->st_mode) &&
 	    (uint64_t)st->st_size > RFT_MAX_FILE_SIZE) {
 		rft_warn("persist: skipping %s: larger than %llu bytes", name,
@@ -1704,6 +1948,12 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 		load_sums(e, dirfd, name, st, f);
 		f->state = ENG_STATE_PERSISTED;
 		f->copy = COPY_HOME;
+	} else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ||
+		   S_ISFIFO(st->st_mode) || S_ISSOCK(st->st_mode)) {
+		in->rdev = st->st_rdev;
+		in->node_persisted = true;
+	} else if (S_ISDIR(st->st_mode)) {
+		in->node_persisted = true;
 	} else if (S_ISLNK(st->st_mode)) {
 		char target[PATH_MAX];
 		ssize_t n = readlinkat(dirfd, name, target, sizeof(target) - 1);
@@ -1712,11 +1962,19 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 			in->target = strdup("");
 		if (!in->target)
 			return -ENOMEM;
-		in->sym_persisted = true;
+		in->node_persisted = true;
 	}
-	rc = ns_link_child(e, dir, name, in);
+	rc = ns_link_child(e, dir, name, in, true);
 	if (rc < 0)
 		return rc;
+	if (slot) {
+		struct scan_link *l = malloc(sizeof(*l));
+
+		if (!l)
+			return -ENOMEM;
+		*l = (struct scan_link){ NULL, st->st_dev, st->st_ino, in };
+		*slot = l;
+	}
 	if (S_ISDIR(st->st_mode)) {
 		int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY |
 					     O_CLOEXEC | O_NOFOLLOW);
@@ -1838,6 +2096,7 @@ int persist_scan(struct eng *e)
 	clean_tmp(p);
 	pthread_rwlock_wrlock(&e->ns.lock);
 	rc = scan_dir(e, p->dirfd, e->ns.root, 0);
+	scan_links_free();
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc < 0)
 		rft_err("cannot read persist dir %s: %s", e->persist_dir,

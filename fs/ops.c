@@ -182,8 +182,8 @@ static void rfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct stat st;
 
 	reply_entry(req,
-		    eng_mknod(rfs_of(req)->eng, parent, name, mode, c->uid,
-			      c->gid, &st),
+		    eng_mknod(rfs_of(req)->eng, parent, name, mode, rdev,
+			      c->uid, c->gid, &st),
 		    &st);
 }
 

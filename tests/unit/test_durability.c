@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <linux/fs.h>
 
 #include <cmocka.h>
@@ -518,9 +519,101 @@ static void test_sparse_file_after_remount(void **state)
 	free(got);
 }
 
+static void expect_stat(struct eng *e, uint64_t dir, const char *name,
+			struct stat *st)
+{
+	assert_int_equal(eng_lookup(e, dir, name, st), 0);
+	eng_forget(e, st->st_ino, 1);
+}
+
+static void host_stat(struct fixture *fx, const char *rel, struct stat *st)
+{
+	char path[PATH_MAX * 2];
+
+	snprintf(path, sizeof(path), "%s/%s", fx->persist, rel);
+	assert_int_equal(lstat(path, st), 0);
+}
+
+/*
+ * Defect 18: hard links, FIFOs, device nodes and links of symlinks live in
+ * memory and across the persist dir as on tmpfs: a write through one name
+ * shows through the others, every name survives a remount, and removing
+ * the first name keeps the rest.
+ */
+static void test_links_and_nodes(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *v = malloc(SIZE);
+	struct stat st, a, b;
+	struct eng_file *fp;
+	uint64_t d, ino = 0;
+
+	fx_fill(v, SIZE, 11);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	ino = fx_put(fx->e, d, "a", v, SIZE);
+	assert_int_equal(eng_link(fx->e, ino, d, "b", &st), 0);
+	assert_int_equal(eng_link(fx->e, ino, RFT_ROOT_INO, "c", &st), 0);
+	assert_int_equal(st.st_nlink, 3);
+	assert_int_equal(eng_mknod(fx->e, d, "fifo", S_IFIFO | 0640, 0, 0, 0,
+				   &st), 0);
+	assert_int_equal(eng_mknod(fx->e, d, "null", S_IFCHR | 0666,
+				   makedev(1, 3), 0, 0, &st), 0);
+	assert_int_equal(eng_symlink(fx->e, d, "sl", "a", 0, 0, &st), 0);
+	assert_int_equal(eng_link(fx->e, st.st_ino, d, "sl2", &st), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	host_stat(fx, "ck/a", &a);
+	host_stat(fx, "c", &b);
+	assert_int_equal(a.st_ino, b.st_ino);
+
+	/* A write through "b" is what "a" and "c" show, there too. */
+	memcpy(v, "XYZ", 3);
+	assert_int_equal(eng_open(fx->e, ino, O_WRONLY, &fp, NULL), 0);
+	assert_int_equal(eng_write(fx->e, fp, "XYZ", 3, 0), 3);
+	eng_release(fx->e, fp);
+	assert_int_equal(flush_wait(fx->e), 0);
+	host_stat(fx, "ck/a", &a);
+	host_stat(fx, "ck/b", &b);
+	assert_int_equal(a.st_ino, b.st_ino);
+	assert_int_equal(eng_unlink(fx->e, d, "a"), 0);
+	crash(fx);
+
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	expect_file(fx->e, d, "b", v, SIZE);
+	expect_file(fx->e, RFT_ROOT_INO, "c", v, SIZE);
+	expect_stat(fx->e, d, "b", &a);
+	expect_stat(fx->e, RFT_ROOT_INO, "c", &b);
+	assert_int_equal(a.st_ino, b.st_ino);
+	assert_int_equal(a.st_nlink, 2);
+	assert_int_equal(lookup(fx->e, d, "a", &ino), -ENOENT);
+	expect_stat(fx->e, d, "fifo", &st);
+	assert_true(S_ISFIFO(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0640);
+	expect_stat(fx->e, d, "null", &st);
+	assert_true(S_ISCHR(st.st_mode));
+	assert_int_equal(st.st_rdev, makedev(1, 3));
+	expect_stat(fx->e, d, "sl", &a);
+	expect_stat(fx->e, d, "sl2", &b);
+	assert_true(S_ISLNK(b.st_mode));
+	assert_int_equal(a.st_ino, b.st_ino);
+
+	/* Renaming one name moves only that one. */
+	assert_int_equal(eng_rename(fx->e, d, "b", d, "b2", 0), 0);
+	crash(fx);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	expect_file(fx->e, d, "b2", v, SIZE);
+	expect_file(fx->e, RFT_ROOT_INO, "c", v, SIZE);
+	assert_int_equal(lookup(fx->e, d, "b", &ino), -ENOENT);
+	free(v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_links_and_nodes, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_sparse_file_after_remount,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename_over_keeps_old_copy,

@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/sysmacros.h>
 
 #include <cmocka.h>
 
@@ -105,8 +106,15 @@ static void test_names(void **state)
 	assert_int_equal(eng_mkdir(e, RFT_ROOT_INO, ".reftfs-tmp", 0755, 0, 0,
 				   &st), -EINVAL);
 	assert_int_equal(eng_mknod(e, RFT_ROOT_INO, "fifo", S_IFIFO | 0644, 0,
-				   0, &st), -EPERM);
-	assert_int_equal(eng_mknod(e, RFT_ROOT_INO, "plain", S_IFREG | 0600,
+				   0, 0, &st), 0);
+	assert_true(S_ISFIFO(st.st_mode));
+	assert_int_equal(eng_mknod(e, RFT_ROOT_INO, "null", S_IFCHR | 0666,
+				   makedev(1, 3), 0, 0, &st), 0);
+	assert_true(S_ISCHR(st.st_mode));
+	assert_int_equal(st.st_rdev, makedev(1, 3));
+	assert_int_equal(eng_mknod(e, RFT_ROOT_INO, "dir", S_IFDIR | 0644, 0,
+				   0, 0, &st), -EINVAL);
+	assert_int_equal(eng_mknod(e, RFT_ROOT_INO, "plain", S_IFREG | 0600, 0,
 				   7, 8, &st), 0);
 	assert_int_equal(st.st_uid, 7);
 	assert_int_equal(st.st_gid, 8);
@@ -192,7 +200,14 @@ static void test_setattr_symlink_link(void **state)
 	assert_int_equal(eng_readlink(e, st.st_ino, buf, sizeof(buf)), 8);
 	assert_memory_equal(buf, "step_100", 8);
 	assert_int_equal(eng_readlink(e, f, buf, sizeof(buf)), -EINVAL);
-	assert_int_equal(eng_link(e, f, RFT_ROOT_INO, "hard", &st), -EPERM);
+	assert_int_equal(eng_link(e, f, RFT_ROOT_INO, "hard", &st), 0);
+	assert_int_equal(st.st_ino, f);
+	assert_int_equal(st.st_nlink, 2);
+	assert_int_equal(eng_link(e, f, RFT_ROOT_INO, "hard", &st), -EEXIST);
+	assert_int_equal(eng_link(e, RFT_ROOT_INO, RFT_ROOT_INO, "d", &st),
+			 -EPERM);
+	assert_int_equal(eng_unlink(e, RFT_ROOT_INO, "hard"), 0);
+	eng_forget(e, f, 1);
 
 	sa.valid = ENG_SET_SIZE;
 	sa.size = 1;
