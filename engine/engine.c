@@ -428,7 +428,7 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 			uint32_t away = 0;
 
 			for (uint32_t i = 0; i < f->nslots; i++)
-				away += f->slots[i].id == SLOT_PERSIST;
+				away += f->slots[i].where == PIECE_PERSIST;
 			c->ei.tier = away == 0	       ? "ram+persist"
 				     : away == f->nslots ? "persist"
 							 : "partial";

@@ -117,11 +117,20 @@ static inline uint32_t store_refs(const struct store *s, uint32_t id)
 
 /* --- files -------------------------------------------------------------- */
 
-#define SLOT_HOLE UINT32_MAX	   /* reads as zeros */
-#define SLOT_PERSIST (UINT32_MAX - 1) /* bytes are in the persisted copy */
 #define SLOT_CRC_UNKNOWN UINT32_MAX
 
 #define SLOT_CLEAN (1u << 0) /* same bytes as the persisted copy */
+
+/*
+ * Where the bytes of one piece of a file are.  The group (issue 8) adds
+ * "on a peer" and "being rebuilt"; every place that asks goes through
+ * slot_in_ram() or a switch on this type.
+ */
+enum piece_where {
+	PIECE_HOLE,	/* nowhere: reads as zeros */
+	PIECE_RAM,	/* in arena chunk slot->chunk */
+	PIECE_PERSIST,	/* only in the file's persisted copy */
+};
 
 /*
  * One chunk-sized piece of a file.  Bytes [0, fill) of the chunk hold data;
@@ -129,12 +138,20 @@ static inline uint32_t store_refs(const struct store *s, uint32_t id)
  * crc_len bytes of the piece as the file shows them (zeros past fill).
  */
 struct slot {
-	uint32_t id; /* arena chunk, SLOT_HOLE or SLOT_PERSIST */
+	uint32_t chunk;	/* PIECE_RAM: the arena chunk */
 	uint32_t fill;
 	uint32_t crc;
 	uint32_t crc_len;
-	uint32_t flags;
+	uint8_t where;	/* enum piece_where */
+	uint8_t flags;	/* SLOT_CLEAN */
 };
+
+static inline bool slot_in_ram(const struct slot *s)
+{
+	return s->where == PIECE_RAM;
+}
+
+#define SLOT_HOLE_INIT ((struct slot){ 0, 0, 0, 0, PIECE_HOLE, 0 })
 
 /*
  * Where a file's copy in the persist dir is.  It follows the file's name
@@ -350,6 +367,30 @@ void file_seal_locked(struct eng *e, struct file *f);
 enum eng_crc_state file_crc_state_locked(const struct file *f);
 /* Drop resident clean slots of a persisted file; returns chunks freed. */
 uint32_t file_evict_locked(struct eng *e, struct file *f);
+
+/*
+ * A file's pieces as they are at one version, their chunks pinned (a
+ * reference each), so that write-back (and, later, protection) can read
+ * them without the file's lock while writers copy on write.
+ */
+struct file_snap {
+	uint64_t version, meta_version, size;
+	enum eng_state state;
+	uint32_t nslots;
+	struct slot *slots;
+};
+/* Take a snapshot; f->lock held (read is enough).  0 or -ENOMEM. */
+int file_snap_take_locked(struct eng *e, struct file *f,
+			  struct file_snap *fs);
+/* Unpin and free; a zeroed snapshot is fine. */
+void file_snap_drop(struct eng *e, struct file_snap *fs);
+/*
+ * The snapshot's bytes are safe in the persisted copy: if the file is
+ * still at that version (data and metadata), pieces still holding the
+ * same chunks are clean (evictable) and the file is PERSISTED.  Returns
+ * whether it was.  f->lock held for writing.
+ */
+bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs);
 /* Wait until no queued copy targets @f.  Sleeps: hold no lock at all. */
 void file_wait_writes(struct eng *e, struct file *f);
 /*

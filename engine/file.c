@@ -75,11 +75,11 @@ int file_init(struct file *f)
 
 static void drop_slot(struct eng *e, struct file *f, struct slot *s)
 {
-	if (s->id < SLOT_PERSIST) {
-		store_put(&e->store, s->id);
+	if (slot_in_ram(s)) {
+		store_put(&e->store, s->chunk);
 		f->resident--;
 	}
-	s->id = SLOT_HOLE;
+	*s = SLOT_HOLE_INIT;
 }
 
 void file_fini(struct eng *e, struct file *f)
@@ -107,7 +107,7 @@ static int ensure_slots(struct file *f, uint32_t idx)
 		f->cap = cap;
 	}
 	for (; f->nslots <= idx; f->nslots++)
-		f->slots[f->nslots] = (struct slot){ SLOT_HOLE, 0, 0, 0, 0 };
+		f->slots[f->nslots] = SLOT_HOLE_INIT;
 	return 0;
 }
 
@@ -130,15 +130,19 @@ void file_seal_locked(struct eng *e, struct file *f)
 
 		if (s->crc_len == len)
 			continue;
-		if (s->id == SLOT_HOLE) {
+		switch ((enum piece_where)s->where) {
+		case PIECE_HOLE:
 			s->crc = crc_zeros(0, len);
-		} else if (s->id == SLOT_PERSIST) {
+			break;
+		case PIECE_PERSIST:
 			continue; /* stays unverified: not in memory */
-		} else {
+		case PIECE_RAM: {
 			uint32_t n = s->fill < len ? s->fill : len;
 
-			s->crc = ers_crc32c(0, store_ptr(&e->store, s->id), n);
+			s->crc = ers_crc32c(0, store_ptr(&e->store, s->chunk), n);
 			s->crc = crc_zeros(s->crc, len - n);
+			break;
+		}
 		}
 		s->crc_len = len;
 	}
@@ -184,14 +188,57 @@ uint32_t file_evict_locked(struct eng *e, struct file *f)
 	for (uint32_t i = 0; i < f->nslots; i++) {
 		struct slot *s = &f->slots[i];
 
-		if (s->id >= SLOT_PERSIST || !(s->flags & SLOT_CLEAN))
+		if (!slot_in_ram(s) || !(s->flags & SLOT_CLEAN))
 			continue;
-		store_put(&e->store, s->id);
-		s->id = SLOT_PERSIST;
+		store_put(&e->store, s->chunk);
+		s->where = PIECE_PERSIST;
 		f->resident--;
 		freed++;
 	}
 	return freed;
+}
+
+/* --- snapshots ------------------------------------------------------------ */
+
+int file_snap_take_locked(struct eng *e, struct file *f,
+			  struct file_snap *fs)
+{
+	*fs = (struct file_snap){ f->version, f->meta_version, f->size,
+				  f->state, f->nslots, NULL };
+	fs->slots = malloc((size_t)(f->nslots ? f->nslots : 1) *
+			   sizeof(*fs->slots));
+	if (!fs->slots)
+		return -ENOMEM;
+	if (f->nslots)
+		memcpy(fs->slots, f->slots,
+		       (size_t)f->nslots * sizeof(*fs->slots));
+	for (uint32_t i = 0; i < fs->nslots; i++)
+		if (slot_in_ram(&fs->slots[i]))
+			store_get(&e->store, fs->slots[i].chunk);
+	return 0;
+}
+
+void file_snap_drop(struct eng *e, struct file_snap *fs)
+{
+	for (uint32_t i = 0; fs->slots && i < fs->nslots; i++)
+		if (slot_in_ram(&fs->slots[i]))
+			store_put(&e->store, fs->slots[i].chunk);
+	free(fs->slots);
+	fs->slots = NULL;
+}
+
+bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
+{
+	if (f->version != fs->version || f->meta_version != fs->meta_version ||
+	    f->state != ENG_STATE_SEALED || fs->state != ENG_STATE_SEALED)
+		return false;
+	for (uint32_t i = 0; i < f->nslots && i < fs->nslots; i++)
+		if (slot_in_ram(&f->slots[i]) && slot_in_ram(&fs->slots[i]) &&
+		    f->slots[i].chunk == fs->slots[i].chunk)
+			f->slots[i].flags |= SLOT_CLEAN;
+	f->crc_unverified = false;
+	f->state = ENG_STATE_PERSISTED;
+	return true;
 }
 
 /* Give slot @s a chunk of its own that may be written. */
@@ -205,23 +252,23 @@ static int own_chunk(struct eng *e, struct slot *s, struct file *f)
 	 * the lock and waits, see write_common).  A persisted-only piece
 	 * reaches here only when overwritten whole.
 	 */
-	if (s->id == SLOT_HOLE || s->id == SLOT_PERSIST) {
+	if (!slot_in_ram(s)) {
 		rc = store_try_alloc(&e->store, &id);
 		if (rc < 0)
 			return rc;
-		*s = (struct slot){ id, 0, 0, 0, 0 };
+		*s = (struct slot){ id, 0, 0, 0, PIECE_RAM, 0 };
 		f->resident++;
 		return 0;
 	}
-	if (store_refs(&e->store, s->id) > 1) {
+	if (store_refs(&e->store, s->chunk) > 1) {
 		/* A write-back holds the old bytes: copy on write. */
 		rc = store_try_alloc(&e->store, &id);
 		if (rc < 0)
 			return rc;
-		memcpy(store_ptr(&e->store, id), store_ptr(&e->store, s->id),
+		memcpy(store_ptr(&e->store, id), store_ptr(&e->store, s->chunk),
 		       s->fill);
-		store_put(&e->store, s->id);
-		s->id = id;
+		store_put(&e->store, s->chunk);
+		s->chunk = id;
 	}
 	return 0;
 }
@@ -236,7 +283,7 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	int rc;
 
 	pthread_rwlock_rdlock(&f->lock);
-	if (i >= f->nslots || f->slots[i].id != SLOT_PERSIST) {
+	if (i >= f->nslots || f->slots[i].where != PIECE_PERSIST) {
 		pthread_rwlock_unlock(&f->lock);
 		return 1;
 	}
@@ -260,13 +307,14 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		f->crc_bad = true;
 		atomic_fetch_add(&e->cnt.crc_errors, 1);
 	}
-	if (rc == 0 && i < f->nslots && f->slots[i].id == SLOT_PERSIST &&
+	if (rc == 0 && i < f->nslots && f->slots[i].where == PIECE_PERSIST &&
 	    f->slots[i].fill == want.fill && f->slots[i].crc == want.crc &&
 	    f->slots[i].crc_len == want.crc_len &&
 	    file_piece_len(e, f->size, i) == len) {
 		struct slot *s = &f->slots[i];
 
-		s->id = id;
+		s->chunk = id;
+		s->where = PIECE_RAM;
 		s->fill = len;
 		s->flags |= SLOT_CLEAN;
 		f->resident++;
@@ -518,7 +566,7 @@ static void copy_piece(struct eng *e, struct file *f, uint32_t idx,
 		       uint32_t a, uint32_t b, const uint8_t *src)
 {
 	struct slot *s = &f->slots[idx];
-	uint8_t *p = store_ptr(&e->store, s->id);
+	uint8_t *p = store_ptr(&e->store, s->chunk);
 
 	if (a > s->fill)
 		memset(p + s->fill, 0, a - s->fill);
@@ -569,7 +617,7 @@ static bool needs_load(struct eng *e, struct file *f, uint64_t off,
 		bool whole = off <= start && off + size >= start + cs;
 
 		/* A piece overwritten whole needs no old bytes. */
-		if (f->slots[i].id == SLOT_PERSIST && !whole) {
+		if (f->slots[i].where == PIECE_PERSIST && !whole) {
 			*idx = i;
 			return true;
 		}
@@ -844,7 +892,7 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 		first = (uint32_t)(pos >> e->store.chunk_shift);
 		last = (uint32_t)((end - 1) >> e->store.chunk_shift);
 		for (uint32_t i = first; i <= last && i < f->nslots; i++)
-			if (f->slots[i].id == SLOT_PERSIST)
+			if (f->slots[i].where == PIECE_PERSIST)
 				missing = true;
 		if (!missing)
 			break;
@@ -870,9 +918,9 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 		const struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
 		uint32_t data = 0;
 
-		if (s && s->id < SLOT_PERSIST && s->fill > a) {
+		if (s && slot_in_ram(s) && s->fill > a) {
 			data = (s->fill < b ? s->fill : b) - a;
-			iov[cnt].iov_base = store_ptr(&e->store, s->id) + a;
+			iov[cnt].iov_base = store_ptr(&e->store, s->chunk) + a;
 			iov[cnt++].iov_len = data;
 		}
 		if (a + data < b) {

@@ -505,14 +505,12 @@ int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
 /* --- write-back of one file -------------------------------------------- */
 
 struct snap {
-	uint64_t ino, version, meta_version, size;
+	uint64_t ino;
 	mode_t mode;
 	uid_t uid;
 	gid_t gid;
 	struct timespec mtime;
-	uint32_t nslots;
-	struct slot *slots;
-	enum eng_state state;
+	struct file_snap fs;
 	char rel[PATH_MAX];
 	char copy_rel[PATH_MAX]; /* where pieces not in memory are read */
 };
@@ -540,63 +538,40 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
 	s->uid = in->uid;
 	s->gid = in->gid;
 	pthread_rwlock_rdlock(&f->lock);
-	if (f->state != ENG_STATE_SEALED &&
-	    !(final && f->state == ENG_STATE_WRITING)) {
+	if (f->state == ENG_STATE_SEALED ||
+	    (final && f->state == ENG_STATE_WRITING)) {
+		if (persist_copy_path(e, in, s->copy_rel,
+				      sizeof(s->copy_rel)) < 0)
+			s->copy_rel[0] = '\0';
+		s->mtime = in->mtime;
+		rc = file_snap_take_locked(e, f, &s->fs);
+	} else {
 		rc = 1;
-		goto out;
 	}
-	s->state = f->state;
-	if (persist_copy_path(e, in, s->copy_rel, sizeof(s->copy_rel)) < 0)
-		s->copy_rel[0] = '\0';
-	s->version = f->version;
-	s->meta_version = f->meta_version;
-	s->size = f->size;
-	s->mtime = in->mtime;
-	s->nslots = f->nslots;
-	s->slots = malloc((size_t)(f->nslots ? f->nslots : 1) *
-			  sizeof(*s->slots));
-	if (!s->slots) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	memcpy(s->slots, f->slots, (size_t)f->nslots * sizeof(*s->slots));
-	for (uint32_t i = 0; i < s->nslots; i++)
-		if (s->slots[i].id < SLOT_PERSIST)
-			store_get(&e->store, s->slots[i].id);
-out:
 	pthread_rwlock_unlock(&f->lock);
 	pthread_rwlock_unlock(&e->ns.lock);
 	return rc;
-}
-
-static void drop_snapshot(struct eng *e, struct snap *s)
-{
-	for (uint32_t i = 0; s->slots && i < s->nslots; i++)
-		if (s->slots[i].id < SLOT_PERSIST)
-			store_put(&e->store, s->slots[i].id);
-	free(s->slots);
-	s->slots = NULL;
 }
 
 /* Write the data of @s to @fd and the piece CRCs to @crcs. */
 static int write_data(struct eng *e, struct snap *s, int fd, uint32_t *crcs,
 		      uint8_t *bounce)
 {
-	uint32_t npieces = (uint32_t)((s->size + e->store.chunk_size - 1) >>
+	uint32_t npieces = (uint32_t)((s->fs.size + e->store.chunk_size - 1) >>
 				      e->store.chunk_shift);
 	int rc;
 
 	for (uint32_t i = 0; i < npieces; i++) {
-		uint32_t len = file_piece_len(e, s->size, i);
+		uint32_t len = file_piece_len(e, s->fs.size, i);
 		uint64_t off = (uint64_t)i << e->store.chunk_shift;
-		const struct slot *sl = i < s->nslots ? &s->slots[i] : NULL;
+		const struct slot *sl = i < s->fs.nslots ? &s->fs.slots[i] : NULL;
 		const uint8_t *data = NULL;
 		uint32_t n = 0;
 
-		if (sl && sl->id < SLOT_PERSIST) {
-			data = store_ptr(&e->store, sl->id);
+		if (sl && slot_in_ram(sl)) {
+			data = store_ptr(&e->store, sl->chunk);
 			n = sl->fill < len ? sl->fill : len;
-		} else if (sl && sl->id == SLOT_PERSIST) {
+		} else if (sl && sl->where == PIECE_PERSIST) {
 			/* Not in memory: carry it over from the old copy. */
 			rc = s->copy_rel[0]
 				     ? persist_read_piece(e, s->copy_rel, off,
@@ -622,7 +597,7 @@ static int write_data(struct eng *e, struct snap *s, int fd, uint32_t *crcs,
 			crcs[i] = crc_zeros(crcs[i], len - n);
 		}
 	}
-	if (ftruncate(fd, (off_t)s->size) < 0)
+	if (ftruncate(fd, (off_t)s->fs.size) < 0)
 		return -errno;
 	return 0;
 }
@@ -639,7 +614,7 @@ static int write_sum(struct eng *e, struct snap *s, const char *tmp,
 	memcpy(h.magic, SUM_MAGIC, sizeof(SUM_MAGIC));
 	h.chunk_size = e->store.chunk_size;
 	h.npieces = npieces;
-	h.size = s->size;
+	h.size = s->fs.size;
 	h.mtime_sec = s->mtime.tv_sec;
 	h.mtime_nsec = s->mtime.tv_nsec;
 	trailer = ers_crc32c(0, &h, sizeof(h));
@@ -821,10 +796,10 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 		set_error(p, rc, "cannot write back", s.rel[0] ? s.rel : "a file");
 	if (rc != 0)
 		return rc < 0 ? rc : 0;
-	npieces = (uint32_t)((s.size + e->store.chunk_size - 1) >>
+	npieces = (uint32_t)((s.fs.size + e->store.chunk_size - 1) >>
 			     e->store.chunk_shift);
 	snprintf(tmp, sizeof(tmp), TMP_DIR "/%llu.%llu",
-		 (unsigned long long)s.ino, (unsigned long long)s.version);
+		 (unsigned long long)s.ino, (unsigned long long)s.fs.version);
 	snprintf(tmpsum, sizeof(tmpsum), "%s.sum", tmp);
 	crcs = malloc((size_t)(npieces ? npieces : 1) * sizeof(*crcs));
 	if (!crcs) {
@@ -874,24 +849,17 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 		goto out;
 
 	pthread_rwlock_wrlock(&f->lock);
-	if (f->version == s.version && f->meta_version == s.meta_version &&
-	    f->state == ENG_STATE_SEALED && s.state == ENG_STATE_SEALED) {
-		for (uint32_t i = 0; i < f->nslots && i < s.nslots; i++)
-			if (f->slots[i].id == s.slots[i].id)
-				f->slots[i].flags |= SLOT_CLEAN;
-		f->crc_unverified = false;
-		f->state = ENG_STATE_PERSISTED;
-	}
+	file_snap_persisted_locked(f, &s.fs);
 	pthread_rwlock_unlock(&f->lock);
-	add_progress(p, 1, s.size);
+	add_progress(p, 1, s.fs.size);
 	rft_dbg("persist: wrote back %s (%llu bytes)", s.rel,
-		(unsigned long long)s.size);
+		(unsigned long long)s.fs.size);
 out:
 	if (rc != 0) {
 		unlinkat(p->dirfd, tmp, 0);
 		unlinkat(p->dirfd, tmpsum, 0);
 	}
-	drop_snapshot(e, &s);
+	file_snap_drop(e, &s.fs);
 	free(crcs);
 	return rc < 0 ? rc : 0;
 }
@@ -1203,7 +1171,7 @@ static void evict_tree(struct evict *ev, struct inode *dir)
 			if (f->copy != COPY_NONE &&
 			    f->state == ENG_STATE_PERSISTED)
 				for (uint32_t i = 0; i < f->nslots; i++)
-					if (f->slots[i].id < SLOT_PERSIST &&
+					if (slot_in_ram(&f->slots[i]) &&
 					    (f->slots[i].flags & SLOT_CLEAN))
 						ev->evictable++;
 			pthread_rwlock_unlock(&f->lock);
@@ -1853,8 +1821,9 @@ static void mark_holes(struct eng *e, int dirfd, const char *name,
 
 			if (start + file_piece_len(e, f->size, (uint32_t)i) > end)
 				break;
-			f->slots[i] = (struct slot){ SLOT_HOLE, 0, 0,
-						     SLOT_CRC_UNKNOWN, 0 };
+			f->slots[i] = (struct slot){ 0, 0, 0,
+						     SLOT_CRC_UNKNOWN,
+						     PIECE_HOLE, 0 };
 		}
 		if (data < 0)
 			break;
@@ -1942,8 +1911,8 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 		}
 		for (uint32_t i = 0; i < f->nslots; i++)
 			f->slots[i] = (struct slot){
-				SLOT_PERSIST, file_piece_len(e, f->size, i), 0,
-				SLOT_CRC_UNKNOWN, 0 };
+				0, file_piece_len(e, f->size, i), 0,
+				SLOT_CRC_UNKNOWN, PIECE_PERSIST, 0 };
 		mark_holes(e, dirfd, name, f);
 		load_sums(e, dirfd, name, st, f);
 		f->state = ENG_STATE_PERSISTED;

@@ -29,7 +29,7 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	    (chunk_size & (chunk_size - 1)))
 		return -EINVAL;
 	n = bytes / chunk_size;
-	if (n == 0 || n >= SLOT_PERSIST)
+	if (n == 0 || n >= UINT32_MAX)
 		return -EINVAL;
 
 	s->chunk_size = chunk_size;

@@ -203,12 +203,12 @@ static void test_copy_on_write(void **state)
 	uint32_t old;
 
 	assert_int_equal(eng_write(e, fp, "before", 6, 0), 6);
-	old = f->slots[0].id;
+	old = f->slots[0].chunk;
 	store_get(&e->store, old); /* as a write-back in flight would */
 	assert_int_equal(eng_write(e, fp, "AFTER!", 6, 0), 6);
-	assert_int_not_equal(f->slots[0].id, old);
+	assert_int_not_equal(f->slots[0].chunk, old);
 	assert_memory_equal(store_ptr(&e->store, old), "before", 6);
-	assert_memory_equal(store_ptr(&e->store, f->slots[0].id), "AFTER!", 6);
+	assert_memory_equal(store_ptr(&e->store, f->slots[0].chunk), "AFTER!", 6);
 	store_put(&e->store, old);
 	eng_release(e, fp);
 }
