@@ -413,6 +413,16 @@ uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx);
 int file_load(struct eng *e, struct inode *in, uint32_t first,
 	      uint32_t last);
 
+/* evict.c */
+/*
+ * Evict when free chunks fall under 1/8 of the arena, or now (@pressure:
+ * a writer waits), until a quarter is free.  Takes ns->lock (read) and
+ * file locks with trywrlock; sleeps on nothing.
+ */
+void evict_run(struct eng *e, bool pressure);
+/* Chunks eviction could free now. */
+uint64_t evict_count(struct eng *e);
+
 /* persist.c */
 int persist_new(struct eng *e, struct persist **out);
 /* Put what the persist dir holds into the namespace, not resident. */

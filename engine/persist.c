@@ -1,6 +1,7 @@
 /*
  * persist.c - the persist tier (shared storage, e.g. NFS): write-back,
- * read-through, name mirroring and eviction.
+ * read-through and name mirroring.  Eviction (evict.c) frees what it has
+ * made safe.
  *
  * Layout of the persist dir: the same tree as the mount, plain files that
  * any tool can read, plus
@@ -13,7 +14,7 @@
  * is renamed in just before it; a sidecar is trusted only when its own
  * CRC, and the size and mtime it records, match the file beside it.
  *
- * One worker thread does all write-back and eviction.  Name changes in the
+ * One worker thread does all write-back, and runs eviction.  Name changes in the
  * namespace are mirrored here under mirror_lock, which the worker also
  * holds while it renames a finished file into place: a copy is never put
  * under a name the namespace has just given up.
@@ -1142,93 +1143,6 @@ static int writeback_pass(struct eng *e, const struct pass *ps,
 	return first;
 }
 
-/* --- eviction ----------------------------------------------------------- */
-
-struct evict {
-	struct eng *e;
-	uint32_t want, freed;
-	uint64_t evictable; /* counting only */
-	bool count_only;
-};
-
-static void evict_tree(struct evict *ev, struct inode *dir)
-{
-	for (struct dentry *de = dir->dir.first; de; de = de->next) {
-		struct inode *in = de->inode;
-
-		if (!ev->count_only && ev->freed >= ev->want)
-			return;
-		if (S_ISDIR(in->mode)) {
-			evict_tree(ev, in);
-			continue;
-		}
-		if (!S_ISREG(in->mode))
-			continue;
-		if (ev->count_only) {
-			struct file *f = &in->file;
-
-			pthread_rwlock_rdlock(&f->lock);
-			if (f->copy != COPY_NONE &&
-			    f->state == ENG_STATE_PERSISTED)
-				for (uint32_t i = 0; i < f->nslots; i++)
-					if (slot_in_ram(&f->slots[i]) &&
-					    (f->slots[i].flags & SLOT_CLEAN))
-						ev->evictable++;
-			pthread_rwlock_unlock(&f->lock);
-			continue;
-		}
-		/* Never wait on a file someone is reading or writing. */
-		if (pthread_rwlock_trywrlock(&in->file.lock) != 0)
-			continue;
-		ev->freed += file_evict_locked(ev->e, &in->file);
-		pthread_rwlock_unlock(&in->file.lock);
-	}
-}
-
-/* Checkpoints outside the keep window, oldest first; ns->lock held. */
-static void evict_walk(struct evict *ev)
-{
-	struct eng *e = ev->e;
-	uint64_t done = 0;
-
-	for (;;) {
-		struct inode *next = NULL;
-
-		for (struct dentry *de = e->ns.root->dir.first; de;
-		     de = de->next) {
-			struct inode *c = de->inode;
-
-			if (S_ISDIR(c->mode) && c->ckpt_seq > done &&
-			    (!next || c->ckpt_seq < next->ckpt_seq))
-				next = c;
-		}
-		if (!next || ns_in_keep_window(e, next->ckpt_seq))
-			return;
-		evict_tree(ev, next);
-		if (!ev->count_only && ev->freed >= ev->want)
-			return;
-		done = next->ckpt_seq;
-	}
-}
-
-static void evict_pass(struct eng *e, bool pressure)
-{
-	uint32_t nfree = store_free_count(&e->store);
-	uint32_t low = e->store.nchunks / 8, high = e->store.nchunks / 4;
-	struct evict ev = { .e = e };
-
-	if (!pressure && nfree >= low)
-		return;
-	ev.want = high > nfree ? high - nfree : 1;
-	pthread_rwlock_rdlock(&e->ns.lock);
-	evict_walk(&ev);
-	pthread_rwlock_unlock(&e->ns.lock);
-	if (ev.freed) {
-		atomic_fetch_add(&e->cnt.evicted_chunks, ev.freed);
-		rft_info("evicted %u persisted chunks", ev.freed);
-	}
-}
-
 /* --- the worker --------------------------------------------------------- */
 
 static void *worker(void *arg)
@@ -1253,7 +1167,7 @@ static void *worker(void *arg)
 		p->pressure = false;
 		pthread_mutex_unlock(&p->lock);
 
-		evict_pass(e, pressure);
+		evict_run(e, pressure);
 		rc = bounce ? writeback_pass(e, &ps, bounce, &failed, false)
 			    : -ENOMEM;
 
@@ -1415,18 +1329,16 @@ void persist_get_stats(struct eng *e, struct eng_stats *s)
 {
 	struct persist *p = e->persist;
 	struct collect c = { .e = e, .ps = { .now = true } };
-	struct evict ev = { .e = e, .count_only = true };
 
 	s->persist_enabled = p != NULL;
 	if (!p)
 		return;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	ns_walk(&e->ns, collect_one, &c);
-	evict_walk(&ev);
 	pthread_rwlock_unlock(&e->ns.lock);
 	s->persist_pending_files = c.n;
 	s->persist_pending_bytes = c.bytes;
-	s->chunks_evictable = ev.evictable;
+	s->chunks_evictable = evict_count(e);
 
 	pthread_mutex_lock(&p->lock);
 	s->persist_healthy = p->healthy;
