@@ -150,6 +150,7 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 		return -ENOMEM;
 	e->cfg = *cfg;
 	e->start_time = time(NULL);
+	pthread_mutex_init(&e->names_lock, NULL);
 	e->mountpoint = strdup(cfg->mountpoint ? cfg->mountpoint : "");
 	e->persist_dir = cfg->persist_dir ? strdup(cfg->persist_dir) : NULL;
 	if (!e->mountpoint || (cfg->persist_dir && !e->persist_dir)) {
@@ -263,7 +264,36 @@ void eng_free(struct eng *e)
 	free(e->ctl_path);
 	free(e->persist_dir);
 	free(e->mountpoint);
+	pthread_mutex_destroy(&e->names_lock);
 	free(e);
+}
+
+/* --- events ------------------------------------------------------------- */
+
+int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx)
+{
+	if (e->nlisteners == ENG_MAX_LISTENERS)
+		return -ENOSPC;
+	e->listeners[e->nlisteners].fn = fn;
+	e->listeners[e->nlisteners].ctx = ctx;
+	e->nlisteners++;
+	return 0;
+}
+
+void eng_post(struct eng *e, const struct eng_ev *ev)
+{
+	for (unsigned i = 0; i < e->nlisteners; i++)
+		e->listeners[i].fn(e, ev, e->listeners[i].ctx);
+}
+
+void eng_names_lock(struct eng *e)
+{
+	pthread_mutex_lock(&e->names_lock);
+}
+
+void eng_names_unlock(struct eng *e)
+{
+	pthread_mutex_unlock(&e->names_lock);
 }
 
 /* --- reporting ---------------------------------------------------------- */

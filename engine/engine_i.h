@@ -4,7 +4,8 @@
  * Lock order (outermost first; never take an earlier lock while holding a
  * later one):
  *
- *   persist->mirror_lock   serialises changes to the persist dir's names
+ *   eng->names_lock        serialises name changes with their listeners
+ *                          (the persist dir's names follow the namespace)
  *   ns->lock               namespace tree, inode table, non-data attributes
  *   file->lock             one file's slots, size, mtime, state
  *   store->lock            the free-chunk stack
@@ -237,6 +238,9 @@ struct inode {
 				   persist dir under every name; ns->lock */
 
 	struct inode *hnext;	/* inode hash chain; ns->lock */
+	/* The persist tier's queue of things to write back; persist->lock. */
+	struct inode *wb_next, *wb_prev;
+	bool wb_queued;
 	union {
 		struct dir dir;
 		struct file file;
@@ -281,6 +285,56 @@ struct copier {
 	pthread_t thread;
 };
 
+/* --- events ------------------------------------------------------------- */
+
+/*
+ * What the namespace and the files tell the tiers that keep copies of them
+ * (persist now, protection with the group): ns.c and file.c post, they do
+ * not call those tiers.  Listeners run in the poster's thread, so:
+ *   EV_DIRTY     something needs writing again (a file sealed or changed,
+ *                a directory or node new or changed); posted with no lock
+ *                or under ns->lock: listeners take leaf locks only.
+ *   EV_LINKED, EV_UNLINKED, EV_RENAMED
+ *                a name changed; posted under eng->names_lock and no other
+ *                lock, the inodes held: listeners may do I/O.
+ *   EV_FREED     an inode is being freed; under ns->lock for writing:
+ *                listeners take leaf locks only.
+ */
+enum eng_ev_kind {
+	EV_DIRTY,
+	EV_LINKED,
+	EV_UNLINKED,
+	EV_RENAMED,
+	EV_FREED,
+};
+
+struct eng_ev {
+	enum eng_ev_kind kind;
+	struct inode *in;	/* the one it is about (rename: the source) */
+	const char *from, *to;	/* LINKED: primary, new; UNLINKED: from;
+				   RENAMED: both */
+	struct inode *dst;	/* RENAMED: what @to named before, or NULL */
+	bool dir;		/* UNLINKED: a directory */
+	bool open;		/* UNLINKED: may still be read; RENAMED: dst */
+	bool last;		/* UNLINKED: no name left */
+	bool exchange;		/* RENAMED: RENAME_EXCHANGE */
+};
+
+typedef void (*eng_listener_fn)(struct eng *e, const struct eng_ev *ev,
+				void *ctx);
+#define ENG_MAX_LISTENERS 4
+
+/* Register a listener; before eng_start.  -ENOSPC past ENG_MAX_LISTENERS. */
+int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx);
+void eng_post(struct eng *e, const struct eng_ev *ev);
+
+static inline void eng_post_dirty(struct eng *e, struct inode *in)
+{
+	struct eng_ev ev = { .kind = EV_DIRTY, .in = in };
+
+	eng_post(e, &ev);
+}
+
 /* --- the engine --------------------------------------------------------- */
 
 struct eng_counters {
@@ -301,6 +355,12 @@ struct eng {
 	struct ctl *ctl;
 	struct eng_counters cnt;
 	struct copier copier;
+	pthread_mutex_t names_lock; /* see the lock order above */
+	struct {
+		eng_listener_fn fn;
+		void *ctx;
+	} listeners[ENG_MAX_LISTENERS];
+	unsigned nlisteners;
 	const uint8_t *zeros; /* chunk_size bytes of zeros, for holes */
 	_Atomic uint64_t learned_ckpt_bytes; /* see next_checkpoint_bytes */
 };
@@ -431,7 +491,7 @@ int persist_start(struct eng *e);
 /* Write back per @mode and stop the worker; returns the last error. */
 int persist_stop(struct eng *e, enum eng_unmount_flush mode);
 void persist_free(struct persist *p);
-/* A file was sealed or changed: wake the worker. */
+/* Wake the worker (a flush, a retry). */
 void persist_kick(struct eng *e);
 /* The store is short of chunks: evict now. */
 void persist_pressure(void *ctx);
@@ -451,34 +511,9 @@ int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
  */
 int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
 		      size_t size);
-/*
- * Mirror namespace changes into the persist dir.  The caller holds the
- * mirror lock across its namespace change and the mirror call, and holds
- * (in->holds) the inodes it passes, but no ns->lock or file lock: these
- * calls do I/O on the persist dir.  Failures are queued and retried by the
- * worker; a copy is never deleted while its file may still need it.
- */
-void persist_mirror_lock(struct eng *e);
-void persist_mirror_unlock(struct eng *e);
-/*
- * @in was unlinked from @rel (a directory when @dir).  @open: it may still
- * be read (open, or it has other names); @last: it has no name left.
- */
-void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
-			   bool dir, bool open, bool last);
-/* @in, whose primary name is @from, got the name @to as well. */
-void persist_mirror_link(struct eng *e, struct inode *in, const char *from,
-			 const char *to);
-/*
- * @src moved from @from to @to; @dst is what @to named before (NULL if
- * nothing), now at @from for an exchange, else unlinked (@dst_open: it is
- * still open).
- */
-void persist_mirror_rename(struct eng *e, struct inode *src, const char *from,
-			   struct inode *dst, const char *to, bool exchange,
-			   bool dst_open);
-/* @in is being freed: let go of its copy.  ns->lock held for writing. */
-void persist_forget(struct eng *e, struct inode *in);
+/* The names lock: name changes and what follows them happen one at a time. */
+void eng_names_lock(struct eng *e);
+void eng_names_unlock(struct eng *e);
 void persist_get_stats(struct eng *e, struct eng_stats *s);
 int persist_flush_request(struct eng *e, uint64_t *ticket);
 int persist_flush_progress(struct eng *e, uint64_t ticket,

@@ -526,10 +526,10 @@ void eng_release(struct eng *e, struct eng_file *fp)
 	in->opens--;
 	in->holds++;
 	pthread_rwlock_unlock(&e->ns.lock);
+	if (sealed)
+		eng_post_dirty(e, in);
 	ns_unhold(e, in);
 	free(fp);
-	if (sealed)
-		persist_kick(e);
 }
 
 int eng_flush(struct eng *e, struct eng_file *fp)

@@ -118,12 +118,14 @@ struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid)
 
 static void inode_free(struct eng *e, struct inode *in)
 {
+	struct eng_ev ev = { .kind = EV_FREED, .in = in };
+
+	eng_post(e, &ev);
 	table_remove(&e->ns, in);
 	if (S_ISDIR(in->mode)) {
 		free(in->dir.table);
 		e->ns.ndirs--;
 	} else if (S_ISREG(in->mode)) {
-		persist_forget(e, in);
 		file_fini(e, &in->file);
 		e->ns.nfiles--;
 	} else if (S_ISLNK(in->mode)) {
@@ -664,7 +666,7 @@ again:
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (kick)
-		persist_kick(e);
+		eng_post_dirty(e, in);
 	return rc;
 }
 
@@ -738,7 +740,7 @@ int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0)
-		persist_kick(e);
+		eng_post_dirty(e, in);
 	return rc;
 }
 
@@ -756,6 +758,8 @@ int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 		ns_fill_stat(e, in, st);
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc == 0)
+		eng_post_dirty(e, in); /* empty directories are kept too */
 	return rc;
 }
 
@@ -782,7 +786,7 @@ int eng_symlink(struct eng *e, uint64_t parent, const char *name,
 	pthread_rwlock_unlock(&e->ns.lock);
 	free(t);
 	if (rc == 0)
-		persist_kick(e);
+		eng_post_dirty(e, in);
 	return rc;
 }
 
@@ -835,7 +839,7 @@ int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
 	bool mirror = false;
 	int rc;
 
-	persist_mirror_lock(e);
+	eng_names_lock(e);
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISDIR(in->mode)) {
@@ -871,11 +875,15 @@ int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0) {
-		if (mirror)
-			persist_mirror_link(e, in, from, to);
+		if (mirror) {
+			struct eng_ev ev = { .kind = EV_LINKED, .in = in,
+					     .from = from, .to = to };
+
+			eng_post(e, &ev);
+		}
 		ns_unhold(e, in);
 	}
-	persist_mirror_unlock(e);
+	eng_names_unlock(e);
 	return rc;
 }
 
@@ -888,7 +896,7 @@ static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 	bool open = false, last = true;
 	int rc;
 
-	persist_mirror_lock(e);
+	eng_names_lock(e);
 	pthread_rwlock_wrlock(&e->ns.lock);
 	rc = get_dir(e, parent, &dir);
 	if (rc < 0)
@@ -924,12 +932,17 @@ static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0) {
-		if (rel[0])
-			persist_mirror_unlink(e, in, rel, want_dir,
-					      open || !last, last);
+		if (rel[0]) {
+			struct eng_ev ev = { .kind = EV_UNLINKED, .in = in,
+					     .from = rel, .dir = want_dir,
+					     .open = open || !last,
+					     .last = last };
+
+			eng_post(e, &ev);
+		}
 		ns_unhold(e, in);
 	}
-	persist_mirror_unlock(e);
+	eng_names_unlock(e);
 	return rc;
 }
 
@@ -968,7 +981,7 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 	if (strlen(newname) > NAME_MAX)
 		return -ENAMETOOLONG;
 
-	persist_mirror_lock(e);
+	eng_names_lock(e);
 	pthread_rwlock_wrlock(&e->ns.lock);
 	rc = get_dir(e, parent, &sdir);
 	if (rc == 0)
@@ -1084,15 +1097,20 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 	eng_now(&src->ctime);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
-	if (rc == 0 && mirror)
-		persist_mirror_rename(e, src, from, dst, to,
-				      flags & ENG_RENAME_EXCHANGE, dst_open);
+	if (rc == 0 && mirror) {
+		struct eng_ev ev = { .kind = EV_RENAMED, .in = src,
+				     .from = from, .to = to, .dst = dst,
+				     .open = dst_open,
+				     .exchange = flags & ENG_RENAME_EXCHANGE };
+
+		eng_post(e, &ev);
+	}
 	if (held) {
 		ns_unhold(e, src);
 		if (dst)
 			ns_unhold(e, dst);
 	}
-	persist_mirror_unlock(e);
+	eng_names_unlock(e);
 	return rc;
 }
 

@@ -79,7 +79,6 @@ struct persist {
 	struct eng *e;
 	int dirfd;
 	int lockfd;
-	pthread_mutex_t mirror_lock;
 
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
@@ -94,6 +93,8 @@ struct persist {
 	struct flush_ticket fl[FLUSH_TICKETS];
 
 	struct pending_op *ops;	/* failed removals to retry; lock */
+	struct inode *wb_head, *wb_tail; /* write-back queue; lock */
+	size_t wb_len;		/* protected by lock */
 	struct inode **away;	/* files whose copy is COPY_AWAY; lock */
 	size_t naway, away_cap;	/* protected by lock */
 
@@ -199,6 +200,57 @@ static int fsync_parent(int dirfd, const char *rel)
 	return rc;
 }
 
+/* --- the write-back queue ------------------------------------------------- */
+
+/*
+ * What needs writing back: files sealed or changed, directories and nodes
+ * new or changed (EV_DIRTY), and what failed and waits for a retry.  A
+ * pass takes the whole queue; what it cannot finish goes back in.  The
+ * unmount pass alone walks the namespace (files still open for writing).
+ */
+static void queue_locked(struct persist *p, struct inode *in)
+{
+	if (in->wb_queued)
+		return;
+	in->wb_queued = true;
+	in->wb_next = NULL;
+	in->wb_prev = p->wb_tail;
+	if (p->wb_tail)
+		p->wb_tail->wb_next = in;
+	else
+		p->wb_head = in;
+	p->wb_tail = in;
+	p->wb_len++;
+}
+
+static void unqueue_locked(struct persist *p, struct inode *in)
+{
+	if (!in->wb_queued)
+		return;
+	if (in->wb_prev)
+		in->wb_prev->wb_next = in->wb_next;
+	else
+		p->wb_head = in->wb_next;
+	if (in->wb_next)
+		in->wb_next->wb_prev = in->wb_prev;
+	else
+		p->wb_tail = in->wb_prev;
+	in->wb_queued = false;
+	p->wb_len--;
+}
+
+/* Queue @in (alive: the caller holds it); @wake: the worker, now. */
+static void queue_inode(struct persist *p, struct inode *in, bool wake)
+{
+	pthread_mutex_lock(&p->lock);
+	queue_locked(p, in);
+	if (wake) {
+		p->kicked = true;
+		pthread_cond_signal(&p->wake);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
 /* --- where copies are ---------------------------------------------------- */
 
 static void park_path(uint64_t ino, char *buf, size_t size)
@@ -268,6 +320,9 @@ static void set_copy(struct eng *e, struct inode *in, enum copy_where w,
 	}
 out:
 	f->copy = w;
+	/* Not at home: it is written again under its name. */
+	if (w != COPY_HOME)
+		queue_locked(p, in);
 	pthread_mutex_unlock(&p->lock);
 	pthread_rwlock_unlock(&f->lock);
 }
@@ -445,9 +500,9 @@ static void retry_ops_locked(struct eng *e)
 	pthread_mutex_unlock(&p->lock);
 	if (!any)
 		return;
-	persist_mirror_lock(e);
+	eng_names_lock(e);
 	retry_ops(e);
-	persist_mirror_unlock(e);
+	eng_names_unlock(e);
 }
 
 static size_t pending_ops(struct persist *p)
@@ -734,7 +789,7 @@ static int commit(struct eng *e, struct inode *in, const char *tmp,
 	bool reg = S_ISREG(in->mode);
 	int rc;
 
-	persist_mirror_lock(e);
+	eng_names_lock(e);
 	pthread_rwlock_rdlock(&e->ns.lock);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
 	old[0] = '\0';
@@ -777,7 +832,7 @@ static int commit(struct eng *e, struct inode *in, const char *tmp,
 	}
 	rc = relink_aliases(e, in, rel);
 out:
-	persist_mirror_unlock(e);
+	eng_names_unlock(e);
 	return rc;
 }
 
@@ -904,14 +959,14 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == -ENOENT)
 		return 0;
-	persist_mirror_lock(e);
+	eng_names_lock(e);
 	if (rc == 0)
 		rc = make_parents(p->dirfd, rel);
 	if (rc == 0 && mkdirat(p->dirfd, rel, 0700) < 0 && errno != EEXIST)
 		rc = -errno;
 	if (rc == 0)
 		rc = set_meta(p, rel, mode, uid, gid, times);
-	persist_mirror_unlock(e);
+	eng_names_unlock(e);
 	if (rc < 0) {
 		set_error(p, rc, "cannot write back directory", rel);
 		return rc;
@@ -1006,28 +1061,43 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static bool wants_writeback(struct eng *e, struct inode *in,
-			    const struct pass *ps, uint64_t *bytes)
-{
-	bool want = false;
+enum due { DUE_NOTHING, DUE_NOW, DUE_LATER };
 
+/*
+ * Is @in to be written back by a pass like @ps: now, later (a backoff, or
+ * --persist-every does not select it yet), or not at all?  ns->lock held.
+ */
+static enum due writeback_due(struct eng *e, struct inode *in,
+			      const struct pass *ps, uint64_t *bytes)
+{
+	bool need, wait = false;
+
+	*bytes = 0;
 	if (!in->parent || in->nlink == 0)
-		return false;
+		return DUE_NOTHING;
 	if (!S_ISREG(in->mode)) {
-		want = !in->node_persisted;
-		*bytes = 0;
+		need = !in->node_persisted;
 	} else {
 		struct file *f = &in->file;
 
 		pthread_rwlock_rdlock(&f->lock);
-		want = f->state == ENG_STATE_SEALED ||
+		need = f->state == ENG_STATE_SEALED ||
 		       (ps->final && f->state == ENG_STATE_WRITING);
-		if (!ps->now && f->wb_failures && now_ms() < f->wb_next_ms)
-			want = false;
+		wait = !ps->now && f->wb_failures && now_ms() < f->wb_next_ms;
 		*bytes = f->size;
 		pthread_rwlock_unlock(&f->lock);
 	}
-	return want && (ps->all || policy_selects(e, in));
+	if (!need)
+		return DUE_NOTHING;
+	if (wait || !(ps->all || policy_selects(e, in)))
+		return DUE_LATER;
+	return DUE_NOW;
+}
+
+static bool wants_writeback(struct eng *e, struct inode *in,
+			    const struct pass *ps, uint64_t *bytes)
+{
+	return writeback_due(e, in, ps, bytes) == DUE_NOW;
 }
 
 struct collect {
@@ -1090,27 +1160,110 @@ static void note_outcome(struct eng *e, struct inode *in, int rc)
 	pthread_rwlock_unlock(&f->lock);
 }
 
+/* Count what a pass like @ps would write back of the queue now. */
+static void count_queue(struct eng *e, struct collect *c)
+{
+	struct persist *p = e->persist;
+	struct inode **v;
+	size_t n = 0;
+
+	/* ns->lock (read) keeps them all alive: freeing needs it for write. */
+	pthread_rwlock_rdlock(&e->ns.lock);
+	pthread_mutex_lock(&p->lock);
+	v = malloc((p->wb_len ? p->wb_len : 1) * sizeof(*v));
+	for (struct inode *in = p->wb_head; v && in; in = in->wb_next)
+		v[n++] = in;
+	pthread_mutex_unlock(&p->lock);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t bytes;
+
+		if (writeback_due(e, v[i], &c->ps, &bytes) == DUE_NOW) {
+			c->n++;
+			c->bytes += bytes;
+		}
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (!v)
+		c->rc = -ENOMEM;
+	free(v);
+}
+
+/*
+ * Take the whole write-back queue, each inode held, into @c; what is not
+ * due now goes back in, what needs nothing any more is dropped.
+ */
+static void take_queue(struct eng *e, struct collect *c)
+{
+	struct persist *p = e->persist;
+	struct inode **all;
+	size_t n = 0;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	pthread_mutex_lock(&p->lock);
+	all = malloc((p->wb_len ? p->wb_len : 1) * sizeof(*all));
+	while (all && p->wb_head) {
+		struct inode *in = p->wb_head;
+
+		unqueue_locked(p, in);
+		in->holds++;
+		all[n++] = in;
+	}
+	pthread_mutex_unlock(&p->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (!all) {
+		c->rc = -ENOMEM;
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct inode *in = all[i];
+		uint64_t bytes;
+		enum due d;
+
+		pthread_rwlock_rdlock(&e->ns.lock);
+		d = writeback_due(e, in, &c->ps, &bytes);
+		pthread_rwlock_unlock(&e->ns.lock);
+		if (d == DUE_NOW && c->n < c->cap) {
+			c->v[c->n++] = in; /* keeps the hold */
+			c->bytes += bytes;
+			continue;
+		}
+		if (d != DUE_NOTHING)
+			queue_inode(p, in, false); /* its time comes */
+		ns_unhold(e, in);
+	}
+	free(all);
+}
+
 /*
  * Write back what @ps selects.  Each file fails alone: the others are
  * still written, and the failed one is retried later with backoff.
  * Returns the first error (0 if none) and counts failures in *@failed;
- * with @names, each file that failed is logged by name.
+ * with @names, each file that failed is logged by name.  The last pass at
+ * unmount walks the namespace for files still open for writing; the
+ * others take the queue.
  */
 static int writeback_pass(struct eng *e, const struct pass *ps,
 			  uint8_t *bounce, unsigned *failed, bool names)
 {
+	struct persist *p = e->persist;
 	struct collect c = { .e = e, .ps = *ps };
 	int first = 0;
 
 	*failed = 0;
 	retry_ops_locked(e);
-	c.v = malloc(64 * sizeof(*c.v));
+	pthread_mutex_lock(&p->lock);
+	c.cap = p->wb_len + 64;
+	pthread_mutex_unlock(&p->lock);
+	c.v = malloc(c.cap * sizeof(*c.v));
 	if (!c.v)
 		return -ENOMEM;
-	c.cap = 64;
-	pthread_rwlock_wrlock(&e->ns.lock);
-	ns_walk(&e->ns, collect_one, &c);
-	pthread_rwlock_unlock(&e->ns.lock);
+	if (ps->final) {
+		pthread_rwlock_wrlock(&e->ns.lock);
+		ns_walk(&e->ns, collect_one, &c);
+		pthread_rwlock_unlock(&e->ns.lock);
+	} else {
+		take_queue(e, &c);
+	}
 
 	for (size_t i = 0; i < c.n; i++) {
 		struct inode *in = c.v[i];
@@ -1120,9 +1273,21 @@ static int writeback_pass(struct eng *e, const struct pass *ps,
 					     : persist_node(e, in);
 
 		note_outcome(e, in, rc);
+		if (rc == 0 && !ps->final) {
+			uint64_t bytes;
+			enum due d;
+
+			/* Changed while it was written: once more. */
+			pthread_rwlock_rdlock(&e->ns.lock);
+			d = writeback_due(e, in, ps, &bytes);
+			pthread_rwlock_unlock(&e->ns.lock);
+			if (d != DUE_NOTHING)
+				queue_inode(p, in, d == DUE_NOW);
+		}
 		if (rc < 0) {
 			char rel[PATH_MAX];
 
+			queue_inode(p, in, false); /* after its backoff */
 			(*failed)++;
 			if (!first)
 				first = rc;
@@ -1265,9 +1430,7 @@ int persist_flush_request(struct eng *e, uint64_t *ticket)
 			break;
 		usleep(10 * 1000);
 	}
-	pthread_rwlock_rdlock(&e->ns.lock);
-	ns_walk(&e->ns, collect_one, &c); /* counts only: c.v is NULL */
-	pthread_rwlock_unlock(&e->ns.lock);
+	count_queue(e, &c);
 
 	pthread_mutex_lock(&p->lock);
 	*ticket = ++p->flush_req;
@@ -1333,9 +1496,7 @@ void persist_get_stats(struct eng *e, struct eng_stats *s)
 	s->persist_enabled = p != NULL;
 	if (!p)
 		return;
-	pthread_rwlock_rdlock(&e->ns.lock);
-	ns_walk(&e->ns, collect_one, &c);
-	pthread_rwlock_unlock(&e->ns.lock);
+	count_queue(e, &c);
 	s->persist_pending_files = c.n;
 	s->persist_pending_bytes = c.bytes;
 	s->chunks_evictable = evict_count(e);
@@ -1354,17 +1515,6 @@ void persist_get_stats(struct eng *e, struct eng_stats *s)
 
 /* --- mirroring of name changes ----------------------------------------- */
 
-void persist_mirror_lock(struct eng *e)
-{
-	if (e->persist)
-		pthread_mutex_lock(&e->persist->mirror_lock);
-}
-
-void persist_mirror_unlock(struct eng *e)
-{
-	if (e->persist)
-		pthread_mutex_unlock(&e->persist->mirror_lock);
-}
 
 /* Remove @rel from the persist dir now, or later if that fails. */
 static void drop_or_queue(struct eng *e, const char *rel, bool dir)
@@ -1377,7 +1527,7 @@ static void drop_or_queue(struct eng *e, const char *rel, bool dir)
 	}
 }
 
-void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
+static void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
 			   bool dir, bool open, bool last)
 {
 	struct persist *p = e->persist;
@@ -1424,10 +1574,10 @@ static void mark_stale(struct eng *e, struct inode *in)
 		in->node_persisted = false;
 		pthread_rwlock_unlock(&e->ns.lock);
 	}
-	persist_kick(e);
+	queue_inode(e->persist, in, true);
 }
 
-void persist_mirror_link(struct eng *e, struct inode *in, const char *from,
+static void persist_mirror_link(struct eng *e, struct inode *in, const char *from,
 			 const char *to)
 {
 	struct persist *p = e->persist;
@@ -1468,6 +1618,11 @@ static void subtree_away(struct eng *e, struct inode *dir, const char *from)
 			set_copy(e, in, COPY_AWAY, rel);
 		else if (S_ISLNK(in->mode))
 			in->node_persisted = false;
+		if (!S_ISDIR(in->mode) && !S_ISREG(in->mode)) {
+			pthread_mutex_lock(&e->persist->lock);
+			queue_locked(e->persist, in);
+			pthread_mutex_unlock(&e->persist->lock);
+		}
 	}
 }
 
@@ -1595,7 +1750,7 @@ static void exchange_paths(struct eng *e, struct inode *a, const char *from,
 	persist_kick(e);
 }
 
-void persist_mirror_rename(struct eng *e, struct inode *src, const char *from,
+static void persist_mirror_rename(struct eng *e, struct inode *src, const char *from,
 			   struct inode *dst, const char *to, bool exchange,
 			   bool dst_open)
 {
@@ -1627,9 +1782,7 @@ void persist_mirror_rename(struct eng *e, struct inode *src, const char *from,
 		if (make_parents(p->dirfd, to) < 0 ||
 		    renameat(p->dirfd, from, p->dirfd, to) < 0) {
 			set_error(p, -errno, "cannot rename", from);
-			pthread_rwlock_wrlock(&e->ns.lock);
-			src->node_persisted = false;
-			pthread_rwlock_unlock(&e->ns.lock);
+			mark_stale(e, src);
 			drop_or_queue(e, from, false);
 		}
 	} else {
@@ -1639,13 +1792,18 @@ void persist_mirror_rename(struct eng *e, struct inode *src, const char *from,
 	fsync_parent(p->dirfd, to);
 }
 
-void persist_forget(struct eng *e, struct inode *in)
+static void persist_forget(struct eng *e, struct inode *in)
 {
 	struct persist *p = e->persist;
 	struct file *f = &in->file;
 	char park[64];
 
 	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	unqueue_locked(p, in);
+	pthread_mutex_unlock(&p->lock);
+	if (!S_ISREG(in->mode))
 		return;
 	if (f->copy == COPY_PARKED) {
 		park_path(in->ino, park, sizeof(park));
@@ -1663,6 +1821,33 @@ void persist_forget(struct eng *e, struct inode *in)
 	}
 	f->copy = COPY_NONE;
 	persist_kick(e);
+}
+
+/* What the namespace tells the persist tier (see struct eng_ev). */
+static void persist_on_event(struct eng *e, const struct eng_ev *ev,
+			     void *ctx)
+{
+	struct persist *p = ctx;
+
+	switch (ev->kind) {
+	case EV_DIRTY:
+		queue_inode(p, ev->in, true);
+		break;
+	case EV_LINKED:
+		persist_mirror_link(e, ev->in, ev->from, ev->to);
+		break;
+	case EV_UNLINKED:
+		persist_mirror_unlink(e, ev->in, ev->from, ev->dir, ev->open,
+				      ev->last);
+		break;
+	case EV_RENAMED:
+		persist_mirror_rename(e, ev->in, ev->from, ev->dst, ev->to,
+				      ev->exchange, ev->open);
+		break;
+	case EV_FREED:
+		persist_forget(e, ev->in);
+		break;
+	}
 }
 
 /* --- mount-time scan ---------------------------------------------------- */
@@ -2026,7 +2211,6 @@ int persist_new(struct eng *e, struct persist **out)
 	p->e = e;
 	p->lockfd = -1;
 	p->healthy = true;
-	pthread_mutex_init(&p->mirror_lock, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->wake, NULL);
 	p->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -2042,7 +2226,9 @@ int persist_new(struct eng *e, struct persist **out)
 			strerror(-rc));
 		goto fail;
 	}
-	rc = take_dir_lock(p, dir);
+	rc = eng_listen(e, persist_on_event, p);
+	if (rc == 0)
+		rc = take_dir_lock(p, dir);
 	if (rc < 0) {
 		rft_err("persist dir %s %s", dir,
 			rc == -EBUSY ? "is in use by another reftfsd"
@@ -2139,6 +2325,5 @@ void persist_free(struct persist *p)
 	free(p->away);
 	pthread_cond_destroy(&p->wake);
 	pthread_mutex_destroy(&p->lock);
-	pthread_mutex_destroy(&p->mirror_lock);
 	free(p);
 }

@@ -384,11 +384,11 @@ static void test_chmod_during_writeback(void **state)
 	ino = fx_put(fx->e, d, "m.pt", v, SIZE);
 	assert_int_not_equal(ino, 0);
 	/* Hold the write-back at its rename into place. */
-	persist_mirror_lock(fx->e);
+	eng_names_lock(fx->e);
 	t = start_ticket(fx->e);
 	usleep(300 * 1000);
 	assert_int_equal(eng_setattr(fx->e, ino, NULL, &sa, &st), 0);
-	persist_mirror_unlock(fx->e);
+	eng_names_unlock(fx->e);
 	assert_int_equal(wait_ticket(fx->e, t), 0);
 	assert_int_equal(flush_wait(fx->e), 0);
 	snprintf(path, sizeof(path), "%s/ck/m.pt", fx->persist);
