@@ -873,6 +873,7 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 	struct inode *in = fp->inode;
 	struct file *f = &in->file;
 	struct iovec stack_iov[READ_IOV_STACK], *iov = stack_iov;
+	uint32_t *pins, npins = 0;
 	uint32_t cs = e->store.chunk_size;
 	uint64_t pos = off < 0 ? 0 : (uint64_t)off, end;
 	uint32_t first, last;
@@ -884,9 +885,8 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 
 		pthread_rwlock_rdlock(&f->lock);
 		if (pos >= f->size || size == 0) {
-			rc = reply(ctx, NULL, 0);
 			pthread_rwlock_unlock(&f->lock);
-			return rc;
+			return reply(ctx, NULL, 0);
 		}
 		end = pos + size < f->size ? pos + size : f->size;
 		first = (uint32_t)(pos >> e->store.chunk_shift);
@@ -904,13 +904,15 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 			return rc;
 	}
 
-	if ((size_t)(last - first + 1) * 2 > READ_IOV_STACK) {
-		iov = malloc((size_t)(last - first + 1) * 2 * sizeof(*iov));
+	if ((size_t)(last - first + 1) * 3 > READ_IOV_STACK) {
+		iov = malloc((size_t)(last - first + 1) * 3 * sizeof(*iov));
 		if (!iov) {
 			pthread_rwlock_unlock(&f->lock);
 			return -ENOMEM;
 		}
 	}
+	/* Chunk ids pinned for the reply go after the (at most 2n) iovecs. */
+	pins = (uint32_t *)(iov + (size_t)(last - first + 1) * 2);
 	for (uint64_t p = pos; p < end;) {
 		uint32_t i = (uint32_t)(p >> e->store.chunk_shift);
 		uint32_t a = (uint32_t)(p & (cs - 1));
@@ -922,6 +924,8 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 			data = (s->fill < b ? s->fill : b) - a;
 			iov[cnt].iov_base = store_ptr(&e->store, s->chunk) + a;
 			iov[cnt++].iov_len = data;
+			store_get(&e->store, s->chunk);
+			pins[npins++] = s->chunk;
 		}
 		if (a + data < b) {
 			iov[cnt].iov_base = (void *)e->zeros;
@@ -929,8 +933,15 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 		}
 		p += b - a;
 	}
-	rc = reply(ctx, iov, cnt);
+	/*
+	 * Reply without the file lock: the pins keep the chunks (a writer
+	 * copies on write), and once the reply is out the file may be closed,
+	 * unlinked and freed by another thread before this one goes on.
+	 */
 	pthread_rwlock_unlock(&f->lock);
+	rc = reply(ctx, iov, cnt);
+	for (uint32_t k = 0; k < npins; k++)
+		store_put(&e->store, pins[k]);
 	if (iov != stack_iov)
 		free(iov);
 	atomic_fetch_add_explicit(&e->cnt.read_ops, 1, memory_order_relaxed);
