@@ -1159,7 +1159,8 @@ static int scan_dir(struct eng *e, int dirfd, struct inode *dir, int depth)
 	}
 	closedir(dp);
 	/* Oldest first, so checkpoints get their sequence numbers in order. */
-	qsort(items, n, sizeof(*items), by_mtime);
+	if (n)
+		qsort(items, n, sizeof(*items), by_mtime);
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = scan_entry(e, dirfd, dir, items[i].name, &items[i].st,
 				depth);
