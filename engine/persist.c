@@ -263,7 +263,9 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s)
 		rc = -ENOMEM;
 		goto out;
 	}
-	memcpy(s->slots, f->slots, (size_t)f->nslots * sizeof(*s->slots));
+	if (f->nslots) /* an empty file has no slot array to copy from */
+		memcpy(s->slots, f->slots,
+		       (size_t)f->nslots * sizeof(*s->slots));
 	for (uint32_t i = 0; i < s->nslots; i++)
 		if (s->slots[i].id < SLOT_PERSIST)
 			store_get(&e->store, s->slots[i].id);
