@@ -349,3 +349,14 @@ run_py() {
 expect_eq() {
 	[ "$1" = "$2" ] || fail "$3: got '$1', want '$2'"
 }
+
+# expect_metric FILE NAME OP VALUE: the unlabelled sample NAME in FILE
+# (reftfs-admin metrics output) is there and is OP VALUE, OP one of test(1)'s
+# integer comparisons (-eq, -ge, ...).  A missing metric is a failure.
+expect_metric() {
+	local v
+	v=$(awk -v n="$2" '$1 == n { print $2 }' "$1")
+	[ -n "$v" ] || fail "metric $2 missing from $(basename "$1")"
+	[ "$v" "$3" "$4" ] || fail "metric $2 is $v, want $3 $4"
+	log "metric $2 = $v"
+}
