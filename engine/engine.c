@@ -440,7 +440,9 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 		return -ENOMEM;
 	c->ei.ino = in->ino;
 	c->ei.mode = in->mode;
-	c->ei.mtime = in->mtime;
+	/* A regular file's mtime changes under its file lock: read below. */
+	if (!S_ISREG(in->mode))
+		c->ei.mtime = in->mtime;
 	c->ei.tier = "ram";
 	if (S_ISREG(in->mode)) {
 		struct file *f = &in->file;

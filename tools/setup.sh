@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(
 	build-essential gcc clang meson ninja-build pkg-config
+	libclang-rt-dev	# clang's sanitizer runtimes (tools/test.sh)
 	libfuse3-dev fuse3 libisal-dev libcmocka-dev
 	libmemcached-dev memcached
 	python3 python3-torch python3-numpy

@@ -1,46 +1,45 @@
 #!/usr/bin/env bash
-# Install, build and run every test (unit + integration), then print one
-# summary line: `N passed, N failed, N skipped`.  Exit status 0 only if
-# nothing failed.  Benchmarks (suite 'bench') are not run here.
+# Install, build and run every test, then print one summary line:
+# `N passed, N failed, N skipped`, counting every run below.  Exit status 0
+# only if nothing failed.  Benchmarks (suite 'bench') are not run here.
+#
+# Three runs, each in its own build dir:
+#   build/       unit + integration: the build that ships
+#   build-asan/  unit + integration under ASan, UBSan and LeakSanitizer
+#                (the integration tests run build-asan's own reftfsd)
+#   build-tsan/  unit tests of the threaded engine modules under TSan
 #
 # usage: bash tools/test.sh [extra meson test arguments]
+#        (the extra arguments go to the build/ and build-asan/ runs)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-summary() { # passed failed skipped
-	echo "$1 passed, $2 failed, $3 skipped"
-	[ "$2" = 0 ]
+NPROC=$(nproc 2>/dev/null || echo 2)
+PASSED=0
+FAILED=0
+SKIPPED=0
+
+summary() {
+	echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
+	[ "$FAILED" = 0 ]
 	exit $?
 }
-
-if ! bash tools/setup.sh; then
-	echo "test: setup or build failed" >&2
-	summary 0 1 0
-fi
-
-log=build/meson-logs/testlog.json
-rm -f "$log"
-# Unit tests run in parallel; integration tests are is_parallel: false, so
-# meson runs them one at a time whatever --num-processes says.
-meson test -C build --suite unit --suite integration --print-errorlogs \
-	--num-processes "$(nproc 2>/dev/null || echo 2)" "$@"
-mrc=$?
 
 # Safety net: a test killed by a timeout must not leave a dead mount
 # behind.  Only mounts whose daemon is gone (stat fails: "Transport endpoint
 # is not connected") are cleared; live ones may belong to another run.
-awk '$3 == "fuse.reftfs" && $2 ~ "/reftfs-" { print $2 }' /proc/mounts |
-	while read -r m; do
-		timeout 5 stat -t "$m" >/dev/null 2>&1 && continue
-		echo "test: clearing dead mount $m" >&2
-		fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-	done
+clear_dead_mounts() {
+	awk '$3 == "fuse.reftfs" && $2 ~ "/reftfs-" { print $2 }' /proc/mounts |
+		while read -r m; do
+			timeout 5 stat -t "$m" >/dev/null 2>&1 && continue
+			echo "test: clearing dead mount $m" >&2
+			fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+		done
+}
 
-if [ ! -s "$log" ]; then
-	echo "test: meson test produced no $log (exit $mrc)" >&2
-	summary 0 1 0
-fi
-read -r p f s < <(/usr/bin/python3 - "$log" <<'PYEOF'
+# count_results LOG: print "passed failed skipped" of a meson testlog.json.
+count_results() {
+	/usr/bin/python3 - "$1" <<'PYEOF'
 import json, sys
 p = f = s = 0
 for line in open(sys.argv[1]):
@@ -56,9 +55,93 @@ for line in open(sys.argv[1]):
         f += 1
 print(p, f, s)
 PYEOF
-)
-if [ "$mrc" != 0 ] && [ "${f:-0}" = 0 ]; then
-	echo "test: meson test exited $mrc" >&2
-	f=1
+}
+
+# prepare DIR [meson setup options...]: configure DIR the first time
+# (afterwards ninja reconfigures it by itself when a meson.build changes)
+# and build it.
+prepare() {
+	local dir=$1
+	shift
+	if [ ! -f "$dir/meson-private/coredata.dat" ]; then
+		meson setup "$dir" "$@" || return 1
+	fi
+	ninja -C "$dir"
+}
+
+# run_suite DIR [meson test arguments...]: run meson test in DIR and add its
+# results to PASSED, FAILED and SKIPPED.  Sanitizer options come from the
+# caller's environment.
+run_suite() {
+	local dir=$1 log=$1/meson-logs/testlog.json p f s rc
+	shift
+	echo "test: === $dir: meson test $*" >&2
+	rm -f "$log"
+	meson test -C "$dir" --print-errorlogs --num-processes "$NPROC" "$@"
+	rc=$?
+	clear_dead_mounts
+	if [ ! -s "$log" ]; then
+		echo "test: $dir: meson test produced no $log (exit $rc)" >&2
+		FAILED=$((FAILED + 1))
+		return
+	fi
+	read -r p f s < <(count_results "$log")
+	if [ "$rc" != 0 ] && [ "${f:-0}" = 0 ]; then
+		echo "test: $dir: meson test exited $rc" >&2
+		f=1
+	fi
+	# Not in the "N passed, N failed" form: only the last line says that.
+	echo "test: === $dir: passed ${p:-0}, failed ${f:-1}, skipped ${s:-0}" >&2
+	PASSED=$((PASSED + ${p:-0}))
+	FAILED=$((FAILED + ${f:-1}))
+	SKIPPED=$((SKIPPED + ${s:-0}))
+}
+
+if ! bash tools/setup.sh; then
+	echo "test: setup or build failed" >&2
+	FAILED=1
+	summary
 fi
-summary "${p:-0}" "${f:-1}" "${s:-0}"
+
+# 1. The ordinary build.  Unit tests run in parallel; integration tests are
+# is_parallel: false, so meson runs them one at a time whatever
+# --num-processes says.
+run_suite build --suite unit --suite integration "$@"
+
+# 2. ASan + UBSan, with leak detection: every daemon the integration tests
+# start is this build's.  clang, not gcc: GCC's UBSan ignores log_path when
+# ASan is linked in too (GCC bug 94328), and tests/integration/lib.sh needs
+# every report in a file, a background daemon's stderr being /dev/null.
+# b_lundef=false is what meson asks for with clang's sanitizers.  No CUDA in
+# the sanitizer builds: nvcc's code is not instrumented and the CUDA runtime
+# maps memory where ASan keeps its shadow; build/ covers gpu/.
+if CC=clang prepare build-asan -Db_sanitize=address,undefined \
+	-Db_lundef=false -Dcuda=disabled; then
+	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		run_suite build-asan --suite unit --suite integration \
+		--timeout-multiplier 2 "$@"
+else
+	echo "test: build-asan: configure or build failed" >&2
+	FAILED=$((FAILED + 1))
+fi
+
+# 3. TSan on the unit tests of the modules that take locks and run threads,
+# and on 'stress' (randomized concurrent operations) where the tree has it.
+# They drive the engine's threads directly, in seconds.  The integration
+# suite against the TSan daemon is not part of this run; by hand:
+# TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite integration
+if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
+	tsan_tests=(store ns file persist ctl)
+	if meson test -C build-tsan --list 2>/dev/null |
+		grep -qx 'reftfs:unit / stress'; then
+		tsan_tests+=(stress)
+	fi
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+		run_suite build-tsan --timeout-multiplier 2 "${tsan_tests[@]}"
+else
+	echo "test: build-tsan: configure or build failed" >&2
+	FAILED=$((FAILED + 1))
+fi
+
+summary

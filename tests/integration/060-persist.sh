@@ -150,8 +150,9 @@ log "status shows: $err"
 admin "$MNT" status >"$T_TMP/status.txt" || fail "status (text)"
 grep -qiE 'error|fail|no space' "$T_TMP/status.txt" ||
 	fail "text status does not mention the persist error: $(cat "$T_TMP/status.txt")"
-admin "$MNT" metrics | grep -E '^reftfs_[a-z_]*persist[a-z_]*error' >&2 ||
-	log "note: no reftfs_*persist*error* metric"
+admin "$MNT" metrics >"$T_TMP/metrics.txt" || fail "metrics while the persist dir is full"
+expect_metric "$T_TMP/metrics.txt" reftfs_persist_errors_total -ge 1
+expect_metric "$T_TMP/metrics.txt" reftfs_persist_healthy -eq 0
 
 # Make space: the daemon retries by itself; flush --wait must then succeed.
 mount -o remount,size=64M "$PS" || fail "remount of the persist tmpfs"
@@ -163,10 +164,12 @@ for i in $(seq 1 30); do
 	fi
 	sleep 1
 done
-[ "$ok" = 1 ] || log "note: no retry by itself within 30s; asking with flush --wait"
+[ "$ok" = 1 ] || fail "no write-back by itself within 30 s of making space (--retry is 5 s)"
 admin "$MNT" flush --wait || fail "flush --wait after making space"
 cmp "$PS/step_1/big.bin" "$T_TMP/big" || fail "step_1/big.bin not written back after making space"
 admin "$MNT" --json status >"$T_TMP/status2.json" || fail "status after recovery"
+admin "$MNT" metrics >"$T_TMP/metrics2.txt" || fail "metrics after recovery"
+expect_metric "$T_TMP/metrics2.txt" reftfs_persist_healthy -eq 1
 if err=$(json_has_error "$T_TMP/status2.json"); then
 	log "note: status still shows after recovery: $err"
 	grep -q '"persist_healthy": *false\|"healthy": *false' "$T_TMP/status2.json" &&

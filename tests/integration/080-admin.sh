@@ -89,7 +89,7 @@ os.close(fd)
 print("state of an open file after its writer forked a child:", st)
 sys.exit(0 if st == "writing" else 1)
 PYEOF
-	log "note: a file open for writing shows as sealed after its writer forked a child (FLUSH seals it)"
+	fail "a file open for writing is not 'writing' after its writer forked a child (a child's close must not seal it)"
 
 # --- flush: plain lines when not on a terminal; then PERSISTED.
 admin "$MNT" flush --wait </dev/null >"$T_TMP/flush.out" 2>&1 || {

@@ -32,6 +32,17 @@ TEST_NAME=$(basename "$0" .sh)
 T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/reftfs-${TEST_NAME}.XXXXXX")
 T_TMP=$(cd "$T_TMP" && pwd -P) # absolute, as /proc/self/mountinfo shows it
 
+# Sanitizer builds (tools/test.sh also runs this suite against build-asan):
+# a background daemon's stderr is /dev/null after fuse_daemonize() and a
+# foreground one's goes to a log nobody reads when the test passes, so every
+# report goes to a file $T_TMP/sanitizer.PID instead; _t_cleanup prints them
+# and fails the test.  Binaries built without sanitizers ignore these.
+_T_SAN=$T_TMP/sanitizer
+for _v in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
+	export "$_v=${!_v:+${!_v}:}log_path=$_T_SAN"
+done
+unset _v
+
 _T_MOUNTS=()	# FUSE mount points we made
 _T_TMPFS=()	# other mounts we made (tmpfs), unmounted after the FUSE ones
 _T_PIDS=()	# processes we started
@@ -97,6 +108,30 @@ unmount_fuse() {
 	fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 }
 
+# Print every sanitizer report a process of this test wrote; true if any.
+# GCC's UBSan ignores log_path when ASan is linked in too (GCC bug 94328)
+# and writes to stderr, so the foreground daemons' logs are searched as well
+# (tools/test.sh builds build-asan with clang, which honours log_path).
+_t_san_reports() {
+	local f found=1
+	for f in "$_T_SAN".*; do
+		[ -s "$f" ] || continue
+		printf '[%s] FAIL: sanitizer report from pid %s:\n' \
+			"$TEST_NAME" "${f##*.}" >&2
+		sed 's/^/    /' "$f" >&2
+		found=0
+	done
+	for f in "$T_TMP"/daemon.*.log; do
+		grep -qE 'runtime error:|(ERROR|WARNING): [A-Za-z]+Sanitizer' \
+			"$f" 2>/dev/null || continue
+		printf '[%s] FAIL: sanitizer report in %s:\n' \
+			"$TEST_NAME" "${f##*/}" >&2
+		sed 's/^/    /' "$f" >&2
+		found=0
+	done
+	return $found
+}
+
 _t_cleanup() {
 	local rc=$? m p i
 	set +e
@@ -124,6 +159,10 @@ _t_cleanup() {
 	for m in "${_T_MOUNTS[@]}"; do
 		is_mounted "$m" && fusermount3 -uz "$m" 2>/dev/null
 	done
+	# After the daemons exited: LeakSanitizer reports at exit.
+	if _t_san_reports; then
+		case $rc in 0 | 77) rc=1 ;; esac
+	fi
 	for m in "${_T_TMPFS[@]}"; do
 		is_mounted "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
 	done
@@ -309,4 +348,15 @@ run_py() {
 # expect_eq GOT WANT WHAT
 expect_eq() {
 	[ "$1" = "$2" ] || fail "$3: got '$1', want '$2'"
+}
+
+# expect_metric FILE NAME OP VALUE: the unlabelled sample NAME in FILE
+# (reftfs-admin metrics output) is there and is OP VALUE, OP one of test(1)'s
+# integer comparisons (-eq, -ge, ...).  A missing metric is a failure.
+expect_metric() {
+	local v
+	v=$(awk -v n="$2" '$1 == n { print $2 }' "$1")
+	[ -n "$v" ] || fail "metric $2 missing from $(basename "$1")"
+	[ "$v" "$3" "$4" ] || fail "metric $2 is $v, want $3 $4"
+	log "metric $2 = $v"
 }

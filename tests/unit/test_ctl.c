@@ -65,9 +65,13 @@ static const char *const ck_names[] = {
 };
 #define NCK 4
 
-static bool fake_persist = true;
-static int fake_flush_error; /* -errno the flush ends with */
-static unsigned fake_flush_steps = 3; /* progress calls until finished */
+/*
+ * Set by the tests while ctl's client threads may still be reading them
+ * (a client that vanished mid-flush streams on until it notices): atomic.
+ */
+static _Atomic bool fake_persist = true;
+static _Atomic int fake_flush_error; /* -errno the flush ends with */
+static _Atomic unsigned fake_flush_steps = 3; /* calls until finished */
 static char fake_last_path[4096];
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t fake_tickets;
@@ -157,18 +161,18 @@ int eng_flush_request(struct eng *e, uint64_t *ticket)
 int eng_flush_progress(struct eng *e, uint64_t ticket,
 		       struct eng_flush_progress *p)
 {
-	unsigned n;
+	unsigned n, steps = fake_flush_steps;
 
 	pthread_mutex_lock(&fake_lock);
 	n = fake_calls[ticket % 64]++;
 	pthread_mutex_unlock(&fake_lock);
-	if (n > fake_flush_steps)
-		n = fake_flush_steps;
-	p->files_total = fake_flush_steps;
+	if (n > steps)
+		n = steps;
+	p->files_total = steps;
 	p->files_done = n;
-	p->bytes_total = (uint64_t)fake_flush_steps << 20;
+	p->bytes_total = (uint64_t)steps << 20;
 	p->bytes_done = (uint64_t)n << 20;
-	p->finished = n == fake_flush_steps;
+	p->finished = n == steps;
 	p->error = p->finished ? fake_flush_error : 0;
 	return 0;
 }

@@ -249,16 +249,38 @@ static void test_statfs(void **state)
 	struct eng *e = ((struct fixture *)*state)->e;
 	struct statvfs sv;
 	uint8_t *big = malloc(3 * MiB);
+	struct stat st;
+	uint64_t ino;
 
+	assert_non_null(big);
 	assert_int_equal(eng_statfs(e, &sv), 0);
 	assert_int_equal(sv.f_frsize * sv.f_blocks, 16 * MiB);
 	assert_int_equal(sv.f_bfree, 16);
 	fx_fill(big, 3 * MiB, 1);
-	fx_put(e, RFT_ROOT_INO, "big", big, 3 * MiB);
+	ino = fx_put(e, RFT_ROOT_INO, "big", big, 3 * MiB);
+	assert_int_not_equal(ino, 0);
 	assert_int_equal(eng_statfs(e, &sv), 0);
 	assert_int_equal(sv.f_bfree, 13);
+
+	/*
+	 * The name goes at once; the kernel's lookup (from create) keeps the
+	 * inode and its chunks until it forgets it.
+	 */
 	assert_int_equal(eng_unlink(e, RFT_ROOT_INO, "big"), 0);
+	assert_int_equal(eng_lookup(e, RFT_ROOT_INO, "big", &st), -ENOENT);
+	assert_int_equal(eng_getattr(e, ino, &st), 0);
+	assert_int_equal(st.st_nlink, 0);
+	assert_int_equal(eng_statfs(e, &sv), 0);
+	assert_int_equal(sv.f_bfree, 13);
 	eng_forget(e, 0, 0); /* unknown inode: ignored */
+	assert_int_equal(eng_statfs(e, &sv), 0);
+	assert_int_equal(sv.f_bfree, 13);
+
+	/* The last forget frees the inode and gives the memory back. */
+	eng_forget(e, ino, 1);
+	assert_int_equal(eng_getattr(e, ino, &st), -ENOENT);
+	assert_int_equal(eng_statfs(e, &sv), 0);
+	assert_int_equal(sv.f_bfree, 16);
 	free(big);
 }
 
