@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "ctl_i.h"
@@ -151,6 +152,9 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	e->cfg = *cfg;
 	e->start_time = time(NULL);
 	pthread_mutex_init(&e->names_lock, NULL);
+	if (getrandom(&e->id_seed, sizeof(e->id_seed), 0) !=
+	    (ssize_t)sizeof(e->id_seed))
+		e->id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	e->mountpoint = strdup(cfg->mountpoint ? cfg->mountpoint : "");
 	e->persist_dir = cfg->persist_dir ? strdup(cfg->persist_dir) : NULL;
 	if (!e->mountpoint || (cfg->persist_dir && !e->persist_dir)) {
@@ -268,6 +272,18 @@ void eng_free(struct eng *e)
 	free(e);
 }
 
+uint64_t eng_new_file_id(struct eng *e)
+{
+	/* splitmix64 of seed + counter: distinct, spread, never 0. */
+	uint64_t z = e->id_seed +
+		     atomic_fetch_add(&e->id_count, 1) * 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
+	return z ? z : 1;
+}
+
 /* --- events ------------------------------------------------------------- */
 
 int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx)
@@ -359,8 +375,8 @@ static void ckpt_tree(struct eng *e, struct inode *dir,
 			struct file *f = &in->file;
 
 			pthread_rwlock_rdlock(&f->lock);
-			if (f->state < ci->state)
-				ci->state = f->state;
+			if (file_state(f) < ci->state)
+				ci->state = file_state(f);
 			ci->files++;
 			ci->bytes += f->size;
 			ci->bytes_resident +=
@@ -450,13 +466,14 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 		pthread_rwlock_rdlock(&f->lock);
 		c->ei.size = f->size;
 		c->ei.mtime = in->mtime;
-		c->ei.state = f->state;
+		c->ei.state = file_state(f);
+		c->ei.file_id = f->id;
 		c->ei.crc = file_crc_state_locked(f);
 		c->ei.chunks = (uint32_t)((f->size + e->store.chunk_size - 1) >>
 					  e->store.chunk_shift);
 		c->ei.chunks_resident = f->resident;
-		c->ei.in_persist = f->copy == COPY_HOME;
-		if (f->copy != COPY_NONE && f->state == ENG_STATE_PERSISTED) {
+		c->ei.in_persist = f->copy == COPY_HOME && file_persisted(f);
+		if (f->copy != COPY_NONE && file_data_persisted(f)) {
 			uint32_t away = 0;
 
 			for (uint32_t i = 0; i < f->nslots; i++)

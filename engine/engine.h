@@ -328,6 +328,7 @@ int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx);
 struct eng_entry_info {
 	const char *path; /* relative to the mount root, "" for the root */
 	uint64_t ino;
+	uint64_t file_id; /* files: stable across remounts; 0 otherwise */
 	mode_t mode;
 	uint64_t size;
 	struct timespec mtime;

@@ -166,14 +166,32 @@ enum copy_where {
 	COPY_AWAY,   /* at away_rel: its name moved and the copy did not */
 };
 
+/*
+ * What of a file is final, and what is safe where, as versions of its
+ * data and metadata: independent properties, not points on one scale.
+ * Sealed: its last writer closed at the current data version.  Persisted:
+ * the persisted copy holds the current data and metadata versions.
+ * Protected (the group, issue 8): peers hold the current data version under
+ * a scheme, in a group epoch.  A checkpoint's state is derived from these.
+ */
+struct durability {
+	uint64_t sealed;	  /* data version at the last seal */
+	uint64_t persisted_data;  /* versions in the persisted copy; 0: none */
+	uint64_t persisted_meta;
+	uint64_t protected_data;  /* data version peers hold; 0: none */
+	uint32_t protect_scheme;  /* for issue 8 */
+	uint64_t protect_epoch;
+};
+
 struct file {
 	pthread_rwlock_t lock;
+	uint64_t id;		/* stable across remounts: in the sidecar */
 	uint64_t size;		/* protected by lock */
 	struct slot *slots;	/* protected by lock; nslots may be < size */
 	uint32_t nslots, cap;	/* protected by lock */
-	enum eng_state state;	/* protected by lock */
+	struct durability dur;	/* protected by lock */
 	unsigned writers;	/* open handles that may write; lock */
-	uint64_t version;	/* bumped by every data change; lock */
+	uint64_t version;	/* bumped by every data change; from 1; lock */
 	uint64_t meta_version;	/* bumped by chmod, chown, utimens; lock */
 	uint64_t cached_version; /* version a cached open last saw; lock */
 	/* Changed under lock and persist's mirror lock; read under either. */
@@ -189,6 +207,35 @@ struct file {
 	_Atomic unsigned pending; /* queued copies (eng_write_async); changed
 				     under copier.lock, read anywhere */
 };
+
+/* The derived properties; f->lock held (read is enough). */
+static inline bool file_sealed(const struct file *f)
+{
+	return f->writers == 0 && f->dur.sealed == f->version;
+}
+
+static inline bool file_data_persisted(const struct file *f)
+{
+	return f->dur.persisted_data == f->version;
+}
+
+static inline bool file_persisted(const struct file *f)
+{
+	return file_data_persisted(f) && f->dur.persisted_meta == f->meta_version;
+}
+
+/* One word for reports: writing, sealed, protected or persisted. */
+static inline enum eng_state file_state(const struct file *f)
+{
+	if (!file_sealed(f))
+		return ENG_STATE_WRITING;
+	if (file_persisted(f))
+		return ENG_STATE_PERSISTED;
+	if (f->dur.protected_data == f->version)
+		return ENG_STATE_PROTECTED;
+	return ENG_STATE_SEALED;
+}
+
 
 /* --- namespace ---------------------------------------------------------- */
 
@@ -363,6 +410,8 @@ struct eng {
 	unsigned nlisteners;
 	const uint8_t *zeros; /* chunk_size bytes of zeros, for holes */
 	_Atomic uint64_t learned_ckpt_bytes; /* see next_checkpoint_bytes */
+	uint64_t id_seed;		/* random, for file ids */
+	_Atomic uint64_t id_count;
 };
 
 struct eng_file {
@@ -375,6 +424,9 @@ static inline void eng_now(struct timespec *ts)
 {
 	clock_gettime(CLOCK_REALTIME, ts);
 }
+
+/* A new file id: random-looking, never 0, unique with all odds. */
+uint64_t eng_new_file_id(struct eng *e);
 
 /* ns.c */
 int ns_init(struct ns *ns);
@@ -422,7 +474,7 @@ bool ns_in_keep_window(struct eng *e, uint64_t seq);
 int file_init(struct file *f);
 void file_fini(struct eng *e, struct file *f);
 int file_truncate_locked(struct eng *e, struct file *f, uint64_t size);
-/* Make slots' CRCs final and move to SEALED; file->lock held for writing. */
+/* Make slots' CRCs final and seal this version; file->lock held for writing. */
 void file_seal_locked(struct eng *e, struct file *f);
 enum eng_crc_state file_crc_state_locked(const struct file *f);
 /* Drop resident clean slots of a persisted file; returns chunks freed. */
@@ -435,7 +487,7 @@ uint32_t file_evict_locked(struct eng *e, struct file *f);
  */
 struct file_snap {
 	uint64_t version, meta_version, size;
-	enum eng_state state;
+	bool sealed;
 	uint32_t nslots;
 	struct slot *slots;
 };
@@ -445,10 +497,10 @@ int file_snap_take_locked(struct eng *e, struct file *f,
 /* Unpin and free; a zeroed snapshot is fine. */
 void file_snap_drop(struct eng *e, struct file_snap *fs);
 /*
- * The snapshot's bytes are safe in the persisted copy: if the file is
- * still at that version (data and metadata), pieces still holding the
- * same chunks are clean (evictable) and the file is PERSISTED.  Returns
- * whether it was.  f->lock held for writing.
+ * The snapshot's bytes are safe in the persisted copy: record its versions
+ * as persisted, and if the file's data is still that version, mark pieces
+ * still holding the same chunks clean (evictable).  Returns whether the
+ * file is persisted now.  f->lock held for writing.
  */
 bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs);
 /* Wait until no queued copy targets @f.  Sleeps: hold no lock at all. */

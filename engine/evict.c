@@ -39,8 +39,8 @@ static void evict_tree(struct evict *ev, struct inode *dir)
 			struct file *f = &in->file;
 
 			pthread_rwlock_rdlock(&f->lock);
-			if (f->copy != COPY_NONE &&
-			    f->state == ENG_STATE_PERSISTED)
+			if (f->copy != COPY_NONE && file_sealed(f) &&
+			    file_data_persisted(f))
 				for (uint32_t i = 0; i < f->nslots; i++)
 					if (slot_in_ram(&f->slots[i]) &&
 					    (f->slots[i].flags & SLOT_CLEAN))

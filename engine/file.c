@@ -69,7 +69,9 @@ uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx)
 int file_init(struct file *f)
 {
 	memset(f, 0, sizeof(*f));
-	f->state = ENG_STATE_WRITING;
+	/* Version 0 stands for "none" in the durability record. */
+	f->version = 1;
+	f->meta_version = 1;
 	return pthread_rwlock_init(&f->lock, NULL) ? -ENOMEM : 0;
 }
 
@@ -115,7 +117,7 @@ enum eng_crc_state file_crc_state_locked(const struct file *f)
 {
 	if (f->crc_bad)
 		return ENG_CRC_BAD;
-	if (f->state == ENG_STATE_WRITING)
+	if (!file_sealed(f))
 		return ENG_CRC_PENDING;
 	if (f->crc_unverified)
 		return ENG_CRC_UNVERIFIED;
@@ -146,7 +148,7 @@ void file_seal_locked(struct eng *e, struct file *f)
 		}
 		s->crc_len = len;
 	}
-	f->state = ENG_STATE_SEALED;
+	f->dur.sealed = f->version;
 }
 
 int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
@@ -175,7 +177,6 @@ int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
 	}
 	f->size = size;
 	f->version++;
-	f->state = ENG_STATE_WRITING;
 	return 0;
 }
 
@@ -183,7 +184,7 @@ uint32_t file_evict_locked(struct eng *e, struct file *f)
 {
 	uint32_t freed = 0;
 
-	if (f->copy == COPY_NONE || f->state != ENG_STATE_PERSISTED)
+	if (f->copy == COPY_NONE || !file_sealed(f) || !file_data_persisted(f))
 		return 0;
 	for (uint32_t i = 0; i < f->nslots; i++) {
 		struct slot *s = &f->slots[i];
@@ -204,7 +205,7 @@ int file_snap_take_locked(struct eng *e, struct file *f,
 			  struct file_snap *fs)
 {
 	*fs = (struct file_snap){ f->version, f->meta_version, f->size,
-				  f->state, f->nslots, NULL };
+				  file_sealed(f), f->nslots, NULL };
 	fs->slots = malloc((size_t)(f->nslots ? f->nslots : 1) *
 			   sizeof(*fs->slots));
 	if (!fs->slots)
@@ -229,16 +230,19 @@ void file_snap_drop(struct eng *e, struct file_snap *fs)
 
 bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
 {
-	if (f->version != fs->version || f->meta_version != fs->meta_version ||
-	    f->state != ENG_STATE_SEALED || fs->state != ENG_STATE_SEALED)
-		return false;
-	for (uint32_t i = 0; i < f->nslots && i < fs->nslots; i++)
-		if (slot_in_ram(&f->slots[i]) && slot_in_ram(&fs->slots[i]) &&
-		    f->slots[i].chunk == fs->slots[i].chunk)
-			f->slots[i].flags |= SLOT_CLEAN;
-	f->crc_unverified = false;
-	f->state = ENG_STATE_PERSISTED;
-	return true;
+	f->dur.persisted_data = fs->version;
+	f->dur.persisted_meta = fs->meta_version;
+	if (f->version == fs->version) {
+		for (uint32_t i = 0; i < f->nslots && i < fs->nslots; i++)
+			if (slot_in_ram(&f->slots[i]) &&
+			    slot_in_ram(&fs->slots[i]) &&
+			    f->slots[i].chunk == fs->slots[i].chunk)
+				f->slots[i].flags |= SLOT_CLEAN;
+		/* Its sums were written beside it: trusted from now on. */
+		if (fs->sealed)
+			f->crc_unverified = false;
+	}
+	return file_persisted(f);
 }
 
 /* Give slot @s a chunk of its own that may be written. */
@@ -403,7 +407,7 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 	}
 	if (writer)
 		f->writers++;
-	if (trunc && (f->size > 0 || f->state != ENG_STATE_WRITING)) {
+	if (trunc && (f->size > 0 || f->dur.sealed == f->version)) {
 		file_truncate_locked(e, f, 0);
 		eng_now(&in->mtime);
 		in->ctime = in->mtime;
@@ -516,7 +520,7 @@ void eng_release(struct eng *e, struct eng_file *fp)
 		/* Seal what the writer's queued copies leave, not less. */
 		while (!file_wrlock_drained(e, f))
 			file_wait_writes(e, f);
-		if (--f->writers == 0 && f->state == ENG_STATE_WRITING) {
+		if (--f->writers == 0 && f->dur.sealed != f->version) {
 			file_seal_locked(e, f);
 			sealed = true;
 		}
@@ -741,7 +745,6 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	if (pos + reserved > f->size)
 		f->size = pos + reserved;
 	f->version++;
-	f->state = ENG_STATE_WRITING;
 	eng_now(&in->mtime);
 	in->ctime = in->mtime;
 	if (done) {

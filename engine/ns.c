@@ -102,6 +102,8 @@ struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid)
 	}
 	in->ino = ns->next_ino++;
 	ns_set_mode(in, mode);
+	if (S_ISREG(mode))
+		in->file.id = eng_new_file_id(e);
 	in->uid = uid;
 	in->gid = gid;
 	eng_now(&in->mtime);
@@ -642,15 +644,11 @@ again:
 			 */
 			if (sa->valid & meta)
 				f->meta_version++;
-			/* Reseal after a truncate; any change makes the
-			 * persisted copy stale. */
-			if (f->state == ENG_STATE_WRITING && f->writers == 0) {
+			/* Reseal after a truncate of a closed file. */
+			if (f->writers == 0 && f->dur.sealed != f->version)
 				file_seal_locked(e, f);
-				kick = true;
-			} else if (f->state == ENG_STATE_PERSISTED) {
-				f->state = ENG_STATE_SEALED;
-				kick = true;
-			}
+			/* A closed file's change goes to the tiers again. */
+			kick = f->writers == 0 && !file_persisted(f);
 		}
 		pthread_rwlock_unlock(&f->lock);
 	} else {
@@ -732,7 +730,7 @@ int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 	rc = make_entry(e, parent, name, mode, uid, gid, &in);
 	if (rc == 0) {
 		if (S_ISREG(mode))
-			in->file.state = ENG_STATE_SEALED;
+			in->file.dur.sealed = in->file.version;
 		else if (S_ISCHR(mode) || S_ISBLK(mode))
 			in->rdev = rdev;
 		in->nlookup++;

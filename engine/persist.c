@@ -20,6 +20,7 @@
  * under a name the namespace has just given up.
  */
 #include <dirent.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -35,7 +36,8 @@
 
 #define TMP_DIR ".reftfs-tmp"
 #define LOCK_FILE ".reftfs-lock"
-#define SUM_MAGIC "RFTSUM1"
+#define SUM_MAGIC "RFTSUM2"
+#define SUM_MAGIC_V1 "RFTSUM1"
 #define LOCK_WAIT_MS 60000
 #define UNMOUNT_TRIES 3
 #define FLUSH_GRACE_MS 500
@@ -55,7 +57,10 @@ struct sum_header {
 	uint64_t size;
 	int64_t mtime_sec;
 	int64_t mtime_nsec;
+	uint64_t file_id;	/* RFTSUM2 on; RFTSUM1 stops before it */
 };
+
+#define SUM_HEADER_V1 offsetof(struct sum_header, file_id)
 
 struct flush_ticket {
 	uint64_t ticket;
@@ -293,8 +298,8 @@ static void set_copy(struct eng *e, struct inode *in, enum copy_where w,
 	free(f->away_rel);
 	f->away_rel = dup;
 	/* Not at home: the copy under its name is stale or missing. */
-	if (w != COPY_HOME && f->state == ENG_STATE_PERSISTED)
-		f->state = ENG_STATE_SEALED;
+	if (w != COPY_HOME)
+		f->dur.persisted_data = f->dur.persisted_meta = 0;
 	pthread_mutex_lock(&p->lock);
 	if (f->copy == COPY_AWAY && w != COPY_AWAY) {
 		for (size_t i = 0; i < p->naway; i++)
@@ -561,7 +566,7 @@ int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
 /* --- write-back of one file -------------------------------------------- */
 
 struct snap {
-	uint64_t ino;
+	uint64_t ino, file_id;
 	mode_t mode;
 	uid_t uid;
 	gid_t gid;
@@ -594,12 +599,12 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
 	s->uid = in->uid;
 	s->gid = in->gid;
 	pthread_rwlock_rdlock(&f->lock);
-	if (f->state == ENG_STATE_SEALED ||
-	    (final && f->state == ENG_STATE_WRITING)) {
+	if ((file_sealed(f) && !file_persisted(f)) || final) {
 		if (persist_copy_path(e, in, s->copy_rel,
 				      sizeof(s->copy_rel)) < 0)
 			s->copy_rel[0] = '\0';
 		s->mtime = in->mtime;
+		s->file_id = f->id;
 		rc = file_snap_take_locked(e, f, &s->fs);
 	} else {
 		rc = 1;
@@ -673,6 +678,7 @@ static int write_sum(struct eng *e, struct snap *s, const char *tmp,
 	h.size = s->fs.size;
 	h.mtime_sec = s->mtime.tv_sec;
 	h.mtime_nsec = s->mtime.tv_nsec;
+	h.file_id = s->file_id;
 	trailer = ers_crc32c(0, &h, sizeof(h));
 	trailer = ers_crc32c(trailer, crcs, (size_t)npieces * sizeof(*crcs));
 
@@ -1081,8 +1087,7 @@ static enum due writeback_due(struct eng *e, struct inode *in,
 		struct file *f = &in->file;
 
 		pthread_rwlock_rdlock(&f->lock);
-		need = f->state == ENG_STATE_SEALED ||
-		       (ps->final && f->state == ENG_STATE_WRITING);
+		need = !file_persisted(f) && (file_sealed(f) || ps->final);
 		wait = !ps->now && f->wb_failures && now_ms() < f->wb_next_ms;
 		*bytes = f->size;
 		pthread_rwlock_unlock(&f->lock);
@@ -1566,8 +1571,7 @@ static void mark_stale(struct eng *e, struct inode *in)
 {
 	if (S_ISREG(in->mode)) {
 		pthread_rwlock_wrlock(&in->file.lock);
-		if (in->file.state == ENG_STATE_PERSISTED)
-			in->file.state = ENG_STATE_SEALED;
+		in->file.dur.persisted_data = in->file.dur.persisted_meta = 0;
 		pthread_rwlock_unlock(&in->file.lock);
 	} else {
 		pthread_rwlock_wrlock(&e->ns.lock);
@@ -1858,6 +1862,7 @@ static void load_sums(struct eng *e, int dirfd, const char *name,
 	char sname[NAME_MAX + 16];
 	struct sum_header h;
 	uint32_t npieces = f->nslots, trailer, *crcs = NULL;
+	size_t hlen = sizeof(h);
 	int fd;
 	bool ok = false;
 
@@ -1866,21 +1871,29 @@ static void load_sums(struct eng *e, int dirfd, const char *name,
 	if (fd < 0)
 		goto out;
 	crcs = malloc(((size_t)npieces + 1) * sizeof(*crcs));
-	if (!crcs || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
+	memset(&h, 0, sizeof(h));
+	if (!crcs || pread(fd, &h, SUM_HEADER_V1, 0) != (ssize_t)SUM_HEADER_V1)
 		goto out;
-	if (memcmp(h.magic, SUM_MAGIC, sizeof(SUM_MAGIC)) != 0 ||
-	    h.chunk_size != e->store.chunk_size || h.npieces != npieces ||
+	/* Written by an older reftfs: no file id, a fresh one is kept. */
+	if (memcmp(h.magic, SUM_MAGIC_V1, sizeof(SUM_MAGIC_V1)) == 0)
+		hlen = SUM_HEADER_V1;
+	else if (memcmp(h.magic, SUM_MAGIC, sizeof(SUM_MAGIC)) != 0 ||
+		 pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
+		goto out;
+	if (h.chunk_size != e->store.chunk_size || h.npieces != npieces ||
 	    h.size != (uint64_t)st->st_size ||
 	    h.mtime_sec != st->st_mtim.tv_sec ||
 	    h.mtime_nsec != st->st_mtim.tv_nsec)
 		goto out;
 	if (pread(fd, crcs, ((size_t)npieces + 1) * sizeof(*crcs),
-		  sizeof(h)) != (ssize_t)(((size_t)npieces + 1) * sizeof(*crcs)))
+		  (off_t)hlen) != (ssize_t)(((size_t)npieces + 1) * sizeof(*crcs)))
 		goto out;
-	trailer = ers_crc32c(0, &h, sizeof(h));
+	trailer = ers_crc32c(0, &h, hlen);
 	trailer = ers_crc32c(trailer, crcs, (size_t)npieces * sizeof(*crcs));
 	if (trailer != crcs[npieces])
 		goto out;
+	if (hlen == sizeof(h) && h.file_id)
+		f->id = h.file_id;
 	for (uint32_t i = 0; i < npieces; i++) {
 		f->slots[i].crc = crcs[i];
 		f->slots[i].crc_len = file_piece_len(e, f->size, i);
@@ -2012,7 +2025,8 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 				SLOT_CRC_UNKNOWN, PIECE_PERSIST, 0 };
 		mark_holes(e, dirfd, name, f);
 		load_sums(e, dirfd, name, st, f);
-		f->state = ENG_STATE_PERSISTED;
+		f->dur.sealed = f->dur.persisted_data = f->version;
+		f->dur.persisted_meta = f->meta_version;
 		f->copy = COPY_HOME;
 	} else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ||
 		   S_ISFIFO(st->st_mode) || S_ISSOCK(st->st_mode)) {

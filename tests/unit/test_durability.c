@@ -609,9 +609,62 @@ static void test_links_and_nodes(void **state)
 	free(v);
 }
 
+static int id_cb(void *ctx, const struct eng_entry_info *ei)
+{
+	*(uint64_t *)ctx = ei->file_id;
+	return 0;
+}
+
+static uint64_t file_id(struct eng *e, const char *path)
+{
+	uint64_t id = 0;
+
+	assert_int_equal(eng_list_path(e, path, id_cb, &id), 0);
+	return id;
+}
+
+/*
+ * A file's id is stable across remounts (inode numbers are not), and the
+ * durability record's properties are independent: a chmod makes a
+ * persisted file's metadata stale without making its data unsafe.
+ */
+static void test_file_id_and_durability(void **state)
+{
+	struct fixture *fx = *state;
+	struct eng_setattr sa = { .valid = ENG_SET_MODE, .mode = 0600 };
+	uint64_t d, ia, a, b;
+	struct stat st;
+	struct file *f;
+
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	ia = fx_put(fx->e, d, "a", "aaaa", 4);
+	assert_int_not_equal(fx_put(fx->e, d, "b", "bbbb", 4), 0);
+	a = file_id(fx->e, "ck/a");
+	b = file_id(fx->e, "ck/b");
+	assert_true(a != 0 && b != 0 && a != b);
+	assert_int_equal(flush_wait(fx->e), 0);
+
+	f = &ns_find(&fx->e->ns, ia)->file;
+	assert_true(file_sealed(f) && file_persisted(f));
+	assert_int_equal(eng_setattr(fx->e, ia, NULL, &sa, &st), 0);
+	assert_true(file_sealed(f) && file_data_persisted(f));
+	assert_false(file_persisted(f));
+	assert_int_equal(file_state(f), ENG_STATE_SEALED);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_true(file_persisted(f));
+	fx_stop(fx);
+
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(file_id(fx->e, "ck/a"), a);
+	assert_int_equal(file_id(fx->e, "ck/b"), b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_file_id_and_durability,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_links_and_nodes, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_sparse_file_after_remount,

@@ -49,7 +49,7 @@ static void check_sealed_crcs(struct eng *e, struct eng_file *fp,
 {
 	struct file *f = &fp->inode->file;
 
-	assert_int_equal(f->state, ENG_STATE_SEALED);
+	assert_int_equal(file_state(f), ENG_STATE_SEALED);
 	assert_int_equal(f->size, size);
 	for (uint32_t i = 0; i < f->nslots; i++) {
 		uint32_t len = file_piece_len(e, size, i);
@@ -303,12 +303,12 @@ static void test_async_writes(void **state)
 	assert_int_equal(eng_flush(e, fp), 0);
 	assert_int_equal(atomic_load(&done_calls), queued_n);
 	/* A FLUSH is any close(); only the last RELEASE seals. */
-	assert_int_equal(fp->inode->file.state, ENG_STATE_WRITING);
+	assert_int_equal(file_state(&fp->inode->file), ENG_STATE_WRITING);
 	{
 		struct file *f = &fp->inode->file;
 
 		eng_release(e, fp);
-		assert_int_equal(f->state, ENG_STATE_SEALED);
+		assert_int_equal(file_state(f), ENG_STATE_SEALED);
 	}
 
 	/* The budget (8 chunks, 3 used) runs out synchronously. */
