@@ -171,7 +171,7 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 			(unsigned long long)cfg->mem_bytes, strerror(-rc));
 		goto fail;
 	}
-	e->store.pressure = persist_pressure;
+	e->store.pressure = evict_pressure;
 	e->store.pressure_ctx = e;
 	e->store.target = next_checkpoint_bytes;
 	e->store.target_ctx = e;

@@ -121,6 +121,8 @@ static inline uint32_t store_refs(const struct store *s, uint32_t id)
 #define SLOT_CRC_UNKNOWN UINT32_MAX
 
 #define SLOT_CLEAN (1u << 0) /* same bytes as the persisted copy */
+#define SLOT_FRESH (1u << 1) /* just read through: eviction skips it once,
+				so its reader gets to use it */
 
 /*
  * Where the bytes of one piece of a file are.  The group (issue 8) adds
@@ -197,6 +199,10 @@ struct file {
 	/* Changed under lock and persist's mirror lock; read under either. */
 	enum copy_where copy;
 	char *away_rel;		/* COPY_AWAY: the copy's path */
+	struct copy_id {	/* the copy's host inode: renames keep it */
+		dev_t dev;
+		ino_t ino;	/* 0: not known */
+	} copy_id;
 	/* Write-back of this file failed: retried alone, with backoff. */
 	uint32_t wb_failures;	/* lock */
 	uint64_t wb_next_ms;	/* not before this CLOCK_MONOTONIC ms; lock */
@@ -534,6 +540,12 @@ int file_load(struct eng *e, struct inode *in, uint32_t first,
 void evict_run(struct eng *e, bool pressure);
 /* Chunks eviction could free now. */
 uint64_t evict_count(struct eng *e);
+/*
+ * The store's pressure callback (@ctx: the engine): a thread waiting for
+ * memory, holding no lock, evicts for itself rather than waiting for the
+ * persist worker to finish what it is writing.
+ */
+void evict_pressure(void *ctx);
 
 /* persist.c */
 int persist_new(struct eng *e, struct persist **out);
@@ -545,18 +557,18 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode);
 void persist_free(struct persist *p);
 /* Wake the worker (a flush, a retry). */
 void persist_kick(struct eng *e);
-/* The store is short of chunks: evict now. */
-void persist_pressure(void *ctx);
 /*
  * Read one piece of a file from its persisted copy at @rel (relative to
  * the persist dir): @fill bytes at @off, then zeros up to @len, into @buf.
  * When @crc_len == @len the bytes are checked against @crc: -EIO on a
- * mismatch, never wrong bytes.  Takes no engine lock; a rename since @rel
- * was looked up gives -ENOENT and the caller looks the path up again.
+ * mismatch, never wrong bytes.  Takes no engine lock: a rename since @rel
+ * was looked up may have put another file there, so the file opened must
+ * be @id (when known), else -ENOENT and the caller looks the path up again.
  */
-int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
-		       uint32_t fill, uint32_t len, uint32_t crc,
-		       uint32_t crc_len, uint8_t *buf);
+int persist_read_piece(struct eng *e, const char *rel,
+		       const struct copy_id *id, uint64_t off, uint32_t fill,
+		       uint32_t len, uint32_t crc, uint32_t crc_len,
+		       uint8_t *buf);
 /*
  * Path of @in's copy relative to the persist dir into @buf: -ENOENT if it
  * has none.  ns->lock and @in's file lock held (read is enough).

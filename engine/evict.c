@@ -109,3 +109,8 @@ uint64_t evict_count(struct eng *e)
 	pthread_rwlock_unlock(&e->ns.lock);
 	return ev.evictable;
 }
+
+void evict_pressure(void *ctx)
+{
+	evict_run(ctx, true);
+}

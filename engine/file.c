@@ -191,6 +191,10 @@ uint32_t file_evict_locked(struct eng *e, struct file *f)
 
 		if (!slot_in_ram(s) || !(s->flags & SLOT_CLEAN))
 			continue;
+		if (s->flags & SLOT_FRESH) {
+			s->flags &= (uint8_t)~SLOT_FRESH; /* next time */
+			continue;
+		}
 		store_put(&e->store, s->chunk);
 		s->where = PIECE_PERSIST;
 		f->resident--;
@@ -245,41 +249,9 @@ bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
 	return file_persisted(f);
 }
 
-/* Give slot @s a chunk of its own that may be written. */
-static int own_chunk(struct eng *e, struct slot *s, struct file *f)
-{
-	uint32_t id;
-	int rc;
-
-	/*
-	 * Called under f->lock: never wait for memory here (the caller drops
-	 * the lock and waits, see write_common).  A persisted-only piece
-	 * reaches here only when overwritten whole.
-	 */
-	if (!slot_in_ram(s)) {
-		rc = store_try_alloc(&e->store, &id);
-		if (rc < 0)
-			return rc;
-		*s = (struct slot){ id, 0, 0, 0, PIECE_RAM, 0 };
-		f->resident++;
-		return 0;
-	}
-	if (store_refs(&e->store, s->chunk) > 1) {
-		/* A write-back holds the old bytes: copy on write. */
-		rc = store_try_alloc(&e->store, &id);
-		if (rc < 0)
-			return rc;
-		memcpy(store_ptr(&e->store, id), store_ptr(&e->store, s->chunk),
-		       s->fill);
-		store_put(&e->store, s->chunk);
-		s->chunk = id;
-	}
-	return 0;
-}
-
 /* Load one piece; no lock held.  1 if it was not persisted-only. */
 static int load_piece(struct eng *e, struct inode *in, const char *rel,
-		      uint32_t i)
+		      const struct copy_id *cid, uint32_t i)
 {
 	struct file *f = &in->file;
 	struct slot want;
@@ -303,7 +275,8 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
 	if (rc < 0)
 		return rc;
-	rc = persist_read_piece(e, rel, (uint64_t)i << e->store.chunk_shift,
+	rc = persist_read_piece(e, rel, cid,
+				(uint64_t)i << e->store.chunk_shift,
 				want.fill, len, want.crc, want.crc_len,
 				store_ptr(&e->store, id));
 	pthread_rwlock_wrlock(&f->lock);
@@ -320,7 +293,7 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		s->chunk = id;
 		s->where = PIECE_RAM;
 		s->fill = len;
-		s->flags |= SLOT_CLEAN;
+		s->flags |= SLOT_CLEAN | SLOT_FRESH;
 		f->resident++;
 		id = RFT_NO_CHUNK;
 		atomic_fetch_add(&e->cnt.readthrough_chunks, 1);
@@ -334,6 +307,7 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 
 int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
 {
+	struct copy_id cid;
 	char rel[PATH_MAX];
 	int rc = -ENOENT;
 
@@ -342,6 +316,7 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
 		pthread_rwlock_rdlock(&e->ns.lock);
 		pthread_rwlock_rdlock(&in->file.lock);
 		rc = persist_copy_path(e, in, rel, sizeof(rel));
+		cid = in->file.copy_id;
 		pthread_rwlock_unlock(&in->file.lock);
 		pthread_rwlock_unlock(&e->ns.lock);
 		if (rc < 0) {
@@ -350,7 +325,7 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
 			return -EIO;
 		}
 		for (uint32_t i = first; i <= last; i++) {
-			rc = load_piece(e, in, rel, i);
+			rc = load_piece(e, in, rel, &cid, i);
 			if (rc < 0)
 				break;
 		}
@@ -557,12 +532,86 @@ int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
 
 /* --- write -------------------------------------------------------------- */
 
-/* Give slot @idx a chunk this write may change; f->lock held for writing. */
-static int reserve_piece(struct eng *e, struct file *f, uint32_t idx)
+/* Does piece @idx need a new chunk before a write?  f->lock held. */
+static bool needs_chunk(struct eng *e, const struct file *f, uint32_t idx)
 {
-	int rc = ensure_slots(f, idx);
+	const struct slot *s = idx < f->nslots ? &f->slots[idx] : NULL;
 
-	return rc < 0 ? rc : own_chunk(e, &f->slots[idx], f);
+	/* Not in memory, or a write-back holds it (copy on write). */
+	return !s || !slot_in_ram(s) || store_refs(&e->store, s->chunk) > 1;
+}
+
+/*
+ * Reserve the pieces of [@pos, @pos + @size) for a write, all at once: the
+ * chunks needed are taken first, and only then are slots changed, so no
+ * piece is ever left emptied when memory runs out (a piece overwritten
+ * whole used to get an empty chunk while the writer waited, and kept it
+ * if the write then failed).  With fewer chunks than needed and @partial,
+ * the pieces that have one are reserved from the start: a short write.
+ * Returns the bytes reserved, or -ENOSPC / -ENOMEM.  f->lock held for
+ * writing; never waits.
+ */
+static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
+			     size_t size, bool partial)
+{
+	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
+	uint32_t first = (uint32_t)(pos >> shift);
+	uint32_t last = (uint32_t)((pos + size - 1) >> shift);
+	uint32_t stack[8], *ids = stack, need = 0, got = 0, used = 0;
+	size_t reserved = 0;
+	int rc = 0;
+
+	for (uint32_t i = first; i <= last; i++)
+		need += needs_chunk(e, f, i);
+	if (need > sizeof(stack) / sizeof(stack[0]) &&
+	    !(ids = malloc(need * sizeof(*ids))))
+		return -ENOMEM;
+	while (got < need && store_try_alloc(&e->store, &ids[got]) == 0)
+		got++;
+	if (got < need && (!partial || got == 0)) {
+		rc = -ENOSPC;
+		goto out;
+	}
+	while (reserved < size) {
+		uint64_t p = pos + reserved;
+		uint32_t idx = (uint32_t)(p >> shift), a = (uint32_t)(p & (cs - 1));
+		uint32_t n = size - reserved < cs - a ? (uint32_t)(size - reserved)
+						      : cs - a;
+		struct slot *s;
+
+		if (needs_chunk(e, f, idx)) {
+			if (used == got)
+				break; /* out of chunks: a short write */
+			rc = ensure_slots(f, idx);
+			if (rc < 0)
+				break;
+			s = &f->slots[idx];
+			if (!slot_in_ram(s)) {
+				/* Hole, or persisted-only and overwritten
+				 * whole (needs_load loaded the others). */
+				*s = (struct slot){ ids[used++], 0, 0, 0,
+						    PIECE_RAM, 0 };
+				f->resident++;
+			} else {
+				uint32_t id = ids[used++];
+
+				memcpy(store_ptr(&e->store, id),
+				       store_ptr(&e->store, s->chunk), s->fill);
+				store_put(&e->store, s->chunk);
+				s->chunk = id;
+			}
+		}
+		reserved += n;
+	}
+	if (reserved > 0)
+		rc = 0;
+out:
+	/* Chunks not needed after all (a pin went away meanwhile). */
+	while (used < got)
+		store_put(&e->store, ids[used++]);
+	if (ids != stack)
+		free(ids);
+	return rc < 0 ? rc : (ssize_t)reserved;
 }
 
 /* Copy one reserved piece in at [a, b); f->lock held for writing. */
@@ -663,7 +712,8 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	struct inode *in = fp->inode;
 	struct file *f = &in->file;
 	struct wjob *job = NULL;
-	uint32_t cs = e->store.chunk_size, idx;
+	uint32_t idx;
+	ssize_t got;
 	struct timespec deadline;
 	bool waited = false, timed_out = false;
 	size_t reserved = 0;
@@ -708,27 +758,19 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			}
 			continue;
 		}
-		while (reserved < size) {
-			uint64_t p = pos + reserved;
-			uint32_t a = (uint32_t)(p & (cs - 1));
-			uint32_t n = size - reserved < cs - a
-					     ? (uint32_t)(size - reserved)
-					     : cs - a;
-
-			rc = reserve_piece(e, f,
-					   (uint32_t)(p >> e->store.chunk_shift));
-			if (rc < 0)
-				break;
-			reserved += n;
+		/* Past the deadline, what memory there is: a short write. */
+		got = reserve_range(e, f, pos, size, timed_out);
+		if (got >= 0) {
+			reserved = (size_t)got;
+			break;
 		}
+		rc = (int)got;
 		if (rc != -ENOSPC || timed_out)
 			break;
 		/*
 		 * Out of memory: wait for eviction without the file lock
 		 * (readers, the evictor and the persist worker need it),
-		 * then reserve again from the start; pieces reserved already
-		 * are kept unless the file changed meanwhile.  Past the
-		 * deadline what could be reserved is a short write.
+		 * then look at the file again.  Nothing was changed.
 		 */
 		pthread_rwlock_unlock(&f->lock);
 		if (!waited) {
@@ -736,7 +778,6 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			waited = true;
 		}
 		timed_out = store_wait_free(&e->store, &deadline) < 0;
-		reserved = 0;
 		rc = 0;
 	}
 
@@ -870,6 +911,99 @@ void copier_stop(struct eng *e)
 
 #define READ_IOV_STACK 16
 
+/*
+ * Serve a read without caching: pieces in memory are copied out under the
+ * lock, pieces only in the persist dir are read (and checked) into the same
+ * bounce buffer afterwards, without the lock.  The bounce buffer is the
+ * read's own (at most the request plus a piece), not the arena's.
+ */
+static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
+		       size_t size, eng_reply_fn reply, void *ctx)
+{
+	struct file *f = &in->file;
+	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
+	char rel[PATH_MAX];
+	struct copy_id cid;
+	struct slot *want = NULL;
+	uint32_t first, last, n;
+	uint64_t end, base;
+	uint8_t *buf = NULL;
+	struct iovec iov;
+	int rc = 0, tries;
+
+	for (tries = 0; tries < 3; tries++) {
+		pthread_rwlock_rdlock(&e->ns.lock);
+		pthread_rwlock_rdlock(&f->lock);
+		if (pos >= f->size) {
+			pthread_rwlock_unlock(&f->lock);
+			pthread_rwlock_unlock(&e->ns.lock);
+			free(buf);
+			free(want);
+			return reply(ctx, NULL, 0);
+		}
+		end = pos + size < f->size ? pos + size : f->size;
+		first = (uint32_t)(pos >> shift);
+		last = (uint32_t)((end - 1) >> shift);
+		n = last - first + 1;
+		base = (uint64_t)first << shift;
+		if (!buf) {
+			buf = malloc((size_t)n * cs);
+			want = calloc(n, sizeof(*want));
+		}
+		if (!buf || !want) {
+			rc = -ENOMEM;
+		} else {
+			rc = persist_copy_path(e, in, rel, sizeof(rel));
+			cid = f->copy_id;
+		}
+		for (uint32_t i = 0; rc >= 0 && i < n; i++) {
+			uint32_t k = first + i, len = file_piece_len(e, f->size, k);
+			const struct slot *s = k < f->nslots ? &f->slots[k] : NULL;
+			uint8_t *dst = buf + (size_t)i * cs;
+
+			want[i] = s ? *s : SLOT_HOLE_INIT;
+			if (s && slot_in_ram(s)) {
+				uint32_t m = s->fill < len ? s->fill : len;
+
+				memcpy(dst, store_ptr(&e->store, s->chunk), m);
+				memset(dst + m, 0, len - m);
+			} else if (!s || s->where == PIECE_HOLE) {
+				memset(dst, 0, len);
+			}
+			/* Reused for the piece's length as the file has it. */
+			want[i].chunk = len;
+		}
+		pthread_rwlock_unlock(&f->lock);
+		pthread_rwlock_unlock(&e->ns.lock);
+		for (uint32_t i = 0; rc >= 0 && i < n; i++)
+			if (want[i].where == PIECE_PERSIST)
+				rc = persist_read_piece(
+					e, rel, &cid,
+					(uint64_t)(first + i) << shift,
+					want[i].fill, want[i].chunk,
+					want[i].crc, want[i].crc_len,
+					buf + (size_t)i * cs);
+		if (rc != -ENOENT)
+			break; /* -ENOENT: the copy moved meanwhile */
+	}
+	if (rc == 0) {
+		iov.iov_base = buf + (pos - base);
+		iov.iov_len = end - pos;
+		rc = reply(ctx, &iov, 1);
+		atomic_fetch_add_explicit(&e->cnt.read_ops, 1,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&e->cnt.read_bytes, end - pos,
+					  memory_order_relaxed);
+	} else if (rc == -ENOENT) {
+		rc = -EIO;
+	}
+	if (rc == -EIO)
+		atomic_fetch_add(&e->cnt.crc_errors, 1);
+	free(buf);
+	free(want);
+	return rc;
+}
+
 int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 	     eng_reply_fn reply, void *ctx)
 {
@@ -900,9 +1034,14 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 		if (!missing)
 			break;
 		pthread_rwlock_unlock(&f->lock);
-		if (tries == LOAD_TRIES)
-			return -EIO;
-		rc = file_load(e, in, first, last);
+		rc = tries == LOAD_TRIES ? -EAGAIN : file_load(e, in, first, last);
+		/*
+		 * No memory to cache it in, or what was loaded keeps being
+		 * evicted before this reader gets to it: read it straight
+		 * from the persist dir.  A read never fails for lack of cache.
+		 */
+		if (rc == -ENOSPC || rc == -EAGAIN)
+			return read_direct(e, in, pos, size, reply, ctx);
 		if (rc < 0)
 			return rc;
 	}

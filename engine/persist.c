@@ -91,7 +91,6 @@ struct persist {
 	bool running;		/* protected by lock */
 	bool stopping;		/* protected by lock */
 	bool kicked;		/* protected by lock */
-	bool pressure;		/* protected by lock */
 	uint64_t flush_req;	/* protected by lock */
 	uint64_t flush_done;	/* protected by lock */
 	/* Ticket t lives in fl[t % FLUSH_TICKETS]; protected by lock. */
@@ -523,12 +522,14 @@ static size_t pending_ops(struct persist *p)
 
 /* --- read-through ------------------------------------------------------- */
 
-int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
-		       uint32_t fill, uint32_t len, uint32_t crc,
-		       uint32_t crc_len, uint8_t *buf)
+int persist_read_piece(struct eng *e, const char *rel,
+		       const struct copy_id *id, uint64_t off, uint32_t fill,
+		       uint32_t len, uint32_t crc, uint32_t crc_len,
+		       uint8_t *buf)
 {
 	struct persist *p = e->persist;
 	uint32_t want = fill < len ? fill : len, got = 0;
+	struct stat st;
 	int fd, rc = 0;
 
 	if (!p)
@@ -536,6 +537,12 @@ int persist_read_piece(struct eng *e, const char *rel, uint64_t off,
 	fd = openat(p->dirfd, rel, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? -ENOENT : -EIO;
+	/* Another file under that name now (a rename raced us): look again. */
+	if (id && id->ino &&
+	    (fstat(fd, &st) < 0 || st.st_ino != id->ino || st.st_dev != id->dev)) {
+		close(fd);
+		return -ENOENT;
+	}
 	while (got < want) {
 		ssize_t n = pread(fd, buf + got, want - got, (off_t)(off + got));
 
@@ -574,6 +581,7 @@ struct snap {
 	struct file_snap fs;
 	char rel[PATH_MAX];
 	char copy_rel[PATH_MAX]; /* where pieces not in memory are read */
+	struct copy_id copy_id;
 };
 
 /*
@@ -605,6 +613,7 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
 			s->copy_rel[0] = '\0';
 		s->mtime = in->mtime;
 		s->file_id = f->id;
+		s->copy_id = f->copy_id;
 		rc = file_snap_take_locked(e, f, &s->fs);
 	} else {
 		rc = 1;
@@ -635,7 +644,8 @@ static int write_data(struct eng *e, struct snap *s, int fd, uint32_t *crcs,
 		} else if (sl && sl->where == PIECE_PERSIST) {
 			/* Not in memory: carry it over from the old copy. */
 			rc = s->copy_rel[0]
-				     ? persist_read_piece(e, s->copy_rel, off,
+				     ? persist_read_piece(e, s->copy_rel,
+							  &s->copy_id, off,
 							  sl->fill, len,
 							  sl->crc, sl->crc_len,
 							  bounce)
@@ -793,6 +803,7 @@ static int commit(struct eng *e, struct inode *in, const char *tmp,
 	struct persist *p = e->persist;
 	char rel[PATH_MAX], sum[PATH_MAX + 16], old[PATH_MAX];
 	bool reg = S_ISREG(in->mode);
+	struct stat st;
 	int rc;
 
 	eng_names_lock(e);
@@ -818,6 +829,8 @@ static int commit(struct eng *e, struct inode *in, const char *tmp,
 		rc = sum_name(rel, sum, sizeof(sum));
 	if (rc == 0)
 		rc = make_parents(p->dirfd, rel);
+	if (rc == 0 && fstatat(p->dirfd, tmp, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		rc = -errno;
 	if (rc == 0 && renameat(p->dirfd, tmp, p->dirfd, rel) < 0)
 		rc = -errno;
 	if (rc == 0 && tmpsum && renameat(p->dirfd, tmpsum, p->dirfd, sum) < 0) {
@@ -835,6 +848,9 @@ static int commit(struct eng *e, struct inode *in, const char *tmp,
 		if (old[0] && strcmp(old, rel) != 0 && remove_copy(p, old) < 0)
 			queue_op(p, old, false);
 		set_copy(e, in, COPY_HOME, NULL);
+		pthread_rwlock_wrlock(&in->file.lock);
+		in->file.copy_id = (struct copy_id){ st.st_dev, st.st_ino };
+		pthread_rwlock_unlock(&in->file.lock);
 	}
 	rc = relink_aliases(e, in, rel);
 out:
@@ -1328,16 +1344,15 @@ static void *worker(void *arg)
 	pthread_mutex_lock(&p->lock);
 	while (!p->stopping) {
 		uint64_t ticket = p->flush_req;
-		bool all = ticket > p->flush_done, pressure = p->pressure;
+		bool all = ticket > p->flush_done;
 		struct pass ps = { .all = all, .now = all };
 		unsigned failed = 0;
 		int rc;
 
 		p->kicked = false;
-		p->pressure = false;
 		pthread_mutex_unlock(&p->lock);
 
-		evict_run(e, pressure);
+		evict_run(e, false);
 		rc = bounce ? writeback_pass(e, &ps, bounce, &failed, false)
 			    : -ENOMEM;
 
@@ -1349,7 +1364,7 @@ static void *worker(void *arg)
 					p->fl[t % FLUSH_TICKETS].error = rc;
 			p->flush_done = ticket;
 		}
-		if (!p->kicked && !p->pressure && !p->stopping &&
+		if (!p->kicked && !p->stopping &&
 		    p->flush_req == p->flush_done) {
 			struct timespec ts;
 
@@ -1379,21 +1394,6 @@ void persist_kick(struct eng *e)
 	pthread_mutex_lock(&p->lock);
 	p->kicked = true;
 	pthread_cond_signal(&p->wake);
-	pthread_mutex_unlock(&p->lock);
-}
-
-void persist_pressure(void *ctx)
-{
-	struct eng *e = ctx;
-	struct persist *p = e->persist;
-
-	if (!p)
-		return;
-	pthread_mutex_lock(&p->lock);
-	if (!p->pressure) {
-		p->pressure = true;
-		pthread_cond_signal(&p->wake);
-	}
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -2028,6 +2028,7 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 		f->dur.sealed = f->dur.persisted_data = f->version;
 		f->dur.persisted_meta = f->meta_version;
 		f->copy = COPY_HOME;
+		f->copy_id = (struct copy_id){ st->st_dev, st->st_ino };
 	} else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ||
 		   S_ISFIFO(st->st_mode) || S_ISSOCK(st->st_mode)) {
 		in->rdev = st->st_rdev;

@@ -458,7 +458,7 @@ static void pressure_probe(void *ctx)
 				  "its file's lock (held %u ms): it sleeps "
 				  "under the lock", PROBE_MS);
 	}
-	persist_pressure(st->fx.e);
+	evict_pressure(st->fx.e);
 }
 
 /* A buffer handed to eng_write_async, freed when its copy is done. */
