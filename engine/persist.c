@@ -2196,7 +2196,9 @@ static int take_dir_lock(struct persist *p, const char *dir)
 {
 	int waited = 0;
 
-	p->lockfd = openat(p->dirfd, LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC,
+	/* Read-only: a lock needs no write access, and an fd open for
+	 * writing would keep the persist dir from being remounted. */
+	p->lockfd = openat(p->dirfd, LOCK_FILE, O_RDONLY | O_CREAT | O_CLOEXEC,
 			   0600);
 	if (p->lockfd < 0)
 		return -errno;
