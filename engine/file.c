@@ -311,8 +311,17 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
 	char rel[PATH_MAX];
 	int rc = -ENOENT;
 
-	/* A rename may move the copy between the look-up and the read. */
+	/*
+	 * A rename may move the copy between the look-up and the read: the
+	 * namespace shows the new name before the persist dir has it.  Wait
+	 * for the name change in flight (no lock of ours held), then look
+	 * again.
+	 */
 	for (int tries = 0; tries < 3 && rc == -ENOENT; tries++) {
+		if (tries) {
+			eng_names_lock(e);
+			eng_names_unlock(e);
+		}
 		pthread_rwlock_rdlock(&e->ns.lock);
 		pthread_rwlock_rdlock(&in->file.lock);
 		rc = persist_copy_path(e, in, rel, sizeof(rel));
@@ -984,7 +993,10 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 					want[i].crc, want[i].crc_len,
 					buf + (size_t)i * cs);
 		if (rc != -ENOENT)
-			break; /* -ENOENT: the copy moved meanwhile */
+			break;
+		/* The copy moved meanwhile: let the name change finish. */
+		eng_names_lock(e);
+		eng_names_unlock(e);
 	}
 	if (rc == 0) {
 		iov.iov_base = buf + (pos - base);
@@ -1040,7 +1052,7 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 		 * evicted before this reader gets to it: read it straight
 		 * from the persist dir.  A read never fails for lack of cache.
 		 */
-		if (rc == -ENOSPC || rc == -EAGAIN)
+		if (rc == -ENOSPC || rc == -EAGAIN || rc == -ENOENT)
 			return read_direct(e, in, pos, size, reply, ctx);
 		if (rc < 0)
 			return rc;
