@@ -21,7 +21,9 @@ daemon is started again on the same persist dir and every file is checked:
       unlinked after it may come back).  A name whose file was open for
       writing at the flush keeps its older allowed versions, since only
       sealed files are written back.  The model then continues from what
-      the mount holds.
+      the mount holds.  A name must never hold a version only another name
+      had: renaming NAME.tmp over NAME must leave NAME's old copy or the
+      new data in the persist dir, not an older copy of NAME.tmp.
 
 Some mounts after a remount get a small --mem (16M, --keep 0) and only
 read, to check read-through under memory pressure (sparse files included).
@@ -44,6 +46,7 @@ import errno
 import hashlib
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -59,8 +62,10 @@ NAMES = ROOT_NAMES + ["ck/model.pt", "ck/model.pt.tmp", "ck/optim.pt",
 REPLACEABLE = [n for n in NAMES if n + ".tmp" in NAMES]
 MAX_FDS = 4
 NORMAL_OPTS = ["--mem", "128M", "--no-prefault"]
-SMALL_OPTS = ["--mem", "16M", "--keep", "0", "--no-prefault"]
-FAR_MAX = 24 << 20	# sparse files reach past the small mounts' --mem
+SMALL_MEM = 16 << 20
+SMALL_OPTS = ["--mem", "%dM" % (SMALL_MEM >> 20), "--keep", "0",
+              "--no-prefault"]
+FAR_MAX = 32 << 20  # sparse files reach past the small mounts' --mem
 
 
 def errname(e):
@@ -248,9 +253,9 @@ class Daemon:
 class Fd:
     def __init__(self, num, name, lfd, mfd):
         self.num = num
-        self.name = name	# at open; the file may have moved since
-        self.lfd = lfd		# on the model
-        self.mfd = mfd		# on the mount
+        self.name = name  # at open; the file may have moved since
+        self.lfd = lfd  # on the model
+        self.mfd = mfd  # on the mount
 
     def __str__(self):
         return "fd%d(%s)" % (self.num, self.name)
@@ -274,6 +279,9 @@ class Trial:
         # hist[n]: the versions of n in order (digest or None), from the
         # last point where n was known to be written back: hist[n][0].
         self.hist = {n: [None] for n in NAMES}
+        # Every version each name had in this trial, to say what a wrong
+        # file holds.
+        self.seen = {n: {None} for n in NAMES}
 
     # --- bookkeeping -------------------------------------------------
 
@@ -291,6 +299,7 @@ class Trial:
             d = digest_or_none(self.mpath(n))
             if d != self.hist[n][-1]:
                 self.hist[n].append(d)
+                self.seen[n].add(d)
 
     def names_of(self, fd):
         """Names the file open as fd is linked under now (in the model)."""
@@ -310,6 +319,7 @@ class Trial:
         keep a copy of it to show differences against."""
         for n in names:
             self.hist[n] = [digest_or_none(self.mpath(n))]
+            self.seen[n].add(self.hist[n][0])
             sp = os.path.join(self.snap, n)
             if os.path.exists(sp):
                 os.unlink(sp)
@@ -348,12 +358,16 @@ class Trial:
             return self.rng.randrange(0, 128 << 10)
         if r < 0.4:
             return self.rng.randrange(0, cur + (64 << 10) + 1)
-        if r < 0.55:	# around a chunk boundary
+        if r < 0.55:  # around a chunk boundary
             return max(0, self.rng.randrange(1, 4) * CHUNK +
                        self.rng.randrange(-4096, 4097))
-        if r < 0.95:
+        if r < 0.93:
             return self.rng.randrange(0, 3 * CHUNK)
-        return self.rng.randrange(4 * CHUNK, FAR_MAX)	# a hole before it
+        return self.far()
+
+    def far(self):
+        """An offset past the small mounts' memory: a large hole."""
+        return self.rng.randrange(SMALL_MEM, FAR_MAX)
 
     def length_for(self, n):
         r = self.rng.random()
@@ -430,6 +444,14 @@ class Trial:
         self.both("close %s" % fd,
                   lambda s: os.close(fd.lfd if s == 0 else fd.mfd))
 
+    def op_dup_close(self):
+        """close() of a duplicate while the file stays open (a FUSE FLUSH
+        without RELEASE), as a shell redirection or dd does."""
+        fd = self.rng.choice(self.fds)
+        dups = [os.dup(fd.lfd), os.dup(fd.mfd)]
+        self.both("close dup of %s" % fd, lambda s: os.close(dups[s]))
+        self.run.count["dup-closes"] += 1
+
     def close_all(self):
         while self.fds:
             self.op_close(self.rng.choice(self.fds))
@@ -441,6 +463,11 @@ class Trial:
         off = 0
         for _ in range(self.rng.randrange(1, 4)):
             b = self.rng.randbytes(self.length_for(n))
+            pieces.append((off, b))
+            off += len(b)
+        if n not in ROOT_NAMES and self.rng.random() < 0.15:
+            b = self.rng.randbytes(self.length_for(n))
+            off = self.far()
             pieces.append((off, b))
             off += len(b)
 
@@ -469,6 +496,7 @@ class Trial:
 
     def op_atomic_replace(self):
         n = self.rng.choice(REPLACEABLE)
+        self.run.count["atomic-replaces"] += 1
         self.write_whole(n + ".tmp")
         self.rename(n + ".tmp", n)
 
@@ -494,6 +522,7 @@ class Trial:
                             "--wait"], capture_output=True, text=True,
                            timeout=120)
         self.say("flush --wait -> %d" % r.returncode)
+        self.run.count["flushes"] += 1
         if r.returncode != 0:
             raise Fail("flush --wait exit %d" % r.returncode,
                        r.stdout + r.stderr)
@@ -567,7 +596,9 @@ class Trial:
         tmp = os.path.join(p, ".reftfs-tmp")
         left = os.listdir(tmp) if os.path.isdir(tmp) else []
         if left:
-            raise Fail("persist dir after unmount: temporaries left",
+            # Class by pattern: park.7 and park.9 are the same failure.
+            pat = " ".join(sorted({re.sub(r"[0-9]+", "N", x) for x in left}))
+            raise Fail("persist dir after unmount: .reftfs-tmp holds " + pat,
                        ".reftfs-tmp holds %s" % left)
 
     def check_allowed(self, what):
@@ -577,15 +608,20 @@ class Trial:
             got = self.read_mount(n)
             if got in self.hist[n]:
                 continue
+            others = [m for m in NAMES if m != n and got in self.seen[m]]
             if got is None:
                 kind = "missing"
-            elif self.hist[n] == [None]:
-                kind = "should not exist"
+            elif got in self.seen[n]:
+                kind = "holds a version older than the last write-back"
+            elif others:
+                kind = "holds a version only another name had"
             else:
-                kind = "content not allowed"
+                kind = "holds content no name ever had"
             lines = ["%s: %s: found %s; allowed (last written back "
                      "first): %s" % (what, n, show(got),
                                      ", ".join(map(show, self.hist[n])))]
+            if others:
+                lines.append("  that version was held by %s" % others)
             if got is not None:
                 sp = os.path.join(self.snap, n)
                 if os.path.exists(sp):
@@ -622,14 +658,22 @@ class Trial:
         """Check the new mount; sometimes on a small-memory mount first."""
         small = self.rng.random() < 0.3
         self.start(small)
-        what = ("after SIGKILL" if killed else "after unmount") + (
-            " (small --mem)" if small else "")
-        if killed:
-            self.check_allowed(what)
-            self.resync_model()
-        else:
-            self.check_exact(what, self.run.mnt)
+        what = "after SIGKILL" if killed else "after unmount"
+        try:
+            if killed:
+                self.check_allowed(what)
+                self.resync_model()
+            else:
+                self.check_exact(what, self.run.mnt)
+        except Fail as f:
+            if small:
+                f.detail += "\n(on a mount with %s)" % " ".join(SMALL_OPTS)
+            raise
         if small:
+            self.run.count["small-mem-mounts"] += 1
+            for n in NAMES:
+                if self.cur_size(n) > SMALL_MEM:
+                    self.run.count["sparse-files-read-on-them"] += 1
             self.say("unmount (small mount, read only)")
             self.daemon.unmount()
             self.daemon.wait_exit("unmount")
@@ -652,6 +696,7 @@ class Trial:
         if not self.fds:
             return self.op_unmount()
         self.say("lazy unmount with %s open" % " ".join(map(str, self.fds)))
+        self.run.count["lazy-unmounts-with-open-files"] += 1
         self.daemon.unmount(lazy=True)
         if self.rng.random() < 0.7:
             self.op_pwrite()
@@ -688,7 +733,8 @@ class Trial:
             ops.append((self.op_open, 10))
         if self.fds:
             ops += [(self.op_pwrite, 25), (self.op_ftruncate, 4),
-                    (self.op_fsync, 2), (self.op_close, 9)]
+                    (self.op_fsync, 2), (self.op_close, 9),
+                    (self.op_dup_close, 2)]
         fns, weights = zip(*ops)
         return self.rng.choices(fns, weights)[0]
 
@@ -739,11 +785,15 @@ class Run:
         self.only = int(only) if only else None
         self.ndaemon = 0
         self.ops = self.mounts = self.remounts = self.kills = 0
+        self.count = {k: 0 for k in (
+            "flushes", "atomic-replaces", "dup-closes",
+            "lazy-unmounts-with-open-files", "small-mem-mounts",
+            "sparse-files-read-on-them")}
 
     def main(self):
         print("seed=%d" % self.seed, flush=True)
         todo = [self.only] if self.only is not None else range(self.trials)
-        failures = {}	# kind -> list of trials
+        failures = {}  # kind -> list of trials
         done = 0
         t0 = time.monotonic()
         for i in todo:
@@ -766,6 +816,8 @@ class Run:
               "seed %d (%.0f s)" % (done, self.ops, self.remounts,
                                     self.kills, self.seed,
                                     time.monotonic() - t0), flush=True)
+        print("covered: " + ", ".join("%d %s" % (v, k)
+                                      for k, v in self.count.items()))
         if not failures:
             return 0
         print("FAILED: %d of %d trials" % (
