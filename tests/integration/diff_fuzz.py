@@ -220,17 +220,16 @@ class Daemon:
         raise Fail("unmount", "%s: %s" % (" ".join(args), r.stderr.strip()))
 
     def wait_exit(self, what):
-        """Wait for the daemon to write back and exit; it must exit 0."""
+        """Wait for the daemon to write back and exit; returns its status."""
         try:
             rc = self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            raise Fail("daemon exit", "reftfsd still running 60 s after "
-                       "%s\n%s" % (what, self.log_tail()))
-        if rc != 0:
-            raise Fail("daemon exit", "reftfsd exited %d after %s (want 0)"
-                       "\n%s" % (rc, what, self.log_tail()))
+            raise Fail("daemon still running after " + what,
+                       "reftfsd still running 60 s after %s\n%s" % (
+                           what, self.log_tail()))
         if is_mounted(self.run.mnt):
             raise Fail("unmount", "still mounted after the daemon exited")
+        return rc
 
     def kill(self):
         self.proc.kill()
@@ -589,6 +588,18 @@ class Trial:
                     self.mpath(n), os.path.join(root, n))
             raise Fail("%s: file %s" % (what, kind), detail)
 
+    def stopped(self, what):
+        """The daemon was told to end: wait for it, check the persist dir
+        (first: lost data says more than an exit status), then its status,
+        which must be 0."""
+        rc = self.daemon.wait_exit(what)
+        self.check_persist_dir()
+        if rc != 0:
+            raise Fail("daemon exit %d after %s" % (rc, what),
+                       "reftfsd exited %d after %s (want 0); the persist dir "
+                       "matched the model\n%s" % (
+                           rc, what, self.daemon.log_tail()))
+
     def check_persist_dir(self):
         """After a clean unmount: plain files equal to the model."""
         p = self.run.persist
@@ -676,17 +687,15 @@ class Trial:
                     self.run.count["sparse-files-read-on-them"] += 1
             self.say("unmount (small mount, read only)")
             self.daemon.unmount()
-            self.daemon.wait_exit("unmount")
-            self.check_persist_dir()
+            self.stopped("unmount")
             self.start(False)
 
     def op_unmount(self):
         self.close_all()
         self.say("unmount")
         self.daemon.unmount()
-        self.daemon.wait_exit("unmount")
         self.run.remounts += 1
-        self.check_persist_dir()
+        self.stopped("unmount")
         self.written_back(NAMES)
         self.after_mount(False)
 
@@ -701,9 +710,8 @@ class Trial:
         if self.rng.random() < 0.7:
             self.op_pwrite()
         self.close_all()
-        self.daemon.wait_exit("lazy unmount and the last close")
         self.run.remounts += 1
-        self.check_persist_dir()
+        self.stopped("lazy unmount and the last close")
         self.written_back(NAMES)
         self.after_mount(False)
 
@@ -752,8 +760,7 @@ class Trial:
         self.close_all()
         self.say("unmount (end of trial)")
         self.daemon.unmount()
-        self.daemon.wait_exit("unmount")
-        self.check_persist_dir()
+        self.stopped("unmount")
 
     def cleanup(self):
         for fd in self.fds:
