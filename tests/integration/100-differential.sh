@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Randomized differential test (issue 7): random pwrite, truncate, rename
+# over, unlink, close, flush --wait, clean and lazy unmount, SIGKILL of the
+# daemon, on reftfs and on a local directory as the model; after each mount
+# every file must be a version the model allows (after SIGKILL: the last
+# written-back one or a later one; after an unmount: the last one).  The
+# driver is diff_fuzz.py (its docstring says what is checked); it prints
+# its seed first and, for a failure, the trial's operations and a replay
+# command.  DIFF_SEED, DIFF_TRIALS (default 200), DIFF_ONLY, DIFF_OPS,
+# DIFF_STOP: see diff_fuzz.py.  More trials than fit meson's timeout:
+#   DIFF_TRIALS=2000 meson test -C build 100-differential -v -t 10
+. "$(dirname "$0")/lib.sh"
+need_fuse
+
+MNT=$(new_dir mnt)
+# The driver starts and stops its daemons itself (as children, on $MNT);
+# registering the mount point makes lib.sh's trap unmount it and stop any
+# reftfsd left on it, however the driver ends.
+_T_MOUNTS+=("$MNT")
+
+PY_TIMEOUT=${DIFF_TIMEOUT:-100000} run_py diff_fuzz.py --mnt "$MNT" \
+	--work "$T_TMP" || fail "reftfs differs from the model (see above)"
+log "PASS"
