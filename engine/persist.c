@@ -797,12 +797,12 @@ static int relink_aliases(struct eng *e, struct inode *in, const char *rel)
  * describes, so a crash between the two loses checksums, never data).
  * 1 if the file was unlinked meanwhile.
  */
-static int commit(struct eng *e, struct inode *in, const char *tmp,
-		  const char *tmpsum)
+static int commit(struct eng *e, struct inode *in, const struct snap *s,
+		  const char *tmp, const char *tmpsum)
 {
 	struct persist *p = e->persist;
 	char rel[PATH_MAX], sum[PATH_MAX + 16], old[PATH_MAX];
-	bool reg = S_ISREG(in->mode);
+	bool reg = S_ISREG(in->mode), moved = false;
 	struct stat st;
 	int rc;
 
@@ -814,12 +814,19 @@ static int commit(struct eng *e, struct inode *in, const char *tmp,
 		pthread_rwlock_rdlock(&in->file.lock);
 		if (in->file.copy == COPY_AWAY || in->file.copy == COPY_PARKED)
 			persist_copy_path(e, in, old, sizeof(old));
+		/*
+		 * Renamed while written, and changed since: what was written
+		 * is a version the new name never had.  Drop it; the change
+		 * queued the file again.
+		 */
+		moved = s && strcmp(rel, s->rel) != 0 &&
+			in->file.version != s->fs.version;
 		pthread_rwlock_unlock(&in->file.lock);
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
-	if (rc < 0) {
+	if (rc < 0 || moved) {
 		/* Unlinked while written: drop the copy.  Too long: fail. */
-		rc = rc == -ENOENT ? 1 : rc;
+		rc = rc == -ENOENT || moved ? 1 : rc;
 		goto out;
 	}
 	/* The name may hold a copy another file still reads from. */
@@ -922,7 +929,7 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 		set_error(p, rc, "cannot write the checksums of", s.rel);
 		goto out;
 	}
-	rc = commit(e, in, tmp, tmpsum);
+	rc = commit(e, in, &s, tmp, tmpsum);
 	if (rc != 0)
 		goto out;
 
@@ -1042,7 +1049,7 @@ static int persist_node(struct eng *e, struct inode *in)
 		unlinkat(p->dirfd, tmp, 0);
 		return rc;
 	}
-	rc = commit(e, in, tmp, NULL);
+	rc = commit(e, in, NULL, tmp, NULL);
 	if (rc != 0) {
 		unlinkat(p->dirfd, tmp, 0);
 		return rc < 0 ? rc : 0;
@@ -1630,6 +1637,73 @@ static void subtree_away(struct eng *e, struct inode *dir, const char *from)
 	}
 }
 
+struct stale {
+	struct inode *in;
+	char *rel;
+};
+
+static void collect_stale(struct inode *dir, const char *from,
+			  struct stale **v, size_t *n, size_t *cap)
+{
+	for (struct dentry *de = dir->dir.first; de; de = de->next) {
+		struct inode *in = de->inode;
+		char rel[PATH_MAX];
+		bool stale;
+
+		if (snprintf(rel, sizeof(rel), "%s/%s", from, de->name) >=
+		    (int)sizeof(rel))
+			continue;
+		if (S_ISDIR(in->mode)) {
+			collect_stale(in, rel, v, n, cap);
+			continue;
+		}
+		if (!S_ISREG(in->mode) || in->file.copy != COPY_HOME ||
+		    in->dentry != de)
+			continue;
+		pthread_rwlock_rdlock(&in->file.lock);
+		stale = !file_data_persisted(&in->file);
+		pthread_rwlock_unlock(&in->file.lock);
+		if (!stale)
+			continue;
+		if (*n == *cap) {
+			size_t c = *cap ? *cap * 2 : 16;
+			struct stale *nv = realloc(*v, c * sizeof(**v));
+
+			if (!nv)
+				return;
+			*v = nv;
+			*cap = c;
+		}
+		in->holds++;
+		(*v)[*n].in = in;
+		(*v)[(*n)++].rel = strdup(rel);
+	}
+}
+
+/*
+ * Before a directory moves: files below whose copy is older than their
+ * data park it, so that no older version appears under the new path.
+ */
+static void park_stale_below(struct eng *e, struct inode *dir,
+			     const char *from)
+{
+	struct stale *v = NULL;
+	size_t n = 0, cap = 0;
+	char park[64];
+
+	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
+	collect_stale(dir, from, &v, &n, &cap);
+	pthread_rwlock_unlock(&e->ns.lock);
+	for (size_t i = 0; i < n; i++) {
+		park_path(v[i].in->ino, park, sizeof(park));
+		if (v[i].rel && move_copy(e->persist, v[i].rel, park) == 0)
+			set_copy(e, v[i].in, COPY_PARKED, NULL);
+		free(v[i].rel);
+		ns_unhold(e, v[i].in);
+	}
+	free(v);
+}
+
 /* Move a whole directory of the persist dir along with the namespace. */
 static void mirror_dir(struct eng *e, struct inode *src, const char *from,
 		       const char *to)
@@ -1640,6 +1714,7 @@ static void mirror_dir(struct eng *e, struct inode *src, const char *from,
 
 	if (fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return; /* never written back */
+	park_stale_below(e, src, from);
 	/* What it replaces was empty in the namespace. */
 	if (unlinkat(p->dirfd, to, AT_REMOVEDIR) < 0 && errno != ENOENT)
 		rc = -errno;
@@ -1781,7 +1856,21 @@ static void persist_mirror_rename(struct eng *e, struct inode *src, const char *
 	if (S_ISDIR(src->mode)) {
 		mirror_dir(e, src, from, to);
 	} else if (S_ISREG(src->mode) && src->file.copy == COPY_HOME) {
-		follow_name(e, src, from, to);
+		bool current;
+
+		pthread_rwlock_rdlock(&src->file.lock);
+		current = file_data_persisted(&src->file);
+		pthread_rwlock_unlock(&src->file.lock);
+		/*
+		 * An older version than the file's must not appear under a
+		 * name that never had it: a stale copy stays where it is
+		 * (that name's last version), is read from there, and the
+		 * file is written again under its new name.
+		 */
+		if (current)
+			follow_name(e, src, from, to);
+		else
+			set_copy(e, src, COPY_AWAY, from);
 	} else if (S_ISLNK(src->mode) && src->node_persisted) {
 		if (make_parents(p->dirfd, to) < 0 ||
 		    renameat(p->dirfd, from, p->dirfd, to) < 0) {
@@ -2162,7 +2251,7 @@ static void clean_tmp(struct persist *p)
 		return;
 	}
 	while ((d = readdir(dp)))
-		if (d->d_name[0] != '.')
+		if (strcmp(d->d_name, ".") && strcmp(d->d_name, ".."))
 			unlinkat(fd, d->d_name, 0);
 	closedir(dp);
 }
@@ -2315,6 +2404,9 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 		}
 	}
 	free(bounce);
+	/* No file is open any more: parked copies and temporaries go. */
+	retry_ops_locked(e);
+	clean_tmp(p);
 	left = pending_ops(p);
 	if (left)
 		rft_warn("persist dir %s: %zu stale names could not be "
