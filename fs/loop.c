@@ -117,6 +117,14 @@ static void *worker(void *arg)
 			pool_put(b);
 			continue;
 		}
+		/*
+		 * A lazy unmount ends the connection this way once the last
+		 * open file is closed: the session is over, not broken.
+		 */
+		if (res == -ECONNABORTED) {
+			fuse_session_exit(l->se);
+			res = 0;
+		}
 		if (res <= 0) {
 			pool_put(b);
 			if (res < 0) {
