@@ -585,7 +585,7 @@ int main(int argc, char **argv)
 	if (o.single_thread)
 		rc = fuse_session_loop(se);
 	else
-		rc = rfs_loop_run(se, WORKERS);
+		rc = rfs_loop_run(se, WORKERS, rfs.max_write);
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	status = rc < 0 ? 1 : 0;
 
