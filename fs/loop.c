@@ -13,6 +13,20 @@
  * Shutdown follows libfuse's loop: a worker that sees the session end
  * posts a semaphore, the main thread cancels the others, which allow
  * cancellation only while they wait for a request.
+ *
+ * Why read(2) the device here rather than fuse_session_receive_buf():
+ * that call reads with a count of the session's private se->bufsize and
+ * ignores the size of a buffer it is handed.  libfuse 3.10-3.16 start it
+ * at 256 pages + 4 KiB; 3.17 starts it at the kernel's max_pages_limit
+ * sysctl (up to 65535 pages) and afterwards sets it from the max_write
+ * agreed in INIT.  A worker already blocked in a read when INIT is
+ * answered, or a library that raises the figure, would let the kernel
+ * write past our buffer: a batch of FORGETs fills whatever count it is
+ * given.  So the count of every read is the size of the buffer it reads
+ * into, and that size comes from the max_write this daemon sets.  The
+ * kernel never writes more than the count: a request that does not fit
+ * fails with EIO, and a read shorter than max_write + headers fails with
+ * EINVAL, which ends the loop with an error rather than corrupting memory.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,9 +37,17 @@
 
 #include "rfs.h"
 
-/* libfuse 3.14 reads with a count of 256 pages + 4 KiB (se->bufsize). */
-#define RBUF_PAGES 256
+/*
+ * Room for the headers in front of a WRITE's data: struct fuse_in_header
+ * and struct fuse_write_in take 80 bytes; libfuse reserves a page
+ * (FUSE_BUFFER_HEADER_SIZE), and so do we, so the data stays 4 KiB aligned.
+ */
 #define RBUF_HEADER 4096
+/* The kernel refuses a read of /dev/fuse shorter than this
+ * (FUSE_MIN_READ_BUFFER). */
+#define RBUF_MIN 8192
+/* struct fuse_in_header: anything shorter is not a request. */
+#define RBUF_IN_HEADER 40
 /* Buffers that may be out with the copier at once. */
 #define RBUF_SPARE 16
 
@@ -37,6 +59,7 @@ struct rfs_rbuf {
 
 struct rfs_loop {
 	struct fuse_session *se;
+	int fd;				/* the session's /dev/fuse */
 	pthread_mutex_t lock;
 	pthread_cond_t avail;
 	struct rfs_rbuf *bufs;		/* all of them */
@@ -96,6 +119,47 @@ static void cleanup_put(void *b)
 	pool_put(b);
 }
 
+size_t rfs_loop_bufsize(unsigned max_write)
+{
+	size_t size = (size_t)max_write + RBUF_HEADER;
+
+	return size < RBUF_MIN ? RBUF_MIN : size;
+}
+
+/*
+ * Read one request into @b, asking for no more than it holds: its length,
+ * 0 when the session has ended, or -errno (-EINTR, -EAGAIN: try again).
+ * Errors are handled as fuse_session_receive_buf() handles them.
+ */
+static ssize_t receive(struct rfs_loop *l, struct rfs_rbuf *b)
+{
+	ssize_t n;
+	int err;
+
+	do {
+		n = read(l->fd, b->mem, b->size);
+		err = errno;
+		/* ENOENT: the request was interrupted before we got it. */
+	} while (n < 0 && err == ENOENT && !fuse_session_exited(l->se));
+	if (fuse_session_exited(l->se))
+		return 0;
+	if (n < 0 && err == ENODEV) {
+		/* Unmounted, or aborted through /sys/fs/fuse/connections. */
+		fuse_session_exit(l->se);
+		return 0;
+	}
+	if (n < 0) {
+		if (err != EINTR && err != EAGAIN)
+			rft_err("reading /dev/fuse: %s", strerror(err));
+		return -err;
+	}
+	if (n < RBUF_IN_HEADER) {
+		rft_err("short read on /dev/fuse: %zd bytes", n);
+		return -EIO;
+	}
+	return n;
+}
+
 static void *worker(void *arg)
 {
 	struct rfs_loop *l = arg;
@@ -104,13 +168,13 @@ static void *worker(void *arg)
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
 	while (!fuse_session_exited(l->se)) {
 		struct rfs_rbuf *b = pool_get(l);
-		struct fuse_buf fbuf = { .mem = b->mem, .size = b->size };
-		int res;
+		struct fuse_buf fbuf = { .mem = b->mem };
+		ssize_t res;
 
 		/* Cancelled while waiting for a request: the buffer goes back. */
 		pthread_cleanup_push(cleanup_put, b);
 		pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
-		res = fuse_session_receive_buf(l->se, &fbuf);
+		res = receive(l, b);
 		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
 		pthread_cleanup_pop(0);
 		if (res == -EINTR || res == -EAGAIN) {
@@ -130,12 +194,13 @@ static void *worker(void *arg)
 			if (res < 0) {
 				pthread_mutex_lock(&l->lock);
 				if (!l->error)
-					l->error = res;
+					l->error = (int)res;
 				pthread_mutex_unlock(&l->lock);
 				fuse_session_exit(l->se);
 			}
 			break;
 		}
+		fbuf.size = (size_t)res;
 		cur_buf = b;
 		cur_kept = false;
 		fuse_session_process_buf(l->se, &fbuf);
@@ -147,9 +212,10 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int rfs_loop_run(struct fuse_session *se, unsigned nthreads)
+int rfs_loop_run(struct fuse_session *se, unsigned nthreads,
+		 unsigned max_write)
 {
-	size_t size = RBUF_PAGES * (size_t)sysconf(_SC_PAGESIZE) + RBUF_HEADER;
+	size_t size = rfs_loop_bufsize(max_write);
 	pthread_t *threads = calloc(nthreads, sizeof(*threads));
 	struct rfs_loop l;
 	unsigned started = 0;
@@ -157,6 +223,7 @@ int rfs_loop_run(struct fuse_session *se, unsigned nthreads)
 
 	memset(&l, 0, sizeof(l));
 	l.se = se;
+	l.fd = fuse_session_fd(se);
 	l.nbufs = nthreads + RBUF_SPARE;
 	l.bufs = calloc(l.nbufs, sizeof(*l.bufs));
 	l.free = calloc(l.nbufs, sizeof(*l.free));

@@ -25,6 +25,9 @@
 #define EXIT_SETUP 2
 #define READ_AHEAD_KB 16384
 #define WORKERS 8 /* FUSE worker threads */
+/* What --mem leaves to the kernel, the daemon and the job (check_mem). */
+#define MEM_RESERVE_MIN (1ULL << 30)
+#define MEM_RESERVE_MAX (16ULL << 30)
 
 struct opts {
 	struct eng_config cfg;
@@ -36,6 +39,7 @@ struct opts {
 	bool debug;
 	bool single_thread;
 	bool direct_read;
+	bool mem_given;	/* --mem or -o mem= */
 	char fuse_opts[4096]; /* -o options for libfuse */
 };
 
@@ -49,7 +53,9 @@ static void usage(FILE *out)
 		"An in-memory checkpoint filesystem with write-back to shared storage.\n"
 		"\n"
 		"options:\n"
-		"  --mem SIZE            memory budget for file data (default: half of RAM)\n"
+		"  --mem SIZE            memory budget for file data (default: half of RAM,\n"
+		"                        or of a smaller cgroup limit); at most RAM less\n"
+		"                        1/8 of it (1G to 16G)\n"
 		"  --chunk-size SIZE     chunk size, a power of two from 1M to 4M (default 1M)\n"
 		"  --keep K              newest checkpoints always kept in RAM (default 2)\n"
 		"  --persist DIR         write checkpoints back to DIR (e.g. an NFS path)\n"
@@ -153,6 +159,7 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		if (size < RFT_CHUNK_MAX)
 			return bad("--mem %s is less than one 4M chunk", val);
 		o->cfg.mem_bytes = size;
+		o->mem_given = true;
 	} else if (!strcmp(key, "chunk-size")) {
 		if (parse_size(val, &size) < 0 || size < RFT_CHUNK_MIN ||
 		    size > RFT_CHUNK_MAX || (size & (size - 1)))
@@ -360,6 +367,172 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return o->mountpoint ? 0 : -1;
 }
 
+/* What the machine offers the daemon (check_mem). */
+struct mem_facts {
+	uint64_t total;		/* MemTotal */
+	uint64_t avail;		/* MemAvailable */
+	uint64_t cgroup;	/* smallest cgroup memory limit over us, or 0 */
+	char cgroup_file[PATH_MAX]; /* the file that limit came from */
+};
+
+static int read_meminfo(struct mem_facts *m)
+{
+	unsigned long long kb;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+			m->total = (uint64_t)kb << 10;
+		else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			m->avail = (uint64_t)kb << 10;
+	}
+	fclose(f);
+	return m->total ? 0 : -ENODATA;
+}
+
+/*
+ * Lower m->cgroup to the limit in @file of cgroup @path and of each of its
+ * ancestors under @base: any of them can OOM-kill us.  "max" (v2) and
+ * missing files (a path outside our mount namespace) set nothing; v1's
+ * "unlimited" is a huge number that MemTotal then undercuts.
+ */
+static void cgroup_walk(struct mem_facts *m, const char *base,
+			const char *path, const char *file)
+{
+	char dir[PATH_MAX], fn[PATH_MAX], val[64];
+	size_t blen = strlen(base);
+
+	if ((size_t)snprintf(dir, sizeof(dir), "%s%s", base, path) >=
+	    sizeof(dir))
+		return;
+	while (strlen(dir) > blen && dir[strlen(dir) - 1] == '/')
+		dir[strlen(dir) - 1] = '\0';
+	for (;;) {
+		unsigned long long v;
+		char *end, *slash;
+		FILE *f;
+
+		if ((size_t)snprintf(fn, sizeof(fn), "%s/%s", dir, file) <
+		    sizeof(fn) && (f = fopen(fn, "re"))) {
+			if (fgets(val, sizeof(val), f)) {
+				errno = 0;
+				v = strtoull(val, &end, 10);
+				if (!errno && end != val &&
+				    (*end == '\n' || !*end) && v &&
+				    (!m->cgroup || v < m->cgroup)) {
+					m->cgroup = v;
+					strcpy(m->cgroup_file, fn);
+				}
+			}
+			fclose(f);
+		}
+		slash = strrchr(dir, '/');
+		if (strlen(dir) <= blen || !slash || slash < dir + blen)
+			break;
+		*slash = '\0';
+	}
+}
+
+/* The memory limits of our cgroups, v2 ("0::/path") and v1 ("memory"). */
+static void read_cgroup_limits(struct mem_facts *m)
+{
+	char line[PATH_MAX + 64];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *c1 = strchr(line, ':'), *c2, *nl;
+
+		if (!c1 || !(c2 = strchr(c1 + 1, ':')))
+			continue;
+		*c2 = '\0';
+		if ((nl = strchr(c2 + 1, '\n')))
+			*nl = '\0';
+		if (!strncmp(line, "0:", 2) && c2 == c1 + 1) {
+			cgroup_walk(m, "/sys/fs/cgroup", c2 + 1, "memory.max");
+			continue;
+		}
+		for (char *save = NULL, *tok = strtok_r(c1 + 1, ",", &save);
+		     tok; tok = strtok_r(NULL, ",", &save))
+			if (!strcmp(tok, "memory"))
+				cgroup_walk(m, "/sys/fs/cgroup/memory", c2 + 1,
+					    "memory.limit_in_bytes");
+	}
+	fclose(f);
+}
+
+static const char *fmt_size(char *buf, size_t len, uint64_t n)
+{
+	if (n >= (1ULL << 30))
+		snprintf(buf, len, "%.1f GiB", (double)n / (1ULL << 30));
+	else
+		snprintf(buf, len, "%llu MiB", (unsigned long long)(n >> 20));
+	return buf;
+}
+
+/*
+ * Refuse a memory budget the machine cannot hold: the arena is faulted in
+ * as it is used and ahead of use, so a budget past RAM ends with the OOM
+ * killer (or the cgroup's) and the checkpoints in RAM with it.  What this
+ * process may use is MemTotal, or a smaller cgroup limit; 1/8 of that,
+ * from 1 GiB to 16 GiB but at most half, stays with the kernel, this
+ * daemon's own tables and the training job.  Without --mem the budget is
+ * half of it, which always passes.  MemAvailable is not the rule (it
+ * moves as the job runs) but is said, and --prefault, which takes the
+ * whole budget at mount, is warned when it exceeds it.
+ */
+static int check_mem(struct opts *o)
+{
+	char b[5][32];
+	struct mem_facts m;
+	uint64_t limit, reserve;
+
+	memset(&m, 0, sizeof(m));
+	if (read_meminfo(&m) < 0) {
+		fprintf(stderr, "%s: cannot read /proc/meminfo: the memory "
+			"budget is not checked\n", prog);
+		return 0;
+	}
+	read_cgroup_limits(&m);
+	limit = m.cgroup && m.cgroup < m.total ? m.cgroup : m.total;
+	reserve = limit / 8;
+	if (reserve < MEM_RESERVE_MIN)
+		reserve = MEM_RESERVE_MIN;
+	if (reserve > MEM_RESERVE_MAX)
+		reserve = MEM_RESERVE_MAX;
+	if (reserve > limit / 2)
+		reserve = limit / 2;
+	if (!o->mem_given) {
+		o->cfg.mem_bytes = limit / 2;
+		return 0;
+	}
+	if (o->cfg.mem_bytes > limit - reserve) {
+		fprintf(stderr,
+			"%s: --mem %s is more than this machine can hold: at "
+			"most %s (%s %s less %s kept for the system; "
+			"MemAvailable %s)\n",
+			prog, fmt_size(b[0], sizeof(b[0]), o->cfg.mem_bytes),
+			fmt_size(b[1], sizeof(b[1]), limit - reserve),
+			limit == m.total ? "MemTotal" : m.cgroup_file,
+			fmt_size(b[2], sizeof(b[2]), limit),
+			fmt_size(b[3], sizeof(b[3]), reserve),
+			fmt_size(b[4], sizeof(b[4]), m.avail));
+		return -1;
+	}
+	if (o->cfg.prefault == ENG_PREFAULT_START &&
+	    o->cfg.mem_bytes > m.avail)
+		fprintf(stderr, "%s: warning: --prefault takes %s at once, "
+			"more than MemAvailable %s: other memory will be "
+			"reclaimed or swapped\n", prog,
+			fmt_size(b[0], sizeof(b[0]), o->cfg.mem_bytes),
+			fmt_size(b[1], sizeof(b[1]), m.avail));
+	return 0;
+}
+
 /* Is @path a mount point already?  (FUSE would happily stack on it.) */
 static bool is_mounted(const char *path)
 {
@@ -521,7 +694,7 @@ int main(int argc, char **argv)
 	prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	memset(&o, 0, sizeof(o));
 	eng_config_defaults(&o.cfg);
-	if (parse_args(argc, argv, &o) < 0)
+	if (parse_args(argc, argv, &o) < 0 || check_mem(&o) < 0)
 		goto out;
 	if (o.debug)
 		rft_log_max = RFT_LOG_DBG;
@@ -585,7 +758,7 @@ int main(int argc, char **argv)
 	if (o.single_thread)
 		rc = fuse_session_loop(se);
 	else
-		rc = rfs_loop_run(se, WORKERS);
+		rc = rfs_loop_run(se, WORKERS, rfs.max_write);
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	status = rc < 0 ? 1 : 0;
 

@@ -25,10 +25,20 @@ extern const struct fuse_lowlevel_ops rfs_oper;
 
 /*
  * Serve @se with @nthreads workers until it ends; 0, a signal number
- * (stopped by a signal), or -errno.  Returns once every receive buffer is
- * back, so no queued write still points into one.
+ * (stopped by a signal), or -errno.  @max_write is the max_write the init
+ * handler sets: receive buffers are sized for it (rfs_loop_bufsize()), so
+ * it must not be raised after this is called.  Returns once every receive
+ * buffer is back, so no queued write still points into one.
  */
-int rfs_loop_run(struct fuse_session *se, unsigned nthreads);
+int rfs_loop_run(struct fuse_session *se, unsigned nthreads,
+		 unsigned max_write);
+
+/*
+ * Bytes a receive buffer needs to hold any request the kernel sends on a
+ * connection whose max_write is @max_write: the WRITE data, its headers,
+ * and at least the kernel's smallest accepted read.
+ */
+size_t rfs_loop_bufsize(unsigned max_write);
 
 /*
  * In a handler run by rfs_loop_run(): the receive buffer that holds

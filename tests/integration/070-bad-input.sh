@@ -71,6 +71,70 @@ expect_bad mem -- "$MNT" -f -o mem=garbage
 expect_bad bogusopt -- "$MNT" -f -o bogusopt=1
 expect_bad argument --usage -- "$MNT" "$T_TMP/extra" "$T_TMP/more" -f
 
+# A budget the machine cannot hold: refused at once, one line that says
+# what there is, whether or not memory would be faulted in ahead.  Twice
+# MemTotal is past any limit (a cgroup's is lower still).
+MT_KB=$(awk '$1 == "MemTotal:" { print $2 }' /proc/meminfo)
+[ -n "$MT_KB" ] || fail "no MemTotal in /proc/meminfo"
+BIG=$((MT_KB * 2 / 1024))M
+for pf in "" --no-prefault --prefault; do
+	expect_bad "more than this machine can hold" --one-line -- "$MNT" -f --mem "$BIG" $pf
+	grep -q "MemAvailable [0-9]" "$T_TMP/err" ||
+		soft_fail "--mem $BIG $pf: the refusal does not say what is available: $(cat "$T_TMP/err")"
+done
+expect_bad "more than this machine can hold" --one-line -- "$MNT" -f -o "mem=$BIG"
+
+# mem_cgroup BYTES: make a child of our memory cgroup (v1, else v2) limited
+# to BYTES; sets CG (its dir) and CGFILE (the limit's name), or leaves CG
+# empty if we may not (not root, v2 without the memory controller
+# delegated).  Not in a subshell: the cleanup must learn of the cgroup.
+mem_cgroup() {
+	local line ctl path dir="" file="" d
+	CG=""
+	while IFS= read -r line; do
+		ctl=${line#*:}
+		path=${ctl#*:}
+		ctl=${ctl%%:*}
+		case ",$ctl," in
+		*,memory,*)
+			dir=/sys/fs/cgroup/memory$path
+			file=memory.limit_in_bytes
+			break ;;
+		,,)
+			dir=/sys/fs/cgroup$path
+			file=memory.max ;;
+		esac
+	done </proc/self/cgroup
+	[ -n "$dir" ] && is_root || return 0
+	d=${dir%/}/reftfs-test-$$
+	mkdir "$d" 2>/dev/null || return 0
+	_T_CGROUPS+=("$d")
+	[ -f "$d/$file" ] && echo "$1" >"$d/$file" 2>/dev/null || return 0
+	CG=$d
+	CGFILE=$file
+}
+
+# Inside a cgroup limited to 1 GiB the machine is 1 GiB: 1/8 (at least
+# 1 GiB, at most half) stays out, so 512M is the most --mem may be, and
+# the default is half of the limit, not half of RAM.
+mem_cgroup $((1 << 30))
+if [ -n "$CG" ]; then
+	INCG=$T_TMP/in-cgroup
+	printf '#!/bin/sh\necho $$ >"%s/cgroup.procs" || exit 99\nexec "%s" "$@"\n' \
+		"$CG" "$REFTFSD" >"$INCG"
+	chmod +x "$INCG"
+	REAL_REFTFSD=$REFTFSD
+	REFTFSD=$INCG
+	expect_bad "$CGFILE" --one-line -- "$MNT" -f --mem 513M --no-prefault
+	start_daemon "$MNT" --no-prefault
+	REFTFSD=$REAL_REFTFSD
+	expect_eq "$(df -BM --output=size "$MNT" | tail -n1 | tr -d ' ')" 512M \
+		"default budget in a cgroup limited to 1 GiB (df size)"
+	stop_daemon "$MNT" "$DAEMON_PID"
+else
+	log "cgroup case not run: cannot make a memory cgroup here (uid $(id -u))"
+fi
+
 # Bad paths: exit 2, one clear line naming the path.  Also in the default
 # background mode: the error must reach the caller's exit status.
 for fg in -f ""; do

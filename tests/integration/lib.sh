@@ -47,6 +47,7 @@ _T_MOUNTS=()	# FUSE mount points we made
 _T_TMPFS=()	# other mounts we made (tmpfs), unmounted after the FUSE ones
 _T_PIDS=()	# processes we started
 _T_RM=()	# extra directories to remove (outside $T_TMP)
+_T_CGROUPS=()	# cgroups we made: rmdir, once their processes are gone
 _T_NDAEMON=0
 _T_LAST_LOG=""
 
@@ -168,6 +169,9 @@ _t_cleanup() {
 	done
 	for m in "${_T_RM[@]}"; do
 		rm -rf "$m"
+	done
+	for m in "${_T_CGROUPS[@]}"; do
+		[ -d "$m" ] && rmdir "$m"
 	done
 	# Never rm -rf through something still mounted.
 	if awk -v t="$T_TMP/" 'index($5 "/", t) == 1 { f = 1 } END { exit !f }' \
