@@ -1856,21 +1856,28 @@ static void persist_mirror_rename(struct eng *e, struct inode *src, const char *
 	if (S_ISDIR(src->mode)) {
 		mirror_dir(e, src, from, to);
 	} else if (S_ISREG(src->mode) && src->file.copy == COPY_HOME) {
-		bool current;
+		bool current, needed = false;
 
 		pthread_rwlock_rdlock(&src->file.lock);
 		current = file_data_persisted(&src->file);
+		for (uint32_t i = 0; i < src->file.nslots && !needed; i++)
+			needed = src->file.slots[i].where == PIECE_PERSIST;
 		pthread_rwlock_unlock(&src->file.lock);
 		/*
 		 * An older version than the file's must not appear under a
-		 * name that never had it: a stale copy stays where it is
-		 * (that name's last version), is read from there, and the
-		 * file is written again under its new name.
+		 * name that never had it: a stale copy stays where it is,
+		 * read from there, if pieces live only in it, else it goes
+		 * with the old name; the file is written again under its
+		 * new name.
 		 */
-		if (current)
+		if (current) {
 			follow_name(e, src, from, to);
-		else
+		} else if (needed) {
 			set_copy(e, src, COPY_AWAY, from);
+		} else {
+			set_copy(e, src, COPY_NONE, NULL);
+			drop_or_queue(e, from, false);
+		}
 	} else if (S_ISLNK(src->mode) && src->node_persisted) {
 		if (make_parents(p->dirfd, to) < 0 ||
 		    renameat(p->dirfd, from, p->dirfd, to) < 0) {

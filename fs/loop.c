@@ -143,8 +143,12 @@ static ssize_t receive(struct rfs_loop *l, struct rfs_rbuf *b)
 	} while (n < 0 && err == ENOENT && !fuse_session_exited(l->se));
 	if (fuse_session_exited(l->se))
 		return 0;
-	if (n < 0 && err == ENODEV) {
-		/* Unmounted, or aborted through /sys/fs/fuse/connections. */
+	/*
+	 * ENODEV: unmounted, or aborted through /sys/fs/fuse/connections.
+	 * ECONNABORTED: a lazy unmount ended the connection when the last
+	 * open file was closed.  Either way the session is over, not broken.
+	 */
+	if (n < 0 && (err == ENODEV || err == ECONNABORTED)) {
 		fuse_session_exit(l->se);
 		return 0;
 	}
@@ -180,14 +184,6 @@ static void *worker(void *arg)
 		if (res == -EINTR || res == -EAGAIN) {
 			pool_put(b);
 			continue;
-		}
-		/*
-		 * A lazy unmount ends the connection this way once the last
-		 * open file is closed: the session is over, not broken.
-		 */
-		if (res == -ECONNABORTED) {
-			fuse_session_exit(l->se);
-			res = 0;
 		}
 		if (res <= 0) {
 			pool_put(b);
