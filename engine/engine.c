@@ -152,6 +152,7 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	e->cfg = *cfg;
 	e->start_time = time(NULL);
 	pthread_mutex_init(&e->names_lock, NULL);
+	pthread_mutex_init(&e->handles_lock, NULL);
 	if (getrandom(&e->id_seed, sizeof(e->id_seed), 0) !=
 	    (ssize_t)sizeof(e->id_seed))
 		e->id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -259,6 +260,7 @@ void eng_free(struct eng *e)
 		return;
 	copier_stop(e);
 	ctl_free(e->ctl);
+	eng_free_handles(e);
 	persist_free(e->persist);
 	if (e->ns.table)
 		ns_fini(e);
@@ -269,6 +271,7 @@ void eng_free(struct eng *e)
 	free(e->persist_dir);
 	free(e->mountpoint);
 	pthread_mutex_destroy(&e->names_lock);
+	pthread_mutex_destroy(&e->handles_lock);
 	free(e);
 }
 

@@ -409,6 +409,8 @@ struct eng {
 	struct eng_counters cnt;
 	struct copier copier;
 	pthread_mutex_t names_lock; /* see the lock order above */
+	pthread_mutex_t handles_lock; /* a leaf */
+	struct eng_file *handles;	/* open handles; handles_lock */
 	struct {
 		eng_listener_fn fn;
 		void *ctx;
@@ -424,6 +426,9 @@ struct eng_file {
 	struct inode *inode;
 	int flags;	/* open(2) flags */
 	bool writer;
+	/* All open handles, so that eng_free can free what the kernel never
+	 * released (a lazy unmount); protected by eng->handles_lock. */
+	struct eng_file *hnext, *hprev;
 };
 
 static inline void eng_now(struct timespec *ts)
@@ -518,6 +523,8 @@ void file_wait_writes(struct eng *e, struct file *f);
  * overtake a copy replied to before them.
  */
 bool file_wrlock_drained(struct eng *e, struct file *f);
+/* Free handles the kernel never released; at eng_free, threads stopped. */
+void eng_free_handles(struct eng *e);
 int copier_start(struct eng *e);
 void copier_stop(struct eng *e);
 /* CRC32C of @len zero bytes continuing from @crc. */

@@ -355,6 +355,19 @@ static void open_info(struct file *f, struct eng_open_info *info)
 	f->cached_version = f->version;
 }
 
+static void handle_free(struct eng *e, struct eng_file *h)
+{
+	pthread_mutex_lock(&e->handles_lock);
+	if (h->hprev)
+		h->hprev->hnext = h->hnext;
+	else
+		e->handles = h->hnext;
+	if (h->hnext)
+		h->hnext->hprev = h->hprev;
+	pthread_mutex_unlock(&e->handles_lock);
+	free(h);
+}
+
 /*
  * Open @in, which the caller found under ns->lock held for writing.
  * -EAGAIN: an O_TRUNC open found copies queued for the file; the caller
@@ -379,11 +392,17 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 	h->inode = in;
 	h->flags = flags;
 	h->writer = writer;
+	pthread_mutex_lock(&e->handles_lock);
+	h->hnext = e->handles;
+	if (e->handles)
+		e->handles->hprev = h;
+	e->handles = h;
+	pthread_mutex_unlock(&e->handles_lock);
 
 	if (trunc) {
 		/* A truncate must not race a copy queued before it. */
 		if (!file_wrlock_drained(e, f)) {
-			free(h);
+			handle_free(e, h);
 			return -EAGAIN;
 		}
 	} else {
@@ -517,7 +536,13 @@ void eng_release(struct eng *e, struct eng_file *fp)
 	if (sealed)
 		eng_post_dirty(e, in);
 	ns_unhold(e, in);
-	free(fp);
+	handle_free(e, fp);
+}
+
+void eng_free_handles(struct eng *e)
+{
+	while (e->handles)
+		handle_free(e, e->handles);
 }
 
 int eng_flush(struct eng *e, struct eng_file *fp)
@@ -1033,6 +1058,17 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 		bool missing = false;
 
 		pthread_rwlock_rdlock(&f->lock);
+		/*
+		 * A copy queued since: let it land first.  With none queued
+		 * while the chunks are pinned, a later write copies on write
+		 * and never writes into what this reply points at.
+		 */
+		if (atomic_load_explicit(&f->pending, memory_order_acquire)) {
+			pthread_rwlock_unlock(&f->lock);
+			file_wait_writes(e, f);
+			tries--;
+			continue;
+		}
 		if (pos >= f->size || size == 0) {
 			pthread_rwlock_unlock(&f->lock);
 			return reply(ctx, NULL, 0);
