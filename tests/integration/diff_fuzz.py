@@ -619,13 +619,20 @@ class Trial:
             got = self.read_mount(n)
             if got in self.hist[n]:
                 continue
+            # Say whose version it is: another name's since the last
+            # write-back (a stale copy moved by a rename), this name's from
+            # before it (a rollback), an old one of another name, or none.
+            recent = [m for m in NAMES if m != n and got in self.hist[m]]
             others = [m for m in NAMES if m != n and got in self.seen[m]]
             if got is None:
                 kind = "missing"
+            elif recent:
+                kind = ("holds a version another name had since the last "
+                        "write-back")
             elif got in self.seen[n]:
                 kind = "holds a version older than the last write-back"
             elif others:
-                kind = "holds a version only another name had"
+                kind = "holds an old version of another name"
             else:
                 kind = "holds content no name ever had"
             lines = ["%s: %s: found %s; allowed (last written back "
