@@ -857,7 +857,20 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		set_copy(e, in, COPY_HOME, NULL);
 		pthread_rwlock_wrlock(&in->file.lock);
 		in->file.copy_id = (struct copy_id){ st.st_dev, st.st_ino };
+		/*
+		 * Persisted, still under the names lock: a rename in between
+		 * would see a copy at home but older than the file's data,
+		 * park it, and the file would then count as persisted with
+		 * its copy parked (and deleted at unmount).
+		 */
+		if (s)
+			file_snap_persisted_locked(&in->file, &s->fs);
 		pthread_rwlock_unlock(&in->file.lock);
+	} else {
+		/* Likewise for symlinks and nodes. */
+		pthread_rwlock_wrlock(&e->ns.lock);
+		in->node_persisted = true;
+		pthread_rwlock_unlock(&e->ns.lock);
 	}
 	rc = relink_aliases(e, in, rel);
 out:
@@ -869,7 +882,6 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 			bool final)
 {
 	struct persist *p = e->persist;
-	struct file *f = &in->file;
 	char tmp[64], tmpsum[80];
 	uint32_t *crcs = NULL, npieces;
 	struct snap s;
@@ -933,9 +945,6 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 	if (rc != 0)
 		goto out;
 
-	pthread_rwlock_wrlock(&f->lock);
-	file_snap_persisted_locked(f, &s.fs);
-	pthread_rwlock_unlock(&f->lock);
 	add_progress(p, 1, s.fs.size);
 	rft_dbg("persist: wrote back %s (%llu bytes)", s.rel,
 		(unsigned long long)s.fs.size);
@@ -978,6 +987,8 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	gid_t gid;
 	int rc;
 
+	/* The path is taken under the names lock: a rename may not slip in. */
+	eng_names_lock(e);
 	pthread_rwlock_rdlock(&e->ns.lock);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
 	mode = in->mode;
@@ -986,23 +997,26 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	times[0] = in->atime;
 	times[1] = in->mtime;
 	pthread_rwlock_unlock(&e->ns.lock);
-	if (rc == -ENOENT)
+	if (rc == -ENOENT) {
+		eng_names_unlock(e);
 		return 0;
-	eng_names_lock(e);
+	}
 	if (rc == 0)
 		rc = make_parents(p->dirfd, rel);
 	if (rc == 0 && mkdirat(p->dirfd, rel, 0700) < 0 && errno != EEXIST)
 		rc = -errno;
 	if (rc == 0)
 		rc = set_meta(p, rel, mode, uid, gid, times);
+	if (rc == 0) {
+		pthread_rwlock_wrlock(&e->ns.lock);
+		in->node_persisted = true;
+		pthread_rwlock_unlock(&e->ns.lock);
+	}
 	eng_names_unlock(e);
 	if (rc < 0) {
 		set_error(p, rc, "cannot write back directory", rel);
 		return rc;
 	}
-	pthread_rwlock_wrlock(&e->ns.lock);
-	in->node_persisted = true;
-	pthread_rwlock_unlock(&e->ns.lock);
 	add_progress(p, 1, 0);
 	return 0;
 }
@@ -1054,9 +1068,6 @@ static int persist_node(struct eng *e, struct inode *in)
 		unlinkat(p->dirfd, tmp, 0);
 		return rc < 0 ? rc : 0;
 	}
-	pthread_rwlock_wrlock(&e->ns.lock);
-	in->node_persisted = true;
-	pthread_rwlock_unlock(&e->ns.lock);
 	add_progress(p, 1, 0);
 	return 0;
 }
