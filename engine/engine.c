@@ -275,6 +275,11 @@ void eng_free(struct eng *e)
 	free(e);
 }
 
+const struct eng_config *eng_get_config(struct eng *e)
+{
+	return &e->cfg;
+}
+
 uint64_t eng_new_file_id(struct eng *e)
 {
 	/* splitmix64 of seed + counter: distinct, spread, never 0. */

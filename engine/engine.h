@@ -126,6 +126,13 @@ int eng_stop(struct eng *e);
 void eng_free(struct eng *e);
 
 /*
+ * The configuration @e runs with: eng_new's @cfg, its strings (mountpoint,
+ * persist_dir) copied.  Valid until eng_free(); never changes, so any
+ * thread may read it without a lock.
+ */
+const struct eng_config *eng_get_config(struct eng *e);
+
+/*
  * Default control socket path for a mount point: a directory for sockets
  * (/run/reftfs when root, else $XDG_RUNTIME_DIR/reftfs or /tmp/reftfs-UID)
  * plus a hash of the absolute mount point.  Writes at most @size bytes to
