@@ -26,8 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl_i.h"
-#include "engine_i.h"
+#include "ctl.h"
 
 #ifndef RFT_VERSION
 #define RFT_VERSION "unknown"
@@ -53,17 +52,17 @@ enum {
 enum slot_state { SLOT_FREE, SLOT_RUNNING, SLOT_DONE };
 
 struct ctl_slot {
-	struct ctl *c;
+	struct rfs_ctl *c;
 	pthread_t thread;	/* valid unless SLOT_FREE */
 	int fd;			/* -1 once the thread closed it; c->lock */
 	enum slot_state state;	/* protected by c->lock */
 };
 
-struct ctl {
+struct rfs_ctl {
 	struct eng *e;
 	char *path;
 	int lfd;
-	int wakefd;		/* eventfd, readable once ctl_free() starts */
+	int wakefd;		/* eventfd, readable once rfs_ctl_free() starts */
 	dev_t sock_dev;		/* the node we bound: unlink only that one */
 	ino_t sock_ino;
 	bool started;
@@ -71,7 +70,7 @@ struct ctl {
 	pthread_mutex_t lock;
 	pthread_cond_t slot_done;		/* a client thread finished */
 	bool stopping;				/* protected by lock */
-	struct ctl_slot slots[CTL_MAX_CLIENTS]; /* protected by lock */
+	struct ctl_slot slots[RFS_CTL_MAX_CLIENTS]; /* protected by lock */
 };
 
 /* --- output buffer ------------------------------------------------------ */
@@ -578,7 +577,7 @@ struct ctl_cmd {
 };
 
 struct ctl_req {
-	struct ctl *c;
+	struct rfs_ctl *c;
 	int fd;
 	bool eof; /* the client shut its side: stop polling it for input */
 	const struct ctl_cmd *cmd;
@@ -616,7 +615,7 @@ static int ob_send(struct ctl_req *r, struct obuf *o)
 }
 
 /*
- * Sleep up to @ms watching the client and ctl_free().  Returns 0, or
+ * Sleep up to @ms watching the client and rfs_ctl_free().  Returns 0, or
  * -ESHUTDOWN when the server stops, -EPIPE when the client is gone.
  */
 static int ctl_nap(struct ctl_req *r, int ms)
@@ -649,12 +648,12 @@ static int ctl_nap(struct ctl_req *r, int ms)
 }
 
 /*
- * Read one request line into @buf (CTL_MAX_LINE + 1 bytes), NUL-terminated
+ * Read one request line into @buf (RFS_CTL_MAX_LINE + 1 bytes), NUL-terminated
  * without its '\n' (or '\r\n').  EOF also ends a line.  Returns 0,
  * -ENODATA (closed before saying anything), -ETIMEDOUT, -E2BIG, -EINVAL
  * (NUL byte), -ESHUTDOWN or another -errno.
  */
-static int ctl_read_request(struct ctl *c, int fd, char *buf)
+static int ctl_read_request(struct rfs_ctl *c, int fd, char *buf)
 {
 	uint64_t deadline = mono_ms() + CTL_IO_MS;
 	size_t len = 0;
@@ -679,7 +678,7 @@ static int ctl_read_request(struct ctl *c, int fd, char *buf)
 			return -ESHUTDOWN;
 		if (!pfd[0].revents)
 			continue;
-		n = recv(fd, buf + len, CTL_MAX_LINE - len, MSG_DONTWAIT);
+		n = recv(fd, buf + len, RFS_CTL_MAX_LINE - len, MSG_DONTWAIT);
 		if (n < 0) {
 			if (errno == EINTR || errno == EAGAIN)
 				continue;
@@ -696,7 +695,7 @@ static int ctl_read_request(struct ctl *c, int fd, char *buf)
 			len = (size_t)(nl - buf);
 			break;
 		}
-		if (len == CTL_MAX_LINE)
+		if (len == RFS_CTL_MAX_LINE)
 			return -E2BIG;
 	}
 	if (memchr(buf, '\0', len))
@@ -842,7 +841,7 @@ static int norm_path(const char *in, char *out, size_t size)
 static void status_text(struct ctl_req *r, struct obuf *o,
 			const struct eng_stats *st, const struct cklist *cl)
 {
-	struct eng *e = r->c->e;
+	const struct eng_config *cfg = eng_get_config(r->c->e);
 	char b1[32], b2[32], t1[64], t2[64];
 	time_t now = time(NULL);
 	uint64_t up = now > st->start_time ? (uint64_t)(now - st->start_time)
@@ -852,7 +851,7 @@ static void status_text(struct ctl_req *r, struct obuf *o,
 
 	ob_begin(o, 'o');
 	ob_printf(o, LBL, "mount");
-	ob_text(o, e->mountpoint ? e->mountpoint : "(unknown)");
+	ob_text(o, cfg->mountpoint ? cfg->mountpoint : "(unknown)");
 	ob_end(o);
 	ob_line(o, 'o', LBL "reftfsd %s, pid %d", "daemon", RFT_VERSION,
 		(int)getpid());
@@ -899,7 +898,7 @@ static void status_text(struct ctl_req *r, struct obuf *o,
 	} else {
 		ob_begin(o, 'o');
 		ob_printf(o, LBL, "persist");
-		ob_text(o, e->persist_dir ? e->persist_dir : "enabled");
+		ob_text(o, cfg->persist_dir ? cfg->persist_dir : "enabled");
 		ob_printf(o, ", %s",
 			  st->persist_healthy ? "healthy" : "FAILING");
 		ob_end(o);
@@ -911,15 +910,15 @@ static void status_text(struct ctl_req *r, struct obuf *o,
 			st->persist_pending_files,
 			fmt_bytes(b2, sizeof(b2), st->persist_pending_bytes),
 			st->persist_errors);
-		if (e->cfg.persist_every)
+		if (cfg->persist_every)
 			ob_line(o, 'o',
 				LBL "policy --persist-every %u, --keep %u", "",
-				e->cfg.persist_every, e->cfg.keep);
+				cfg->persist_every, cfg->keep);
 		else
 			ob_line(o, 'o',
 				LBL "policy write back on flush and unmount "
 				    "only, --keep %u",
-				"", e->cfg.keep);
+				"", cfg->keep);
 		if (st->persist_last_ok_time)
 			ob_line(o, 'o', LBL "last success %s (%s)", "",
 				fmt_time(t1, sizeof(t1),
@@ -980,13 +979,13 @@ static void status_text(struct ctl_req *r, struct obuf *o,
 static void status_json(struct ctl_req *r, struct obuf *o,
 			const struct eng_stats *st, const struct cklist *cl)
 {
-	struct eng *e = r->c->e;
+	const struct eng_config *cfg = eng_get_config(r->c->e);
 	time_t now = time(NULL);
 	size_t i;
 
 	ob_begin(o, 'o');
 	ob_str(o, "{\"mountpoint\":");
-	ob_json_opt(o, e->mountpoint);
+	ob_json_opt(o, cfg->mountpoint);
 	ob_str(o, ",\"socket\":");
 	ob_json(o, r->c->path);
 	ob_str(o, ",\"version\":");
@@ -994,7 +993,7 @@ static void status_json(struct ctl_req *r, struct obuf *o,
 	ob_printf(o,
 		  ",\"protocol\":%d,\"pid\":%d,\"start_time\":%lld"
 		  ",\"uptime_seconds\":%lld",
-		  CTL_PROTOCOL, (int)getpid(), (long long)st->start_time,
+		  RFS_CTL_PROTOCOL, (int)getpid(), (long long)st->start_time,
 		  (long long)(now > st->start_time ? now - st->start_time : 0));
 	ob_printf(o,
 		  ",\"memory\":{\"budget_bytes\":%" PRIu64
@@ -1031,7 +1030,7 @@ static void status_json(struct ctl_req *r, struct obuf *o,
 	ob_str(o, ",\"persist\":{\"enabled\":");
 	ob_json_bool(o, st->persist_enabled);
 	ob_str(o, ",\"dir\":");
-	ob_json_opt(o, st->persist_enabled ? e->persist_dir : NULL);
+	ob_json_opt(o, st->persist_enabled ? cfg->persist_dir : NULL);
 	ob_str(o, ",\"healthy\":");
 	ob_json_bool(o, st->persist_healthy);
 	ob_printf(o,
@@ -1052,8 +1051,8 @@ static void status_json(struct ctl_req *r, struct obuf *o,
 			  (long long)st->persist_last_ok_time);
 	else
 		ob_str(o, ",\"last_ok_time\":null");
-	ob_printf(o, ",\"keep\":%u,\"persist_every\":%u}", e->cfg.keep,
-		  e->cfg.persist_every);
+	ob_printf(o, ",\"keep\":%u,\"persist_every\":%u}", cfg->keep,
+		  cfg->persist_every);
 	ob_str(o, ",\"checkpoints\":[");
 	for (i = 0; i < cl->n; i++) {
 		const struct ck *k = &cl->v[i];
@@ -1184,9 +1183,9 @@ static int ls_entry(void *ctx, const struct eng_entry_info *ei)
 
 static int cmd_ls(struct ctl_req *r, struct obuf *o)
 {
-	const char *mnt = r->c->e->mountpoint;
+	const char *mnt = eng_get_config(r->c->e)->mountpoint;
 	struct ls_ctx l = { .o = o, .json = r->json };
-	char rel[CTL_MAX_LINE + 1];
+	char rel[RFS_CTL_MAX_LINE + 1];
 	size_t n;
 	int rc;
 
@@ -1629,12 +1628,12 @@ static int cmd_version(struct ctl_req *r, struct obuf *o)
 		ob_begin(o, 'o');
 		ob_str(o, "{\"version\":");
 		ob_json(o, RFT_VERSION);
-		ob_printf(o, ",\"protocol\":%d,\"pid\":%d}", CTL_PROTOCOL,
+		ob_printf(o, ",\"protocol\":%d,\"pid\":%d}", RFS_CTL_PROTOCOL,
 			  (int)getpid());
 		ob_end(o);
 	} else {
 		ob_line(o, 'o', "reftfsd %s, control protocol %d, pid %d",
-			RFT_VERSION, CTL_PROTOCOL, (int)getpid());
+			RFT_VERSION, RFS_CTL_PROTOCOL, (int)getpid());
 	}
 	return CTL_EXIT_OK;
 }
@@ -1747,11 +1746,11 @@ static int ctl_run(struct ctl_req *r, char *line, struct obuf *o)
 	return r->cmd->fn(r, o);
 }
 
-static void ctl_serve(struct ctl *c, int fd)
+static void ctl_serve(struct rfs_ctl *c, int fd)
 {
 	struct timeval tv = { .tv_sec = CTL_IO_MS / 1000 };
 	struct ctl_req r = { .c = c, .fd = fd };
-	char line[CTL_MAX_LINE + 1], x[32];
+	char line[RFS_CTL_MAX_LINE + 1], x[32];
 	struct obuf o = { 0 };
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
@@ -1783,7 +1782,7 @@ static void ctl_serve(struct ctl *c, int fd)
 		break;
 	case -E2BIG:
 		ob_line(&o, 'e', "request longer than %d bytes",
-			CTL_MAX_LINE - 1);
+			RFS_CTL_MAX_LINE - 1);
 		code = CTL_EXIT_USAGE;
 		break;
 	case -ETIMEDOUT:
@@ -1844,7 +1843,7 @@ static void ctl_drain(int fd)
 static void *ctl_client_main(void *arg)
 {
 	struct ctl_slot *s = arg;
-	struct ctl *c = s->c;
+	struct rfs_ctl *c = s->c;
 
 	pthread_setname_np(pthread_self(), "rft-ctl-client");
 	ctl_serve(c, s->fd);
@@ -1860,7 +1859,7 @@ static void *ctl_client_main(void *arg)
 }
 
 /* Hand @fd to a thread of its own; closes it if that cannot be done. */
-static void ctl_dispatch(struct ctl *c, int fd)
+static void ctl_dispatch(struct rfs_ctl *c, int fd)
 {
 	static const char busy[] = "e reftfsd is serving too many control "
 				   "clients; try again\nx 1\n";
@@ -1877,7 +1876,7 @@ static void ctl_dispatch(struct ctl *c, int fd)
 	pthread_mutex_lock(&c->lock);
 	/* A burst of short requests: wait a moment for a thread to end. */
 	while (!c->stopping && rc != ETIMEDOUT) {
-		for (i = 0; i < CTL_MAX_CLIENTS; i++) {
+		for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
 			if (c->slots[i].state == SLOT_DONE) {
 				/* It only has to return: it let go of lock. */
 				pthread_join(c->slots[i].thread, NULL);
@@ -1915,7 +1914,7 @@ static void ctl_dispatch(struct ctl *c, int fd)
 
 static void *ctl_accept_main(void *arg)
 {
-	struct ctl *c = arg;
+	struct rfs_ctl *c = arg;
 	struct pollfd pfd[2] = {
 		{ .fd = c->wakefd, .events = POLLIN },
 		{ .fd = c->lfd, .events = POLLIN },
@@ -2082,7 +2081,7 @@ static int ctl_probe(const struct sockaddr_un *sa)
 	}
 }
 
-static int ctl_listen(struct ctl *c)
+static int ctl_listen(struct rfs_ctl *c)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
@@ -2133,7 +2132,7 @@ static int ctl_listen(struct ctl *c)
 }
 
 /* Unlink the socket node if it is still the one we bound. */
-static void ctl_unlink(struct ctl *c)
+static void ctl_unlink(struct rfs_ctl *c)
 {
 	struct stat st;
 
@@ -2145,9 +2144,9 @@ static void ctl_unlink(struct ctl *c)
 			 strerror(errno));
 }
 
-int ctl_new(struct eng *e, const char *path, struct ctl **out)
+int rfs_ctl_new(struct eng *e, const char *path, struct rfs_ctl **out)
 {
-	struct ctl *c;
+	struct rfs_ctl *c;
 	int i, rc;
 
 	*out = NULL;
@@ -2167,7 +2166,7 @@ int ctl_new(struct eng *e, const char *path, struct ctl **out)
 	c->e = e;
 	c->lfd = -1;
 	c->wakefd = -1;
-	for (i = 0; i < CTL_MAX_CLIENTS; i++) {
+	for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
 		c->slots[i].c = c;
 		c->slots[i].fd = -1;
 	}
@@ -2202,11 +2201,11 @@ int ctl_new(struct eng *e, const char *path, struct ctl **out)
 	*out = c;
 	return 0;
 fail:
-	ctl_free(c);
+	rfs_ctl_free(c);
 	return rc;
 }
 
-int ctl_start(struct ctl *c)
+int rfs_ctl_start(struct rfs_ctl *c)
 {
 	sigset_t all, old;
 	int rc;
@@ -2228,19 +2227,19 @@ int ctl_start(struct ctl *c)
 }
 
 /* Is a client thread still serving?  c->lock held. */
-static bool ctl_running(const struct ctl *c)
+static bool ctl_running(const struct rfs_ctl *c)
 {
 	int i;
 
-	for (i = 0; i < CTL_MAX_CLIENTS; i++)
+	for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++)
 		if (c->slots[i].state == SLOT_RUNNING)
 			return true;
 	return false;
 }
 
-void ctl_free(struct ctl *c)
+void rfs_ctl_free(struct rfs_ctl *c)
 {
-	pthread_t joins[CTL_MAX_CLIENTS];
+	pthread_t joins[RFS_CTL_MAX_CLIENTS];
 	struct timespec until;
 	uint64_t one = 1;
 	int i, n = 0;
@@ -2270,7 +2269,7 @@ void ctl_free(struct ctl *c)
 			if (pthread_cond_timedwait(&c->slot_done, &c->lock,
 						   &until) == ETIMEDOUT)
 				break;
-		for (i = 0; i < CTL_MAX_CLIENTS; i++) {
+		for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
 			struct ctl_slot *s = &c->slots[i];
 
 			if (s->state == SLOT_RUNNING && s->fd >= 0)
