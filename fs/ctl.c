@@ -6,12 +6,16 @@
  * human text, JSON or Prometheus, so the client needs no parser and an old
  * client keeps working when fields are added.
  *
- * Answers are built in memory and sent after the engine calls return:
- * engine callbacks run under engine locks, and a client that stops reading
- * must never keep one held.  Only "flush --wait" streams, between calls.
+ * Each command fills a report (report.h) once from the engine's reporting
+ * calls and renders it in the format asked for; the schemas and text
+ * layouts below are the whole of what a command says.  Answers are built
+ * in memory and sent after the engine calls return: engine callbacks run
+ * under engine locks, and a client that stops reading must never keep one
+ * held.  Only "flush --wait" streams, between calls.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +31,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "report.h"
 
 #ifndef RFT_VERSION
 #define RFT_VERSION "unknown"
@@ -39,7 +44,6 @@
 #define CTL_BUSY_MS 2000      /* all slots taken: wait this long for one */
 #define CTL_GRACE_MS 500      /* ctl_free: let clients finish their lines */
 #define CTL_MAX_ARGS 16	      /* words in a request, command included */
-#define CTL_MAX_OUT (64u << 20) /* one buffered answer */
 
 /* Exit codes carried by the final "x" line; docs/protocol.md. */
 enum {
@@ -73,399 +77,6 @@ struct rfs_ctl {
 	struct ctl_slot slots[RFS_CTL_MAX_CLIENTS]; /* protected by lock */
 };
 
-/* --- output buffer ------------------------------------------------------ */
-
-/*
- * An answer being built: tagged lines, each ended by ob_end().  Only
- * ob_end() writes '\n'; everything else is escaped or has its newlines
- * turned into blanks, so no data can break the framing.
- */
-struct obuf {
-	char *buf;
-	size_t len, cap;
-	int err; /* -ENOMEM or -EFBIG once anything was lost */
-};
-
-static int ob_reserve(struct obuf *o, size_t n)
-{
-	size_t cap;
-	char *p;
-
-	if (o->err)
-		return o->err;
-	if (n <= o->cap - o->len)
-		return 0;
-	if (n > CTL_MAX_OUT - o->len) {
-		o->err = -EFBIG;
-		return o->err;
-	}
-	cap = o->cap ? o->cap : 4096;
-	while (cap - o->len < n)
-		cap *= 2;
-	p = realloc(o->buf, cap);
-	if (!p) {
-		o->err = -ENOMEM;
-		return o->err;
-	}
-	o->buf = p;
-	o->cap = cap;
-	return 0;
-}
-
-static void ob_add(struct obuf *o, const void *p, size_t n)
-{
-	if (ob_reserve(o, n))
-		return;
-	memcpy(o->buf + o->len, p, n);
-	o->len += n;
-}
-
-static void ob_str(struct obuf *o, const char *s)
-{
-	ob_add(o, s, strlen(s));
-}
-
-__attribute__((format(printf, 2, 0))) static void
-ob_vprintf(struct obuf *o, const char *fmt, va_list ap)
-{
-	va_list aq;
-	char *p, *end;
-	int n;
-
-	if (o->err)
-		return;
-	va_copy(aq, ap);
-	n = vsnprintf(NULL, 0, fmt, aq);
-	va_end(aq);
-	if (n < 0) {
-		o->err = -EINVAL;
-		return;
-	}
-	if (ob_reserve(o, (size_t)n + 1))
-		return;
-	vsnprintf(o->buf + o->len, (size_t)n + 1, fmt, ap);
-	end = o->buf + o->len + n;
-	for (p = o->buf + o->len; (p = memchr(p, '\n', end - p)); p++)
-		*p = ' ';
-	o->len += n;
-}
-
-__attribute__((format(printf, 2, 3))) static void
-ob_printf(struct obuf *o, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	ob_vprintf(o, fmt, ap);
-	va_end(ap);
-}
-
-static void ob_begin(struct obuf *o, char tag)
-{
-	char t[2] = { tag, ' ' };
-
-	ob_add(o, t, sizeof(t));
-}
-
-static void ob_end(struct obuf *o)
-{
-	ob_add(o, "\n", 1);
-}
-
-/* One whole line: @tag, the formatted text, newline. */
-__attribute__((format(printf, 3, 4))) static void
-ob_line(struct obuf *o, char tag, const char *fmt, ...)
-{
-	va_list ap;
-
-	ob_begin(o, tag);
-	va_start(ap, fmt);
-	ob_vprintf(o, fmt, ap);
-	va_end(ap);
-	ob_end(o);
-}
-
-/* --- escaping ----------------------------------------------------------- */
-
-/* Length (1-4) of the valid UTF-8 sequence at @p and its code point, or 0. */
-static int utf8_seq(const unsigned char *p, uint32_t *cpp)
-{
-	uint32_t cp;
-	int n, i;
-
-	if (p[0] < 0x80) {
-		*cpp = p[0];
-		return 1;
-	}
-	if (p[0] < 0xc2)
-		return 0; /* continuation byte or overlong lead */
-	if (p[0] < 0xe0) {
-		n = 2;
-		cp = p[0] & 0x1f;
-	} else if (p[0] < 0xf0) {
-		n = 3;
-		cp = p[0] & 0x0f;
-	} else if (p[0] < 0xf5) {
-		n = 4;
-		cp = p[0] & 0x07;
-	} else {
-		return 0;
-	}
-	/* A NUL ends the string before any missing continuation byte. */
-	for (i = 1; i < n; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (p[i] & 0x3f);
-	}
-	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-	    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	*cpp = cp;
-	return n;
-}
-
-/* U+2028 and U+2029 end a line for some readers (Python's splitlines). */
-static bool is_line_sep(uint32_t cp)
-{
-	return cp == 0x2028 || cp == 0x2029;
-}
-
-/*
- * @s for a human: backslash, control characters (C0, DEL, C1), line
- * separators and bytes that are not UTF-8 as C escapes, so that a file
- * name can break neither a line nor the terminal.
- */
-static void ob_text(struct obuf *o, const char *s)
-{
-	const unsigned char *p = (const unsigned char *)(s ? s : "");
-	uint32_t cp = 0; /* utf8_seq() leaves it unset for bad bytes */
-	int n, i;
-
-	while (*p) {
-		n = utf8_seq(p, &cp);
-		if ((n == 1 && cp >= 0x20 && cp != 0x7f && cp != '\\') ||
-		    (n > 1 && cp >= 0xa0 && !is_line_sep(cp))) {
-			ob_add(o, p, n);
-			p += n;
-			continue;
-		}
-		if (n == 1 && cp == '\\')
-			ob_str(o, "\\\\");
-		else if (n == 1 && cp == '\n')
-			ob_str(o, "\\n");
-		else if (n == 1 && cp == '\t')
-			ob_str(o, "\\t");
-		else if (n == 1 && cp == '\r')
-			ob_str(o, "\\r");
-		else if (is_line_sep(cp))
-			ob_printf(o, "\\u%04x", (unsigned)cp);
-		else
-			for (i = 0; i < (n ? n : 1); i++)
-				ob_printf(o, "\\x%02x", p[i]);
-		p += n ? n : 1;
-	}
-}
-
-/* Columns @s takes once through ob_text() (a scratch rendering). */
-static int text_cols(const char *s)
-{
-	struct obuf t = { 0 };
-	int cols = 0;
-	size_t i;
-
-	ob_text(&t, s);
-	for (i = 0; i < t.len; i++)
-		cols += ((unsigned char)t.buf[i] & 0xc0) != 0x80;
-	free(t.buf);
-	return cols;
-}
-
-static void ob_text_pad(struct obuf *o, const char *s, int width)
-{
-	int cols = text_cols(s);
-
-	ob_text(o, s);
-	while (cols++ < width)
-		ob_add(o, " ", 1);
-}
-
-/*
- * A JSON string body (no quotes).  JSON cannot carry bytes that are not
- * UTF-8: each becomes U+FFFD (docs/protocol.md says so).
- */
-static void ob_json_body(struct obuf *o, const char *s)
-{
-	const unsigned char *p = (const unsigned char *)(s ? s : "");
-	uint32_t cp;
-	int n;
-
-	while (*p) {
-		n = utf8_seq(p, &cp);
-		if (!n) {
-			ob_str(o, "\\ufffd");
-			p++;
-			continue;
-		}
-		if (n > 1) {
-			/* C1 controls too: NEL ends a line for some. */
-			if (cp < 0xa0 || is_line_sep(cp))
-				ob_printf(o, "\\u%04x", (unsigned)cp);
-			else
-				ob_add(o, p, n);
-			p += n;
-			continue;
-		}
-		switch (cp) {
-		case '"':
-			ob_str(o, "\\\"");
-			break;
-		case '\\':
-			ob_str(o, "\\\\");
-			break;
-		case '\n':
-			ob_str(o, "\\n");
-			break;
-		case '\r':
-			ob_str(o, "\\r");
-			break;
-		case '\t':
-			ob_str(o, "\\t");
-			break;
-		default:
-			if (cp < 0x20 || cp == 0x7f)
-				ob_printf(o, "\\u%04x", (unsigned)cp);
-			else
-				ob_add(o, p, 1);
-		}
-		p++;
-	}
-}
-
-static void ob_json(struct obuf *o, const char *s)
-{
-	ob_add(o, "\"", 1);
-	ob_json_body(o, s);
-	ob_add(o, "\"", 1);
-}
-
-/* A JSON string, or null for NULL and "". */
-static void ob_json_opt(struct obuf *o, const char *s)
-{
-	if (s && *s)
-		ob_json(o, s);
-	else
-		ob_str(o, "null");
-}
-
-static void ob_json_bool(struct obuf *o, bool b)
-{
-	ob_str(o, b ? "true" : "false");
-}
-
-/*
- * A Prometheus label value (no quotes).  The format escapes only \\, \"
- * and \n; other control characters, line separators and bytes that are
- * not UTF-8 become U+FFFD so that no reader splits the line.
- */
-static void ob_prom_label(struct obuf *o, const char *s)
-{
-	const unsigned char *p = (const unsigned char *)(s ? s : "");
-	uint32_t cp;
-	int n;
-
-	while (*p) {
-		n = utf8_seq(p, &cp);
-		if (!n) {
-			ob_str(o, "\xef\xbf\xbd");
-			p++;
-		} else if (n == 1 && cp == '\\') {
-			ob_str(o, "\\\\");
-			p++;
-		} else if (n == 1 && cp == '"') {
-			ob_str(o, "\\\"");
-			p++;
-		} else if (n == 1 && cp == '\n') {
-			ob_str(o, "\\n");
-			p++;
-		} else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0) ||
-			   is_line_sep(cp)) {
-			ob_str(o, "\xef\xbf\xbd");
-			p += n;
-		} else {
-			ob_add(o, p, n);
-			p += n;
-		}
-	}
-}
-
-/* --- human units -------------------------------------------------------- */
-
-static const char *fmt_bytes(char *buf, size_t size, uint64_t v)
-{
-	static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB",
-					    "PiB", "EiB" };
-	double d = (double)v / 1024;
-	unsigned u = 0;
-
-	if (v < 1024) {
-		snprintf(buf, size, "%" PRIu64 " B", v);
-		return buf;
-	}
-	while (d >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
-		d /= 1024;
-		u++;
-	}
-	snprintf(buf, size, "%.1f %s", d, unit[u]);
-	return buf;
-}
-
-static const char *fmt_dur(char *buf, size_t size, uint64_t s)
-{
-	uint64_t d = s / 86400, h = s / 3600 % 24, m = s / 60 % 60;
-
-	s %= 60;
-	if (d)
-		snprintf(buf, size,
-			 "%" PRIu64 "d %02" PRIu64 "h %02" PRIu64 "m", d, h, m);
-	else if (h)
-		snprintf(buf, size,
-			 "%" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", h, m, s);
-	else if (m)
-		snprintf(buf, size, "%" PRIu64 "m %02" PRIu64 "s", m, s);
-	else
-		snprintf(buf, size, "%" PRIu64 "s", s);
-	return buf;
-}
-
-static const char *fmt_time(char *buf, size_t size, time_t t)
-{
-	struct tm tm;
-
-	if (!t || !localtime_r(&t, &tm) ||
-	    !strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm))
-		snprintf(buf, size, "never");
-	return buf;
-}
-
-/* "3m 05s ago" for @t, "in the future" if the clock went back. */
-static const char *fmt_ago(char *buf, size_t size, time_t t)
-{
-	time_t now = time(NULL);
-	char d[32];
-
-	if (now < t)
-		snprintf(buf, size, "in the future");
-	else
-		snprintf(buf, size, "%s ago",
-			 fmt_dur(d, sizeof(d), (uint64_t)(now - t)));
-	return buf;
-}
-
-static const char *plural(uint64_t n, const char *suffix)
-{
-	return n == 1 ? "" : suffix;
-}
-
 static const char *state_name(enum eng_state s)
 {
 	const char *n = eng_state_name(s);
@@ -493,72 +104,6 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* --- collecting checkpoints --------------------------------------------- */
-
-/* A copy of eng_ckpt_info that outlives the callback. */
-struct ck {
-	char *name;
-	uint64_t seq, files, bytes, resident;
-	enum eng_state state;
-	bool keep, persist;
-};
-
-struct cklist {
-	struct ck *v;
-	size_t n, cap;
-	int err;
-};
-
-static int ck_add(void *ctx, const struct eng_ckpt_info *ci)
-{
-	struct cklist *l = ctx;
-	struct ck *k;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 16;
-
-		k = realloc(l->v, cap * sizeof(*k));
-		if (!k)
-			goto nomem;
-		l->v = k;
-		l->cap = cap;
-	}
-	k = &l->v[l->n];
-	k->name = strdup(ci->name ? ci->name : "");
-	if (!k->name)
-		goto nomem;
-	k->seq = ci->seq;
-	k->files = ci->files;
-	k->bytes = ci->bytes;
-	k->resident = ci->bytes_resident;
-	k->state = ci->state;
-	k->keep = ci->in_keep_window;
-	k->persist = ci->persist_selected;
-	l->n++;
-	return 0;
-nomem:
-	l->err = -ENOMEM;
-	return 1;
-}
-
-static void ck_release(struct cklist *l)
-{
-	size_t i;
-
-	for (i = 0; i < l->n; i++)
-		free(l->v[i].name);
-	free(l->v);
-}
-
-static int ck_collect(struct eng *e, struct cklist *l)
-{
-	int rc = eng_list_checkpoints(e, ck_add, l);
-
-	if (l->err)
-		return l->err;
-	return rc < 0 ? rc : 0;
-}
-
 /* --- requests ----------------------------------------------------------- */
 
 #define CMD_JSON (1u << 0) /* takes --json */
@@ -573,7 +118,7 @@ struct ctl_cmd {
 	const char *usage; /* its arguments */
 	const char *help;
 	/* Renders into @o; returns an exit code or CTL_GONE. */
-	int (*fn)(struct ctl_req *r, struct obuf *o);
+	int (*fn)(struct ctl_req *r, struct rep_out *o);
 };
 
 struct ctl_req {
@@ -603,7 +148,7 @@ static int send_all(int fd, const char *p, size_t n)
 }
 
 /* Send what @o holds now and empty it (flush --wait streams this way). */
-static int ob_send(struct ctl_req *r, struct obuf *o)
+static int out_send(struct ctl_req *r, struct rep_out *o)
 {
 	int rc;
 
@@ -834,274 +379,542 @@ static int norm_path(const char *in, char *out, size_t size)
 	return 0;
 }
 
-/* --- status ------------------------------------------------------------- */
+/* --- status and metrics: one report ------------------------------------- */
 
-#define LBL "%-14s" /* label column of the status text */
+/* A line of text (struct rep_text): when, label, template. */
+#define TXT(when, label, tmpl) { (when), (label), (tmpl), NULL }
+/* A table in the text (struct rep_text): when, its layout. */
+#define TABLE(when, t) { (when), NULL, NULL, (t) }
 
-static void status_text(struct ctl_req *r, struct obuf *o,
-			const struct eng_stats *st, const struct cklist *cl)
+#define NSTATES (ENG_STATE_PERSISTED + 1)
+#define NCRCS (ENG_CRC_BAD + 1)
+
+static const char *state_of(unsigned s)
 {
-	const struct eng_config *cfg = eng_get_config(r->c->e);
-	char b1[32], b2[32], t1[64], t2[64];
-	time_t now = time(NULL);
-	uint64_t up = now > st->start_time ? (uint64_t)(now - st->start_time)
-					    : 0;
-	int w = 10;
-	size_t i;
+	return state_name((enum eng_state)s);
+}
 
-	ob_begin(o, 'o');
-	ob_printf(o, LBL, "mount");
-	ob_text(o, cfg->mountpoint ? cfg->mountpoint : "(unknown)");
-	ob_end(o);
-	ob_line(o, 'o', LBL "reftfsd %s, pid %d", "daemon", RFT_VERSION,
-		(int)getpid());
-	ob_begin(o, 'o');
-	ob_printf(o, LBL, "socket");
-	ob_text(o, r->c->path);
-	ob_end(o);
-	if (st->start_time)
-		ob_line(o, 'o', LBL "%s (since %s)", "uptime",
-			fmt_dur(b1, sizeof(b1), up),
-			fmt_time(t1, sizeof(t1), st->start_time));
-	ob_line(o, 'o', LBL "%s of %s used (%.1f%%)", "memory",
-		fmt_bytes(b1, sizeof(b1), st->mem_used),
-		fmt_bytes(b2, sizeof(b2), st->mem_budget),
-		st->mem_budget ? 100.0 * (double)st->mem_used /
-					 (double)st->mem_budget
-			       : 0.0);
+static const char *crc_of(unsigned s)
+{
+	return crc_name((enum eng_crc_state)s);
+}
+
+enum {
+	MEM_BUDGET,
+	MEM_USED,
+	MEM_PREFAULTED,
+	MEM_PERCENT,
+	MEM_CHUNK,
+	MEM_CHUNKS,
+	MEM_CHUNKS_USED,
+	MEM_EVICTABLE,
+	MEM_N
+};
+
+static const struct rep_field mem_fields[MEM_N] = {
+	[MEM_BUDGET] = REP_EXPORT("budget_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_budget_bytes", "Memory budget for file data."),
+	[MEM_USED] = REP_EXPORT("used_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_used_bytes", "Arena memory in use."),
+	[MEM_PREFAULTED] = REP_EXPORT("prefaulted_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_prefaulted_bytes",
+		"Arena memory faulted in ahead of use."),
+	[MEM_PERCENT] = REP_FIELD("used_percent", REP_PERCENT),
+	[MEM_CHUNK] = REP_EXPORT("chunk_size_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_chunk_size_bytes", "Size of one arena chunk."),
+	[MEM_CHUNKS] = REP_EXPORT("chunks_total", REP_COUNT, REP_GAUGE,
+		"reftfs_chunks", "Chunks in the arena."),
+	[MEM_CHUNKS_USED] = REP_EXPORT("chunks_used", REP_COUNT, REP_GAUGE,
+		"reftfs_chunks_used", "Arena chunks in use."),
+	[MEM_EVICTABLE] = REP_EXPORT("chunks_evictable", REP_COUNT, REP_GAUGE,
+		"reftfs_chunks_evictable",
+		"Chunks in use that could be evicted now."),
+};
+
+enum { NS_CKPTS, NS_FILES, NS_DIRS, NS_LOGICAL, NS_RESIDENT, NS_N };
+
+static const struct rep_field ns_fields[NS_N] = {
+	[NS_CKPTS] = REP_EXPORT("checkpoints", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoints", "Checkpoints (top-level directories)."),
+	[NS_FILES] = REP_EXPORT("files", REP_COUNT, REP_GAUGE, "reftfs_files",
+		"Regular files."),
+	[NS_DIRS] = REP_EXPORT("dirs", REP_COUNT, REP_GAUGE,
+		"reftfs_directories", "Directories."),
+	[NS_LOGICAL] = REP_EXPORT("logical_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_logical_bytes", "Sum of file sizes."),
+	[NS_RESIDENT] = REP_EXPORT("resident_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_resident_bytes", "File bytes resident in RAM."),
+};
+
+enum { IO_WOPS, IO_WBYTES, IO_ROPS, IO_RBYTES, IO_N };
+
+static const struct rep_field io_fields[IO_N] = {
+	[IO_WOPS] = REP_EXPORT("write_ops", REP_COUNT, REP_COUNTER,
+		"reftfs_write_ops_total", "Write requests."),
+	[IO_WBYTES] = REP_EXPORT("write_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_write_bytes_total", "Bytes written."),
+	[IO_ROPS] = REP_EXPORT("read_ops", REP_COUNT, REP_COUNTER,
+		"reftfs_read_ops_total", "Read requests."),
+	[IO_RBYTES] = REP_EXPORT("read_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_read_bytes_total", "Bytes read."),
+};
+
+enum { CNT_ENOSPC, CNT_CRC, CNT_EVICTED, CNT_RT_CHUNKS, CNT_RT_BYTES, CNT_N };
+
+static const struct rep_field cnt_fields[CNT_N] = {
+	[CNT_ENOSPC] = REP_EXPORT("enospc", REP_COUNT, REP_COUNTER,
+		"reftfs_enospc_total", "Writes that failed with ENOSPC."),
+	[CNT_CRC] = REP_EXPORT("crc_errors", REP_COUNT, REP_COUNTER,
+		"reftfs_crc_errors_total",
+		"Chunks that failed their CRC32C check."),
+	[CNT_EVICTED] = REP_EXPORT("evicted_chunks", REP_COUNT, REP_COUNTER,
+		"reftfs_evicted_chunks_total", "Chunks evicted from RAM."),
+	[CNT_RT_CHUNKS] = REP_EXPORT("readthrough_chunks", REP_COUNT,
+		REP_COUNTER, "reftfs_readthrough_chunks_total",
+		"Chunks read back from the persist tier."),
+	[CNT_RT_BYTES] = REP_EXPORT("readthrough_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_readthrough_bytes_total",
+		"Bytes read back from the persist tier."),
+};
+
+enum {
+	PER_ENABLED,
+	PER_DIR,
+	PER_HEALTHY,
+	PER_FILES,
+	PER_BYTES,
+	PER_ERRORS,
+	PER_PENDING_FILES,
+	PER_PENDING_BYTES,
+	PER_LAST_ERROR,
+	PER_LAST_ERROR_TIME,
+	PER_LAST_OK_TIME,
+	PER_KEEP,
+	PER_EVERY,
+	PER_N
+};
+
+static const struct rep_field persist_fields[PER_N] = {
+	[PER_ENABLED] = REP_EXPORT("enabled", REP_BOOL, REP_GAUGE,
+		"reftfs_persist_enabled", "1 if a persist tier is configured."),
+	[PER_DIR] = REP_FIELD("dir", REP_STRING),
+	[PER_HEALTHY] = REP_EXPORT("healthy", REP_BOOL, REP_GAUGE,
+		"reftfs_persist_healthy",
+		"1 if the last write-back succeeded."),
+	[PER_FILES] = REP_EXPORT("written_files", REP_COUNT, REP_COUNTER,
+		"reftfs_persist_written_files_total",
+		"Files written back to the persist tier."),
+	[PER_BYTES] = REP_EXPORT("written_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_persist_written_bytes_total",
+		"Bytes written back to the persist tier."),
+	[PER_ERRORS] = REP_EXPORT("errors", REP_COUNT, REP_COUNTER,
+		"reftfs_persist_errors_total", "Failed write-back attempts."),
+	[PER_PENDING_FILES] = REP_EXPORT("pending_files", REP_COUNT, REP_GAUGE,
+		"reftfs_persist_pending_files",
+		"Files waiting for write-back."),
+	[PER_PENDING_BYTES] = REP_EXPORT("pending_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_persist_pending_bytes",
+		"Bytes waiting for write-back."),
+	[PER_LAST_ERROR] = REP_FIELD("last_error", REP_STRING),
+	[PER_LAST_ERROR_TIME] = REP_EXPORT("last_error_time", REP_TIME,
+		REP_GAUGE, "reftfs_persist_last_error_time_seconds",
+		"Unix time of the last write-back error, 0 if none."),
+	[PER_LAST_OK_TIME] = REP_EXPORT("last_ok_time", REP_TIME, REP_GAUGE,
+		"reftfs_persist_last_success_time_seconds",
+		"Unix time of the last successful write-back, 0 if none."),
+	[PER_KEEP] = REP_FIELD("keep", REP_COUNT),
+	[PER_EVERY] = REP_FIELD("persist_every", REP_COUNT),
+};
+
+enum { CK_NAME, CK_SEQ, CK_STATE, CK_FILES, CK_BYTES, CK_RESIDENT, CK_FLAGS,
+       CK_N };
+enum { CK_FLAG_KEEP = 1 << 0, CK_FLAG_PERSIST = 1 << 1 };
+
+static const char *const ck_flag_names[] = { "keep", "persist" };
+static const char *const ck_flag_keys[] = { "keep", "persist_selected" };
+
+static const struct rep_field ck_fields[CK_N] = {
+	[CK_NAME] = REP_FIELD("name", REP_STRING),
+	[CK_SEQ] = REP_EXPORT("seq", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_seq",
+		"Creation order of the checkpoint, from 1."),
+	[CK_STATE] = {
+		.key = "state",
+		.type = REP_ENUM,
+		.metric = REP_GAUGE,
+		.prom = "reftfs_checkpoint_state",
+		.help = "1 for the checkpoint's state (the weakest of its "
+			"files).",
+		.label = "state",
+		.n = NSTATES,
+		.name_of = state_of,
+	},
+	[CK_FILES] = REP_EXPORT("files", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_files", "Files in the checkpoint."),
+	[CK_BYTES] = REP_EXPORT("bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_checkpoint_bytes",
+		"Sum of the checkpoint's file sizes."),
+	[CK_RESIDENT] = REP_EXPORT("resident_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_checkpoint_resident_bytes",
+		"Bytes of the checkpoint resident in RAM."),
+	[CK_FLAGS] = {
+		.key = "flags",
+		.type = REP_FLAGS,
+		.metric = REP_GAUGE,
+		.prom = "reftfs_checkpoint_flag",
+		.help = "1 if the checkpoint is in the keep window "
+			"(flag=\"keep\") or selected for write-back "
+			"(flag=\"persist\").",
+		.label = "flag",
+		.n = 2,
+		.names = ck_flag_names,
+		.keys = ck_flag_keys,
+	},
+};
+
+enum {
+	ST_MOUNT,
+	ST_SOCKET,
+	ST_VERSION,
+	ST_PROTOCOL,
+	ST_PID,
+	ST_START,
+	ST_UPTIME,
+	ST_MEMORY,
+	ST_NS,
+	ST_IO,
+	ST_COUNTERS,
+	ST_PERSIST,
+	ST_CKPTS,
+	ST_N
+};
+
+static const struct rep_field status_fields[ST_N] = {
+	[ST_MOUNT] = REP_FIELD("mountpoint", REP_STRING),
+	[ST_SOCKET] = REP_FIELD("socket", REP_STRING),
+	[ST_VERSION] = {
+		.key = "version",
+		.type = REP_STRING,
+		.metric = REP_INFO,
+		.prom = "reftfs_build_info",
+		.help = "Version of reftfsd; the value is always 1.",
+		.label = "version",
+	},
+	[ST_PROTOCOL] = REP_FIELD("protocol", REP_COUNT),
+	[ST_PID] = REP_FIELD("pid", REP_INT),
+	[ST_START] = REP_EXPORT("start_time", REP_TIME, REP_GAUGE,
+		"reftfs_start_time_seconds", "Unix time reftfsd started."),
+	[ST_UPTIME] = REP_FIELD("uptime_seconds", REP_SECONDS),
+	[ST_MEMORY] = REP_GROUP("memory", mem_fields, MEM_N),
+	[ST_NS] = REP_GROUP("namespace", ns_fields, NS_N),
+	[ST_IO] = REP_GROUP("io", io_fields, IO_N),
+	[ST_COUNTERS] = REP_GROUP("counters", cnt_fields, CNT_N),
+	[ST_PERSIST] = REP_GROUP("persist", persist_fields, PER_N),
+	[ST_CKPTS] = {
+		.key = "checkpoints",
+		.type = REP_TABLE,
+		.label = "checkpoint",
+		.fields = ck_fields,
+		.n = CK_N,
+	},
+};
+
+static const struct rep_field status_root =
+	REP_GROUP("status", status_fields, ST_N);
+
+static const struct rep_col ck_cols[] = {
+	{ "", "CHECKPOINT", -10, 40 }, { " ", "SEQ", 6, 0 },
+	{ "  ", "STATE", -9, 0 },	       { "  ", "FILES", 8, 0 },
+	{ "  ", "BYTES", 10, 0 },	       { "  ", "RESIDENT", 10, 0 },
+	{ "  ", "FLAGS", 0, 0 },
+};
+
+static const struct rep_row_text ck_rows[] = {
+	{ NULL, (const char *const[]){ "{name}", "{seq}", "{state}", "{files}",
+				       "{bytes}", "{resident_bytes}",
+				       "{flags}" } },
+};
+
+static const struct rep_table_text ck_table = {
+	"checkpoints", ck_cols, 7, ck_rows, 1
+};
+
+/* What "status" says, field by field; docs/protocol.md shows it. */
+static const struct rep_text status_text[] = {
+	TXT(NULL, "mount", "{mountpoint}"),
+	TXT(NULL, "daemon", "reftfsd {version}, pid {pid}"),
+	TXT(NULL, "socket", "{socket}"),
+	TXT("start_time", "uptime", "{uptime_seconds} (since {start_time})"),
+	TXT(NULL, "memory",
+	    "{memory.used_bytes} of {memory.budget_bytes} used "
+	    "({memory.used_percent})"),
 	/* Until the arena is faulted in, first writes run slower. */
-	if (st->mem_prefaulted < st->mem_budget)
-		ob_line(o, 'o', LBL "%s of the budget faulted in ahead of use",
-			"", fmt_bytes(b1, sizeof(b1), st->mem_prefaulted));
-	ob_line(o, 'o',
-		LBL "%s each; %" PRIu64 " of %" PRIu64 " in use, %" PRIu64
-		    " evictable",
-		"chunks", fmt_bytes(b1, sizeof(b1), st->chunk_size),
-		st->chunks_used, st->chunks_total, st->chunks_evictable);
-	ob_line(o, 'o',
-		LBL "%" PRIu64 " checkpoint%s, %" PRIu64 " file%s, %" PRIu64
-		    " director%s",
-		"contents", st->checkpoints, plural(st->checkpoints, "s"),
-		st->files, plural(st->files, "s"), st->dirs,
-		st->dirs == 1 ? "y" : "ies");
-	ob_line(o, 'o', LBL "%s logical, %s resident in RAM", "data",
-		fmt_bytes(b1, sizeof(b1), st->bytes_logical),
-		fmt_bytes(b2, sizeof(b2), st->bytes_resident));
-	ob_line(o, 'o',
-		LBL "%" PRIu64 " writes (%s), %" PRIu64 " reads (%s)", "io",
-		st->write_ops, fmt_bytes(b1, sizeof(b1), st->write_bytes),
-		st->read_ops, fmt_bytes(b2, sizeof(b2), st->read_bytes));
+	TXT("memory.prefaulted_bytes<memory.budget_bytes", "",
+	    "{memory.prefaulted_bytes} of the budget faulted in ahead of use"),
+	TXT(NULL, "chunks",
+	    "{memory.chunk_size_bytes} each; {memory.chunks_used} of "
+	    "{memory.chunks_total} in use, {memory.chunks_evictable} "
+	    "evictable"),
+	TXT(NULL, "contents",
+	    "{namespace.checkpoints} checkpoint{namespace.checkpoints?|s}, "
+	    "{namespace.files} file{namespace.files?|s}, {namespace.dirs} "
+	    "director{namespace.dirs?y|ies}"),
+	TXT(NULL, "data",
+	    "{namespace.logical_bytes} logical, {namespace.resident_bytes} "
+	    "resident in RAM"),
+	TXT(NULL, "io",
+	    "{io.write_ops} writes ({io.write_bytes}), {io.read_ops} reads "
+	    "({io.read_bytes})"),
+	TXT("!persist.enabled", "persist", "disabled (no --persist directory)"),
+	TXT("persist.enabled", "persist",
+	    "{persist.dir}, {persist.healthy?healthy|FAILING}"),
+	TXT("persist.enabled", "",
+	    "{persist.written_files} files ({persist.written_bytes}) written, "
+	    "{persist.pending_files} files ({persist.pending_bytes}) pending, "
+	    "{persist.errors} errors"),
+	TXT("persist.enabled&persist.persist_every", "",
+	    "policy --persist-every {persist.persist_every}, --keep "
+	    "{persist.keep}"),
+	TXT("persist.enabled&!persist.persist_every", "",
+	    "policy write back on flush and unmount only, --keep "
+	    "{persist.keep}"),
+	TXT("persist.enabled&persist.last_ok_time", "",
+	    "last success {persist.last_ok_time} "
+	    "({persist.last_ok_time:ago})"),
+	TXT("persist.enabled&persist.last_error", "",
+	    "last error {persist.last_error_time} "
+	    "({persist.last_error_time:ago}): {persist.last_error}"),
+	TXT(NULL, "counters",
+	    "enospc {counters.enospc}, crc errors {counters.crc_errors}, "
+	    "evicted chunks {counters.evicted_chunks}, read-through "
+	    "{counters.readthrough_chunks} chunks "
+	    "({counters.readthrough_bytes})"),
+	TXT(NULL, NULL, ""),
+	TXT("!checkpoints", NULL, "no checkpoints"),
+	TABLE("checkpoints", &ck_table),
+};
 
-	if (!st->persist_enabled) {
-		ob_line(o, 'o', LBL "disabled (no --persist directory)",
-			"persist");
-	} else {
-		ob_begin(o, 'o');
-		ob_printf(o, LBL, "persist");
-		ob_text(o, cfg->persist_dir ? cfg->persist_dir : "enabled");
-		ob_printf(o, ", %s",
-			  st->persist_healthy ? "healthy" : "FAILING");
-		ob_end(o);
-		ob_line(o, 'o',
-			LBL "%" PRIu64 " files (%s) written, %" PRIu64
-			    " files (%s) pending, %" PRIu64 " errors",
-			"", st->persist_files,
-			fmt_bytes(b1, sizeof(b1), st->persist_bytes),
-			st->persist_pending_files,
-			fmt_bytes(b2, sizeof(b2), st->persist_pending_bytes),
-			st->persist_errors);
-		if (cfg->persist_every)
-			ob_line(o, 'o',
-				LBL "policy --persist-every %u, --keep %u", "",
-				cfg->persist_every, cfg->keep);
-		else
-			ob_line(o, 'o',
-				LBL "policy write back on flush and unmount "
-				    "only, --keep %u",
-				"", cfg->keep);
-		if (st->persist_last_ok_time)
-			ob_line(o, 'o', LBL "last success %s (%s)", "",
-				fmt_time(t1, sizeof(t1),
-					 st->persist_last_ok_time),
-				fmt_ago(t2, sizeof(t2),
-					st->persist_last_ok_time));
-		if (st->persist_last_error[0]) {
-			ob_begin(o, 'o');
-			ob_printf(o, LBL "last error %s (%s): ", "",
-				  fmt_time(t1, sizeof(t1),
-					   st->persist_last_error_time),
-				  fmt_ago(t2, sizeof(t2),
-					  st->persist_last_error_time));
-			ob_text(o, st->persist_last_error);
-			ob_end(o);
-		}
-	}
-	ob_line(o, 'o',
-		LBL "enospc %" PRIu64 ", crc errors %" PRIu64
-		    ", evicted chunks %" PRIu64 ", read-through %" PRIu64
-		    " chunks (%s)",
-		"counters", st->enospc, st->crc_errors, st->evicted_chunks,
-		st->readthrough_chunks,
-		fmt_bytes(b1, sizeof(b1), st->readthrough_bytes));
+#define STATUS_LABEL_W 14
 
-	ob_line(o, 'o', "%s", "");
-	if (!cl->n) {
-		ob_line(o, 'o', "no checkpoints");
-		return;
-	}
-	for (i = 0; i < cl->n; i++) {
-		int cols = text_cols(cl->v[i].name);
+static int ck_row(void *ctx, const struct eng_ckpt_info *ci)
+{
+	struct rep *rep = ctx;
+	struct rep_obj *row = rep_row(rep, rep_top(rep), ST_CKPTS);
 
-		if (cols > w)
-			w = cols > 40 ? 40 : cols;
-	}
-	ob_line(o, 'o', "%-*s %6s  %-9s  %8s  %10s  %10s  %s", w,
-		"CHECKPOINT", "SEQ", "STATE", "FILES", "BYTES", "RESIDENT",
-		"FLAGS");
-	for (i = 0; i < cl->n; i++) {
-		const struct ck *k = &cl->v[i];
-
-		ob_begin(o, 'o');
-		ob_text_pad(o, k->name, w);
-		ob_printf(o,
-			  " %6" PRIu64 "  %-9s  %8" PRIu64 "  %10s  %10s  %s",
-			  k->seq, state_name(k->state), k->files,
-			  fmt_bytes(b1, sizeof(b1), k->bytes),
-			  fmt_bytes(b2, sizeof(b2), k->resident),
-			  k->keep && k->persist ? "keep,persist"
-			  : k->keep		? "keep"
-			  : k->persist		? "persist"
-						: "-");
-		ob_end(o);
-	}
+	if (!row)
+		return 1;
+	rep_set_str(row, CK_NAME, ci->name ? ci->name : "");
+	rep_set_u64(row, CK_SEQ, ci->seq);
+	rep_set_u64(row, CK_STATE, ci->state);
+	rep_set_u64(row, CK_FILES, ci->files);
+	rep_set_u64(row, CK_BYTES, ci->bytes);
+	rep_set_u64(row, CK_RESIDENT, ci->bytes_resident);
+	rep_set_u64(row, CK_FLAGS,
+		    (ci->in_keep_window ? CK_FLAG_KEEP : 0) |
+			    (ci->persist_selected ? CK_FLAG_PERSIST : 0));
+	return 0;
 }
 
-static void status_json(struct ctl_req *r, struct obuf *o,
-			const struct eng_stats *st, const struct cklist *cl)
+/*
+ * The report behind "status" and "metrics", filled once.  Returns NULL
+ * with an 'e' line in @o (or o->err set) when it cannot be had.
+ */
+static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 {
 	const struct eng_config *cfg = eng_get_config(r->c->e);
-	time_t now = time(NULL);
-	size_t i;
-
-	ob_begin(o, 'o');
-	ob_str(o, "{\"mountpoint\":");
-	ob_json_opt(o, cfg->mountpoint);
-	ob_str(o, ",\"socket\":");
-	ob_json(o, r->c->path);
-	ob_str(o, ",\"version\":");
-	ob_json(o, RFT_VERSION);
-	ob_printf(o,
-		  ",\"protocol\":%d,\"pid\":%d,\"start_time\":%lld"
-		  ",\"uptime_seconds\":%lld",
-		  RFS_CTL_PROTOCOL, (int)getpid(), (long long)st->start_time,
-		  (long long)(now > st->start_time ? now - st->start_time : 0));
-	ob_printf(o,
-		  ",\"memory\":{\"budget_bytes\":%" PRIu64
-		  ",\"used_bytes\":%" PRIu64 ",\"prefaulted_bytes\":%" PRIu64
-		  ",\"used_percent\":%.1f"
-		  ",\"chunk_size_bytes\":%" PRIu64 ",\"chunks_total\":%" PRIu64
-		  ",\"chunks_used\":%" PRIu64 ",\"chunks_evictable\":%" PRIu64
-		  "}",
-		  st->mem_budget, st->mem_used, st->mem_prefaulted,
-		  st->mem_budget ? 100.0 * (double)st->mem_used /
-					   (double)st->mem_budget
-				 : 0.0,
-		  st->chunk_size, st->chunks_total, st->chunks_used,
-		  st->chunks_evictable);
-	ob_printf(o,
-		  ",\"namespace\":{\"checkpoints\":%" PRIu64
-		  ",\"files\":%" PRIu64 ",\"dirs\":%" PRIu64
-		  ",\"logical_bytes\":%" PRIu64 ",\"resident_bytes\":%" PRIu64
-		  "}",
-		  st->checkpoints, st->files, st->dirs, st->bytes_logical,
-		  st->bytes_resident);
-	ob_printf(o,
-		  ",\"io\":{\"write_ops\":%" PRIu64 ",\"write_bytes\":%" PRIu64
-		  ",\"read_ops\":%" PRIu64 ",\"read_bytes\":%" PRIu64 "}",
-		  st->write_ops, st->write_bytes, st->read_ops,
-		  st->read_bytes);
-	ob_printf(o,
-		  ",\"counters\":{\"enospc\":%" PRIu64
-		  ",\"crc_errors\":%" PRIu64 ",\"evicted_chunks\":%" PRIu64
-		  ",\"readthrough_chunks\":%" PRIu64
-		  ",\"readthrough_bytes\":%" PRIu64 "}",
-		  st->enospc, st->crc_errors, st->evicted_chunks,
-		  st->readthrough_chunks, st->readthrough_bytes);
-	ob_str(o, ",\"persist\":{\"enabled\":");
-	ob_json_bool(o, st->persist_enabled);
-	ob_str(o, ",\"dir\":");
-	ob_json_opt(o, st->persist_enabled ? cfg->persist_dir : NULL);
-	ob_str(o, ",\"healthy\":");
-	ob_json_bool(o, st->persist_healthy);
-	ob_printf(o,
-		  ",\"written_files\":%" PRIu64 ",\"written_bytes\":%" PRIu64
-		  ",\"errors\":%" PRIu64 ",\"pending_files\":%" PRIu64
-		  ",\"pending_bytes\":%" PRIu64,
-		  st->persist_files, st->persist_bytes, st->persist_errors,
-		  st->persist_pending_files, st->persist_pending_bytes);
-	ob_str(o, ",\"last_error\":");
-	ob_json_opt(o, st->persist_last_error);
-	if (st->persist_last_error_time)
-		ob_printf(o, ",\"last_error_time\":%lld",
-			  (long long)st->persist_last_error_time);
-	else
-		ob_str(o, ",\"last_error_time\":null");
-	if (st->persist_last_ok_time)
-		ob_printf(o, ",\"last_ok_time\":%lld",
-			  (long long)st->persist_last_ok_time);
-	else
-		ob_str(o, ",\"last_ok_time\":null");
-	ob_printf(o, ",\"keep\":%u,\"persist_every\":%u}", cfg->keep,
-		  cfg->persist_every);
-	ob_str(o, ",\"checkpoints\":[");
-	for (i = 0; i < cl->n; i++) {
-		const struct ck *k = &cl->v[i];
-
-		ob_str(o, i ? ",{\"name\":" : "{\"name\":");
-		ob_json(o, k->name);
-		ob_printf(o,
-			  ",\"seq\":%" PRIu64
-			  ",\"state\":\"%s\",\"files\":%" PRIu64
-			  ",\"bytes\":%" PRIu64 ",\"resident_bytes\":%" PRIu64
-			  ",\"keep\":%s,\"persist_selected\":%s}",
-			  k->seq, state_name(k->state), k->files, k->bytes,
-			  k->resident, k->keep ? "true" : "false",
-			  k->persist ? "true" : "false");
-	}
-	ob_str(o, "]}");
-	ob_end(o);
-}
-
-static int cmd_status(struct ctl_req *r, struct obuf *o)
-{
+	struct rep *rep = rep_new(&status_root);
+	struct rep_obj *top, *g;
 	struct eng_stats st;
-	struct cklist cl = { 0 };
+	time_t now = time(NULL);
 	int rc;
 
+	if (!rep) {
+		o->err = -ENOMEM;
+		return NULL;
+	}
+	top = rep_top(rep);
 	memset(&st, 0, sizeof(st));
 	eng_get_stats(r->c->e, &st);
 	st.persist_last_error[sizeof(st.persist_last_error) - 1] = '\0';
-	rc = ck_collect(r->c->e, &cl);
-	if (rc < 0) {
-		ob_line(o, 'e', "status: listing checkpoints: %s",
-			err_name(rc));
-		ck_release(&cl);
-		return CTL_EXIT_FAIL;
+
+	rep_set_str(top, ST_MOUNT, cfg->mountpoint && *cfg->mountpoint
+					   ? cfg->mountpoint
+					   : NULL);
+	rep_set_str(top, ST_SOCKET, r->c->path);
+	rep_set_str(top, ST_VERSION, RFT_VERSION);
+	rep_set_u64(top, ST_PROTOCOL, RFS_CTL_PROTOCOL);
+	rep_set_int(top, ST_PID, getpid());
+	rep_set_int(top, ST_START, st.start_time);
+	rep_set_u64(top, ST_UPTIME, now > st.start_time
+					    ? (uint64_t)(now - st.start_time)
+					    : 0);
+
+	g = rep_obj(top, ST_MEMORY);
+	rep_set_u64(g, MEM_BUDGET, st.mem_budget);
+	rep_set_u64(g, MEM_USED, st.mem_used);
+	rep_set_u64(g, MEM_PREFAULTED, st.mem_prefaulted);
+	rep_set_pct(g, MEM_PERCENT,
+		    st.mem_budget ? 100.0 * (double)st.mem_used /
+					    (double)st.mem_budget
+				  : 0.0);
+	rep_set_u64(g, MEM_CHUNK, st.chunk_size);
+	rep_set_u64(g, MEM_CHUNKS, st.chunks_total);
+	rep_set_u64(g, MEM_CHUNKS_USED, st.chunks_used);
+	rep_set_u64(g, MEM_EVICTABLE, st.chunks_evictable);
+
+	g = rep_obj(top, ST_NS);
+	rep_set_u64(g, NS_CKPTS, st.checkpoints);
+	rep_set_u64(g, NS_FILES, st.files);
+	rep_set_u64(g, NS_DIRS, st.dirs);
+	rep_set_u64(g, NS_LOGICAL, st.bytes_logical);
+	rep_set_u64(g, NS_RESIDENT, st.bytes_resident);
+
+	g = rep_obj(top, ST_IO);
+	rep_set_u64(g, IO_WOPS, st.write_ops);
+	rep_set_u64(g, IO_WBYTES, st.write_bytes);
+	rep_set_u64(g, IO_ROPS, st.read_ops);
+	rep_set_u64(g, IO_RBYTES, st.read_bytes);
+
+	g = rep_obj(top, ST_COUNTERS);
+	rep_set_u64(g, CNT_ENOSPC, st.enospc);
+	rep_set_u64(g, CNT_CRC, st.crc_errors);
+	rep_set_u64(g, CNT_EVICTED, st.evicted_chunks);
+	rep_set_u64(g, CNT_RT_CHUNKS, st.readthrough_chunks);
+	rep_set_u64(g, CNT_RT_BYTES, st.readthrough_bytes);
+
+	g = rep_obj(top, ST_PERSIST);
+	rep_set_bool(g, PER_ENABLED, st.persist_enabled);
+	if (st.persist_enabled && cfg->persist_dir && *cfg->persist_dir)
+		rep_set_str(g, PER_DIR, cfg->persist_dir);
+	rep_set_bool(g, PER_HEALTHY, st.persist_healthy);
+	rep_set_u64(g, PER_FILES, st.persist_files);
+	rep_set_u64(g, PER_BYTES, st.persist_bytes);
+	rep_set_u64(g, PER_ERRORS, st.persist_errors);
+	rep_set_u64(g, PER_PENDING_FILES, st.persist_pending_files);
+	rep_set_u64(g, PER_PENDING_BYTES, st.persist_pending_bytes);
+	if (st.persist_last_error[0])
+		rep_set_str(g, PER_LAST_ERROR, st.persist_last_error);
+	rep_set_int(g, PER_LAST_ERROR_TIME, st.persist_last_error_time);
+	rep_set_int(g, PER_LAST_OK_TIME, st.persist_last_ok_time);
+	rep_set_u64(g, PER_KEEP, cfg->keep);
+	rep_set_u64(g, PER_EVERY, cfg->persist_every);
+
+	rc = eng_list_checkpoints(r->c->e, ck_row, rep);
+	if (rep_err(rep)) {
+		o->err = rep_err(rep);
+	} else if (rc < 0) {
+		rep_out_line(o, 'e', "%s: listing checkpoints: %s",
+			     r->cmd->name, err_name(rc));
+	} else {
+		return rep;
 	}
+	rep_free(rep);
+	return NULL;
+}
+
+static int cmd_status(struct ctl_req *r, struct rep_out *o)
+{
+	struct rep *rep = status_report(r, o);
+
+	if (!rep)
+		return CTL_EXIT_FAIL;
 	if (r->json)
-		status_json(r, o, &st, &cl);
+		rep_json(o, rep);
 	else
-		status_text(r, o, &st, &cl);
-	ck_release(&cl);
+		rep_text(o, rep, status_text,
+			 sizeof(status_text) / sizeof(status_text[0]),
+			 STATUS_LABEL_W);
+	rep_free(rep);
+	return CTL_EXIT_OK;
+}
+
+static int cmd_metrics(struct ctl_req *r, struct rep_out *o)
+{
+	struct rep *rep = status_report(r, o);
+
+	if (!rep)
+		return CTL_EXIT_FAIL;
+	rep_prom(o, rep, r->json);
+	rep_free(rep);
 	return CTL_EXIT_OK;
 }
 
 /* --- ls ----------------------------------------------------------------- */
 
-struct ls_ctx {
-	struct obuf *o;
-	bool json;
-	uint64_t n;
+enum {
+	LS_PATH,
+	LS_TYPE,
+	LS_INO,
+	LS_MODE,
+	LS_SIZE,
+	LS_MTIME,
+	LS_MTIME_NSEC,
+	LS_STATE,
+	LS_CRC,
+	LS_TIER,
+	LS_CHUNKS,
+	LS_RESIDENT,
+	LS_IN_PERSIST,
+	LS_N
+};
+
+/* The last six are a file's; null for anything else. */
+static const struct rep_field ls_fields[LS_N] = {
+	[LS_PATH] = REP_FIELD("path", REP_STRING),
+	[LS_TYPE] = REP_FIELD("type", REP_STRING),
+	[LS_INO] = REP_FIELD("ino", REP_COUNT),
+	[LS_MODE] = REP_FIELD("mode", REP_STRING),
+	[LS_SIZE] = REP_FIELD("size", REP_BYTES),
+	[LS_MTIME] = REP_FIELD("mtime", REP_INT),
+	[LS_MTIME_NSEC] = REP_FIELD("mtime_nsec", REP_INT),
+	[LS_STATE] = {
+		.key = "state",
+		.type = REP_ENUM,
+		.n = NSTATES,
+		.name_of = state_of,
+	},
+	[LS_CRC] = {
+		.key = "checksum",
+		.type = REP_ENUM,
+		.n = NCRCS,
+		.name_of = crc_of,
+	},
+	[LS_TIER] = REP_FIELD("tier", REP_STRING),
+	[LS_CHUNKS] = REP_FIELD("chunks", REP_COUNT),
+	[LS_RESIDENT] = REP_FIELD("chunks_resident", REP_COUNT),
+	[LS_IN_PERSIST] = REP_FIELD("in_persist", REP_BOOL),
+};
+
+static const struct rep_field ls_root = {
+	.key = "entries",
+	.type = REP_TABLE,
+	.fields = ls_fields,
+	.n = LS_N,
+};
+
+static const struct rep_col ls_cols[] = {
+	{ "", "STATE", -9, 0 },	   { "  ", "SIZE", 13, 0 },
+	{ "  ", "TIER", -11, 0 },	   { "  ", "CHECKSUM", -10, 0 },
+	{ "  ", "CHUNKS", 13, 0 },	   { "  ", "PATH", 0, 0 },
+};
+
+static const struct rep_row_text ls_rows[] = {
+	{ "state", (const char *const[]){ "{state}", "{size:n}", "{tier}",
+					  "{checksum}",
+					  "{chunks_resident}/{chunks}",
+					  "{path}" } },
+	{ "type=dir",
+	  (const char *const[]){ "dir", "-", "-", "-", "-", "{path}" } },
+	{ NULL,
+	  (const char *const[]){ "{type}", "{size:n}", "-", "-", "-",
+				 "{path}" } },
+};
+
+static const struct rep_table_text ls_table = { NULL, ls_cols, 6, ls_rows,
+						3 };
+
+static const struct rep_text ls_text[] = {
+	TABLE(NULL, &ls_table),
 };
 
 static const char *type_name(mode_t mode)
@@ -1115,150 +928,161 @@ static const char *type_name(mode_t mode)
 	return "other";
 }
 
-static void ls_json(struct obuf *o, const struct eng_entry_info *ei)
+static int ls_row(void *ctx, const struct eng_entry_info *ei)
 {
-	ob_str(o, "{\"path\":\"/");
-	ob_json_body(o, ei->path);
-	ob_printf(o,
-		  "\",\"type\":\"%s\",\"ino\":%" PRIu64 ",\"mode\":\"%04o\""
-		  ",\"size\":%" PRIu64 ",\"mtime\":%lld,\"mtime_nsec\":%ld",
-		  type_name(ei->mode), ei->ino, (unsigned)(ei->mode & 07777),
-		  ei->size, (long long)ei->mtime.tv_sec,
-		  (long)ei->mtime.tv_nsec);
+	struct rep *rep = ctx;
+	struct rep_obj *row = rep_row(rep, NULL, 0);
+	char buf[PATH_MAX + 2];
+
+	if (!row)
+		return 1;
+	/* With a leading '/', as the user names it. */
+	snprintf(buf, sizeof(buf), "/%s", ei->path ? ei->path : "");
+	rep_set_str(row, LS_PATH, buf);
+	rep_set_str(row, LS_TYPE, type_name(ei->mode));
+	rep_set_u64(row, LS_INO, ei->ino);
+	snprintf(buf, sizeof(buf), "%04o", (unsigned)(ei->mode & 07777));
+	rep_set_str(row, LS_MODE, buf);
+	rep_set_u64(row, LS_SIZE, ei->size);
+	rep_set_int(row, LS_MTIME, ei->mtime.tv_sec);
+	rep_set_int(row, LS_MTIME_NSEC, ei->mtime.tv_nsec);
 	if (S_ISREG(ei->mode)) {
-		ob_printf(o,
-			  ",\"state\":\"%s\",\"checksum\":\"%s\",\"tier\":",
-			  state_name(ei->state), crc_name(ei->crc));
-		ob_json_opt(o, ei->tier);
-		ob_printf(o,
-			  ",\"chunks\":%" PRIu32 ",\"chunks_resident\":%" PRIu32
-			  ",\"in_persist\":%s}",
-			  ei->chunks, ei->chunks_resident,
-			  ei->in_persist ? "true" : "false");
-	} else {
-		ob_str(o, ",\"state\":null,\"checksum\":null,\"tier\":null"
-			  ",\"chunks\":null,\"chunks_resident\":null"
-			  ",\"in_persist\":null}");
+		rep_set_u64(row, LS_STATE, ei->state);
+		rep_set_u64(row, LS_CRC, ei->crc);
+		rep_set_str(row, LS_TIER, ei->tier);
+		rep_set_u64(row, LS_CHUNKS, ei->chunks);
+		rep_set_u64(row, LS_RESIDENT, ei->chunks_resident);
+		rep_set_bool(row, LS_IN_PERSIST, ei->in_persist);
 	}
+	return rep_err(rep) ? 1 : 0;
 }
 
-#define LS_ROW "%-9s  %13s  %-11s  %-10s  %13s  "
-
-static void ls_text(struct obuf *o, const struct eng_entry_info *ei)
-{
-	char size[24], chunks[32];
-
-	ob_begin(o, 'o');
-	if (S_ISREG(ei->mode)) {
-		snprintf(size, sizeof(size), "%" PRIu64, ei->size);
-		snprintf(chunks, sizeof(chunks), "%" PRIu32 "/%" PRIu32,
-			 ei->chunks_resident, ei->chunks);
-		ob_printf(o, LS_ROW, state_name(ei->state), size,
-			  ei->tier ? ei->tier : "-", crc_name(ei->crc), chunks);
-	} else if (S_ISDIR(ei->mode)) {
-		ob_printf(o, LS_ROW, "dir", "-", "-", "-", "-");
-	} else {
-		snprintf(size, sizeof(size), "%" PRIu64, ei->size);
-		ob_printf(o, LS_ROW, type_name(ei->mode), size, "-", "-", "-");
-	}
-	ob_add(o, "/", 1);
-	ob_text(o, ei->path);
-	ob_end(o);
-}
-
-static int ls_entry(void *ctx, const struct eng_entry_info *ei)
-{
-	struct ls_ctx *l = ctx;
-
-	if (l->json) {
-		if (l->n)
-			ob_add(l->o, ",", 1);
-		ls_json(l->o, ei);
-	} else {
-		ls_text(l->o, ei);
-	}
-	l->n++;
-	return l->o->err ? 1 : 0;
-}
-
-static int cmd_ls(struct ctl_req *r, struct obuf *o)
+static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 {
 	const char *mnt = eng_get_config(r->c->e)->mountpoint;
-	struct ls_ctx l = { .o = o, .json = r->json };
 	char rel[RFS_CTL_MAX_LINE + 1];
+	struct rep *rep;
 	size_t n;
 	int rc;
 
 	if (norm_path(r->path ? r->path : "", rel, sizeof(rel)) < 0) {
-		ob_line(o, 'e', "ls: path too long");
+		rep_out_line(o, 'e', "ls: path too long");
 		return CTL_EXIT_USAGE;
 	}
-	if (r->json) {
-		ob_begin(o, 'o');
-		ob_add(o, "[", 1);
-	} else {
-		ob_line(o, 'o', LS_ROW "%s", "STATE", "SIZE", "TIER",
-			"CHECKSUM", "CHUNKS", "PATH");
-	}
-	rc = eng_list_path(r->c->e, rel, ls_entry, &l);
-	if (o->err)
+	rep = rep_new(&ls_root);
+	if (!rep) {
+		o->err = -ENOMEM;
 		return CTL_EXIT_FAIL;
+	}
+	rc = eng_list_path(r->c->e, rel, ls_row, rep);
+	if (rep_err(rep)) {
+		o->err = rep_err(rep);
+		rep_free(rep);
+		return CTL_EXIT_FAIL;
+	}
 	if (rc < 0) {
-		o->len = 0;
-		ob_begin(o, 'e');
-		ob_str(o, "ls: /");
-		ob_text(o, rel);
-		ob_printf(o, ": %s", err_name(rc));
-		ob_end(o);
+		rep_free(rep);
+		rep_out_begin(o, 'e');
+		rep_out_str(o, "ls: /");
+		rep_out_text(o, rel);
+		rep_out_printf(o, ": %s", err_name(rc));
+		rep_out_end(o);
 		/* "ls /mnt/ckpt/step_1" for "ls /step_1": say so. */
 		n = mnt ? strlen(mnt) : 0;
 		if (rc == -ENOENT && n > 1 && r->path &&
 		    !strncmp(r->path, mnt, n) &&
 		    (r->path[n] == '/' || !r->path[n])) {
-			ob_begin(o, 'e');
-			ob_str(o, "paths are relative to the mount root: try "
-				  "'ls /");
+			rep_out_begin(o, 'e');
+			rep_out_str(o, "paths are relative to the mount root: "
+				       "try 'ls /");
 			if (norm_path(r->path + n, rel, sizeof(rel)) == 0)
-				ob_text(o, rel);
-			ob_str(o, "'");
-			ob_end(o);
+				rep_out_text(o, rel);
+			rep_out_str(o, "'");
+			rep_out_end(o);
 		}
 		return CTL_EXIT_FAIL;
 	}
-	if (r->json) {
-		ob_add(o, "]", 1);
-		ob_end(o);
-	}
+	if (r->json)
+		rep_json(o, rep);
+	else
+		rep_text(o, rep, ls_text, 1, 0);
+	rep_free(rep);
 	return CTL_EXIT_OK;
 }
 
 /* --- flush -------------------------------------------------------------- */
 
-static void flush_json(struct obuf *o, uint64_t ticket,
-		       const struct eng_flush_progress *p)
+enum {
+	FL_TICKET,
+	FL_FILES_DONE,
+	FL_FILES_TOTAL,
+	FL_BYTES_DONE,
+	FL_BYTES_TOTAL,
+	FL_FINISHED,
+	FL_ERROR,
+	FL_N
+};
+
+static const struct rep_field flush_fields[FL_N] = {
+	[FL_TICKET] = REP_FIELD("ticket", REP_COUNT),
+	[FL_FILES_DONE] = REP_FIELD("files_done", REP_COUNT),
+	[FL_FILES_TOTAL] = REP_FIELD("files_total", REP_COUNT),
+	[FL_BYTES_DONE] = REP_FIELD("bytes_done", REP_BYTES),
+	[FL_BYTES_TOTAL] = REP_FIELD("bytes_total", REP_BYTES),
+	[FL_FINISHED] = REP_FIELD("finished", REP_BOOL),
+	[FL_ERROR] = REP_FIELD("error", REP_STRING),
+};
+
+static const struct rep_field flush_root =
+	REP_GROUP("flush", flush_fields, FL_N);
+
+static const struct rep_text flush_requested[] = {
+	TXT(NULL, NULL,
+	    "flush requested (ticket {ticket}): {files_total} files, "
+	    "{bytes_total} to write back"),
+};
+
+static const struct rep_text flush_finished[] = {
+	TXT(NULL, NULL,
+	    "flush finished: {files_done} files, {bytes_done} written back"),
+};
+
+/* The state of @ticket, as JSON or by @text. */
+static void flush_report(struct rep_out *o, bool json,
+			 const struct rep_text *text, uint64_t ticket,
+			 const struct eng_flush_progress *p)
 {
-	ob_begin(o, 'o');
-	ob_printf(o,
-		  "{\"ticket\":%" PRIu64 ",\"files_done\":%" PRIu64
-		  ",\"files_total\":%" PRIu64 ",\"bytes_done\":%" PRIu64
-		  ",\"bytes_total\":%" PRIu64 ",\"finished\":%s,\"error\":",
-		  ticket, p->files_done, p->files_total, p->bytes_done,
-		  p->bytes_total, p->finished ? "true" : "false");
+	struct rep *rep = rep_new(&flush_root);
+	struct rep_obj *top;
+
+	if (!rep) {
+		o->err = -ENOMEM;
+		return;
+	}
+	top = rep_top(rep);
+	rep_set_u64(top, FL_TICKET, ticket);
+	rep_set_u64(top, FL_FILES_DONE, p->files_done);
+	rep_set_u64(top, FL_FILES_TOTAL, p->files_total);
+	rep_set_u64(top, FL_BYTES_DONE, p->bytes_done);
+	rep_set_u64(top, FL_BYTES_TOTAL, p->bytes_total);
+	rep_set_bool(top, FL_FINISHED, p->finished);
 	if (p->error)
-		ob_json(o, err_name(p->error));
+		rep_set_str(top, FL_ERROR, err_name(p->error));
+	if (rep_err(rep))
+		o->err = rep_err(rep);
+	else if (json)
+		rep_json(o, rep);
 	else
-		ob_str(o, "null");
-	ob_str(o, "}");
-	ob_end(o);
+		rep_text(o, rep, text, 1, 0);
+	rep_free(rep);
 }
 
-static int flush_wait(struct ctl_req *r, struct obuf *o, uint64_t ticket)
+static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 {
 	struct eng *e = r->c->e;
 	struct eng_flush_progress p, last = { 0 };
 	struct eng_stats st;
 	uint64_t sent_at = 0;
-	char b[32];
 	bool sent = false;
 	int rc;
 
@@ -1266,8 +1090,10 @@ static int flush_wait(struct ctl_req *r, struct obuf *o, uint64_t ticket)
 		memset(&p, 0, sizeof(p));
 		rc = eng_flush_progress(e, ticket, &p);
 		if (rc < 0) {
-			ob_line(o, 'e', "flush: progress of ticket %" PRIu64
-				": %s", ticket, err_name(rc));
+			rep_out_line(o, 'e',
+				     "flush: progress of ticket %" PRIu64
+				     ": %s",
+				     ticket, err_name(rc));
 			return CTL_EXIT_FAIL;
 		}
 		if (!sent || p.finished || mono_ms() - sent_at >= CTL_BEAT_MS ||
@@ -1275,11 +1101,12 @@ static int flush_wait(struct ctl_req *r, struct obuf *o, uint64_t ticket)
 		    p.files_total != last.files_total ||
 		    p.bytes_done != last.bytes_done ||
 		    p.bytes_total != last.bytes_total) {
-			ob_line(o, 'p',
-				"%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64,
-				p.files_done, p.files_total, p.bytes_done,
-				p.bytes_total);
-			if (ob_send(r, o))
+			rep_out_line(o, 'p',
+				     "%" PRIu64 " %" PRIu64 " %" PRIu64
+				     " %" PRIu64,
+				     p.files_done, p.files_total, p.bytes_done,
+				     p.bytes_total);
+			if (out_send(r, o))
 				return CTL_GONE;
 			sent = true;
 			sent_at = mono_ms();
@@ -1289,54 +1116,52 @@ static int flush_wait(struct ctl_req *r, struct obuf *o, uint64_t ticket)
 			break;
 		rc = ctl_nap(r, CTL_POLL_MS);
 		if (rc == -ESHUTDOWN) {
-			ob_line(o, 'e', "flush: reftfsd is stopping; the "
-				"write-back goes on without this client");
+			rep_out_line(o, 'e', "flush: reftfsd is stopping; the "
+					     "write-back goes on without this "
+					     "client");
 			return CTL_EXIT_FAIL;
 		}
 		if (rc < 0)
 			return CTL_GONE;
 	}
 	if (r->json)
-		flush_json(o, ticket, &p);
+		flush_report(o, true, NULL, ticket, &p);
 	if (p.error) {
-		ob_line(o, 'e', "flush failed: %s", err_name(p.error));
+		rep_out_line(o, 'e', "flush failed: %s", err_name(p.error));
 		memset(&st, 0, sizeof(st));
 		eng_get_stats(e, &st);
 		st.persist_last_error[sizeof(st.persist_last_error) - 1] = 0;
 		if (st.persist_last_error[0]) {
-			ob_begin(o, 'e');
-			ob_str(o, "last persist error: ");
-			ob_text(o, st.persist_last_error);
-			ob_end(o);
+			rep_out_begin(o, 'e');
+			rep_out_str(o, "last persist error: ");
+			rep_out_text(o, st.persist_last_error);
+			rep_out_end(o);
 		}
 		return CTL_EXIT_FAIL;
 	}
 	if (!r->json)
-		ob_line(o, 'o',
-			"flush finished: %" PRIu64 " files, %s written back",
-			p.files_done, fmt_bytes(b, sizeof(b), p.bytes_done));
+		flush_report(o, false, flush_finished, ticket, &p);
 	return CTL_EXIT_OK;
 }
 
-static int cmd_flush(struct ctl_req *r, struct obuf *o)
+static int cmd_flush(struct ctl_req *r, struct rep_out *o)
 {
 	struct eng *e = r->c->e;
 	struct eng_flush_progress p;
 	struct eng_stats st;
 	uint64_t ticket = 0;
-	char b[32];
 	int rc;
 
 	memset(&st, 0, sizeof(st));
 	eng_get_stats(e, &st);
 	if (!st.persist_enabled) {
-		ob_line(o, 'e', "flush: no persist tier (reftfsd runs "
-			"without --persist)");
+		rep_out_line(o, 'e', "flush: no persist tier (reftfsd runs "
+				     "without --persist)");
 		return CTL_EXIT_FAIL;
 	}
 	rc = eng_flush_request(e, &ticket);
 	if (rc < 0) {
-		ob_line(o, 'e', "flush: %s", err_name(rc));
+		rep_out_line(o, 'e', "flush: %s", err_name(rc));
 		return CTL_EXIT_FAIL;
 	}
 	if (r->wait)
@@ -1344,301 +1169,57 @@ static int cmd_flush(struct ctl_req *r, struct obuf *o)
 	memset(&p, 0, sizeof(p));
 	rc = eng_flush_progress(e, ticket, &p);
 	if (rc < 0) {
-		ob_line(o, 'e', "flush: progress of ticket %" PRIu64 ": %s",
-			ticket, err_name(rc));
+		rep_out_line(o, 'e',
+			     "flush: progress of ticket %" PRIu64 ": %s",
+			     ticket, err_name(rc));
 		return CTL_EXIT_FAIL;
 	}
-	if (r->json)
-		flush_json(o, ticket, &p);
-	else
-		ob_line(o, 'o',
-			"flush requested (ticket %" PRIu64 "): %" PRIu64
-			" files, %s to write back",
-			ticket, p.files_total,
-			fmt_bytes(b, sizeof(b), p.bytes_total));
-	return CTL_EXIT_OK;
-}
-
-/* --- metrics ------------------------------------------------------------ */
-
-/*
- * Families go out as Prometheus text, or with --json as one object: a
- * family without labels is "name": value, one with labels is "name":
- * [{"labels": {...}, "value": v}, ...].
- */
-struct pw {
-	struct obuf *o;
-	bool json;
-	const char *fam;  /* the family being written */
-	bool labelled;	  /* it has labels (JSON: an array is open) */
-	unsigned nfam, nsamp;
-};
-
-static void pw_close(struct pw *w)
-{
-	if (w->json && w->fam && w->labelled)
-		ob_str(w->o, "]");
-	w->fam = NULL;
-}
-
-static void pw_family(struct pw *w, const char *name, const char *type,
-		      const char *help, bool labelled)
-{
-	pw_close(w);
-	w->fam = name;
-	w->labelled = labelled;
-	w->nsamp = 0;
-	if (!w->json) {
-		ob_line(w->o, 'o', "# HELP %s %s", name, help);
-		ob_line(w->o, 'o', "# TYPE %s %s", name, type);
-		return;
-	}
-	ob_str(w->o, w->nfam++ ? "," : "");
-	ob_json(w->o, name);
-	ob_str(w->o, labelled ? ":[" : ":");
-}
-
-/* The one sample of a family without labels. */
-static void pw_value(struct pw *w, uint64_t v)
-{
-	if (w->json)
-		ob_printf(w->o, "%" PRIu64, v);
-	else
-		ob_line(w->o, 'o', "%s %" PRIu64, w->fam, v);
-}
-
-/* A sample with label @k1 = @v1 and, unless @k2 is NULL, @k2 = @v2. */
-static void pw_sample(struct pw *w, const char *k1, const char *v1,
-		      const char *k2, const char *v2, uint64_t v)
-{
-	struct obuf *o = w->o;
-
-	if (w->json) {
-		ob_str(o, w->nsamp++ ? ",{\"labels\":{" : "{\"labels\":{");
-		ob_json(o, k1);
-		ob_str(o, ":");
-		ob_json(o, v1);
-		if (k2) {
-			ob_str(o, ",");
-			ob_json(o, k2);
-			ob_str(o, ":");
-			ob_json(o, v2);
-		}
-		ob_printf(o, "},\"value\":%" PRIu64 "}", v);
-		return;
-	}
-	ob_begin(o, 'o');
-	ob_printf(o, "%s{%s=\"", w->fam, k1);
-	ob_prom_label(o, v1);
-	if (k2) {
-		ob_printf(o, "\",%s=\"", k2);
-		ob_prom_label(o, v2);
-	}
-	ob_printf(o, "\"} %" PRIu64, v);
-	ob_end(o);
-}
-
-struct metric {
-	const char *name, *type, *help;
-	uint64_t v;
-};
-
-/* The engine-wide families, from eng_get_stats(). */
-static void prom_stats(struct pw *w, const struct eng_stats *s)
-{
-	const struct metric m[] = {
-		{ "reftfs_start_time_seconds", "gauge",
-		  "Unix time reftfsd started.", (uint64_t)s->start_time },
-		{ "reftfs_memory_budget_bytes", "gauge",
-		  "Memory budget for file data.", s->mem_budget },
-		{ "reftfs_memory_used_bytes", "gauge",
-		  "Arena memory in use.", s->mem_used },
-		{ "reftfs_memory_prefaulted_bytes", "gauge",
-		  "Arena memory faulted in ahead of use.", s->mem_prefaulted },
-		{ "reftfs_chunk_size_bytes", "gauge",
-		  "Size of one arena chunk.", s->chunk_size },
-		{ "reftfs_chunks", "gauge",
-		  "Chunks in the arena.", s->chunks_total },
-		{ "reftfs_chunks_used", "gauge",
-		  "Arena chunks in use.", s->chunks_used },
-		{ "reftfs_chunks_evictable", "gauge",
-		  "Chunks in use that could be evicted now.",
-		  s->chunks_evictable },
-		{ "reftfs_files", "gauge", "Regular files.", s->files },
-		{ "reftfs_directories", "gauge", "Directories.", s->dirs },
-		{ "reftfs_checkpoints", "gauge",
-		  "Checkpoints (top-level directories).", s->checkpoints },
-		{ "reftfs_logical_bytes", "gauge",
-		  "Sum of file sizes.", s->bytes_logical },
-		{ "reftfs_resident_bytes", "gauge",
-		  "File bytes resident in RAM.", s->bytes_resident },
-		{ "reftfs_write_ops_total", "counter",
-		  "Write requests.", s->write_ops },
-		{ "reftfs_write_bytes_total", "counter",
-		  "Bytes written.", s->write_bytes },
-		{ "reftfs_read_ops_total", "counter",
-		  "Read requests.", s->read_ops },
-		{ "reftfs_read_bytes_total", "counter",
-		  "Bytes read.", s->read_bytes },
-		{ "reftfs_enospc_total", "counter",
-		  "Writes that failed with ENOSPC.", s->enospc },
-		{ "reftfs_crc_errors_total", "counter",
-		  "Chunks that failed their CRC32C check.", s->crc_errors },
-		{ "reftfs_evicted_chunks_total", "counter",
-		  "Chunks evicted from RAM.", s->evicted_chunks },
-		{ "reftfs_readthrough_chunks_total", "counter",
-		  "Chunks read back from the persist tier.",
-		  s->readthrough_chunks },
-		{ "reftfs_readthrough_bytes_total", "counter",
-		  "Bytes read back from the persist tier.",
-		  s->readthrough_bytes },
-		{ "reftfs_persist_enabled", "gauge",
-		  "1 if a persist tier is configured.", s->persist_enabled },
-		{ "reftfs_persist_healthy", "gauge",
-		  "1 if the last write-back succeeded.", s->persist_healthy },
-		{ "reftfs_persist_written_files_total", "counter",
-		  "Files written back to the persist tier.", s->persist_files },
-		{ "reftfs_persist_written_bytes_total", "counter",
-		  "Bytes written back to the persist tier.", s->persist_bytes },
-		{ "reftfs_persist_errors_total", "counter",
-		  "Failed write-back attempts.", s->persist_errors },
-		{ "reftfs_persist_pending_files", "gauge",
-		  "Files waiting for write-back.", s->persist_pending_files },
-		{ "reftfs_persist_pending_bytes", "gauge",
-		  "Bytes waiting for write-back.", s->persist_pending_bytes },
-		{ "reftfs_persist_last_error_time_seconds", "gauge",
-		  "Unix time of the last write-back error, 0 if none.",
-		  (uint64_t)s->persist_last_error_time },
-		{ "reftfs_persist_last_success_time_seconds", "gauge",
-		  "Unix time of the last successful write-back, 0 if none.",
-		  (uint64_t)s->persist_last_ok_time },
-	};
-	size_t i;
-
-	pw_family(w, "reftfs_build_info", "gauge",
-		  "Version of reftfsd; the value is always 1.", true);
-	pw_sample(w, "version", RFT_VERSION, NULL, NULL, 1);
-	for (i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
-		pw_family(w, m[i].name, m[i].type, m[i].help, false);
-		pw_value(w, m[i].v);
-	}
-}
-
-enum ck_field { CK_SEQ, CK_FILES, CK_BYTES, CK_RESIDENT };
-
-static uint64_t ck_get(const struct ck *k, enum ck_field f)
-{
-	switch (f) {
-	case CK_SEQ:
-		return k->seq;
-	case CK_FILES:
-		return k->files;
-	case CK_BYTES:
-		return k->bytes;
-	case CK_RESIDENT:
-		return k->resident;
-	}
-	return 0;
-}
-
-/* The per-checkpoint families, labelled checkpoint="NAME". */
-static void prom_ckpts(struct pw *w, const struct cklist *cl)
-{
-	static const struct {
-		const char *name, *help;
-		enum ck_field f;
-	} m[] = {
-		{ "reftfs_checkpoint_seq",
-		  "Creation order of the checkpoint, from 1.", CK_SEQ },
-		{ "reftfs_checkpoint_files", "Files in the checkpoint.",
-		  CK_FILES },
-		{ "reftfs_checkpoint_bytes",
-		  "Sum of the checkpoint's file sizes.", CK_BYTES },
-		{ "reftfs_checkpoint_resident_bytes",
-		  "Bytes of the checkpoint resident in RAM.", CK_RESIDENT },
-	};
-	static const enum eng_state states[] = {
-		ENG_STATE_WRITING, ENG_STATE_SEALED, ENG_STATE_PROTECTED,
-		ENG_STATE_PERSISTED
-	};
-	size_t i, j;
-
-	for (i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
-		pw_family(w, m[i].name, "gauge", m[i].help, true);
-		for (j = 0; j < cl->n; j++)
-			pw_sample(w, "checkpoint", cl->v[j].name, NULL, NULL,
-				  ck_get(&cl->v[j], m[i].f));
-	}
-	pw_family(w, "reftfs_checkpoint_state", "gauge",
-		  "1 for the checkpoint's state (the weakest of its files).",
-		  true);
-	for (i = 0; i < cl->n; i++)
-		for (j = 0; j < sizeof(states) / sizeof(states[0]); j++)
-			pw_sample(w, "checkpoint", cl->v[i].name, "state",
-				  state_name(states[j]),
-				  cl->v[i].state == states[j]);
-	pw_family(w, "reftfs_checkpoint_flag", "gauge",
-		  "1 if the checkpoint is in the keep window (flag=\"keep\") "
-		  "or selected for write-back (flag=\"persist\").",
-		  true);
-	for (i = 0; i < cl->n; i++) {
-		pw_sample(w, "checkpoint", cl->v[i].name, "flag", "keep",
-			  cl->v[i].keep);
-		pw_sample(w, "checkpoint", cl->v[i].name, "flag", "persist",
-			  cl->v[i].persist);
-	}
-	pw_close(w);
-}
-
-static int cmd_metrics(struct ctl_req *r, struct obuf *o)
-{
-	struct pw w = { .o = o, .json = r->json };
-	struct eng_stats st;
-	struct cklist cl = { 0 };
-	int rc;
-
-	memset(&st, 0, sizeof(st));
-	eng_get_stats(r->c->e, &st);
-	rc = ck_collect(r->c->e, &cl);
-	if (rc < 0) {
-		ob_line(o, 'e', "metrics: listing checkpoints: %s",
-			err_name(rc));
-		ck_release(&cl);
-		return CTL_EXIT_FAIL;
-	}
-	if (w.json) {
-		ob_begin(o, 'o');
-		ob_str(o, "{");
-	}
-	prom_stats(&w, &st);
-	prom_ckpts(&w, &cl);
-	if (w.json) {
-		ob_str(o, "}");
-		ob_end(o);
-	}
-	ck_release(&cl);
+	flush_report(o, r->json, flush_requested, ticket, &p);
 	return CTL_EXIT_OK;
 }
 
 /* --- version, help, dispatch -------------------------------------------- */
 
-static int cmd_version(struct ctl_req *r, struct obuf *o)
+enum { VER_VERSION, VER_PROTOCOL, VER_PID, VER_N };
+
+static const struct rep_field version_fields[VER_N] = {
+	[VER_VERSION] = REP_FIELD("version", REP_STRING),
+	[VER_PROTOCOL] = REP_FIELD("protocol", REP_COUNT),
+	[VER_PID] = REP_FIELD("pid", REP_INT),
+};
+
+static const struct rep_field version_root =
+	REP_GROUP("version", version_fields, VER_N);
+
+static const struct rep_text version_text[] = {
+	TXT(NULL, NULL,
+	    "reftfsd {version}, control protocol {protocol}, pid {pid}"),
+};
+
+static int cmd_version(struct ctl_req *r, struct rep_out *o)
 {
-	if (r->json) {
-		ob_begin(o, 'o');
-		ob_str(o, "{\"version\":");
-		ob_json(o, RFT_VERSION);
-		ob_printf(o, ",\"protocol\":%d,\"pid\":%d}", RFS_CTL_PROTOCOL,
-			  (int)getpid());
-		ob_end(o);
-	} else {
-		ob_line(o, 'o', "reftfsd %s, control protocol %d, pid %d",
-			RFT_VERSION, RFS_CTL_PROTOCOL, (int)getpid());
+	struct rep *rep = rep_new(&version_root);
+	struct rep_obj *top;
+
+	if (!rep) {
+		o->err = -ENOMEM;
+		return CTL_EXIT_FAIL;
 	}
+	top = rep_top(rep);
+	rep_set_str(top, VER_VERSION, RFT_VERSION);
+	rep_set_u64(top, VER_PROTOCOL, RFS_CTL_PROTOCOL);
+	rep_set_int(top, VER_PID, getpid());
+	if (rep_err(rep))
+		o->err = rep_err(rep);
+	else if (r->json)
+		rep_json(o, rep);
+	else
+		rep_text(o, rep, version_text, 1, 0);
+	rep_free(rep);
 	return CTL_EXIT_OK;
 }
 
-static int cmd_help(struct ctl_req *r, struct obuf *o);
+static int cmd_help(struct ctl_req *r, struct rep_out *o);
 
 static const struct ctl_cmd ctl_cmds[] = {
 	{ "status", CMD_JSON, "[--json]",
@@ -1656,35 +1237,35 @@ static const struct ctl_cmd ctl_cmds[] = {
 
 #define NCMDS (sizeof(ctl_cmds) / sizeof(ctl_cmds[0]))
 
-static int cmd_help(struct ctl_req *r, struct obuf *o)
+static int cmd_help(struct ctl_req *r, struct rep_out *o)
 {
 	size_t i;
 	char syn[64];
 
-	ob_line(o, 'o', "commands:");
+	rep_out_line(o, 'o', "commands:");
 	for (i = 0; i < NCMDS; i++) {
 		snprintf(syn, sizeof(syn), "%s %s", ctl_cmds[i].name,
 			 ctl_cmds[i].usage);
-		ob_line(o, 'o', "  %-26s %s", syn, ctl_cmds[i].help);
+		rep_out_line(o, 'o', "  %-26s %s", syn, ctl_cmds[i].help);
 	}
 	return CTL_EXIT_OK;
 }
 
-static int usage_error(struct obuf *o, const struct ctl_cmd *cmd,
+static int usage_error(struct rep_out *o, const struct ctl_cmd *cmd,
 		       const char *what, const char *arg)
 {
-	ob_begin(o, 'e');
-	ob_printf(o, "%s: %s '", cmd->name, what);
-	ob_text(o, arg);
-	ob_str(o, "'");
-	ob_end(o);
-	ob_line(o, 'e', "usage: %s%s%s", cmd->name, *cmd->usage ? " " : "",
+	rep_out_begin(o, 'e');
+	rep_out_printf(o, "%s: %s '", cmd->name, what);
+	rep_out_text(o, arg);
+	rep_out_str(o, "'");
+	rep_out_end(o);
+	rep_out_line(o, 'e', "usage: %s%s%s", cmd->name, *cmd->usage ? " " : "",
 		cmd->usage);
 	return CTL_EXIT_USAGE;
 }
 
 static int parse_args(struct ctl_req *r, int argc, char **argv,
-		      struct obuf *o)
+		      struct rep_out *o)
 {
 	const struct ctl_cmd *cmd = r->cmd;
 	bool opts_done = false;
@@ -1712,7 +1293,7 @@ static int parse_args(struct ctl_req *r, int argc, char **argv,
 }
 
 /* Parse and run one request line; returns an exit code or CTL_GONE. */
-static int ctl_run(struct ctl_req *r, char *line, struct obuf *o)
+static int ctl_run(struct ctl_req *r, char *line, struct rep_out *o)
 {
 	char *argv[CTL_MAX_ARGS];
 	const char *why = "";
@@ -1721,22 +1302,22 @@ static int ctl_run(struct ctl_req *r, char *line, struct obuf *o)
 
 	argc = split_words(line, argv, CTL_MAX_ARGS, &why);
 	if (argc < 0) {
-		ob_line(o, 'e', "malformed request: %s", why);
+		rep_out_line(o, 'e', "malformed request: %s", why);
 		return CTL_EXIT_USAGE;
 	}
 	if (!argc) {
-		ob_line(o, 'e', "empty request (try 'help')");
+		rep_out_line(o, 'e', "empty request (try 'help')");
 		return CTL_EXIT_USAGE;
 	}
 	for (i = 0; i < NCMDS; i++)
 		if (!strcmp(argv[0], ctl_cmds[i].name))
 			break;
 	if (i == NCMDS) {
-		ob_begin(o, 'e');
-		ob_str(o, "unknown command '");
-		ob_text(o, argv[0]);
-		ob_str(o, "' (try 'help')");
-		ob_end(o);
+		rep_out_begin(o, 'e');
+		rep_out_str(o, "unknown command '");
+		rep_out_text(o, argv[0]);
+		rep_out_str(o, "' (try 'help')");
+		rep_out_end(o);
 		return CTL_EXIT_USAGE;
 	}
 	r->cmd = &ctl_cmds[i];
@@ -1751,7 +1332,7 @@ static void ctl_serve(struct rfs_ctl *c, int fd)
 	struct timeval tv = { .tv_sec = CTL_IO_MS / 1000 };
 	struct ctl_req r = { .c = c, .fd = fd };
 	char line[RFS_CTL_MAX_LINE + 1], x[32];
-	struct obuf o = { 0 };
+	struct rep_out o = { 0 };
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	int rc, code;
@@ -1767,7 +1348,7 @@ static void ctl_serve(struct rfs_ctl *c, int fd)
 	if (cred.uid != 0 && cred.uid != geteuid()) {
 		rft_warn("control socket: refused uid %u (pid %d)",
 			 (unsigned)cred.uid, (int)cred.pid);
-		ob_line(&o, 'e', "permission denied: only root and uid %u "
+		rep_out_line(&o, 'e', "permission denied: only root and uid %u "
 			"may use this socket", (unsigned)geteuid());
 		code = CTL_EXIT_FAIL;
 		goto reply;
@@ -1781,17 +1362,17 @@ static void ctl_serve(struct rfs_ctl *c, int fd)
 		code = ctl_run(&r, line, &o);
 		break;
 	case -E2BIG:
-		ob_line(&o, 'e', "request longer than %d bytes",
+		rep_out_line(&o, 'e', "request longer than %d bytes",
 			RFS_CTL_MAX_LINE - 1);
 		code = CTL_EXIT_USAGE;
 		break;
 	case -ETIMEDOUT:
-		ob_line(&o, 'e', "no request line within %d s",
+		rep_out_line(&o, 'e', "no request line within %d s",
 			CTL_IO_MS / 1000);
 		code = CTL_EXIT_USAGE;
 		break;
 	case -EINVAL:
-		ob_line(&o, 'e', "malformed request: NUL byte");
+		rep_out_line(&o, 'e', "malformed request: NUL byte");
 		code = CTL_EXIT_USAGE;
 		break;
 	default: /* gone, or we are stopping: nobody to answer */
@@ -1814,7 +1395,7 @@ reply:
 		if (rc < 0)
 			goto out;
 		code = CTL_EXIT_FAIL;
-	} else if (ob_send(&r, &o) < 0) {
+	} else if (out_send(&r, &o) < 0) {
 		goto out;
 	}
 	snprintf(x, sizeof(x), "x %d\n", code);
