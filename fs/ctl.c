@@ -14,6 +14,7 @@
  * held.  Only "flush --wait" streams, between calls.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
@@ -37,13 +38,17 @@
 #define RFT_VERSION "unknown"
 #endif
 
-#define CTL_IO_MS 10000	      /* wait for the request; each blocked send */
-#define CTL_POLL_MS 100	      /* flush --wait: progress poll period */
-#define CTL_BEAT_MS 1000      /* flush --wait: a record at least this often */
-#define CTL_BACKOFF_MS 100    /* accept() failing for lack of resources */
-#define CTL_BUSY_MS 2000      /* all slots taken: wait this long for one */
-#define CTL_GRACE_MS 500      /* ctl_free: let clients finish their lines */
-#define CTL_MAX_ARGS 16	      /* words in a request, command included */
+#define CTL_IO_MS 10000	  /* the request line; each blocked send */
+#define CTL_POLL_MS 100	  /* flush --wait: progress poll period */
+#define CTL_BEAT_MS 1000  /* flush --wait: a record at least this often */
+#define CTL_BACKOFF_MS 100 /* accept() failing for lack of resources */
+#define CTL_BUSY_MS 2000  /* a request waits this long for a worker */
+#define CTL_GRACE_MS 500  /* rfs_ctl_free: clients finish their lines */
+#define CTL_MAX_ARGS 16	  /* words in a request, command included */
+#define CTL_MAX_PENDING 64 /* connections still sending their line */
+#define CTL_MAX_QUEUED 64  /* requests waiting for a worker */
+#define CTL_IDLE_MS 100	  /* pending set full: drop the oldest if silent
+			     this long, to take a new connection */
 
 /* Exit codes carried by the final "x" line; docs/protocol.md. */
 enum {
@@ -53,28 +58,51 @@ enum {
 	CTL_EXIT_USAGE = 2, /* unknown command, bad arguments, bad request */
 };
 
-enum slot_state { SLOT_FREE, SLOT_RUNNING, SLOT_DONE };
+/*
+ * One connection, from accept() until it is answered.  The acceptor owns
+ * it while the request line comes in; then it waits in the queue, and a
+ * worker owns it while it serves the request.
+ */
+struct ctl_conn {
+	struct ctl_conn *next; /* in the queue; protected by c->lock */
+	int fd;
+	struct ucred cred;
+	/*
+	 * mono ms: accepted, then queued.  It may be later than the "now"
+	 * of the acceptor's pass that set it: compare as since + T <= now.
+	 */
+	uint64_t since;
+	bool eof;	/* the client shut its side to end the line */
+	size_t len;	/* bytes of line read so far */
+	char line[RFS_CTL_MAX_LINE + 1];
+};
 
-struct ctl_slot {
+struct ctl_worker {
 	struct rfs_ctl *c;
-	pthread_t thread;	/* valid unless SLOT_FREE */
-	int fd;			/* -1 once the thread closed it; c->lock */
-	enum slot_state state;	/* protected by c->lock */
+	pthread_t thread;
+	int fd; /* the client it serves, or -1; protected by c->lock */
 };
 
 struct rfs_ctl {
 	struct eng *e;
 	char *path;
 	int lfd;
-	int wakefd;		/* eventfd, readable once rfs_ctl_free() starts */
-	dev_t sock_dev;		/* the node we bound: unlink only that one */
+	int wakefd;	/* eventfd, readable once rfs_ctl_free() starts */
+	dev_t sock_dev; /* the node we bound: unlink only that one */
 	ino_t sock_ino;
-	bool started;
+	bool acceptor_started;
+	unsigned nworkers; /* started */
 	pthread_t acceptor;
+	/* Connections whose line is still coming, oldest first: acceptor. */
+	struct ctl_conn *pending[CTL_MAX_PENDING];
+	unsigned npending;
 	pthread_mutex_t lock;
-	pthread_cond_t slot_done;		/* a client thread finished */
-	bool stopping;				/* protected by lock */
-	struct ctl_slot slots[RFS_CTL_MAX_CLIENTS]; /* protected by lock */
+	pthread_cond_t work; /* a request was queued, or stopping */
+	pthread_cond_t done; /* a worker finished a request */
+	bool stopping;	     /* protected by lock */
+	struct ctl_conn *head, *tail; /* the queue; protected by lock */
+	unsigned nqueued;	      /* protected by lock */
+	struct ctl_worker workers[RFS_CTL_MAX_CLIENTS];
 };
 
 static const char *state_name(enum eng_state s)
@@ -189,65 +217,6 @@ static int ctl_nap(struct ctl_req *r, int ms)
 		r->eof = true;
 	else if (n < 0 && errno != EAGAIN && errno != EINTR)
 		return -EPIPE;
-	return 0;
-}
-
-/*
- * Read one request line into @buf (RFS_CTL_MAX_LINE + 1 bytes), NUL-terminated
- * without its '\n' (or '\r\n').  EOF also ends a line.  Returns 0,
- * -ENODATA (closed before saying anything), -ETIMEDOUT, -E2BIG, -EINVAL
- * (NUL byte), -ESHUTDOWN or another -errno.
- */
-static int ctl_read_request(struct rfs_ctl *c, int fd, char *buf)
-{
-	uint64_t deadline = mono_ms() + CTL_IO_MS;
-	size_t len = 0;
-	char *nl;
-
-	for (;;) {
-		struct pollfd pfd[2] = {
-			{ .fd = fd, .events = POLLIN },
-			{ .fd = c->wakefd, .events = POLLIN },
-		};
-		uint64_t now = mono_ms();
-		ssize_t n;
-
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		if (poll(pfd, 2, (int)(deadline - now)) < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (pfd[1].revents)
-			return -ESHUTDOWN;
-		if (!pfd[0].revents)
-			continue;
-		n = recv(fd, buf + len, RFS_CTL_MAX_LINE - len, MSG_DONTWAIT);
-		if (n < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return -errno;
-		}
-		if (n == 0) {
-			if (!len)
-				return -ENODATA;
-			break;
-		}
-		nl = memchr(buf + len, '\n', (size_t)n);
-		len += (size_t)n;
-		if (nl) {
-			len = (size_t)(nl - buf);
-			break;
-		}
-		if (len == RFS_CTL_MAX_LINE)
-			return -E2BIG;
-	}
-	if (memchr(buf, '\0', len))
-		return -EINVAL;
-	if (len && buf[len - 1] == '\r')
-		len--;
-	buf[len] = '\0';
 	return 0;
 }
 
@@ -1327,60 +1296,28 @@ static int ctl_run(struct ctl_req *r, char *line, struct rep_out *o)
 	return r->cmd->fn(r, o);
 }
 
-static void ctl_serve(struct rfs_ctl *c, int fd)
+static void ctl_serve(struct rfs_ctl *c, struct ctl_conn *conn)
 {
 	struct timeval tv = { .tv_sec = CTL_IO_MS / 1000 };
-	struct ctl_req r = { .c = c, .fd = fd };
-	char line[RFS_CTL_MAX_LINE + 1], x[32];
+	struct ctl_req r = { .c = c, .fd = conn->fd, .eof = conn->eof };
 	struct rep_out o = { 0 };
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-	int rc, code;
+	int fd = conn->fd, flags, rc, code;
+	char x[32];
 
-	/* A client that stops reading can hold a send this long at most. */
+	/*
+	 * Accepted non-blocking for the acceptor; a worker may block, but a
+	 * client that stops reading holds a send CTL_IO_MS at most.
+	 */
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
+		rft_warn("control socket: O_NONBLOCK: %s", strerror(errno));
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
 		rft_warn("control socket: SO_SNDTIMEO: %s", strerror(errno));
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
-		rft_warn("control socket: no peer credentials: %s",
-			 strerror(errno));
-		return;
-	}
-	if (cred.uid != 0 && cred.uid != geteuid()) {
-		rft_warn("control socket: refused uid %u (pid %d)",
-			 (unsigned)cred.uid, (int)cred.pid);
-		rep_out_line(&o, 'e', "permission denied: only root and uid %u "
-			"may use this socket", (unsigned)geteuid());
-		code = CTL_EXIT_FAIL;
-		goto reply;
-	}
-
-	rc = ctl_read_request(c, fd, line);
-	switch (rc) {
-	case 0:
-		rft_dbg("control socket: uid %u pid %d: %.200s",
-			(unsigned)cred.uid, (int)cred.pid, line);
-		code = ctl_run(&r, line, &o);
-		break;
-	case -E2BIG:
-		rep_out_line(&o, 'e', "request longer than %d bytes",
-			RFS_CTL_MAX_LINE - 1);
-		code = CTL_EXIT_USAGE;
-		break;
-	case -ETIMEDOUT:
-		rep_out_line(&o, 'e', "no request line within %d s",
-			CTL_IO_MS / 1000);
-		code = CTL_EXIT_USAGE;
-		break;
-	case -EINVAL:
-		rep_out_line(&o, 'e', "malformed request: NUL byte");
-		code = CTL_EXIT_USAGE;
-		break;
-	default: /* gone, or we are stopping: nobody to answer */
-		goto out;
-	}
+	rft_dbg("control socket: uid %u pid %d: %.200s",
+		(unsigned)conn->cred.uid, (int)conn->cred.pid, conn->line);
+	code = ctl_run(&r, conn->line, &o);
 	if (code == CTL_GONE)
 		goto out;
-reply:
 	if (o.err) {
 		/* Drop the partial answer; say why in a line we can afford. */
 		static const char big[] = "e answer larger than 64 MiB; "
@@ -1421,131 +1358,356 @@ static void ctl_drain(int fd)
 			break;
 }
 
-static void *ctl_client_main(void *arg)
+/*
+ * Answer @conn with @msg (whole lines, "x" included; NULL: nothing) and
+ * close it.  The acceptor's way: a short answer fits in the empty socket
+ * buffer of a connection that has not been answered yet, so this never
+ * blocks.
+ */
+static void ctl_close(struct ctl_conn *conn, const char *msg)
 {
-	struct ctl_slot *s = arg;
-	struct rfs_ctl *c = s->c;
+	if (msg && send(conn->fd, msg, strlen(msg),
+			MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		rft_dbg("control socket: answer: %s", strerror(errno));
+	ctl_drain(conn->fd);
+	close(conn->fd);
+	free(conn);
+}
 
-	pthread_setname_np(pthread_self(), "rft-ctl-client");
-	ctl_serve(c, s->fd);
-	ctl_drain(s->fd);
+static void *ctl_worker_main(void *arg)
+{
+	struct ctl_worker *w = arg;
+	struct rfs_ctl *c = w->c;
+	struct ctl_conn *conn;
 
+	pthread_setname_np(pthread_self(), "rft-ctl-worker");
 	pthread_mutex_lock(&c->lock);
-	close(s->fd);
-	s->fd = -1;
-	s->state = SLOT_DONE;
-	pthread_cond_broadcast(&c->slot_done);
+	for (;;) {
+		while (!c->stopping && !c->head)
+			pthread_cond_wait(&c->work, &c->lock);
+		if (c->stopping)
+			break;
+		conn = c->head;
+		c->head = conn->next;
+		if (!c->head)
+			c->tail = NULL;
+		c->nqueued--;
+		w->fd = conn->fd;
+		pthread_mutex_unlock(&c->lock);
+
+		ctl_serve(c, conn);
+		ctl_drain(conn->fd);
+
+		/* Closed under the lock: rfs_ctl_free() may shut w->fd. */
+		pthread_mutex_lock(&c->lock);
+		close(conn->fd);
+		w->fd = -1;
+		pthread_cond_broadcast(&c->done);
+		free(conn);
+	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }
 
-/* Hand @fd to a thread of its own; closes it if that cannot be done. */
-static void ctl_dispatch(struct rfs_ctl *c, int fd)
-{
-	static const char busy[] = "e reftfsd is serving too many control "
-				   "clients; try again\nx 1\n";
-	static const char nothread[] = "e reftfsd cannot start a thread "
-				       "for this request\nx 1\n";
-	struct ctl_slot *s = NULL;
-	const char *msg = busy;
-	size_t msglen = sizeof(busy) - 1;
-	struct timespec until;
-	int i, rc = 0;
+static const char ctl_busy[] = "e reftfsd is serving too many control "
+			       "clients; try again\nx 1\n";
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += CTL_BUSY_MS / 1000;
+/* Queue a complete request for the workers, or say they are all busy. */
+static void ctl_queue(struct rfs_ctl *c, struct ctl_conn *conn)
+{
+	bool full;
+
 	pthread_mutex_lock(&c->lock);
-	/* A burst of short requests: wait a moment for a thread to end. */
-	while (!c->stopping && rc != ETIMEDOUT) {
-		for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
-			if (c->slots[i].state == SLOT_DONE) {
-				/* It only has to return: it let go of lock. */
-				pthread_join(c->slots[i].thread, NULL);
-				c->slots[i].state = SLOT_FREE;
-			}
-			if (!s && c->slots[i].state == SLOT_FREE)
-				s = &c->slots[i];
-		}
-		if (s)
-			break;
-		rc = pthread_cond_timedwait(&c->slot_done, &c->lock, &until);
-	}
-	if (s) {
-		s->fd = fd;
-		s->state = SLOT_RUNNING;
-		rc = pthread_create(&s->thread, NULL, ctl_client_main, s);
-		if (!rc) {
-			pthread_mutex_unlock(&c->lock);
-			return;
-		}
-		s->fd = -1;
-		s->state = SLOT_FREE;
-		rft_warn("control socket: cannot start a thread: %s",
-			 strerror(rc));
-		msg = nothread;
-		msglen = sizeof(nothread) - 1;
+	full = c->nqueued == CTL_MAX_QUEUED;
+	if (!full) {
+		conn->next = NULL;
+		conn->since = mono_ms();
+		if (c->tail)
+			c->tail->next = conn;
+		else
+			c->head = conn;
+		c->tail = conn;
+		c->nqueued++;
+		pthread_cond_signal(&c->work);
 	}
 	pthread_mutex_unlock(&c->lock);
-	/* Fits in an empty socket buffer: never blocks the acceptor. */
-	if (send(fd, msg, msglen, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-		rft_dbg("control socket: busy reply: %s", strerror(errno));
-	ctl_drain(fd);
-	close(fd);
+	if (full)
+		ctl_close(conn, ctl_busy);
 }
 
+/* Requests that waited CTL_BUSY_MS for a worker: the busy answer. */
+static void ctl_expire_queue(struct rfs_ctl *c, uint64_t now)
+{
+	struct ctl_conn *conn, *old = NULL, **tail = &old;
+
+	pthread_mutex_lock(&c->lock);
+	while ((conn = c->head) && conn->since + CTL_BUSY_MS <= now) {
+		c->head = conn->next;
+		if (!c->head)
+			c->tail = NULL;
+		c->nqueued--;
+		conn->next = NULL;
+		*tail = conn;
+		tail = &conn->next;
+	}
+	pthread_mutex_unlock(&c->lock);
+	while ((conn = old)) {
+		old = conn->next;
+		ctl_close(conn, ctl_busy);
+	}
+}
+
+/* When the oldest queued request runs out of time; UINT64_MAX: none. */
+static uint64_t ctl_queue_deadline(struct rfs_ctl *c)
+{
+	uint64_t t = UINT64_MAX;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->head)
+		t = c->head->since + CTL_BUSY_MS;
+	pthread_mutex_unlock(&c->lock);
+	return t;
+}
+
+/*
+ * Read what @conn has sent, without blocking.  Returns 1 while its line
+ * is incomplete, 0 once @conn is dealt with: queued for a worker, or
+ * answered (a bad line) or dropped (gone) and freed.
+ */
+static int ctl_read_line(struct rfs_ctl *c, struct ctl_conn *conn)
+{
+	char msg[96], *nl;
+	ssize_t n;
+
+	for (;;) {
+		n = recv(conn->fd, conn->line + conn->len,
+			 RFS_CTL_MAX_LINE - conn->len, MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return 1;
+		if (n < 0 || (n == 0 && !conn->len)) {
+			ctl_close(conn, NULL); /* gone before a word */
+			return 0;
+		}
+		if (n == 0) {
+			conn->eof = true; /* EOF also ends the line */
+			break;
+		}
+		nl = memchr(conn->line + conn->len, '\n', (size_t)n);
+		conn->len += (size_t)n;
+		if (nl) {
+			conn->len = (size_t)(nl - conn->line);
+			break;
+		}
+		if (conn->len == RFS_CTL_MAX_LINE) {
+			snprintf(msg, sizeof(msg),
+				 "e request longer than %d bytes\nx %d\n",
+				 RFS_CTL_MAX_LINE - 1, CTL_EXIT_USAGE);
+			ctl_close(conn, msg);
+			return 0;
+		}
+	}
+	if (memchr(conn->line, '\0', conn->len)) {
+		ctl_close(conn, "e malformed request: NUL byte\nx 2\n");
+		return 0;
+	}
+	if (conn->len && conn->line[conn->len - 1] == '\r')
+		conn->len--;
+	conn->line[conn->len] = '\0';
+	ctl_queue(c, conn);
+	return 0;
+}
+
+/* Take connection @i out of the pending set, which stays in order. */
+static void ctl_unpend(struct rfs_ctl *c, unsigned i)
+{
+	memmove(&c->pending[i], &c->pending[i + 1],
+		(c->npending - i - 1) * sizeof(c->pending[0]));
+	c->npending--;
+}
+
+/* Answer pending connection @i with @msg (NULL: nothing) and close it. */
+static void ctl_forget(struct rfs_ctl *c, unsigned i, const char *msg)
+{
+	ctl_close(c->pending[i], msg);
+	ctl_unpend(c, i);
+}
+
+/*
+ * Take one connection from the backlog.  Returns 0, -EAGAIN when there is
+ * none, or another -errno from accept().
+ */
+static int ctl_accept_one(struct rfs_ctl *c)
+{
+	struct ctl_conn *conn;
+	socklen_t len;
+	char msg[128];
+	int fd;
+
+	fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	conn = calloc(1, sizeof(*conn));
+	if (!conn) {
+		close(fd);
+		return -ENOMEM;
+	}
+	conn->fd = fd;
+	conn->since = mono_ms();
+	len = sizeof(conn->cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &conn->cred, &len) < 0) {
+		rft_warn("control socket: no peer credentials: %s",
+			 strerror(errno));
+		ctl_close(conn, NULL);
+		return 0;
+	}
+	if (conn->cred.uid != 0 && conn->cred.uid != geteuid()) {
+		rft_warn("control socket: refused uid %u (pid %d)",
+			 (unsigned)conn->cred.uid, (int)conn->cred.pid);
+		snprintf(msg, sizeof(msg),
+			 "e permission denied: only root and uid %u may use "
+			 "this socket\nx 1\n",
+			 (unsigned)geteuid());
+		ctl_close(conn, msg);
+		return 0;
+	}
+	/* The line is often there already: no pending slot for it then. */
+	c->pending[c->npending++] = conn;
+	if (!ctl_read_line(c, conn))
+		c->npending--;
+	return 0;
+}
+
+/* Is a connection waiting in the backlog? */
+static bool ctl_backlog(struct rfs_ctl *c)
+{
+	struct pollfd p = { .fd = c->lfd, .events = POLLIN };
+
+	return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
+/*
+ * Accept what the backlog holds.  Connections that have not sent their
+ * line yet wait in the pending set; when it is full, the oldest makes
+ * room once it has been silent CTL_IDLE_MS.  Returns 0 once the backlog
+ * is empty, 1 when it must wait for the oldest to be that old, or the
+ * -errno of a failed accept().
+ */
+static int ctl_accept(struct rfs_ctl *c, uint64_t now)
+{
+	char msg[128];
+	int rc;
+
+	for (;;) {
+		if (c->npending == CTL_MAX_PENDING) {
+			if (c->pending[0]->since + CTL_IDLE_MS > now)
+				return 1;
+			if (!ctl_backlog(c))
+				return 0;
+			snprintf(msg, sizeof(msg),
+				 "e no request line, and %d other connections "
+				 "wait for theirs: closed\nx %d\n",
+				 CTL_MAX_PENDING - 1, CTL_EXIT_USAGE);
+			ctl_forget(c, 0, msg);
+		}
+		rc = ctl_accept_one(c);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc < 0 && rc != -EINTR && rc != -ECONNABORTED &&
+		    rc != -EPROTO)
+			return rc;
+	}
+}
+
+/*
+ * The acceptor: it never blocks on a client.  It polls the listening
+ * socket and the pending connections, reads request lines as they come,
+ * hands complete ones to the workers, and answers by itself what needs no
+ * engine (a bad line, no line in time, busy, refused).
+ */
 static void *ctl_accept_main(void *arg)
 {
 	struct rfs_ctl *c = arg;
-	struct pollfd pfd[2] = {
-		{ .fd = c->wakefd, .events = POLLIN },
-		{ .fd = c->lfd, .events = POLLIN },
-	};
-	bool warned = false;
-	int fd, n = 2;
+	struct pollfd pfd[2 + CTL_MAX_PENDING];
+	uint64_t now, until, backoff = 0;
+	bool warned = false, listen_wait = false;
+	char msg[64];
+	unsigned i, n;
+	int rc, ms;
 
 	pthread_setname_np(pthread_self(), "rft-ctl");
 	for (;;) {
-		/* After a resource error, wait watching only the wake fd. */
-		if (poll(pfd, n, n == 2 ? -1 : CTL_BACKOFF_MS) < 0) {
-			if (errno != EINTR) {
-				rft_err("control socket: poll: %s",
-					strerror(errno));
-				n = 1;
-			}
+		now = mono_ms();
+		/* What times out first: a pending line, a queued request. */
+		until = ctl_queue_deadline(c);
+		if (c->npending && c->pending[0]->since + CTL_IO_MS < until)
+			until = c->pending[0]->since + CTL_IO_MS;
+		if (backoff && backoff < until)
+			until = backoff;
+		if (listen_wait && c->npending &&
+		    c->pending[0]->since + CTL_IDLE_MS < until)
+			until = c->pending[0]->since + CTL_IDLE_MS;
+		ms = until == UINT64_MAX ? -1
+		     : until <= now	 ? 0
+					 : (int)(until - now);
+
+		pfd[0] = (struct pollfd){ .fd = c->wakefd, .events = POLLIN };
+		/* After a resource error, or with no room: not the backlog. */
+		pfd[1] = (struct pollfd){
+			.fd = backoff || listen_wait ? -1 : c->lfd,
+			.events = POLLIN
+		};
+		for (i = 0; i < c->npending; i++)
+			pfd[2 + i] = (struct pollfd){ .fd = c->pending[i]->fd,
+						      .events = POLLIN };
+		n = c->npending;
+		if (poll(pfd, 2 + n, ms) < 0 && errno != EINTR) {
+			rft_err("control socket: poll: %s", strerror(errno));
+			backoff = mono_ms() + CTL_BACKOFF_MS;
 			continue;
 		}
 		if (pfd[0].revents)
 			break;
-		if (n == 1) {
-			n = 2;
+		now = mono_ms();
+
+		/* Lines that came in; pending[] shrinks as they complete. */
+		for (i = n; i-- > 0;)
+			if (pfd[2 + i].revents &&
+			    !ctl_read_line(c, c->pending[i]))
+				ctl_unpend(c, i);
+		snprintf(msg, sizeof(msg),
+			 "e no request line within %d s\nx %d\n",
+			 CTL_IO_MS / 1000, CTL_EXIT_USAGE);
+		while (c->npending &&
+		       c->pending[0]->since + CTL_IO_MS <= now)
+			ctl_forget(c, 0, msg);
+		ctl_expire_queue(c, now);
+
+		if (backoff && now < backoff)
 			continue;
-		}
-		if (!(pfd[1].revents & POLLIN)) {
+		backoff = 0;
+		if (!listen_wait && !(pfd[1].revents & POLLIN)) {
 			if (pfd[1].revents) /* POLLERR: do not spin on it */
-				n = 1;
+				backoff = now + CTL_BACKOFF_MS;
 			continue;
 		}
-		fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0) {
-			switch (errno) {
-			case EAGAIN:
-			case EINTR:
-			case ECONNABORTED:
-			case EPROTO:
-				break;
-			default:
-				/* EMFILE, ENFILE, ENOBUFS, ENOMEM: back off. */
-				if (!warned)
-					rft_warn("control socket: accept: %s",
-						 strerror(errno));
-				warned = true;
-				n = 1;
-			}
-			continue;
+		rc = ctl_accept(c, now);
+		listen_wait = rc == 1;
+		if (rc < 0) {
+			/* EMFILE, ENFILE, ENOBUFS, ENOMEM: back off. */
+			if (!warned)
+				rft_warn("control socket: accept: %s",
+					 err_name(rc));
+			warned = true;
+			backoff = now + CTL_BACKOFF_MS;
+		} else {
+			warned = false;
 		}
-		warned = false;
-		ctl_dispatch(c, fd);
 	}
+	/* Stopping: nobody is answered that has not asked yet. */
+	while (c->npending)
+		ctl_forget(c, c->npending - 1, NULL);
 	return NULL;
 }
 
@@ -1748,20 +1910,18 @@ int rfs_ctl_new(struct eng *e, const char *path, struct rfs_ctl **out)
 	c->lfd = -1;
 	c->wakefd = -1;
 	for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
-		c->slots[i].c = c;
-		c->slots[i].fd = -1;
+		c->workers[i].c = c;
+		c->workers[i].fd = -1;
 	}
 	rc = pthread_mutex_init(&c->lock, NULL);
-	if (rc) {
-		free(c);
-		return -rc;
-	}
-	rc = pthread_cond_init(&c->slot_done, NULL);
-	if (rc) {
-		pthread_mutex_destroy(&c->lock);
-		free(c);
-		return -rc;
-	}
+	if (rc)
+		goto fail_lock;
+	rc = pthread_cond_init(&c->work, NULL);
+	if (rc)
+		goto fail_work;
+	rc = pthread_cond_init(&c->done, NULL);
+	if (rc)
+		goto fail_done;
 	c->path = strdup(path);
 	if (!c->path) {
 		rc = -ENOMEM;
@@ -1784,92 +1944,118 @@ int rfs_ctl_new(struct eng *e, const char *path, struct rfs_ctl **out)
 fail:
 	rfs_ctl_free(c);
 	return rc;
+fail_done:
+	pthread_cond_destroy(&c->work);
+fail_work:
+	pthread_mutex_destroy(&c->lock);
+fail_lock:
+	free(c);
+	return -rc;
+}
+
+/* Is a worker serving a request?  c->lock held. */
+static bool ctl_serving(const struct rfs_ctl *c)
+{
+	for (unsigned i = 0; i < c->nworkers; i++)
+		if (c->workers[i].fd >= 0)
+			return true;
+	return false;
+}
+
+/*
+ * Stop the threads that were started.  Queued requests and clients in
+ * the middle of "flush --wait" hear that reftfsd is stopping; a worker
+ * still blocked in a send after CTL_GRACE_MS has its socket shut.
+ */
+static void ctl_stop(struct rfs_ctl *c)
+{
+	struct ctl_conn *queued, *conn;
+	struct timespec until;
+	uint64_t one = 1;
+
+	if (write(c->wakefd, &one, sizeof(one)) != sizeof(one))
+		rft_err("control socket: cannot wake its threads: %s",
+			strerror(errno));
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_broadcast(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	if (c->acceptor_started)
+		pthread_join(c->acceptor, NULL);
+	c->acceptor_started = false;
+
+	/* Nothing is queued any more: the acceptor is gone. */
+	pthread_mutex_lock(&c->lock);
+	queued = c->head;
+	c->head = c->tail = NULL;
+	c->nqueued = 0;
+	pthread_mutex_unlock(&c->lock);
+	while ((conn = queued)) {
+		queued = conn->next;
+		ctl_close(conn, "e reftfsd is stopping; try again when it "
+				"runs\nx 1\n");
+	}
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += CTL_GRACE_MS * 1000000L;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&c->lock);
+	while (ctl_serving(c))
+		if (pthread_cond_timedwait(&c->done, &c->lock, &until) ==
+		    ETIMEDOUT)
+			break;
+	for (unsigned i = 0; i < c->nworkers; i++)
+		if (c->workers[i].fd >= 0)
+			shutdown(c->workers[i].fd, SHUT_RDWR);
+	pthread_mutex_unlock(&c->lock);
+	for (unsigned i = 0; i < c->nworkers; i++)
+		pthread_join(c->workers[i].thread, NULL);
+	c->nworkers = 0;
 }
 
 int rfs_ctl_start(struct rfs_ctl *c)
 {
 	sigset_t all, old;
-	int rc;
+	int rc = 0;
 
-	if (c->started)
+	if (c->acceptor_started || c->nworkers)
 		return -EALREADY;
 	/* Signals belong to the FUSE loop: our threads inherit a full mask. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&c->acceptor, NULL, ctl_accept_main, c);
+	while (!rc && c->nworkers < RFS_CTL_MAX_CLIENTS) {
+		rc = pthread_create(&c->workers[c->nworkers].thread, NULL,
+				    ctl_worker_main, &c->workers[c->nworkers]);
+		c->nworkers += !rc;
+	}
+	if (!rc)
+		rc = pthread_create(&c->acceptor, NULL, ctl_accept_main, c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {
-		rft_err("control socket: cannot start its thread: %s",
+		rft_err("control socket: cannot start its threads: %s",
 			strerror(rc));
+		ctl_stop(c);
 		return -rc;
 	}
-	c->started = true;
+	c->acceptor_started = true;
 	return 0;
-}
-
-/* Is a client thread still serving?  c->lock held. */
-static bool ctl_running(const struct rfs_ctl *c)
-{
-	int i;
-
-	for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++)
-		if (c->slots[i].state == SLOT_RUNNING)
-			return true;
-	return false;
 }
 
 void rfs_ctl_free(struct rfs_ctl *c)
 {
-	pthread_t joins[RFS_CTL_MAX_CLIENTS];
-	struct timespec until;
-	uint64_t one = 1;
-	int i, n = 0;
-
 	if (!c)
 		return;
-	if (c->started) {
-		if (write(c->wakefd, &one, sizeof(one)) != sizeof(one))
-			rft_err("control socket: cannot wake its threads: %s",
-				strerror(errno));
-		pthread_mutex_lock(&c->lock);
-		c->stopping = true;
-		pthread_cond_broadcast(&c->slot_done);
-		pthread_mutex_unlock(&c->lock);
-		pthread_join(c->acceptor, NULL);
-		/*
-		 * Clients see the wake fd and say goodbye ("reftfsd is
-		 * stopping"); give them a moment, then shut the sockets of
-		 * any still blocked in a send to a client that does not read.
-		 */
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += CTL_GRACE_MS * 1000000L;
-		until.tv_sec += until.tv_nsec / 1000000000L;
-		until.tv_nsec %= 1000000000L;
-		pthread_mutex_lock(&c->lock);
-		while (ctl_running(c))
-			if (pthread_cond_timedwait(&c->slot_done, &c->lock,
-						   &until) == ETIMEDOUT)
-				break;
-		for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
-			struct ctl_slot *s = &c->slots[i];
-
-			if (s->state == SLOT_RUNNING && s->fd >= 0)
-				shutdown(s->fd, SHUT_RDWR);
-			if (s->state != SLOT_FREE)
-				joins[n++] = s->thread;
-		}
-		pthread_mutex_unlock(&c->lock);
-		for (i = 0; i < n; i++)
-			pthread_join(joins[i], NULL);
-		c->started = false;
-	}
+	if (c->acceptor_started || c->nworkers)
+		ctl_stop(c);
 	if (c->lfd >= 0) {
 		ctl_unlink(c);
 		close(c->lfd);
 	}
 	if (c->wakefd >= 0)
 		close(c->wakefd);
-	pthread_cond_destroy(&c->slot_done);
+	pthread_cond_destroy(&c->done);
+	pthread_cond_destroy(&c->work);
 	pthread_mutex_destroy(&c->lock);
 	free(c->path);
 	free(c);

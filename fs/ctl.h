@@ -10,11 +10,13 @@
  * (text, JSON, Prometheus) so the client stays thin.  The wire format is
  * written down in docs/protocol.md, "Control socket".
  *
- * Threads: rfs_ctl_start() starts one acceptor thread; each connection is
- * served by a thread of its own (at most RFS_CTL_MAX_CLIENTS at once).
- * Those threads call only the engine's reporting functions, hold no lock
- * of their own across those calls and never write to the socket from
- * inside an engine callback.
+ * Threads: rfs_ctl_start() starts one acceptor and RFS_CTL_MAX_CLIENTS
+ * workers.  The acceptor never blocks on a client: it reads request lines
+ * as they come in, from every connection at once, and queues complete
+ * ones; a worker runs one request at a time.  So idle connections cost
+ * neither a worker nor the acceptor's time.  Workers call only the
+ * engine's reporting functions, hold no lock of their own across those
+ * calls and never write to the socket from inside an engine callback.
  */
 #ifndef RFT_CTL_H
 #define RFT_CTL_H
@@ -23,7 +25,7 @@
 
 #define RFS_CTL_PROTOCOL 1	/* bumped when the wire format changes */
 #define RFS_CTL_MAX_LINE 4096	/* request line, '\n' included */
-#define RFS_CTL_MAX_CLIENTS 16	/* connections served at once */
+#define RFS_CTL_MAX_CLIENTS 16	/* requests served at once: workers */
 
 struct rfs_ctl;
 

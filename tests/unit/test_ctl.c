@@ -672,6 +672,138 @@ static void test_live_and_stale(void **state)
 	assert_int_equal(access(other, F_OK), -1);
 }
 
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (t1.tv_sec - t0->tv_sec) * 1000 +
+	       (t1.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/*
+ * Connections that never send their request line hold no worker and do not
+ * stall the acceptor: a real request behind 20 of them is answered at once.
+ */
+static void test_idle_connections(void **state)
+{
+	struct fx *fx = *state;
+	struct timespec t0;
+	int idle[20];
+	long ms;
+	char *a;
+
+	for (int i = 0; i < 20; i++) {
+		idle[i] = dial(fx->path);
+		assert_true(idle[i] >= 0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	a = ask(fx, "version\n");
+	ms = ms_since(&t0);
+	if (frame_check(a) != 0 || ms > 1000)
+		fail_msg("behind 20 idle connections: %ld ms, answer %s", ms,
+			 a);
+	free(a);
+	for (int i = 0; i < 20; i++)
+		close(idle[i]);
+}
+
+/* Read what the server sent on @fd until it closes; NUL-terminated. */
+static void slurp(int fd, char *buf, size_t size)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	while (got + 1 < size &&
+	       (n = recv(fd, buf + got, size - 1 - got, 0)) > 0)
+		got += (size_t)n;
+	buf[got] = '\0';
+}
+
+/*
+ * More idle connections than the server keeps: the oldest are closed with
+ * a reason, the newest stay, and a real request is still answered at once.
+ */
+static void test_many_idle_connections(void **state)
+{
+	struct fx *fx = *state;
+	struct timespec t0;
+	int idle[80];
+	char buf[256];
+	long ms;
+	char *a;
+
+	for (int i = 0; i < 80; i++) {
+		idle[i] = dial(fx->path);
+		assert_true(idle[i] >= 0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	a = ask(fx, "version\n");
+	ms = ms_since(&t0);
+	if (frame_check(a) != 0 || ms > 1000)
+		fail_msg("behind 80 idle connections: %ld ms, answer %s", ms,
+			 a);
+	free(a);
+	/* 80 + 1 connections, 64 kept: the first 17 went, oldest first. */
+	for (int i = 0; i < 17; i++) {
+		slurp(idle[i], buf, sizeof(buf));
+		if (!strstr(buf, "e no request line, and 63 other connections "
+				 "wait for theirs: closed\nx 2\n"))
+			fail_msg("idle connection %d: answer '%s'", i, buf);
+	}
+	for (int i = 17; i < 80; i++) {
+		ssize_t n = recv(idle[i], buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n != -1 || errno != EAGAIN)
+			fail_msg("idle connection %d was closed (%zd)", i, n);
+	}
+	for (int i = 0; i < 80; i++)
+		close(idle[i]);
+}
+
+/*
+ * Every worker busy (16 clients in flush --wait): a request waits for
+ * one; one that frees up in time serves it, else after 2 s it is told.
+ */
+static void test_busy_workers(void **state)
+{
+	struct fx *fx = *state;
+	struct timespec t0;
+	int fds[RFS_CTL_MAX_CLIENTS];
+	char buf[256];
+	long ms;
+	char *a;
+
+	fake_flush_steps = 1000000;
+	for (int i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
+		fds[i] = dial(fx->path);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(send(fds[i], "flush --wait\n", 13, 0), 13);
+		/* Its first progress record: a worker has it. */
+		assert_true(recv(fds[i], buf, 2, MSG_WAITALL) == 2);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	a = ask(fx, "version\n");
+	ms = ms_since(&t0);
+	if (frame_check(a) != 1 ||
+	    !strstr(a, "e reftfsd is serving too many control clients") ||
+	    ms < 1900 || ms > 5000)
+		fail_msg("all workers busy: %ld ms, answer %s", ms, a);
+	free(a);
+
+	/* A client that leaves frees its worker for the next request. */
+	close(fds[0]);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	a = ask(fx, "version\n");
+	ms = ms_since(&t0);
+	if (frame_check(a) != 0 || ms > 1500)
+		fail_msg("after one client left: %ld ms, answer %s", ms, a);
+	free(a);
+	for (int i = 1; i < RFS_CTL_MAX_CLIENTS; i++)
+		close(fds[i]);
+	fake_flush_steps = 3;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -699,6 +831,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_free_while_streaming,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_and_stale, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_idle_connections, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_many_idle_connections,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_busy_workers, setup,
 						teardown),
 	};
 
