@@ -10,7 +10,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "ctl_i.h"
 #include "engine_i.h"
 
 void eng_config_defaults(struct eng_config *cfg)
@@ -141,7 +140,6 @@ const char *eng_crc_state_name(enum eng_crc_state s)
 
 int eng_new(const struct eng_config *cfg, struct eng **out)
 {
-	char path[PATH_MAX];
 	struct eng *e;
 	void *zeros;
 	int rc;
@@ -202,22 +200,6 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 		if (rc < 0)
 			goto fail;
 	}
-
-	if (cfg->ctl_path) {
-		snprintf(path, sizeof(path), "%s", cfg->ctl_path);
-	} else if (eng_ctl_default_path(e->mountpoint, path, sizeof(path)) <
-		   0) {
-		rc = -ENAMETOOLONG;
-		goto fail;
-	}
-	e->ctl_path = strdup(path);
-	if (!e->ctl_path) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	rc = ctl_new(e, e->ctl_path, &e->ctl);
-	if (rc < 0)
-		goto fail;
 	*out = e;
 	return 0;
 fail:
@@ -234,24 +216,14 @@ int eng_start(struct eng *e)
 		rc = store_balance_start(&e->store);
 	if (rc == 0)
 		rc = persist_start(e);
-	if (rc == 0)
-		rc = ctl_start(e->ctl);
-	if (rc == 0)
-		rft_info("control socket %s", e->ctl_path);
 	return rc;
 }
 
 int eng_stop(struct eng *e)
 {
-	int rc;
-
 	store_balance_stop(&e->store);
 	copier_stop(e); /* queued writes land before the last write-back */
-	rc = persist_stop(e, e->cfg.unmount_flush);
-
-	ctl_free(e->ctl);
-	e->ctl = NULL;
-	return rc;
+	return persist_stop(e, e->cfg.unmount_flush);
 }
 
 void eng_free(struct eng *e)
@@ -259,7 +231,6 @@ void eng_free(struct eng *e)
 	if (!e)
 		return;
 	copier_stop(e);
-	ctl_free(e->ctl);
 	eng_free_handles(e);
 	persist_free(e->persist);
 	if (e->ns.table)
@@ -267,12 +238,16 @@ void eng_free(struct eng *e)
 	if (e->zeros)
 		munmap((void *)e->zeros, e->store.chunk_size);
 	store_fini(&e->store);
-	free(e->ctl_path);
 	free(e->persist_dir);
 	free(e->mountpoint);
 	pthread_mutex_destroy(&e->names_lock);
 	pthread_mutex_destroy(&e->handles_lock);
 	free(e);
+}
+
+const struct eng_config *eng_get_config(struct eng *e)
+{
+	return &e->cfg;
 }
 
 uint64_t eng_new_file_id(struct eng *e)

@@ -1,6 +1,7 @@
 /*
  * engine.h - the reftfs storage engine: namespace, chunk store and memory
- * budget, file and checkpoint states, persist tier, control socket.
+ * budget, file and checkpoint states, persist tier, and the reporting
+ * calls that reftfsd's control socket (fs/ctl.c) is built on.
  *
  * The engine knows nothing of FUSE.  fs/ translates each kernel request into
  * one call here; every call returns 0 (or a byte count) or -errno.
@@ -89,7 +90,6 @@ enum eng_prefault {
 struct eng_config {
 	const char *mountpoint;	 /* absolute path, for status and logs */
 	const char *persist_dir; /* NULL: no persist tier */
-	const char *ctl_path;	 /* control socket; NULL: eng_ctl_default_path */
 	uint64_t mem_bytes;	 /* memory budget for file data */
 	uint32_t chunk_size;	 /* power of two, RFT_CHUNK_MIN..RFT_CHUNK_MAX */
 	unsigned keep;		 /* newest checkpoints that always stay in RAM */
@@ -105,25 +105,32 @@ struct eng_config {
 void eng_config_defaults(struct eng_config *cfg);
 
 /*
- * Create an engine: the arena, the namespace (with what cfg->persist_dir
- * already holds, as not-yet-resident files) and the control socket, bound
- * but not yet served.  Errors are -errno with one line logged saying what
- * failed (e.g. -EADDRINUSE: socket in use by a live daemon, -EACCES:
- * persist dir unwritable).
+ * Create an engine: the arena and the namespace (with what cfg->persist_dir
+ * already holds, as not-yet-resident files).  Errors are -errno with one
+ * line logged saying what failed (e.g. -EBUSY: persist dir in use by
+ * another daemon, -EACCES: persist dir unwritable).
  */
 int eng_new(const struct eng_config *cfg, struct eng **out);
 
-/* Start the background threads: write-back, eviction, control socket. */
+/* Start the background threads: copier, balancer, write-back. */
 int eng_start(struct eng *e);
 
 /*
  * Stop: write back what cfg->unmount_flush says (waiting for it), stop the
- * threads, close the control socket.  Returns 0, or the write-back error.
+ * threads.  Returns 0, or the write-back error.  A front end that reports
+ * on the engine (the control socket) stops before this.
  */
 int eng_stop(struct eng *e);
 
 /* Free everything; eng_free(NULL) is a no-op.  Call after eng_stop(). */
 void eng_free(struct eng *e);
+
+/*
+ * The configuration @e runs with: eng_new's @cfg, its strings (mountpoint,
+ * persist_dir) copied.  Valid until eng_free(); never changes, so any
+ * thread may read it without a lock.
+ */
+const struct eng_config *eng_get_config(struct eng *e);
 
 /*
  * Default control socket path for a mount point: a directory for sockets
@@ -274,7 +281,7 @@ int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync);
 /* Close; the last writer's close seals the file. */
 void eng_release(struct eng *e, struct eng_file *fp);
 
-/* --- state for reftfs-admin (used by the control socket) ---------------- */
+/* --- state for reftfs-admin (used by the control socket, fs/ctl.c) ----- */
 
 enum eng_state {
 	ENG_STATE_WRITING,

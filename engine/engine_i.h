@@ -25,7 +25,6 @@
 #include "engine.h"
 
 struct persist;
-struct ctl;
 
 /* --- chunk store -------------------------------------------------------- */
 
@@ -400,12 +399,10 @@ struct eng {
 	struct eng_config cfg;
 	char *mountpoint;
 	char *persist_dir;
-	char *ctl_path;
 	time_t start_time;
 	struct store store;
 	struct ns ns;
 	struct persist *persist; /* NULL without a persist dir */
-	struct ctl *ctl;
 	struct eng_counters cnt;
 	struct copier copier;
 	pthread_mutex_t names_lock; /* see the lock order above */

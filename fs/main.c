@@ -20,6 +20,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "ctl.h"
 #include "rfs.h"
 
 #define EXIT_SETUP 2
@@ -35,6 +36,7 @@ struct opts {
 	char *mountpoint;
 	char *persist_dir;
 	char *ctl_path;	/* from -o ctl= */
+	const char *ctl; /* control socket; NULL: eng_ctl_default_path */
 	bool foreground;
 	bool debug;
 	bool single_thread;
@@ -201,7 +203,7 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 	} else if (!strcmp(key, "ctl")) {
 		if (!val || !*val)
 			return bad("--ctl needs a path");
-		o->cfg.ctl_path = val;
+		o->ctl = val;
 	} else if (!strcmp(key, "prefault")) {
 		o->cfg.prefault = ENG_PREFAULT_START;
 	} else if (!strcmp(key, "no-prefault")) {
@@ -688,7 +690,8 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se = NULL;
 	struct eng *e = NULL;
-	char fsopts[PATH_MAX + 64];
+	struct rfs_ctl *ctl = NULL;
+	char fsopts[PATH_MAX + 64], sock[PATH_MAX];
 	int rc, status = EXIT_SETUP;
 
 	prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
@@ -707,6 +710,13 @@ int main(int argc, char **argv)
 	rc = eng_new(&o.cfg, &e);
 	if (rc < 0)
 		goto out; /* eng_new said why */
+	/* Bound now, so that a socket in use stops us before mounting. */
+	if (!o.ctl && eng_ctl_default_path(o.mountpoint, sock, sizeof(sock))) {
+		fprintf(stderr, "%s: control socket path too long\n", prog);
+		goto out;
+	}
+	if (rfs_ctl_new(e, o.ctl ? o.ctl : sock, &ctl) < 0)
+		goto out; /* rfs_ctl_new said why */
 
 	memset(&rfs, 0, sizeof(rfs));
 	rfs.eng = e;
@@ -749,6 +759,10 @@ int main(int argc, char **argv)
 		rft_err("cannot start the engine: %s", strerror(-rc));
 		goto out_unmount;
 	}
+	rc = rfs_ctl_start(ctl);
+	if (rc < 0)
+		goto out_unmount; /* rfs_ctl_start said why */
+	rft_info("control socket %s", o.ctl ? o.ctl : sock);
 	rft_info("mounted %s (memory %llu MiB, chunk %u KiB%s%s)",
 		 o.mountpoint,
 		 (unsigned long long)(o.cfg.mem_bytes >> 20),
@@ -765,6 +779,8 @@ int main(int argc, char **argv)
 out_unmount:
 	fuse_session_unmount(se);
 	rft_info("unmounted %s", o.mountpoint);
+	rfs_ctl_free(ctl); /* it reports on the engine: gone before it stops */
+	ctl = NULL;
 	if (eng_stop(e) < 0)
 		status = 1;
 out_signals:
@@ -773,6 +789,7 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
+	rfs_ctl_free(ctl);
 	eng_free(e);
 	free(o.mountpoint);
 	free(o.persist_dir);

@@ -19,7 +19,6 @@
 
 struct fixture {
 	char tmp[PATH_MAX];
-	char ctl[PATH_MAX + 16];
 	char persist[PATH_MAX + 16];
 	bool no_policy;	/* --persist-every 0: write back only when asked */
 	struct eng *e;
@@ -31,7 +30,6 @@ static inline void fx_dirs(struct fixture *fx)
 		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(fx->tmp))
 		abort();
-	snprintf(fx->ctl, sizeof(fx->ctl), "%s/ctl.sock", fx->tmp);
 	snprintf(fx->persist, sizeof(fx->persist), "%s/persist", fx->tmp);
 	mkdir(fx->persist, 0755);
 }
@@ -45,7 +43,6 @@ static inline int fx_start(struct fixture *fx, uint64_t mem, bool persist,
 
 	eng_config_defaults(&cfg);
 	cfg.mountpoint = fx->tmp;
-	cfg.ctl_path = fx->ctl;
 	cfg.mem_bytes = mem;
 	cfg.persist_dir = persist ? fx->persist : NULL;
 	cfg.keep = keep;

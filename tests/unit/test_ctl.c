@@ -1,9 +1,10 @@
 /*
- * test_ctl.c - the control socket server, over a real Unix socket, against
- * a fake engine (the eng_* reporting calls below), so that every answer is
- * known in advance: framing, escaping of hostile names, exit codes,
- * malformed requests, flush --wait progress, clients that vanish, and the
- * socket's own life (mode, stale and live sockets).
+ * test_ctl.c - the control socket server (fs/ctl.c), over a real Unix
+ * socket, against a fake engine: fs/ctl.c knows the engine only through
+ * engine.h, and the eng_* reporting calls below stand in for it, so that
+ * every answer is known in advance: framing, escaping of hostile names,
+ * exit codes, malformed requests, flush --wait progress, clients that
+ * vanish, and the socket's own life (mode, stale and live sockets).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,10 +23,20 @@
 
 #include <cmocka.h>
 
-#include "ctl_i.h"
-#include "engine_i.h"
+#include "ctl.h"
+#include "engine.h"
 
 /* --- the fake engine ---------------------------------------------------- */
+
+/* engine.h leaves struct eng opaque: the fake one holds what it reports. */
+struct eng {
+	struct eng_config cfg;
+};
+
+const struct eng_config *eng_get_config(struct eng *e)
+{
+	return &e->cfg;
+}
 
 int rft_log_max = RFT_LOG_WARN;
 
@@ -183,7 +194,7 @@ struct fx {
 	char dir[64];
 	char path[128];
 	struct eng e;
-	struct ctl *c;
+	struct rfs_ctl *c;
 };
 
 static int setup(void **state)
@@ -193,16 +204,16 @@ static int setup(void **state)
 	assert_non_null(fx);
 	snprintf(fx->dir, sizeof(fx->dir), "/tmp/rftctl.XXXXXX");
 	assert_non_null(mkdtemp(fx->dir));
-	/* A parent that does not exist yet: ctl_new makes it 0700. */
+	/* A parent that does not exist yet: rfs_ctl_new makes it 0700. */
 	snprintf(fx->path, sizeof(fx->path), "%s/run/ctl.sock", fx->dir);
-	fx->e.mountpoint = "/mnt/ckpt";
-	fx->e.persist_dir = "/nfs/ckpt";
+	fx->e.cfg.mountpoint = "/mnt/ckpt";
+	fx->e.cfg.persist_dir = "/nfs/ckpt";
 	fx->e.cfg.keep = 2;
 	fake_persist = true;
 	fake_flush_error = 0;
 	fake_flush_steps = 3;
-	assert_int_equal(ctl_new(&fx->e, fx->path, &fx->c), 0);
-	assert_int_equal(ctl_start(fx->c), 0);
+	assert_int_equal(rfs_ctl_new(&fx->e, fx->path, &fx->c), 0);
+	assert_int_equal(rfs_ctl_start(fx->c), 0);
 	*state = fx;
 	return 0;
 }
@@ -212,7 +223,7 @@ static int teardown(void **state)
 	struct fx *fx = *state;
 	char run[96];
 
-	ctl_free(fx->c);
+	rfs_ctl_free(fx->c);
 	snprintf(run, sizeof(run), "%s/run", fx->dir);
 	rmdir(run);
 	rmdir(fx->dir);
@@ -575,7 +586,7 @@ static void test_vanishing_clients(void **state)
 	free(a);
 }
 
-/* ctl_free() while clients stream progress: they hear why, it is quick. */
+/* rfs_ctl_free() while clients stream progress: they hear why, quickly. */
 static void test_free_while_streaming(void **state)
 {
 	struct fx *fx = *state;
@@ -591,7 +602,7 @@ static void test_free_while_streaming(void **state)
 	}
 	usleep(300 * 1000);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	ctl_free(fx->c);
+	rfs_ctl_free(fx->c);
 	fx->c = NULL;
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	assert_true((t1.tv_sec - t0.tv_sec) * 1000 +
@@ -616,12 +627,12 @@ static void test_free_while_streaming(void **state)
 static void test_live_and_stale(void **state)
 {
 	struct fx *fx = *state;
-	struct ctl *c2 = NULL;
+	struct rfs_ctl *c2 = NULL;
 	char other[96];
 	int fd;
 
 	/* A live server owns the path: refused, and its socket stays. */
-	assert_int_equal(ctl_new(&fx->e, fx->path, &c2), -EADDRINUSE);
+	assert_int_equal(rfs_ctl_new(&fx->e, fx->path, &c2), -EADDRINUSE);
 	assert_null(c2);
 	assert_int_equal(access(fx->path, F_OK), 0);
 	fd = dial(fx->path);
@@ -633,7 +644,7 @@ static void test_live_and_stale(void **state)
 	fd = open(other, O_CREAT | O_WRONLY, 0600);
 	assert_true(fd >= 0);
 	close(fd);
-	assert_int_equal(ctl_new(&fx->e, other, &c2), -EEXIST);
+	assert_int_equal(rfs_ctl_new(&fx->e, other, &c2), -EEXIST);
 	unlink(other);
 
 	/* A stale socket (nobody listening) is replaced. */
@@ -646,8 +657,8 @@ static void test_live_and_stale(void **state)
 				 0);
 		close(s);
 	}
-	assert_int_equal(ctl_new(&fx->e, other, &c2), 0);
-	assert_int_equal(ctl_start(c2), 0);
+	assert_int_equal(rfs_ctl_new(&fx->e, other, &c2), 0);
+	assert_int_equal(rfs_ctl_start(c2), 0);
 	{
 		char *a;
 		struct fx fx2 = *fx;
@@ -657,8 +668,140 @@ static void test_live_and_stale(void **state)
 		assert_int_equal(frame_check(a), 0);
 		free(a);
 	}
-	ctl_free(c2);
+	rfs_ctl_free(c2);
 	assert_int_equal(access(other, F_OK), -1);
+}
+
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (t1.tv_sec - t0->tv_sec) * 1000 +
+	       (t1.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/*
+ * Connections that never send their request line hold no worker and do not
+ * stall the acceptor: a real request behind 20 of them is answered at once.
+ */
+static void test_idle_connections(void **state)
+{
+	struct fx *fx = *state;
+	struct timespec t0;
+	int idle[20];
+	long ms;
+	char *a;
+
+	for (int i = 0; i < 20; i++) {
+		idle[i] = dial(fx->path);
+		assert_true(idle[i] >= 0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	a = ask(fx, "version\n");
+	ms = ms_since(&t0);
+	if (frame_check(a) != 0 || ms > 1000)
+		fail_msg("behind 20 idle connections: %ld ms, answer %s", ms,
+			 a);
+	free(a);
+	for (int i = 0; i < 20; i++)
+		close(idle[i]);
+}
+
+/* Read what the server sent on @fd until it closes; NUL-terminated. */
+static void slurp(int fd, char *buf, size_t size)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	while (got + 1 < size &&
+	       (n = recv(fd, buf + got, size - 1 - got, 0)) > 0)
+		got += (size_t)n;
+	buf[got] = '\0';
+}
+
+/*
+ * More idle connections than the server keeps: the oldest are closed with
+ * a reason, the newest stay, and a real request is still answered at once.
+ */
+static void test_many_idle_connections(void **state)
+{
+	struct fx *fx = *state;
+	struct timespec t0;
+	int idle[80];
+	char buf[256];
+	long ms;
+	char *a;
+
+	for (int i = 0; i < 80; i++) {
+		idle[i] = dial(fx->path);
+		assert_true(idle[i] >= 0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	a = ask(fx, "version\n");
+	ms = ms_since(&t0);
+	if (frame_check(a) != 0 || ms > 1000)
+		fail_msg("behind 80 idle connections: %ld ms, answer %s", ms,
+			 a);
+	free(a);
+	/* 80 + 1 connections, 64 kept: the first 17 went, oldest first. */
+	for (int i = 0; i < 17; i++) {
+		slurp(idle[i], buf, sizeof(buf));
+		if (!strstr(buf, "e no request line, and 63 other connections "
+				 "wait for theirs: closed\nx 2\n"))
+			fail_msg("idle connection %d: answer '%s'", i, buf);
+	}
+	for (int i = 17; i < 80; i++) {
+		ssize_t n = recv(idle[i], buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n != -1 || errno != EAGAIN)
+			fail_msg("idle connection %d was closed (%zd)", i, n);
+	}
+	for (int i = 0; i < 80; i++)
+		close(idle[i]);
+}
+
+/*
+ * Every worker busy (16 clients in flush --wait): a request waits for
+ * one; one that frees up in time serves it, else after 2 s it is told.
+ */
+static void test_busy_workers(void **state)
+{
+	struct fx *fx = *state;
+	struct timespec t0;
+	int fds[RFS_CTL_MAX_CLIENTS];
+	char buf[256];
+	long ms;
+	char *a;
+
+	fake_flush_steps = 1000000;
+	for (int i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
+		fds[i] = dial(fx->path);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(send(fds[i], "flush --wait\n", 13, 0), 13);
+		/* Its first progress record: a worker has it. */
+		assert_true(recv(fds[i], buf, 2, MSG_WAITALL) == 2);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	a = ask(fx, "version\n");
+	ms = ms_since(&t0);
+	if (frame_check(a) != 1 ||
+	    !strstr(a, "e reftfsd is serving too many control clients") ||
+	    ms < 1900 || ms > 5000)
+		fail_msg("all workers busy: %ld ms, answer %s", ms, a);
+	free(a);
+
+	/* A client that leaves frees its worker for the next request. */
+	close(fds[0]);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	a = ask(fx, "version\n");
+	ms = ms_since(&t0);
+	if (frame_check(a) != 0 || ms > 1500)
+		fail_msg("after one client left: %ld ms, answer %s", ms, a);
+	free(a);
+	for (int i = 1; i < RFS_CTL_MAX_CLIENTS; i++)
+		close(fds[i]);
+	fake_flush_steps = 3;
 }
 
 int main(void)
@@ -688,6 +831,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_free_while_streaming,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_and_stale, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_idle_connections, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_many_idle_connections,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_busy_workers, setup,
 						teardown),
 	};
 

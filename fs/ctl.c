@@ -1,0 +1,2062 @@
+/*
+ * ctl.c - the control socket: how reftfs-admin sees into reftfsd.
+ *
+ * One request line per connection, answered by tagged lines, then closed
+ * (docs/protocol.md, "Control socket").  The daemon renders every answer,
+ * human text, JSON or Prometheus, so the client needs no parser and an old
+ * client keeps working when fields are added.
+ *
+ * Each command fills a report (report.h) once from the engine's reporting
+ * calls and renders it in the format asked for; the schemas and text
+ * layouts below are the whole of what a command says.  Answers are built
+ * in memory and sent after the engine calls return: engine callbacks run
+ * under engine locks, and a client that stops reading must never keep one
+ * held.  Only "flush --wait" streams, between calls.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "report.h"
+
+#ifndef RFT_VERSION
+#define RFT_VERSION "unknown"
+#endif
+
+#define CTL_IO_MS 10000	  /* the request line; each blocked send */
+#define CTL_POLL_MS 100	  /* flush --wait: progress poll period */
+#define CTL_BEAT_MS 1000  /* flush --wait: a record at least this often */
+#define CTL_BACKOFF_MS 100 /* accept() failing for lack of resources */
+#define CTL_BUSY_MS 2000  /* a request waits this long for a worker */
+#define CTL_GRACE_MS 500  /* rfs_ctl_free: clients finish their lines */
+#define CTL_MAX_ARGS 16	  /* words in a request, command included */
+#define CTL_MAX_PENDING 64 /* connections still sending their line */
+#define CTL_MAX_QUEUED 64  /* requests waiting for a worker */
+#define CTL_IDLE_MS 100	  /* pending set full: drop the oldest if silent
+			     this long, to take a new connection */
+
+/* Exit codes carried by the final "x" line; docs/protocol.md. */
+enum {
+	CTL_GONE = -1, /* the client went away: send nothing more */
+	CTL_EXIT_OK = 0,
+	CTL_EXIT_FAIL = 1,  /* the command ran and failed */
+	CTL_EXIT_USAGE = 2, /* unknown command, bad arguments, bad request */
+};
+
+/*
+ * One connection, from accept() until it is answered.  The acceptor owns
+ * it while the request line comes in; then it waits in the queue, and a
+ * worker owns it while it serves the request.
+ */
+struct ctl_conn {
+	struct ctl_conn *next; /* in the queue; protected by c->lock */
+	int fd;
+	struct ucred cred;
+	/*
+	 * mono ms: accepted, then queued.  It may be later than the "now"
+	 * of the acceptor's pass that set it: compare as since + T <= now.
+	 */
+	uint64_t since;
+	bool eof;	/* the client shut its side to end the line */
+	size_t len;	/* bytes of line read so far */
+	char line[RFS_CTL_MAX_LINE + 1];
+};
+
+struct ctl_worker {
+	struct rfs_ctl *c;
+	pthread_t thread;
+	int fd; /* the client it serves, or -1; protected by c->lock */
+};
+
+struct rfs_ctl {
+	struct eng *e;
+	char *path;
+	int lfd;
+	int wakefd;	/* eventfd, readable once rfs_ctl_free() starts */
+	dev_t sock_dev; /* the node we bound: unlink only that one */
+	ino_t sock_ino;
+	bool acceptor_started;
+	unsigned nworkers; /* started */
+	pthread_t acceptor;
+	/* Connections whose line is still coming, oldest first: acceptor. */
+	struct ctl_conn *pending[CTL_MAX_PENDING];
+	unsigned npending;
+	pthread_mutex_t lock;
+	pthread_cond_t work; /* a request was queued, or stopping */
+	pthread_cond_t done; /* a worker finished a request */
+	bool stopping;	     /* protected by lock */
+	struct ctl_conn *head, *tail; /* the queue; protected by lock */
+	unsigned nqueued;	      /* protected by lock */
+	struct ctl_worker workers[RFS_CTL_MAX_CLIENTS];
+};
+
+static const char *state_name(enum eng_state s)
+{
+	const char *n = eng_state_name(s);
+
+	return n ? n : "unknown";
+}
+
+static const char *crc_name(enum eng_crc_state s)
+{
+	const char *n = eng_crc_state_name(s);
+
+	return n ? n : "unknown";
+}
+
+static const char *err_name(int err)
+{
+	return strerror(err < 0 ? -err : err);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* --- requests ----------------------------------------------------------- */
+
+#define CMD_JSON (1u << 0) /* takes --json */
+#define CMD_WAIT (1u << 1) /* takes --wait */
+#define CMD_PATH (1u << 2) /* takes one optional PATH */
+
+struct ctl_req;
+
+struct ctl_cmd {
+	const char *name;
+	unsigned opts;	   /* CMD_* */
+	const char *usage; /* its arguments */
+	const char *help;
+	/* Renders into @o; returns an exit code or CTL_GONE. */
+	int (*fn)(struct ctl_req *r, struct rep_out *o);
+};
+
+struct ctl_req {
+	struct rfs_ctl *c;
+	int fd;
+	bool eof; /* the client shut its side: stop polling it for input */
+	const struct ctl_cmd *cmd;
+	bool json, wait;
+	const char *path; /* ls: NULL for the root */
+};
+
+static int send_all(int fd, const char *p, size_t n)
+{
+	ssize_t r;
+
+	while (n) {
+		r = send(fd, p, n, MSG_NOSIGNAL);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* Send what @o holds now and empty it (flush --wait streams this way). */
+static int out_send(struct ctl_req *r, struct rep_out *o)
+{
+	int rc;
+
+	if (o->err)
+		return o->err;
+	rc = send_all(r->fd, o->buf, o->len);
+	o->len = 0;
+	return rc;
+}
+
+/*
+ * Sleep up to @ms watching the client and rfs_ctl_free().  Returns 0, or
+ * -ESHUTDOWN when the server stops, -EPIPE when the client is gone.
+ */
+static int ctl_nap(struct ctl_req *r, int ms)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = r->c->wakefd, .events = POLLIN },
+		{ .fd = r->eof ? -1 : r->fd, .events = POLLIN },
+	};
+	char junk[256];
+	ssize_t n;
+
+	if (poll(pfd, 2, ms) < 0)
+		return errno == EINTR ? 0 : -errno;
+	if (pfd[0].revents)
+		return -ESHUTDOWN;
+	if (pfd[1].revents & (POLLHUP | POLLERR | POLLNVAL))
+		return -EPIPE;
+	if (!(pfd[1].revents & POLLIN))
+		return 0;
+	/*
+	 * EOF may be a half-close by a client still reading (socat does
+	 * that): stop watching; a closed client shows on the next send.
+	 */
+	n = recv(r->fd, junk, sizeof(junk), MSG_DONTWAIT);
+	if (n == 0)
+		r->eof = true;
+	else if (n < 0 && errno != EAGAIN && errno != EINTR)
+		return -EPIPE;
+	return 0;
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/*
+ * Split @line in place into at most @max words.  Blanks separate words; a
+ * word in double quotes may hold blanks, and in it \\ \" \n \t and \xHH
+ * (not \x00) stand for one byte.  Control characters are refused.
+ * Returns the word count, or -EINVAL / -E2BIG with @why set.
+ */
+static int split_words(char *line, char **argv, int max, const char **why)
+{
+	char *p = line, *w;
+	int argc = 0, hi, lo;
+	unsigned char ch;
+
+	for (;;) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (!*p)
+			return argc;
+		if (argc == max) {
+			*why = "too many words";
+			return -E2BIG;
+		}
+		argv[argc++] = w = p;
+		if (*p != '"') {
+			for (; *p && *p != ' ' && *p != '\t'; p++) {
+				ch = (unsigned char)*p;
+				if (ch < 0x20 || ch == 0x7f)
+					goto ctrl;
+			}
+			if (*p)
+				*p++ = '\0';
+			continue;
+		}
+		for (p++; *p != '"'; p++) {
+			ch = (unsigned char)*p;
+			if (!ch) {
+				*why = "unterminated quote";
+				return -EINVAL;
+			}
+			if (ch < 0x20 || ch == 0x7f)
+				goto ctrl;
+			if (ch == '\\') {
+				switch (*++p) {
+				case '\\':
+				case '"':
+					ch = (unsigned char)*p;
+					break;
+				case 'n':
+					ch = '\n';
+					break;
+				case 't':
+					ch = '\t';
+					break;
+				case 'x':
+					hi = hexval(p[1]);
+					lo = hi < 0 ? -1 : hexval(p[2]);
+					if (lo < 0 || (!hi && !lo))
+						goto esc;
+					ch = (unsigned char)(hi << 4 | lo);
+					p += 2;
+					break;
+				default:
+					goto esc;
+				}
+			}
+			*w++ = (char)ch;
+		}
+		p++; /* the closing quote; w is behind it */
+		if (*p && *p != ' ' && *p != '\t') {
+			*why = "text right after a closing quote";
+			return -EINVAL;
+		}
+		*w = '\0';
+	}
+ctrl:
+	*why = "control character (quote it as \\n, \\t or \\xHH)";
+	return -EINVAL;
+esc:
+	*why = "bad escape in quotes (use \\\\ \\\" \\n \\t \\xHH)";
+	return -EINVAL;
+}
+
+/*
+ * @in (absolute or relative to the mount root) as the engine wants it:
+ * no leading or doubled '/', "." dropped, ".." applied (never above the
+ * root), "" for the root.  @out holds @size bytes.
+ */
+static int norm_path(const char *in, char *out, size_t size)
+{
+	const char *p = in, *s;
+	size_t len = 0, n;
+
+	while (*p) {
+		while (*p == '/')
+			p++;
+		for (s = p; *p && *p != '/'; p++)
+			;
+		n = (size_t)(p - s);
+		if (!n || (n == 1 && s[0] == '.'))
+			continue;
+		if (n == 2 && s[0] == '.' && s[1] == '.') {
+			while (len && out[len - 1] != '/')
+				len--;
+			if (len)
+				len--;
+			continue;
+		}
+		if (len + 1 + n + 1 > size)
+			return -ENAMETOOLONG;
+		if (len)
+			out[len++] = '/';
+		memcpy(out + len, s, n);
+		len += n;
+	}
+	out[len] = '\0';
+	return 0;
+}
+
+/* --- status and metrics: one report ------------------------------------- */
+
+/* A line of text (struct rep_text): when, label, template. */
+#define TXT(when, label, tmpl) { (when), (label), (tmpl), NULL }
+/* A table in the text (struct rep_text): when, its layout. */
+#define TABLE(when, t) { (when), NULL, NULL, (t) }
+
+#define NSTATES (ENG_STATE_PERSISTED + 1)
+#define NCRCS (ENG_CRC_BAD + 1)
+
+static const char *state_of(unsigned s)
+{
+	return state_name((enum eng_state)s);
+}
+
+static const char *crc_of(unsigned s)
+{
+	return crc_name((enum eng_crc_state)s);
+}
+
+enum {
+	MEM_BUDGET,
+	MEM_USED,
+	MEM_PREFAULTED,
+	MEM_PERCENT,
+	MEM_CHUNK,
+	MEM_CHUNKS,
+	MEM_CHUNKS_USED,
+	MEM_EVICTABLE,
+	MEM_N
+};
+
+static const struct rep_field mem_fields[MEM_N] = {
+	[MEM_BUDGET] = REP_EXPORT("budget_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_budget_bytes", "Memory budget for file data."),
+	[MEM_USED] = REP_EXPORT("used_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_used_bytes", "Arena memory in use."),
+	[MEM_PREFAULTED] = REP_EXPORT("prefaulted_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_prefaulted_bytes",
+		"Arena memory faulted in ahead of use."),
+	[MEM_PERCENT] = REP_FIELD("used_percent", REP_PERCENT),
+	[MEM_CHUNK] = REP_EXPORT("chunk_size_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_chunk_size_bytes", "Size of one arena chunk."),
+	[MEM_CHUNKS] = REP_EXPORT("chunks_total", REP_COUNT, REP_GAUGE,
+		"reftfs_chunks", "Chunks in the arena."),
+	[MEM_CHUNKS_USED] = REP_EXPORT("chunks_used", REP_COUNT, REP_GAUGE,
+		"reftfs_chunks_used", "Arena chunks in use."),
+	[MEM_EVICTABLE] = REP_EXPORT("chunks_evictable", REP_COUNT, REP_GAUGE,
+		"reftfs_chunks_evictable",
+		"Chunks in use that could be evicted now."),
+};
+
+enum { NS_CKPTS, NS_FILES, NS_DIRS, NS_LOGICAL, NS_RESIDENT, NS_N };
+
+static const struct rep_field ns_fields[NS_N] = {
+	[NS_CKPTS] = REP_EXPORT("checkpoints", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoints", "Checkpoints (top-level directories)."),
+	[NS_FILES] = REP_EXPORT("files", REP_COUNT, REP_GAUGE, "reftfs_files",
+		"Regular files."),
+	[NS_DIRS] = REP_EXPORT("dirs", REP_COUNT, REP_GAUGE,
+		"reftfs_directories", "Directories."),
+	[NS_LOGICAL] = REP_EXPORT("logical_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_logical_bytes", "Sum of file sizes."),
+	[NS_RESIDENT] = REP_EXPORT("resident_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_resident_bytes", "File bytes resident in RAM."),
+};
+
+enum { IO_WOPS, IO_WBYTES, IO_ROPS, IO_RBYTES, IO_N };
+
+static const struct rep_field io_fields[IO_N] = {
+	[IO_WOPS] = REP_EXPORT("write_ops", REP_COUNT, REP_COUNTER,
+		"reftfs_write_ops_total", "Write requests."),
+	[IO_WBYTES] = REP_EXPORT("write_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_write_bytes_total", "Bytes written."),
+	[IO_ROPS] = REP_EXPORT("read_ops", REP_COUNT, REP_COUNTER,
+		"reftfs_read_ops_total", "Read requests."),
+	[IO_RBYTES] = REP_EXPORT("read_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_read_bytes_total", "Bytes read."),
+};
+
+enum { CNT_ENOSPC, CNT_CRC, CNT_EVICTED, CNT_RT_CHUNKS, CNT_RT_BYTES, CNT_N };
+
+static const struct rep_field cnt_fields[CNT_N] = {
+	[CNT_ENOSPC] = REP_EXPORT("enospc", REP_COUNT, REP_COUNTER,
+		"reftfs_enospc_total", "Writes that failed with ENOSPC."),
+	[CNT_CRC] = REP_EXPORT("crc_errors", REP_COUNT, REP_COUNTER,
+		"reftfs_crc_errors_total",
+		"Chunks that failed their CRC32C check."),
+	[CNT_EVICTED] = REP_EXPORT("evicted_chunks", REP_COUNT, REP_COUNTER,
+		"reftfs_evicted_chunks_total", "Chunks evicted from RAM."),
+	[CNT_RT_CHUNKS] = REP_EXPORT("readthrough_chunks", REP_COUNT,
+		REP_COUNTER, "reftfs_readthrough_chunks_total",
+		"Chunks read back from the persist tier."),
+	[CNT_RT_BYTES] = REP_EXPORT("readthrough_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_readthrough_bytes_total",
+		"Bytes read back from the persist tier."),
+};
+
+enum {
+	PER_ENABLED,
+	PER_DIR,
+	PER_HEALTHY,
+	PER_FILES,
+	PER_BYTES,
+	PER_ERRORS,
+	PER_PENDING_FILES,
+	PER_PENDING_BYTES,
+	PER_LAST_ERROR,
+	PER_LAST_ERROR_TIME,
+	PER_LAST_OK_TIME,
+	PER_KEEP,
+	PER_EVERY,
+	PER_N
+};
+
+static const struct rep_field persist_fields[PER_N] = {
+	[PER_ENABLED] = REP_EXPORT("enabled", REP_BOOL, REP_GAUGE,
+		"reftfs_persist_enabled", "1 if a persist tier is configured."),
+	[PER_DIR] = REP_FIELD("dir", REP_STRING),
+	[PER_HEALTHY] = REP_EXPORT("healthy", REP_BOOL, REP_GAUGE,
+		"reftfs_persist_healthy",
+		"1 if the last write-back succeeded."),
+	[PER_FILES] = REP_EXPORT("written_files", REP_COUNT, REP_COUNTER,
+		"reftfs_persist_written_files_total",
+		"Files written back to the persist tier."),
+	[PER_BYTES] = REP_EXPORT("written_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_persist_written_bytes_total",
+		"Bytes written back to the persist tier."),
+	[PER_ERRORS] = REP_EXPORT("errors", REP_COUNT, REP_COUNTER,
+		"reftfs_persist_errors_total", "Failed write-back attempts."),
+	[PER_PENDING_FILES] = REP_EXPORT("pending_files", REP_COUNT, REP_GAUGE,
+		"reftfs_persist_pending_files",
+		"Files waiting for write-back."),
+	[PER_PENDING_BYTES] = REP_EXPORT("pending_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_persist_pending_bytes",
+		"Bytes waiting for write-back."),
+	[PER_LAST_ERROR] = REP_FIELD("last_error", REP_STRING),
+	[PER_LAST_ERROR_TIME] = REP_EXPORT("last_error_time", REP_TIME,
+		REP_GAUGE, "reftfs_persist_last_error_time_seconds",
+		"Unix time of the last write-back error, 0 if none."),
+	[PER_LAST_OK_TIME] = REP_EXPORT("last_ok_time", REP_TIME, REP_GAUGE,
+		"reftfs_persist_last_success_time_seconds",
+		"Unix time of the last successful write-back, 0 if none."),
+	[PER_KEEP] = REP_FIELD("keep", REP_COUNT),
+	[PER_EVERY] = REP_FIELD("persist_every", REP_COUNT),
+};
+
+enum { CK_NAME, CK_SEQ, CK_STATE, CK_FILES, CK_BYTES, CK_RESIDENT, CK_FLAGS,
+       CK_N };
+enum { CK_FLAG_KEEP = 1 << 0, CK_FLAG_PERSIST = 1 << 1 };
+
+static const char *const ck_flag_names[] = { "keep", "persist" };
+static const char *const ck_flag_keys[] = { "keep", "persist_selected" };
+
+static const struct rep_field ck_fields[CK_N] = {
+	[CK_NAME] = REP_FIELD("name", REP_STRING),
+	[CK_SEQ] = REP_EXPORT("seq", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_seq",
+		"Creation order of the checkpoint, from 1."),
+	[CK_STATE] = {
+		.key = "state",
+		.type = REP_ENUM,
+		.metric = REP_GAUGE,
+		.prom = "reftfs_checkpoint_state",
+		.help = "1 for the checkpoint's state (the weakest of its "
+			"files).",
+		.label = "state",
+		.n = NSTATES,
+		.name_of = state_of,
+	},
+	[CK_FILES] = REP_EXPORT("files", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_files", "Files in the checkpoint."),
+	[CK_BYTES] = REP_EXPORT("bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_checkpoint_bytes",
+		"Sum of the checkpoint's file sizes."),
+	[CK_RESIDENT] = REP_EXPORT("resident_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_checkpoint_resident_bytes",
+		"Bytes of the checkpoint resident in RAM."),
+	[CK_FLAGS] = {
+		.key = "flags",
+		.type = REP_FLAGS,
+		.metric = REP_GAUGE,
+		.prom = "reftfs_checkpoint_flag",
+		.help = "1 if the checkpoint is in the keep window "
+			"(flag=\"keep\") or selected for write-back "
+			"(flag=\"persist\").",
+		.label = "flag",
+		.n = 2,
+		.names = ck_flag_names,
+		.keys = ck_flag_keys,
+	},
+};
+
+enum {
+	ST_MOUNT,
+	ST_SOCKET,
+	ST_VERSION,
+	ST_PROTOCOL,
+	ST_PID,
+	ST_START,
+	ST_UPTIME,
+	ST_MEMORY,
+	ST_NS,
+	ST_IO,
+	ST_COUNTERS,
+	ST_PERSIST,
+	ST_CKPTS,
+	ST_N
+};
+
+static const struct rep_field status_fields[ST_N] = {
+	[ST_MOUNT] = REP_FIELD("mountpoint", REP_STRING),
+	[ST_SOCKET] = REP_FIELD("socket", REP_STRING),
+	[ST_VERSION] = {
+		.key = "version",
+		.type = REP_STRING,
+		.metric = REP_INFO,
+		.prom = "reftfs_build_info",
+		.help = "Version of reftfsd; the value is always 1.",
+		.label = "version",
+	},
+	[ST_PROTOCOL] = REP_FIELD("protocol", REP_COUNT),
+	[ST_PID] = REP_FIELD("pid", REP_INT),
+	[ST_START] = REP_EXPORT("start_time", REP_TIME, REP_GAUGE,
+		"reftfs_start_time_seconds", "Unix time reftfsd started."),
+	[ST_UPTIME] = REP_FIELD("uptime_seconds", REP_SECONDS),
+	[ST_MEMORY] = REP_GROUP("memory", mem_fields, MEM_N),
+	[ST_NS] = REP_GROUP("namespace", ns_fields, NS_N),
+	[ST_IO] = REP_GROUP("io", io_fields, IO_N),
+	[ST_COUNTERS] = REP_GROUP("counters", cnt_fields, CNT_N),
+	[ST_PERSIST] = REP_GROUP("persist", persist_fields, PER_N),
+	[ST_CKPTS] = {
+		.key = "checkpoints",
+		.type = REP_TABLE,
+		.label = "checkpoint",
+		.fields = ck_fields,
+		.n = CK_N,
+	},
+};
+
+static const struct rep_field status_root =
+	REP_GROUP("status", status_fields, ST_N);
+
+static const struct rep_col ck_cols[] = {
+	{ "", "CHECKPOINT", -10, 40 }, { " ", "SEQ", 6, 0 },
+	{ "  ", "STATE", -9, 0 },	       { "  ", "FILES", 8, 0 },
+	{ "  ", "BYTES", 10, 0 },	       { "  ", "RESIDENT", 10, 0 },
+	{ "  ", "FLAGS", 0, 0 },
+};
+
+static const struct rep_row_text ck_rows[] = {
+	{ NULL, (const char *const[]){ "{name}", "{seq}", "{state}", "{files}",
+				       "{bytes}", "{resident_bytes}",
+				       "{flags}" } },
+};
+
+static const struct rep_table_text ck_table = {
+	"checkpoints", ck_cols, 7, ck_rows, 1
+};
+
+/* What "status" says, field by field; docs/protocol.md shows it. */
+static const struct rep_text status_text[] = {
+	TXT(NULL, "mount", "{mountpoint}"),
+	TXT(NULL, "daemon", "reftfsd {version}, pid {pid}"),
+	TXT(NULL, "socket", "{socket}"),
+	TXT("start_time", "uptime", "{uptime_seconds} (since {start_time})"),
+	TXT(NULL, "memory",
+	    "{memory.used_bytes} of {memory.budget_bytes} used "
+	    "({memory.used_percent})"),
+	/* Until the arena is faulted in, first writes run slower. */
+	TXT("memory.prefaulted_bytes<memory.budget_bytes", "",
+	    "{memory.prefaulted_bytes} of the budget faulted in ahead of use"),
+	TXT(NULL, "chunks",
+	    "{memory.chunk_size_bytes} each; {memory.chunks_used} of "
+	    "{memory.chunks_total} in use, {memory.chunks_evictable} "
+	    "evictable"),
+	TXT(NULL, "contents",
+	    "{namespace.checkpoints} checkpoint{namespace.checkpoints?|s}, "
+	    "{namespace.files} file{namespace.files?|s}, {namespace.dirs} "
+	    "director{namespace.dirs?y|ies}"),
+	TXT(NULL, "data",
+	    "{namespace.logical_bytes} logical, {namespace.resident_bytes} "
+	    "resident in RAM"),
+	TXT(NULL, "io",
+	    "{io.write_ops} writes ({io.write_bytes}), {io.read_ops} reads "
+	    "({io.read_bytes})"),
+	TXT("!persist.enabled", "persist", "disabled (no --persist directory)"),
+	TXT("persist.enabled", "persist",
+	    "{persist.dir}, {persist.healthy?healthy|FAILING}"),
+	TXT("persist.enabled", "",
+	    "{persist.written_files} files ({persist.written_bytes}) written, "
+	    "{persist.pending_files} files ({persist.pending_bytes}) pending, "
+	    "{persist.errors} errors"),
+	TXT("persist.enabled&persist.persist_every", "",
+	    "policy --persist-every {persist.persist_every}, --keep "
+	    "{persist.keep}"),
+	TXT("persist.enabled&!persist.persist_every", "",
+	    "policy write back on flush and unmount only, --keep "
+	    "{persist.keep}"),
+	TXT("persist.enabled&persist.last_ok_time", "",
+	    "last success {persist.last_ok_time} "
+	    "({persist.last_ok_time:ago})"),
+	TXT("persist.enabled&persist.last_error", "",
+	    "last error {persist.last_error_time} "
+	    "({persist.last_error_time:ago}): {persist.last_error}"),
+	TXT(NULL, "counters",
+	    "enospc {counters.enospc}, crc errors {counters.crc_errors}, "
+	    "evicted chunks {counters.evicted_chunks}, read-through "
+	    "{counters.readthrough_chunks} chunks "
+	    "({counters.readthrough_bytes})"),
+	TXT(NULL, NULL, ""),
+	TXT("!checkpoints", NULL, "no checkpoints"),
+	TABLE("checkpoints", &ck_table),
+};
+
+#define STATUS_LABEL_W 14
+
+static int ck_row(void *ctx, const struct eng_ckpt_info *ci)
+{
+	struct rep *rep = ctx;
+	struct rep_obj *row = rep_row(rep, rep_top(rep), ST_CKPTS);
+
+	if (!row)
+		return 1;
+	rep_set_str(row, CK_NAME, ci->name ? ci->name : "");
+	rep_set_u64(row, CK_SEQ, ci->seq);
+	rep_set_u64(row, CK_STATE, ci->state);
+	rep_set_u64(row, CK_FILES, ci->files);
+	rep_set_u64(row, CK_BYTES, ci->bytes);
+	rep_set_u64(row, CK_RESIDENT, ci->bytes_resident);
+	rep_set_u64(row, CK_FLAGS,
+		    (ci->in_keep_window ? CK_FLAG_KEEP : 0) |
+			    (ci->persist_selected ? CK_FLAG_PERSIST : 0));
+	return 0;
+}
+
+/*
+ * The report behind "status" and "metrics", filled once.  Returns NULL
+ * with an 'e' line in @o (or o->err set) when it cannot be had.
+ */
+static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
+{
+	const struct eng_config *cfg = eng_get_config(r->c->e);
+	struct rep *rep = rep_new(&status_root);
+	struct rep_obj *top, *g;
+	struct eng_stats st;
+	time_t now = time(NULL);
+	int rc;
+
+	if (!rep) {
+		o->err = -ENOMEM;
+		return NULL;
+	}
+	top = rep_top(rep);
+	memset(&st, 0, sizeof(st));
+	eng_get_stats(r->c->e, &st);
+	st.persist_last_error[sizeof(st.persist_last_error) - 1] = '\0';
+
+	rep_set_str(top, ST_MOUNT, cfg->mountpoint && *cfg->mountpoint
+					   ? cfg->mountpoint
+					   : NULL);
+	rep_set_str(top, ST_SOCKET, r->c->path);
+	rep_set_str(top, ST_VERSION, RFT_VERSION);
+	rep_set_u64(top, ST_PROTOCOL, RFS_CTL_PROTOCOL);
+	rep_set_int(top, ST_PID, getpid());
+	rep_set_int(top, ST_START, st.start_time);
+	rep_set_u64(top, ST_UPTIME, now > st.start_time
+					    ? (uint64_t)(now - st.start_time)
+					    : 0);
+
+	g = rep_obj(top, ST_MEMORY);
+	rep_set_u64(g, MEM_BUDGET, st.mem_budget);
+	rep_set_u64(g, MEM_USED, st.mem_used);
+	rep_set_u64(g, MEM_PREFAULTED, st.mem_prefaulted);
+	rep_set_pct(g, MEM_PERCENT,
+		    st.mem_budget ? 100.0 * (double)st.mem_used /
+					    (double)st.mem_budget
+				  : 0.0);
+	rep_set_u64(g, MEM_CHUNK, st.chunk_size);
+	rep_set_u64(g, MEM_CHUNKS, st.chunks_total);
+	rep_set_u64(g, MEM_CHUNKS_USED, st.chunks_used);
+	rep_set_u64(g, MEM_EVICTABLE, st.chunks_evictable);
+
+	g = rep_obj(top, ST_NS);
+	rep_set_u64(g, NS_CKPTS, st.checkpoints);
+	rep_set_u64(g, NS_FILES, st.files);
+	rep_set_u64(g, NS_DIRS, st.dirs);
+	rep_set_u64(g, NS_LOGICAL, st.bytes_logical);
+	rep_set_u64(g, NS_RESIDENT, st.bytes_resident);
+
+	g = rep_obj(top, ST_IO);
+	rep_set_u64(g, IO_WOPS, st.write_ops);
+	rep_set_u64(g, IO_WBYTES, st.write_bytes);
+	rep_set_u64(g, IO_ROPS, st.read_ops);
+	rep_set_u64(g, IO_RBYTES, st.read_bytes);
+
+	g = rep_obj(top, ST_COUNTERS);
+	rep_set_u64(g, CNT_ENOSPC, st.enospc);
+	rep_set_u64(g, CNT_CRC, st.crc_errors);
+	rep_set_u64(g, CNT_EVICTED, st.evicted_chunks);
+	rep_set_u64(g, CNT_RT_CHUNKS, st.readthrough_chunks);
+	rep_set_u64(g, CNT_RT_BYTES, st.readthrough_bytes);
+
+	g = rep_obj(top, ST_PERSIST);
+	rep_set_bool(g, PER_ENABLED, st.persist_enabled);
+	if (st.persist_enabled && cfg->persist_dir && *cfg->persist_dir)
+		rep_set_str(g, PER_DIR, cfg->persist_dir);
+	rep_set_bool(g, PER_HEALTHY, st.persist_healthy);
+	rep_set_u64(g, PER_FILES, st.persist_files);
+	rep_set_u64(g, PER_BYTES, st.persist_bytes);
+	rep_set_u64(g, PER_ERRORS, st.persist_errors);
+	rep_set_u64(g, PER_PENDING_FILES, st.persist_pending_files);
+	rep_set_u64(g, PER_PENDING_BYTES, st.persist_pending_bytes);
+	if (st.persist_last_error[0])
+		rep_set_str(g, PER_LAST_ERROR, st.persist_last_error);
+	rep_set_int(g, PER_LAST_ERROR_TIME, st.persist_last_error_time);
+	rep_set_int(g, PER_LAST_OK_TIME, st.persist_last_ok_time);
+	rep_set_u64(g, PER_KEEP, cfg->keep);
+	rep_set_u64(g, PER_EVERY, cfg->persist_every);
+
+	rc = eng_list_checkpoints(r->c->e, ck_row, rep);
+	if (rep_err(rep)) {
+		o->err = rep_err(rep);
+	} else if (rc < 0) {
+		rep_out_line(o, 'e', "%s: listing checkpoints: %s",
+			     r->cmd->name, err_name(rc));
+	} else {
+		return rep;
+	}
+	rep_free(rep);
+	return NULL;
+}
+
+static int cmd_status(struct ctl_req *r, struct rep_out *o)
+{
+	struct rep *rep = status_report(r, o);
+
+	if (!rep)
+		return CTL_EXIT_FAIL;
+	if (r->json)
+		rep_json(o, rep);
+	else
+		rep_text(o, rep, status_text,
+			 sizeof(status_text) / sizeof(status_text[0]),
+			 STATUS_LABEL_W);
+	rep_free(rep);
+	return CTL_EXIT_OK;
+}
+
+static int cmd_metrics(struct ctl_req *r, struct rep_out *o)
+{
+	struct rep *rep = status_report(r, o);
+
+	if (!rep)
+		return CTL_EXIT_FAIL;
+	rep_prom(o, rep, r->json);
+	rep_free(rep);
+	return CTL_EXIT_OK;
+}
+
+/* --- ls ----------------------------------------------------------------- */
+
+enum {
+	LS_PATH,
+	LS_TYPE,
+	LS_INO,
+	LS_MODE,
+	LS_SIZE,
+	LS_MTIME,
+	LS_MTIME_NSEC,
+	LS_STATE,
+	LS_CRC,
+	LS_TIER,
+	LS_CHUNKS,
+	LS_RESIDENT,
+	LS_IN_PERSIST,
+	LS_N
+};
+
+/* The last six are a file's; null for anything else. */
+static const struct rep_field ls_fields[LS_N] = {
+	[LS_PATH] = REP_FIELD("path", REP_STRING),
+	[LS_TYPE] = REP_FIELD("type", REP_STRING),
+	[LS_INO] = REP_FIELD("ino", REP_COUNT),
+	[LS_MODE] = REP_FIELD("mode", REP_STRING),
+	[LS_SIZE] = REP_FIELD("size", REP_BYTES),
+	[LS_MTIME] = REP_FIELD("mtime", REP_INT),
+	[LS_MTIME_NSEC] = REP_FIELD("mtime_nsec", REP_INT),
+	[LS_STATE] = {
+		.key = "state",
+		.type = REP_ENUM,
+		.n = NSTATES,
+		.name_of = state_of,
+	},
+	[LS_CRC] = {
+		.key = "checksum",
+		.type = REP_ENUM,
+		.n = NCRCS,
+		.name_of = crc_of,
+	},
+	[LS_TIER] = REP_FIELD("tier", REP_STRING),
+	[LS_CHUNKS] = REP_FIELD("chunks", REP_COUNT),
+	[LS_RESIDENT] = REP_FIELD("chunks_resident", REP_COUNT),
+	[LS_IN_PERSIST] = REP_FIELD("in_persist", REP_BOOL),
+};
+
+static const struct rep_field ls_root = {
+	.key = "entries",
+	.type = REP_TABLE,
+	.fields = ls_fields,
+	.n = LS_N,
+};
+
+static const struct rep_col ls_cols[] = {
+	{ "", "STATE", -9, 0 },	   { "  ", "SIZE", 13, 0 },
+	{ "  ", "TIER", -11, 0 },	   { "  ", "CHECKSUM", -10, 0 },
+	{ "  ", "CHUNKS", 13, 0 },	   { "  ", "PATH", 0, 0 },
+};
+
+static const struct rep_row_text ls_rows[] = {
+	{ "state", (const char *const[]){ "{state}", "{size:n}", "{tier}",
+					  "{checksum}",
+					  "{chunks_resident}/{chunks}",
+					  "{path}" } },
+	{ "type=dir",
+	  (const char *const[]){ "dir", "-", "-", "-", "-", "{path}" } },
+	{ NULL,
+	  (const char *const[]){ "{type}", "{size:n}", "-", "-", "-",
+				 "{path}" } },
+};
+
+static const struct rep_table_text ls_table = { NULL, ls_cols, 6, ls_rows,
+						3 };
+
+static const struct rep_text ls_text[] = {
+	TABLE(NULL, &ls_table),
+};
+
+static const char *type_name(mode_t mode)
+{
+	if (S_ISREG(mode))
+		return "file";
+	if (S_ISDIR(mode))
+		return "dir";
+	if (S_ISLNK(mode))
+		return "symlink";
+	return "other";
+}
+
+static int ls_row(void *ctx, const struct eng_entry_info *ei)
+{
+	struct rep *rep = ctx;
+	struct rep_obj *row = rep_row(rep, NULL, 0);
+	char buf[PATH_MAX + 2];
+
+	if (!row)
+		return 1;
+	/* With a leading '/', as the user names it. */
+	snprintf(buf, sizeof(buf), "/%s", ei->path ? ei->path : "");
+	rep_set_str(row, LS_PATH, buf);
+	rep_set_str(row, LS_TYPE, type_name(ei->mode));
+	rep_set_u64(row, LS_INO, ei->ino);
+	snprintf(buf, sizeof(buf), "%04o", (unsigned)(ei->mode & 07777));
+	rep_set_str(row, LS_MODE, buf);
+	rep_set_u64(row, LS_SIZE, ei->size);
+	rep_set_int(row, LS_MTIME, ei->mtime.tv_sec);
+	rep_set_int(row, LS_MTIME_NSEC, ei->mtime.tv_nsec);
+	if (S_ISREG(ei->mode)) {
+		rep_set_u64(row, LS_STATE, ei->state);
+		rep_set_u64(row, LS_CRC, ei->crc);
+		rep_set_str(row, LS_TIER, ei->tier);
+		rep_set_u64(row, LS_CHUNKS, ei->chunks);
+		rep_set_u64(row, LS_RESIDENT, ei->chunks_resident);
+		rep_set_bool(row, LS_IN_PERSIST, ei->in_persist);
+	}
+	return rep_err(rep) ? 1 : 0;
+}
+
+static int cmd_ls(struct ctl_req *r, struct rep_out *o)
+{
+	const char *mnt = eng_get_config(r->c->e)->mountpoint;
+	char rel[RFS_CTL_MAX_LINE + 1];
+	struct rep *rep;
+	size_t n;
+	int rc;
+
+	if (norm_path(r->path ? r->path : "", rel, sizeof(rel)) < 0) {
+		rep_out_line(o, 'e', "ls: path too long");
+		return CTL_EXIT_USAGE;
+	}
+	rep = rep_new(&ls_root);
+	if (!rep) {
+		o->err = -ENOMEM;
+		return CTL_EXIT_FAIL;
+	}
+	rc = eng_list_path(r->c->e, rel, ls_row, rep);
+	if (rep_err(rep)) {
+		o->err = rep_err(rep);
+		rep_free(rep);
+		return CTL_EXIT_FAIL;
+	}
+	if (rc < 0) {
+		rep_free(rep);
+		rep_out_begin(o, 'e');
+		rep_out_str(o, "ls: /");
+		rep_out_text(o, rel);
+		rep_out_printf(o, ": %s", err_name(rc));
+		rep_out_end(o);
+		/* "ls /mnt/ckpt/step_1" for "ls /step_1": say so. */
+		n = mnt ? strlen(mnt) : 0;
+		if (rc == -ENOENT && n > 1 && r->path &&
+		    !strncmp(r->path, mnt, n) &&
+		    (r->path[n] == '/' || !r->path[n])) {
+			rep_out_begin(o, 'e');
+			rep_out_str(o, "paths are relative to the mount root: "
+				       "try 'ls /");
+			if (norm_path(r->path + n, rel, sizeof(rel)) == 0)
+				rep_out_text(o, rel);
+			rep_out_str(o, "'");
+			rep_out_end(o);
+		}
+		return CTL_EXIT_FAIL;
+	}
+	if (r->json)
+		rep_json(o, rep);
+	else
+		rep_text(o, rep, ls_text, 1, 0);
+	rep_free(rep);
+	return CTL_EXIT_OK;
+}
+
+/* --- flush -------------------------------------------------------------- */
+
+enum {
+	FL_TICKET,
+	FL_FILES_DONE,
+	FL_FILES_TOTAL,
+	FL_BYTES_DONE,
+	FL_BYTES_TOTAL,
+	FL_FINISHED,
+	FL_ERROR,
+	FL_N
+};
+
+static const struct rep_field flush_fields[FL_N] = {
+	[FL_TICKET] = REP_FIELD("ticket", REP_COUNT),
+	[FL_FILES_DONE] = REP_FIELD("files_done", REP_COUNT),
+	[FL_FILES_TOTAL] = REP_FIELD("files_total", REP_COUNT),
+	[FL_BYTES_DONE] = REP_FIELD("bytes_done", REP_BYTES),
+	[FL_BYTES_TOTAL] = REP_FIELD("bytes_total", REP_BYTES),
+	[FL_FINISHED] = REP_FIELD("finished", REP_BOOL),
+	[FL_ERROR] = REP_FIELD("error", REP_STRING),
+};
+
+static const struct rep_field flush_root =
+	REP_GROUP("flush", flush_fields, FL_N);
+
+static const struct rep_text flush_requested[] = {
+	TXT(NULL, NULL,
+	    "flush requested (ticket {ticket}): {files_total} files, "
+	    "{bytes_total} to write back"),
+};
+
+static const struct rep_text flush_finished[] = {
+	TXT(NULL, NULL,
+	    "flush finished: {files_done} files, {bytes_done} written back"),
+};
+
+/* The state of @ticket, as JSON or by @text. */
+static void flush_report(struct rep_out *o, bool json,
+			 const struct rep_text *text, uint64_t ticket,
+			 const struct eng_flush_progress *p)
+{
+	struct rep *rep = rep_new(&flush_root);
+	struct rep_obj *top;
+
+	if (!rep) {
+		o->err = -ENOMEM;
+		return;
+	}
+	top = rep_top(rep);
+	rep_set_u64(top, FL_TICKET, ticket);
+	rep_set_u64(top, FL_FILES_DONE, p->files_done);
+	rep_set_u64(top, FL_FILES_TOTAL, p->files_total);
+	rep_set_u64(top, FL_BYTES_DONE, p->bytes_done);
+	rep_set_u64(top, FL_BYTES_TOTAL, p->bytes_total);
+	rep_set_bool(top, FL_FINISHED, p->finished);
+	if (p->error)
+		rep_set_str(top, FL_ERROR, err_name(p->error));
+	if (rep_err(rep))
+		o->err = rep_err(rep);
+	else if (json)
+		rep_json(o, rep);
+	else
+		rep_text(o, rep, text, 1, 0);
+	rep_free(rep);
+}
+
+static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
+{
+	struct eng *e = r->c->e;
+	struct eng_flush_progress p, last = { 0 };
+	struct eng_stats st;
+	uint64_t sent_at = 0;
+	bool sent = false;
+	int rc;
+
+	for (;;) {
+		memset(&p, 0, sizeof(p));
+		rc = eng_flush_progress(e, ticket, &p);
+		if (rc < 0) {
+			rep_out_line(o, 'e',
+				     "flush: progress of ticket %" PRIu64
+				     ": %s",
+				     ticket, err_name(rc));
+			return CTL_EXIT_FAIL;
+		}
+		if (!sent || p.finished || mono_ms() - sent_at >= CTL_BEAT_MS ||
+		    p.files_done != last.files_done ||
+		    p.files_total != last.files_total ||
+		    p.bytes_done != last.bytes_done ||
+		    p.bytes_total != last.bytes_total) {
+			rep_out_line(o, 'p',
+				     "%" PRIu64 " %" PRIu64 " %" PRIu64
+				     " %" PRIu64,
+				     p.files_done, p.files_total, p.bytes_done,
+				     p.bytes_total);
+			if (out_send(r, o))
+				return CTL_GONE;
+			sent = true;
+			sent_at = mono_ms();
+			last = p;
+		}
+		if (p.finished)
+			break;
+		rc = ctl_nap(r, CTL_POLL_MS);
+		if (rc == -ESHUTDOWN) {
+			rep_out_line(o, 'e', "flush: reftfsd is stopping; the "
+					     "write-back goes on without this "
+					     "client");
+			return CTL_EXIT_FAIL;
+		}
+		if (rc < 0)
+			return CTL_GONE;
+	}
+	if (r->json)
+		flush_report(o, true, NULL, ticket, &p);
+	if (p.error) {
+		rep_out_line(o, 'e', "flush failed: %s", err_name(p.error));
+		memset(&st, 0, sizeof(st));
+		eng_get_stats(e, &st);
+		st.persist_last_error[sizeof(st.persist_last_error) - 1] = 0;
+		if (st.persist_last_error[0]) {
+			rep_out_begin(o, 'e');
+			rep_out_str(o, "last persist error: ");
+			rep_out_text(o, st.persist_last_error);
+			rep_out_end(o);
+		}
+		return CTL_EXIT_FAIL;
+	}
+	if (!r->json)
+		flush_report(o, false, flush_finished, ticket, &p);
+	return CTL_EXIT_OK;
+}
+
+static int cmd_flush(struct ctl_req *r, struct rep_out *o)
+{
+	struct eng *e = r->c->e;
+	struct eng_flush_progress p;
+	struct eng_stats st;
+	uint64_t ticket = 0;
+	int rc;
+
+	memset(&st, 0, sizeof(st));
+	eng_get_stats(e, &st);
+	if (!st.persist_enabled) {
+		rep_out_line(o, 'e', "flush: no persist tier (reftfsd runs "
+				     "without --persist)");
+		return CTL_EXIT_FAIL;
+	}
+	rc = eng_flush_request(e, &ticket);
+	if (rc < 0) {
+		rep_out_line(o, 'e', "flush: %s", err_name(rc));
+		return CTL_EXIT_FAIL;
+	}
+	if (r->wait)
+		return flush_wait(r, o, ticket);
+	memset(&p, 0, sizeof(p));
+	rc = eng_flush_progress(e, ticket, &p);
+	if (rc < 0) {
+		rep_out_line(o, 'e',
+			     "flush: progress of ticket %" PRIu64 ": %s",
+			     ticket, err_name(rc));
+		return CTL_EXIT_FAIL;
+	}
+	flush_report(o, r->json, flush_requested, ticket, &p);
+	return CTL_EXIT_OK;
+}
+
+/* --- version, help, dispatch -------------------------------------------- */
+
+enum { VER_VERSION, VER_PROTOCOL, VER_PID, VER_N };
+
+static const struct rep_field version_fields[VER_N] = {
+	[VER_VERSION] = REP_FIELD("version", REP_STRING),
+	[VER_PROTOCOL] = REP_FIELD("protocol", REP_COUNT),
+	[VER_PID] = REP_FIELD("pid", REP_INT),
+};
+
+static const struct rep_field version_root =
+	REP_GROUP("version", version_fields, VER_N);
+
+static const struct rep_text version_text[] = {
+	TXT(NULL, NULL,
+	    "reftfsd {version}, control protocol {protocol}, pid {pid}"),
+};
+
+static int cmd_version(struct ctl_req *r, struct rep_out *o)
+{
+	struct rep *rep = rep_new(&version_root);
+	struct rep_obj *top;
+
+	if (!rep) {
+		o->err = -ENOMEM;
+		return CTL_EXIT_FAIL;
+	}
+	top = rep_top(rep);
+	rep_set_str(top, VER_VERSION, RFT_VERSION);
+	rep_set_u64(top, VER_PROTOCOL, RFS_CTL_PROTOCOL);
+	rep_set_int(top, VER_PID, getpid());
+	if (rep_err(rep))
+		o->err = rep_err(rep);
+	else if (r->json)
+		rep_json(o, rep);
+	else
+		rep_text(o, rep, version_text, 1, 0);
+	rep_free(rep);
+	return CTL_EXIT_OK;
+}
+
+static int cmd_help(struct ctl_req *r, struct rep_out *o);
+
+static const struct ctl_cmd ctl_cmds[] = {
+	{ "status", CMD_JSON, "[--json]",
+	  "memory, contents, persist tier, counters, checkpoints", cmd_status },
+	{ "ls", CMD_JSON | CMD_PATH, "[PATH] [--json]",
+	  "state, size, tier and checksum of the files under PATH", cmd_ls },
+	{ "flush", CMD_JSON | CMD_WAIT, "[--wait] [--json]",
+	  "write back everything sealed now; --wait shows progress",
+	  cmd_flush },
+	{ "metrics", CMD_JSON, "[--json]", "Prometheus text exposition",
+	  cmd_metrics },
+	{ "version", CMD_JSON, "[--json]", "daemon version", cmd_version },
+	{ "help", 0, "", "this list", cmd_help },
+};
+
+#define NCMDS (sizeof(ctl_cmds) / sizeof(ctl_cmds[0]))
+
+static int cmd_help(struct ctl_req *r, struct rep_out *o)
+{
+	size_t i;
+	char syn[64];
+
+	rep_out_line(o, 'o', "commands:");
+	for (i = 0; i < NCMDS; i++) {
+		snprintf(syn, sizeof(syn), "%s %s", ctl_cmds[i].name,
+			 ctl_cmds[i].usage);
+		rep_out_line(o, 'o', "  %-26s %s", syn, ctl_cmds[i].help);
+	}
+	return CTL_EXIT_OK;
+}
+
+static int usage_error(struct rep_out *o, const struct ctl_cmd *cmd,
+		       const char *what, const char *arg)
+{
+	rep_out_begin(o, 'e');
+	rep_out_printf(o, "%s: %s '", cmd->name, what);
+	rep_out_text(o, arg);
+	rep_out_str(o, "'");
+	rep_out_end(o);
+	rep_out_line(o, 'e', "usage: %s%s%s", cmd->name, *cmd->usage ? " " : "",
+		cmd->usage);
+	return CTL_EXIT_USAGE;
+}
+
+static int parse_args(struct ctl_req *r, int argc, char **argv,
+		      struct rep_out *o)
+{
+	const struct ctl_cmd *cmd = r->cmd;
+	bool opts_done = false;
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!opts_done && a[0] == '-' && a[1]) {
+			if (!strcmp(a, "--"))
+				opts_done = true;
+			else if (!strcmp(a, "--json") && (cmd->opts & CMD_JSON))
+				r->json = true;
+			else if (!strcmp(a, "--wait") && (cmd->opts & CMD_WAIT))
+				r->wait = true;
+			else
+				return usage_error(o, cmd, "unknown option", a);
+		} else if ((cmd->opts & CMD_PATH) && !r->path) {
+			r->path = a;
+		} else {
+			return usage_error(o, cmd, "unexpected argument", a);
+		}
+	}
+	return CTL_EXIT_OK;
+}
+
+/* Parse and run one request line; returns an exit code or CTL_GONE. */
+static int ctl_run(struct ctl_req *r, char *line, struct rep_out *o)
+{
+	char *argv[CTL_MAX_ARGS];
+	const char *why = "";
+	size_t i;
+	int argc, code;
+
+	argc = split_words(line, argv, CTL_MAX_ARGS, &why);
+	if (argc < 0) {
+		rep_out_line(o, 'e', "malformed request: %s", why);
+		return CTL_EXIT_USAGE;
+	}
+	if (!argc) {
+		rep_out_line(o, 'e', "empty request (try 'help')");
+		return CTL_EXIT_USAGE;
+	}
+	for (i = 0; i < NCMDS; i++)
+		if (!strcmp(argv[0], ctl_cmds[i].name))
+			break;
+	if (i == NCMDS) {
+		rep_out_begin(o, 'e');
+		rep_out_str(o, "unknown command '");
+		rep_out_text(o, argv[0]);
+		rep_out_str(o, "' (try 'help')");
+		rep_out_end(o);
+		return CTL_EXIT_USAGE;
+	}
+	r->cmd = &ctl_cmds[i];
+	code = parse_args(r, argc, argv, o);
+	if (code != CTL_EXIT_OK)
+		return code;
+	return r->cmd->fn(r, o);
+}
+
+static void ctl_serve(struct rfs_ctl *c, struct ctl_conn *conn)
+{
+	struct timeval tv = { .tv_sec = CTL_IO_MS / 1000 };
+	struct ctl_req r = { .c = c, .fd = conn->fd, .eof = conn->eof };
+	struct rep_out o = { 0 };
+	int fd = conn->fd, flags, rc, code;
+	char x[32];
+
+	/*
+	 * Accepted non-blocking for the acceptor; a worker may block, but a
+	 * client that stops reading holds a send CTL_IO_MS at most.
+	 */
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
+		rft_warn("control socket: O_NONBLOCK: %s", strerror(errno));
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		rft_warn("control socket: SO_SNDTIMEO: %s", strerror(errno));
+	rft_dbg("control socket: uid %u pid %d: %.200s",
+		(unsigned)conn->cred.uid, (int)conn->cred.pid, conn->line);
+	code = ctl_run(&r, conn->line, &o);
+	if (code == CTL_GONE)
+		goto out;
+	if (o.err) {
+		/* Drop the partial answer; say why in a line we can afford. */
+		static const char big[] = "e answer larger than 64 MiB; "
+					  "ask for less\n";
+		static const char nomem[] = "e reftfsd is out of memory\n";
+
+		o.len = 0;
+		if (o.err == -EFBIG)
+			rc = send_all(fd, big, sizeof(big) - 1);
+		else
+			rc = send_all(fd, nomem, sizeof(nomem) - 1);
+		if (rc < 0)
+			goto out;
+		code = CTL_EXIT_FAIL;
+	} else if (out_send(&r, &o) < 0) {
+		goto out;
+	}
+	snprintf(x, sizeof(x), "x %d\n", code);
+	send_all(fd, x, strlen(x));
+out:
+	free(o.buf);
+}
+
+/* --- threads ------------------------------------------------------------ */
+
+/*
+ * Unread input at close() makes the kernel fail the client's reads with
+ * ECONNRESET: drain what is queued (a request that was too long, words
+ * after the line) so that the client sees our answer and a clean EOF.
+ */
+static void ctl_drain(int fd)
+{
+	char junk[4096];
+	int i;
+
+	for (i = 0; i < 256; i++)
+		if (recv(fd, junk, sizeof(junk), MSG_DONTWAIT) <= 0)
+			break;
+}
+
+/*
+ * Answer @conn with @msg (whole lines, "x" included; NULL: nothing) and
+ * close it.  The acceptor's way: a short answer fits in the empty socket
+ * buffer of a connection that has not been answered yet, so this never
+ * blocks.
+ */
+static void ctl_close(struct ctl_conn *conn, const char *msg)
+{
+	if (msg && send(conn->fd, msg, strlen(msg),
+			MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		rft_dbg("control socket: answer: %s", strerror(errno));
+	ctl_drain(conn->fd);
+	close(conn->fd);
+	free(conn);
+}
+
+static void *ctl_worker_main(void *arg)
+{
+	struct ctl_worker *w = arg;
+	struct rfs_ctl *c = w->c;
+	struct ctl_conn *conn;
+
+	pthread_setname_np(pthread_self(), "rft-ctl-worker");
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->stopping && !c->head)
+			pthread_cond_wait(&c->work, &c->lock);
+		if (c->stopping)
+			break;
+		conn = c->head;
+		c->head = conn->next;
+		if (!c->head)
+			c->tail = NULL;
+		c->nqueued--;
+		w->fd = conn->fd;
+		pthread_mutex_unlock(&c->lock);
+
+		ctl_serve(c, conn);
+		ctl_drain(conn->fd);
+
+		/* Closed under the lock: rfs_ctl_free() may shut w->fd. */
+		pthread_mutex_lock(&c->lock);
+		close(conn->fd);
+		w->fd = -1;
+		pthread_cond_broadcast(&c->done);
+		free(conn);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+static const char ctl_busy[] = "e reftfsd is serving too many control "
+			       "clients; try again\nx 1\n";
+
+/* Queue a complete request for the workers, or say they are all busy. */
+static void ctl_queue(struct rfs_ctl *c, struct ctl_conn *conn)
+{
+	bool full;
+
+	pthread_mutex_lock(&c->lock);
+	full = c->nqueued == CTL_MAX_QUEUED;
+	if (!full) {
+		conn->next = NULL;
+		conn->since = mono_ms();
+		if (c->tail)
+			c->tail->next = conn;
+		else
+			c->head = conn;
+		c->tail = conn;
+		c->nqueued++;
+		pthread_cond_signal(&c->work);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (full)
+		ctl_close(conn, ctl_busy);
+}
+
+/* Requests that waited CTL_BUSY_MS for a worker: the busy answer. */
+static void ctl_expire_queue(struct rfs_ctl *c, uint64_t now)
+{
+	struct ctl_conn *conn, *old = NULL, **tail = &old;
+
+	pthread_mutex_lock(&c->lock);
+	while ((conn = c->head) && conn->since + CTL_BUSY_MS <= now) {
+		c->head = conn->next;
+		if (!c->head)
+			c->tail = NULL;
+		c->nqueued--;
+		conn->next = NULL;
+		*tail = conn;
+		tail = &conn->next;
+	}
+	pthread_mutex_unlock(&c->lock);
+	while ((conn = old)) {
+		old = conn->next;
+		ctl_close(conn, ctl_busy);
+	}
+}
+
+/* When the oldest queued request runs out of time; UINT64_MAX: none. */
+static uint64_t ctl_queue_deadline(struct rfs_ctl *c)
+{
+	uint64_t t = UINT64_MAX;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->head)
+		t = c->head->since + CTL_BUSY_MS;
+	pthread_mutex_unlock(&c->lock);
+	return t;
+}
+
+/*
+ * Read what @conn has sent, without blocking.  Returns 1 while its line
+ * is incomplete, 0 once @conn is dealt with: queued for a worker, or
+ * answered (a bad line) or dropped (gone) and freed.
+ */
+static int ctl_read_line(struct rfs_ctl *c, struct ctl_conn *conn)
+{
+	char msg[96], *nl;
+	ssize_t n;
+
+	for (;;) {
+		n = recv(conn->fd, conn->line + conn->len,
+			 RFS_CTL_MAX_LINE - conn->len, MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return 1;
+		if (n < 0 || (n == 0 && !conn->len)) {
+			ctl_close(conn, NULL); /* gone before a word */
+			return 0;
+		}
+		if (n == 0) {
+			conn->eof = true; /* EOF also ends the line */
+			break;
+		}
+		nl = memchr(conn->line + conn->len, '\n', (size_t)n);
+		conn->len += (size_t)n;
+		if (nl) {
+			conn->len = (size_t)(nl - conn->line);
+			break;
+		}
+		if (conn->len == RFS_CTL_MAX_LINE) {
+			snprintf(msg, sizeof(msg),
+				 "e request longer than %d bytes\nx %d\n",
+				 RFS_CTL_MAX_LINE - 1, CTL_EXIT_USAGE);
+			ctl_close(conn, msg);
+			return 0;
+		}
+	}
+	if (memchr(conn->line, '\0', conn->len)) {
+		ctl_close(conn, "e malformed request: NUL byte\nx 2\n");
+		return 0;
+	}
+	if (conn->len && conn->line[conn->len - 1] == '\r')
+		conn->len--;
+	conn->line[conn->len] = '\0';
+	ctl_queue(c, conn);
+	return 0;
+}
+
+/* Take connection @i out of the pending set, which stays in order. */
+static void ctl_unpend(struct rfs_ctl *c, unsigned i)
+{
+	memmove(&c->pending[i], &c->pending[i + 1],
+		(c->npending - i - 1) * sizeof(c->pending[0]));
+	c->npending--;
+}
+
+/* Answer pending connection @i with @msg (NULL: nothing) and close it. */
+static void ctl_forget(struct rfs_ctl *c, unsigned i, const char *msg)
+{
+	ctl_close(c->pending[i], msg);
+	ctl_unpend(c, i);
+}
+
+/*
+ * Take one connection from the backlog.  Returns 0, -EAGAIN when there is
+ * none, or another -errno from accept().
+ */
+static int ctl_accept_one(struct rfs_ctl *c)
+{
+	struct ctl_conn *conn;
+	socklen_t len;
+	char msg[128];
+	int fd;
+
+	fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	conn = calloc(1, sizeof(*conn));
+	if (!conn) {
+		close(fd);
+		return -ENOMEM;
+	}
+	conn->fd = fd;
+	conn->since = mono_ms();
+	len = sizeof(conn->cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &conn->cred, &len) < 0) {
+		rft_warn("control socket: no peer credentials: %s",
+			 strerror(errno));
+		ctl_close(conn, NULL);
+		return 0;
+	}
+	if (conn->cred.uid != 0 && conn->cred.uid != geteuid()) {
+		rft_warn("control socket: refused uid %u (pid %d)",
+			 (unsigned)conn->cred.uid, (int)conn->cred.pid);
+		snprintf(msg, sizeof(msg),
+			 "e permission denied: only root and uid %u may use "
+			 "this socket\nx 1\n",
+			 (unsigned)geteuid());
+		ctl_close(conn, msg);
+		return 0;
+	}
+	/* The line is often there already: no pending slot for it then. */
+	c->pending[c->npending++] = conn;
+	if (!ctl_read_line(c, conn))
+		c->npending--;
+	return 0;
+}
+
+/* Is a connection waiting in the backlog? */
+static bool ctl_backlog(struct rfs_ctl *c)
+{
+	struct pollfd p = { .fd = c->lfd, .events = POLLIN };
+
+	return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
+/*
+ * Accept what the backlog holds.  Connections that have not sent their
+ * line yet wait in the pending set; when it is full, the oldest makes
+ * room once it has been silent CTL_IDLE_MS.  Returns 0 once the backlog
+ * is empty, 1 when it must wait for the oldest to be that old, or the
+ * -errno of a failed accept().
+ */
+static int ctl_accept(struct rfs_ctl *c, uint64_t now)
+{
+	char msg[128];
+	int rc;
+
+	for (;;) {
+		if (c->npending == CTL_MAX_PENDING) {
+			if (c->pending[0]->since + CTL_IDLE_MS > now)
+				return 1;
+			if (!ctl_backlog(c))
+				return 0;
+			snprintf(msg, sizeof(msg),
+				 "e no request line, and %d other connections "
+				 "wait for theirs: closed\nx %d\n",
+				 CTL_MAX_PENDING - 1, CTL_EXIT_USAGE);
+			ctl_forget(c, 0, msg);
+		}
+		rc = ctl_accept_one(c);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc < 0 && rc != -EINTR && rc != -ECONNABORTED &&
+		    rc != -EPROTO)
+			return rc;
+	}
+}
+
+/*
+ * The acceptor: it never blocks on a client.  It polls the listening
+ * socket and the pending connections, reads request lines as they come,
+ * hands complete ones to the workers, and answers by itself what needs no
+ * engine (a bad line, no line in time, busy, refused).
+ */
+static void *ctl_accept_main(void *arg)
+{
+	struct rfs_ctl *c = arg;
+	struct pollfd pfd[2 + CTL_MAX_PENDING];
+	uint64_t now, until, backoff = 0;
+	bool warned = false, listen_wait = false;
+	char msg[64];
+	unsigned i, n;
+	int rc, ms;
+
+	pthread_setname_np(pthread_self(), "rft-ctl");
+	for (;;) {
+		now = mono_ms();
+		/* What times out first: a pending line, a queued request. */
+		until = ctl_queue_deadline(c);
+		if (c->npending && c->pending[0]->since + CTL_IO_MS < until)
+			until = c->pending[0]->since + CTL_IO_MS;
+		if (backoff && backoff < until)
+			until = backoff;
+		if (listen_wait && c->npending &&
+		    c->pending[0]->since + CTL_IDLE_MS < until)
+			until = c->pending[0]->since + CTL_IDLE_MS;
+		ms = until == UINT64_MAX ? -1
+		     : until <= now	 ? 0
+					 : (int)(until - now);
+
+		pfd[0] = (struct pollfd){ .fd = c->wakefd, .events = POLLIN };
+		/* After a resource error, or with no room: not the backlog. */
+		pfd[1] = (struct pollfd){
+			.fd = backoff || listen_wait ? -1 : c->lfd,
+			.events = POLLIN
+		};
+		for (i = 0; i < c->npending; i++)
+			pfd[2 + i] = (struct pollfd){ .fd = c->pending[i]->fd,
+						      .events = POLLIN };
+		n = c->npending;
+		if (poll(pfd, 2 + n, ms) < 0 && errno != EINTR) {
+			rft_err("control socket: poll: %s", strerror(errno));
+			backoff = mono_ms() + CTL_BACKOFF_MS;
+			continue;
+		}
+		if (pfd[0].revents)
+			break;
+		now = mono_ms();
+
+		/* Lines that came in; pending[] shrinks as they complete. */
+		for (i = n; i-- > 0;)
+			if (pfd[2 + i].revents &&
+			    !ctl_read_line(c, c->pending[i]))
+				ctl_unpend(c, i);
+		snprintf(msg, sizeof(msg),
+			 "e no request line within %d s\nx %d\n",
+			 CTL_IO_MS / 1000, CTL_EXIT_USAGE);
+		while (c->npending &&
+		       c->pending[0]->since + CTL_IO_MS <= now)
+			ctl_forget(c, 0, msg);
+		ctl_expire_queue(c, now);
+
+		if (backoff && now < backoff)
+			continue;
+		backoff = 0;
+		if (!listen_wait && !(pfd[1].revents & POLLIN)) {
+			if (pfd[1].revents) /* POLLERR: do not spin on it */
+				backoff = now + CTL_BACKOFF_MS;
+			continue;
+		}
+		rc = ctl_accept(c, now);
+		listen_wait = rc == 1;
+		if (rc < 0) {
+			/* EMFILE, ENFILE, ENOBUFS, ENOMEM: back off. */
+			if (!warned)
+				rft_warn("control socket: accept: %s",
+					 err_name(rc));
+			warned = true;
+			backoff = now + CTL_BACKOFF_MS;
+		} else {
+			warned = false;
+		}
+	}
+	/* Stopping: nobody is answered that has not asked yet. */
+	while (c->npending)
+		ctl_forget(c, c->npending - 1, NULL);
+	return NULL;
+}
+
+/* --- socket setup ------------------------------------------------------- */
+
+/*
+ * Create the directories above @path (the last one 0700) and check that
+ * the one holding the socket is ours or root's and not open to others.
+ */
+static int ctl_mkparent(const char *path)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct stat st;
+	char *p;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	p = strrchr(dir, '/');
+	if (!p)
+		return 0; /* relative, in the working directory */
+	if (p == dir)
+		p[1] = '\0';
+	else
+		*p = '\0';
+	for (p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+			rft_err("control socket directory %s: %s", dir,
+				strerror(errno));
+			return -errno;
+		}
+		*p = '/';
+	}
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		rft_err("control socket directory %s: %s", dir,
+			strerror(errno));
+		return -errno;
+	}
+	if (stat(dir, &st) < 0) {
+		rft_err("control socket directory %s: %s", dir,
+			strerror(errno));
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		rft_err("control socket directory %s is not a directory", dir);
+		return -ENOTDIR;
+	}
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		rft_err("control socket directory %s belongs to uid %u, not "
+			"to us (uid %u)",
+			dir, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -EPERM;
+	}
+	if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+		rft_err("control socket directory %s is writable by others "
+			"(mode %04o)",
+			dir, (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	return 0;
+}
+
+/*
+ * Something is at @path: -EADDRINUSE if a server answers there, 0 once a
+ * stale socket is removed (or it vanished), else -errno.
+ */
+static int ctl_probe(const struct sockaddr_un *sa)
+{
+	const char *path = sa->sun_path;
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(path, &st) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		rft_err("control socket %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		rft_err("control socket %s: exists and is not a socket", path);
+		return -EEXIST;
+	}
+	/* Non-blocking: a live server with a full backlog says EAGAIN. */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		rft_err("control socket: socket: %s", strerror(errno));
+		return -errno;
+	}
+	rc = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	rc = rc < 0 ? -errno : 0;
+	close(fd);
+	switch (rc) {
+	case 0:
+	case -EAGAIN:
+	case -EINPROGRESS:
+		rft_err("control socket %s is in use by another reftfsd",
+			path);
+		return -EADDRINUSE;
+	case -ECONNREFUSED:
+		rft_info("control socket %s: removing a stale socket", path);
+		if (unlink(path) < 0 && errno != ENOENT) {
+			rft_err("control socket %s: unlink: %s", path,
+				strerror(errno));
+			return -errno;
+		}
+		return 0;
+	case -ENOENT:
+		return 0;
+	default:
+		rft_err("control socket %s: probing it: %s", path,
+			err_name(rc));
+		return rc;
+	}
+}
+
+static int ctl_listen(struct rfs_ctl *c)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int tries, rc;
+
+	memcpy(sa.sun_path, c->path, strlen(c->path) + 1);
+	c->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			0);
+	if (c->lfd < 0) {
+		rc = -errno;
+		rft_err("control socket: socket: %s", err_name(rc));
+		return rc;
+	}
+	/* Linux gives the bound node the socket inode's mode: 0600 at once. */
+	if (fchmod(c->lfd, 0600) < 0)
+		rft_dbg("control socket: fchmod: %s", strerror(errno));
+	for (tries = 0;; tries++) {
+		if (bind(c->lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			break;
+		rc = -errno;
+		if (rc != -EADDRINUSE || tries == 2) {
+			rft_err("control socket %s: bind: %s", c->path,
+				err_name(rc));
+			return rc;
+		}
+		rc = ctl_probe(&sa);
+		if (rc < 0)
+			return rc;
+	}
+	if (chmod(c->path, 0600) < 0 || lstat(c->path, &st) < 0) {
+		rc = -errno;
+		rft_err("control socket %s: %s", c->path, err_name(rc));
+		unlink(c->path);
+		return rc;
+	}
+	c->sock_dev = st.st_dev;
+	c->sock_ino = st.st_ino;
+	/* Room for a burst of clients while the slots are busy. */
+	if (listen(c->lfd, 128) < 0) {
+		rc = -errno;
+		rft_err("control socket %s: listen: %s", c->path,
+			err_name(rc));
+		unlink(c->path);
+		c->sock_ino = 0;
+		return rc;
+	}
+	return 0;
+}
+
+/* Unlink the socket node if it is still the one we bound. */
+static void ctl_unlink(struct rfs_ctl *c)
+{
+	struct stat st;
+
+	if (!c->sock_ino || lstat(c->path, &st) < 0)
+		return;
+	if (st.st_dev == c->sock_dev && st.st_ino == c->sock_ino &&
+	    unlink(c->path) < 0)
+		rft_warn("control socket %s: unlink: %s", c->path,
+			 strerror(errno));
+}
+
+int rfs_ctl_new(struct eng *e, const char *path, struct rfs_ctl **out)
+{
+	struct rfs_ctl *c;
+	int i, rc;
+
+	*out = NULL;
+	if (!path || !*path) {
+		rft_err("control socket: no path");
+		return -EINVAL;
+	}
+	if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		rft_err(
+		    "control socket path %s is too long (at most %zu bytes)",
+		    path, sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->e = e;
+	c->lfd = -1;
+	c->wakefd = -1;
+	for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
+		c->workers[i].c = c;
+		c->workers[i].fd = -1;
+	}
+	rc = pthread_mutex_init(&c->lock, NULL);
+	if (rc)
+		goto fail_lock;
+	rc = pthread_cond_init(&c->work, NULL);
+	if (rc)
+		goto fail_work;
+	rc = pthread_cond_init(&c->done, NULL);
+	if (rc)
+		goto fail_done;
+	c->path = strdup(path);
+	if (!c->path) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->wakefd < 0) {
+		rc = -errno;
+		rft_err("control socket: eventfd: %s", err_name(rc));
+		goto fail;
+	}
+	rc = ctl_mkparent(path);
+	if (rc < 0)
+		goto fail;
+	rc = ctl_listen(c);
+	if (rc < 0)
+		goto fail;
+	*out = c;
+	return 0;
+fail:
+	rfs_ctl_free(c);
+	return rc;
+fail_done:
+	pthread_cond_destroy(&c->work);
+fail_work:
+	pthread_mutex_destroy(&c->lock);
+fail_lock:
+	free(c);
+	return -rc;
+}
+
+/* Is a worker serving a request?  c->lock held. */
+static bool ctl_serving(const struct rfs_ctl *c)
+{
+	for (unsigned i = 0; i < c->nworkers; i++)
+		if (c->workers[i].fd >= 0)
+			return true;
+	return false;
+}
+
+/*
+ * Stop the threads that were started.  Queued requests and clients in
+ * the middle of "flush --wait" hear that reftfsd is stopping; a worker
+ * still blocked in a send after CTL_GRACE_MS has its socket shut.
+ */
+static void ctl_stop(struct rfs_ctl *c)
+{
+	struct ctl_conn *queued, *conn;
+	struct timespec until;
+	uint64_t one = 1;
+
+	if (write(c->wakefd, &one, sizeof(one)) != sizeof(one))
+		rft_err("control socket: cannot wake its threads: %s",
+			strerror(errno));
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_broadcast(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	if (c->acceptor_started)
+		pthread_join(c->acceptor, NULL);
+	c->acceptor_started = false;
+
+	/* Nothing is queued any more: the acceptor is gone. */
+	pthread_mutex_lock(&c->lock);
+	queued = c->head;
+	c->head = c->tail = NULL;
+	c->nqueued = 0;
+	pthread_mutex_unlock(&c->lock);
+	while ((conn = queued)) {
+		queued = conn->next;
+		ctl_close(conn, "e reftfsd is stopping; try again when it "
+				"runs\nx 1\n");
+	}
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += CTL_GRACE_MS * 1000000L;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&c->lock);
+	while (ctl_serving(c))
+		if (pthread_cond_timedwait(&c->done, &c->lock, &until) ==
+		    ETIMEDOUT)
+			break;
+	for (unsigned i = 0; i < c->nworkers; i++)
+		if (c->workers[i].fd >= 0)
+			shutdown(c->workers[i].fd, SHUT_RDWR);
+	pthread_mutex_unlock(&c->lock);
+	for (unsigned i = 0; i < c->nworkers; i++)
+		pthread_join(c->workers[i].thread, NULL);
+	c->nworkers = 0;
+}
+
+int rfs_ctl_start(struct rfs_ctl *c)
+{
+	sigset_t all, old;
+	int rc = 0;
+
+	if (c->acceptor_started || c->nworkers)
+		return -EALREADY;
+	/* Signals belong to the FUSE loop: our threads inherit a full mask. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	while (!rc && c->nworkers < RFS_CTL_MAX_CLIENTS) {
+		rc = pthread_create(&c->workers[c->nworkers].thread, NULL,
+				    ctl_worker_main, &c->workers[c->nworkers]);
+		c->nworkers += !rc;
+	}
+	if (!rc)
+		rc = pthread_create(&c->acceptor, NULL, ctl_accept_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		rft_err("control socket: cannot start its threads: %s",
+			strerror(rc));
+		ctl_stop(c);
+		return -rc;
+	}
+	c->acceptor_started = true;
+	return 0;
+}
+
+void rfs_ctl_free(struct rfs_ctl *c)
+{
+	if (!c)
+		return;
+	if (c->acceptor_started || c->nworkers)
+		ctl_stop(c);
+	if (c->lfd >= 0) {
+		ctl_unlink(c);
+		close(c->lfd);
+	}
+	if (c->wakefd >= 0)
+		close(c->wakefd);
+	pthread_cond_destroy(&c->done);
+	pthread_cond_destroy(&c->work);
+	pthread_mutex_destroy(&c->lock);
+	free(c->path);
+	free(c);
+}
