@@ -11,7 +11,7 @@ PKGS=(
 	build-essential gcc clang meson ninja-build pkg-config
 	libclang-rt-dev	# clang's sanitizer runtimes (tools/test.sh)
 	libfuse3-dev fuse3 libisal-dev libcmocka-dev
-	libmemcached-dev memcached
+	libmemcached-dev memcached libraft-dev libuv1-dev libssl-dev
 	python3 python3-torch python3-numpy
 	fio psmisc util-linux mount
 )

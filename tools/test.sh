@@ -19,7 +19,15 @@ PASSED=0
 FAILED=0
 SKIPPED=0
 
+# Failures are repeated at the end, with the tail of their output, so that a
+# log read from its end (CI keeps only the end) names what failed and why.
+FAILURES=""
+
 summary() {
+	if [ -n "$FAILURES" ]; then
+		echo "test: === what failed, again:" >&2
+		printf '%s' "$FAILURES" >&2
+	fi
 	echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 	[ "$FAILED" = 0 ]
 	exit $?
@@ -57,6 +65,26 @@ print(p, f, s)
 PYEOF
 }
 
+# failed_tails DIR LOG: for each test of LOG that did not pass or skip, its
+# name, result and the last lines of its output.
+failed_tails() {
+	/usr/bin/python3 - "$1" "$2" <<'PYEOF'
+import json, sys
+for line in open(sys.argv[2]):
+    line = line.strip()
+    if not line:
+        continue
+    t = json.loads(line)
+    if t.get("result", "") in ("OK", "EXPECTEDFAIL", "SKIP"):
+        continue
+    out = (t.get("stdout") or "").splitlines()
+    print(f"test: --- {sys.argv[1]}: {t.get('name')}: {t.get('result')} "
+          f"after {t.get('duration', 0):.1f}s; last {min(len(out), 40)} lines:")
+    for l in out[-40:]:
+        print("    " + l)
+PYEOF
+}
+
 # prepare DIR [meson setup options...]: configure DIR the first time
 # (afterwards ninja reconfigures it by itself when a meson.build changes)
 # and build it.
@@ -86,6 +114,7 @@ run_suite() {
 		return
 	fi
 	read -r p f s < <(count_results "$log")
+	[ "${f:-0}" = 0 ] || FAILURES+=$(failed_tails "$dir" "$log")$'\n'
 	if [ "$rc" != 0 ] && [ "${f:-0}" = 0 ]; then
 		echo "test: $dir: meson test exited $rc" >&2
 		f=1

@@ -1,0 +1,545 @@
+/*
+ * group_i.h - the sharding group's internal modules (issue 8).
+ *
+ * The group layer lets the daemons of a sharding group talk to each other.
+ * It is built from parts that each have one job and a unit test of its
+ * own; the daemon and the engine see only engine/group/group.h.
+ *
+ *   auth.c       the shared secret (--secret-file) and HMAC-SHA256
+ *   wire.c       the frame header: encode/decode, limits (pure functions)
+ *   peer.c       what every transport shares: handler table, dispatch,
+ *                request/reply calls with timeouts
+ *   peer_tcp.c   the TCP transport: authenticated connections per peer
+ *   peer_fake.c  an in-process transport for unit tests: delays, link
+ *                drops, partitions, lost peers, all from one seed
+ *   memb.c       membership: heartbeats, failure detector, view + epoch,
+ *                static --peers or a memcached registry
+ *   nslog.c      the group's namespace log on canonical's C Raft (libraft)
+ *
+ * Dependency direction: nslog and memb use a transport only through
+ * struct peer_xport; nothing here includes the engine's private headers.
+ *
+ * Threads: a transport delivers frames on its own receive threads.  A
+ * handler (struct peer_rx) must not sleep: it copies what it needs or hands
+ * the work to a queue, and returns.  No callback of this layer is ever made
+ * with a lock of the caller held, and no function here may be called with
+ * an engine namespace or file lock held (it may wait for the network).
+ */
+#ifndef RFT_GROUP_I_H
+#define RFT_GROUP_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GRP_MAX_NODES 64
+
+/* --- the shared secret (auth.c) ----------------------------------------- */
+
+#define GRP_SECRET_MIN 16	/* bytes; shorter secrets are refused */
+#define GRP_SECRET_MAX 1024
+#define GRP_MAC_LEN 32		/* HMAC-SHA256 */
+#define GRP_NONCE_LEN 32
+
+struct grp_secret {
+	size_t len;
+	uint8_t key[GRP_SECRET_MAX];
+};
+
+/*
+ * Read the secret from @path: the whole file, one trailing newline dropped.
+ * The file must be a regular file owned by the daemon's uid (or root) that
+ * neither group nor others may read or write (mode 0600 or 0400): -EPERM
+ * otherwise.  -EINVAL if it holds fewer than GRP_SECRET_MIN or more than
+ * GRP_SECRET_MAX bytes; -errno if it cannot be read.
+ */
+int grp_secret_load(const char *path, struct grp_secret *out);
+
+/* HMAC-SHA256 of the concatenation of @n parts under @s (OpenSSL). */
+struct grp_part {
+	const void *p;
+	size_t len;
+};
+void grp_mac(const struct grp_secret *s, const struct grp_part *parts, int n,
+	     uint8_t out[GRP_MAC_LEN]);
+
+/* Constant-time comparison of two MACs: true when equal. */
+bool grp_mac_equal(const uint8_t a[GRP_MAC_LEN], const uint8_t b[GRP_MAC_LEN]);
+
+/* Fill @buf with @len bytes from getrandom(2).  0 or -errno. */
+int grp_random(void *buf, size_t len);
+
+/* --- frames -------------------------------------------------------------- */
+
+/*
+ * Message types.  The transport owns 1..15 (the handshake); the other ranges
+ * belong to one module each, which registers for its range.
+ */
+enum peer_type {
+	PEER_T_HELLO = 1,	/* client -> server: who I am + nonce */
+	PEER_T_CHALLENGE = 2,	/* server -> client: nonce + server's MAC */
+	PEER_T_AUTH = 3,	/* client -> server: client's MAC */
+	PEER_T_WELCOME = 4,	/* server -> client: accepted */
+
+	PEER_T_MEMB_FIRST = 16,	/* memb.c: 16..31 */
+	PEER_T_MEMB_LAST = 31,
+	PEER_T_NSLOG_FIRST = 32, /* nslog.c: 32..63 */
+	PEER_T_NSLOG_LAST = 63,
+	PEER_T_DATA_FIRST = 64,	/* protection, recovery reads: 64..127 */
+	PEER_T_DATA_LAST = 127,
+	PEER_T_TEST_FIRST = 128, /* unit tests: 128..255 */
+	PEER_T_TEST_LAST = 255,
+	PEER_T_MAX = 255,
+};
+
+#define PEER_F_REPLY 0x1	/* an answer to the request with this rid */
+#define PEER_F_ERROR 0x2	/* reply: meta is an int32 -errno */
+
+#define PEER_META_MAX (64u << 10)	/* bytes of meta in one frame */
+#define PEER_BULK_MAX (64u << 20)	/* bytes of bulk in one frame */
+
+/*
+ * A frame: a small typed record (meta) and optional bulk bytes (a chunk).
+ * Bulk is sent from where it lies (the arena) and received where the
+ * receiver says (the arena), never through a staging copy; its CRC32C is
+ * given by the sender (chunks carry theirs) and checked by the receiver.
+ */
+struct peer_frame {
+	uint16_t type;
+	uint16_t flags;		/* PEER_F_* */
+	uint64_t rid;		/* request id; a reply carries its request's */
+	const void *meta;
+	uint32_t meta_len;	/* <= PEER_META_MAX */
+	const void *bulk;
+	uint32_t bulk_len;	/* <= PEER_BULK_MAX */
+	uint32_t bulk_crc;	/* CRC32C of bulk (0 when bulk_len is 0) */
+};
+
+/*
+ * The header on the wire (wire.c), little-endian, WIRE_HDR_LEN bytes:
+ *
+ *   0  magic     u32  "RFTP"
+ *   4  version   u16  WIRE_VERSION
+ *   6  type      u16
+ *   8  flags     u16
+ *  10  reserved  u16  0
+ *  12  meta_len  u32
+ *  16  bulk_len  u32
+ *  20  bulk_crc  u32
+ *  24  rid       u64
+ *  32  seq       u64  per connection and direction: 1, 2, 3, ...
+ *  40  meta_crc  u32  CRC32C of the meta bytes
+ *  44  hdr_crc   u32  CRC32C of bytes 0..43
+ *
+ * followed by meta_len bytes of meta and bulk_len bytes of bulk.
+ */
+#define WIRE_MAGIC 0x50544652u /* "RFTP" read as little-endian u32 */
+#define WIRE_VERSION 1
+#define WIRE_HDR_LEN 48
+
+struct wire_hdr {
+	uint16_t version;
+	uint16_t type;
+	uint16_t flags;
+	uint32_t meta_len;
+	uint32_t bulk_len;
+	uint32_t bulk_crc;
+	uint64_t rid;
+	uint64_t seq;
+	uint32_t meta_crc;
+};
+
+/* Encode @h into @out (hdr_crc computed here). */
+void wire_hdr_encode(const struct wire_hdr *h, uint8_t out[WIRE_HDR_LEN]);
+
+/*
+ * Decode and check a header: -EPROTO for a wrong magic, version or
+ * hdr_crc, a nonzero reserved field or an unknown flag; -EMSGSIZE for a
+ * length over the limits.  Checks nothing that needs the payload.
+ */
+int wire_hdr_decode(const uint8_t in[WIRE_HDR_LEN], struct wire_hdr *h);
+
+/* --- transports (peer.c, peer_tcp.c, peer_fake.c) ------------------------ */
+
+struct peer_xport;
+
+/*
+ * What a module gives the transport for its range of types.  All three
+ * run on a transport thread and must not sleep.
+ */
+struct peer_rx {
+	void *ctx;
+	/*
+	 * @f's meta has arrived from @node (f->bulk is NULL).  Return where
+	 * its f->bulk_len bytes go (at least that many bytes, owned by the
+	 * module), or NULL to let the transport receive them into its own
+	 * buffer.  Whatever is stored in *cookie comes back in deliver().
+	 * Optional: NULL means always the transport's buffer.
+	 */
+	void *(*bulk_dest)(void *ctx, int node, const struct peer_frame *f,
+			   void **cookie);
+	/*
+	 * The whole frame.  f->meta and f->bulk are valid during the call
+	 * only (f->bulk is at the bulk_dest buffer if one was given).
+	 * bulk_rc is 0, -EBADMSG when the bulk's CRC32C does not match, or
+	 * -ECONNRESET when the link died during the bulk (then only the
+	 * cookie is meaningful).  Once bulk_dest returned a buffer, deliver
+	 * is called exactly once for that frame.  Return 0, or -EPROTO for a
+	 * frame this module does not accept: it is counted and the link to
+	 * @node is closed.
+	 */
+	int (*deliver)(void *ctx, int node, const struct peer_frame *f,
+		       void *cookie, int bulk_rc);
+	/*
+	 * The link to @node came up (authenticated; @incarnation is the
+	 * peer daemon's) or went down.  Optional.
+	 */
+	void (*link)(void *ctx, int node, uint64_t incarnation, bool up);
+};
+
+/* Per-peer counters (monotonic).  Read with peer_stats(). */
+struct peer_stats {
+	uint64_t frames_out, bytes_out;
+	uint64_t frames_in, bytes_in;
+	uint64_t connects;	/* links established (either side) */
+	uint64_t auth_failed;	/* handshakes refused (wrong secret, ...) */
+	uint64_t bad_frames;	/* malformed, oversized, out of protocol */
+	uint64_t crc_errors;	/* meta or bulk CRC mismatches */
+	uint64_t unknown_type;	/* frames no module registered for */
+	uint64_t call_timeouts;	/* peer_call() that ran out of time */
+	bool up;		/* a link is established now */
+	uint64_t incarnation;	/* of the peer, as of the last handshake */
+};
+
+/* What a transport implements.  Called only through the peer_* wrappers. */
+struct peer_xport_ops {
+	int (*start)(struct peer_xport *x);
+	int (*send)(struct peer_xport *x, int node, const struct peer_frame *f,
+		    int timeout_ms);
+	int (*set_addr)(struct peer_xport *x, int node, const char *addr);
+	void (*drop)(struct peer_xport *x, int node);
+	void (*stop)(struct peer_xport *x);
+	void (*free)(struct peer_xport *x);
+};
+
+#define PEER_MAX_HANDLERS 8
+
+struct peer_call;
+
+/*
+ * The part every transport shares (peer.c).  An implementation embeds it
+ * first in its own struct and calls peer_base_init/_fini.
+ */
+struct peer_xport {
+	const struct peer_xport_ops *ops;
+	int self;
+	int nodes;
+	uint64_t incarnation;	/* of this daemon */
+
+	struct {
+		uint16_t lo, hi;
+		struct peer_rx rx;
+	} handler[PEER_MAX_HANDLERS];
+	int nhandlers;		/* fixed once started */
+	bool started;
+
+	pthread_mutex_t calls_lock;
+	struct peer_call *calls;	/* protected by calls_lock */
+	uint64_t next_rid;		/* protected by calls_lock */
+
+	/* Counters, per peer; the transport updates them with atomics. */
+	struct peer_counters {
+		_Atomic uint64_t frames_out, bytes_out, frames_in, bytes_in;
+		_Atomic uint64_t connects, auth_failed, bad_frames, crc_errors;
+		_Atomic uint64_t unknown_type, call_timeouts;
+		_Atomic bool up;
+		_Atomic uint64_t incarnation;
+	} *cnt;			/* [nodes] */
+};
+
+/*
+ * Register @rx for frame types lo..hi (inclusive, within one module's
+ * range).  Only before peer_start().  0, -EBUSY once started, -EEXIST if
+ * the range overlaps another, -ENOSPC past PEER_MAX_HANDLERS.
+ */
+int peer_register(struct peer_xport *x, uint16_t lo, uint16_t hi,
+		  const struct peer_rx *rx);
+
+/* Start listening and connecting.  0 or -errno (-EADDRINUSE, ...). */
+int peer_start(struct peer_xport *x);
+
+/*
+ * Send @f to @node, in order with every other frame to that node.  Blocks
+ * until the frame is handed to the link (not until it is received), at
+ * most @timeout_ms (a link being set up is waited for within that time).
+ * 0; -ENOTCONN when no link could be made; -ETIMEDOUT; -EINVAL for a frame
+ * over the limits or a node out of range or @node == self.
+ */
+int peer_send(struct peer_xport *x, int node, const struct peer_frame *f,
+	      int timeout_ms);
+
+/* Where @node listens, when the registry learns it.  0 or -errno. */
+int peer_set_addr(struct peer_xport *x, int node, const char *addr);
+
+/* Close the link to @node (it is made again at the next send). */
+void peer_drop(struct peer_xport *x, int node);
+
+/*
+ * Stop all threads and close every link; pending calls fail -ESHUTDOWN.
+ * After this no rx callback runs.  Then peer_free().
+ */
+void peer_stop(struct peer_xport *x);
+void peer_free(struct peer_xport *x);
+
+/* Copy @node's counters into @out. */
+void peer_stats(struct peer_xport *x, int node, struct peer_stats *out);
+
+/*
+ * A request/reply exchange.  The caller owns every buffer in @rep; the
+ * reply's meta is copied into rep->meta (at most meta_cap bytes, -EMSGSIZE
+ * if longer) and its bulk is received straight into rep->bulk (at most
+ * bulk_cap bytes).
+ */
+struct peer_reply {
+	void *meta;
+	uint32_t meta_cap;
+	uint32_t meta_len;	/* out */
+	void *bulk;
+	uint32_t bulk_cap;
+	uint32_t bulk_len;	/* out */
+	uint32_t bulk_crc;	/* out: as the sender gave it */
+	uint16_t type;		/* out */
+};
+
+/*
+ * Send request @req (its rid is set here) to @node and wait for the reply
+ * at most @timeout_ms.  0; the peer's -errno for a PEER_F_ERROR reply;
+ * -ETIMEDOUT; -ECONNRESET if the link to @node went down first;
+ * -EBADMSG if the reply's bulk failed its CRC; -EMSGSIZE if it did not
+ * fit; -ESHUTDOWN once peer_stop() has begun.  Must not be called from a
+ * transport thread.
+ */
+int peer_call(struct peer_xport *x, int node, struct peer_frame *req,
+	      struct peer_reply *rep, int timeout_ms);
+
+/* Answer request @req from @node with @rep (rid and PEER_F_REPLY set). */
+int peer_reply(struct peer_xport *x, int node, const struct peer_frame *req,
+	       struct peer_frame *rep, int timeout_ms);
+
+/* Answer request @req from @node with the error @err (a -errno). */
+int peer_reply_err(struct peer_xport *x, int node,
+		   const struct peer_frame *req, int err, int timeout_ms);
+
+/* For implementations: set up and tear down the shared part. */
+int peer_base_init(struct peer_xport *x, const struct peer_xport_ops *ops,
+		   int self, int nodes, uint64_t incarnation);
+void peer_base_fini(struct peer_xport *x);
+
+/*
+ * For implementations, on their receive threads: route a frame's
+ * bulk_dest/deliver to a pending call (replies) or to the module
+ * registered for its type, and tell every module about links.  A frame no
+ * one takes is counted; deliver then returns -EPROTO and the
+ * implementation closes the link.
+ */
+void *peer_base_bulk_dest(struct peer_xport *x, int node,
+			  const struct peer_frame *f, void **cookie);
+int peer_base_deliver(struct peer_xport *x, int node,
+		      const struct peer_frame *f, void *cookie, int bulk_rc);
+void peer_base_link(struct peer_xport *x, int node, uint64_t incarnation,
+		    bool up);
+
+/* The TCP transport. */
+struct peer_tcp_opts {
+	int self;
+	int nodes;
+	uint64_t incarnation;	/* of this daemon, sent in the handshake */
+	const char *group;	/* group name, checked in the handshake */
+	const char *const *addrs; /* [nodes] "host:port"; NULL = unknown yet */
+	const char *listen;	/* NULL: addrs[self] */
+	const struct grp_secret *secret;
+	int handshake_ms;	/* a handshake not done in this time fails */
+	int idle_ms;		/* a frame started but not finished in this
+				 * time closes the link (slow senders) */
+};
+int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out);
+
+/*
+ * The fake transport: endpoints in one process joined by a fake network.
+ * Frames between two endpoints arrive in order, after a delay drawn from
+ * [min_ms, max_ms]; a link can be cut (frames in flight are lost, both
+ * sides see link down) and healed; a killed node's endpoint receives and
+ * sends nothing until revived.  Every random choice comes from @seed.
+ */
+struct peer_fakenet;
+struct peer_fakenet *peer_fakenet_new(int nodes, uint64_t seed);
+void peer_fakenet_free(struct peer_fakenet *net);
+int peer_fake_new(struct peer_fakenet *net, int self, uint64_t incarnation,
+		  struct peer_xport **out);
+void peer_fakenet_delay(struct peer_fakenet *net, int min_ms, int max_ms);
+/* Each frame breaks its link with probability @p (frame lost, link down). */
+void peer_fakenet_drop(struct peer_fakenet *net, double p);
+/* Cut (true) or heal (false) the link between @a and @b. */
+void peer_fakenet_cut(struct peer_fakenet *net, int a, int b, bool cut);
+/* Cut every link between side[i] == 0 nodes and side[i] == 1 nodes. */
+void peer_fakenet_partition(struct peer_fakenet *net, const int *side);
+void peer_fakenet_heal(struct peer_fakenet *net);
+/* Stop (@dead) or resume delivery to and from @node, as a hung daemon. */
+void peer_fakenet_freeze(struct peer_fakenet *net, int node, bool frozen);
+
+/* --- membership (memb.c) ------------------------------------------------- */
+
+/*
+ * Each daemon keeps its own view of the group: every node's state and
+ * incarnation (a daemon's incarnation is new at every start, so a
+ * replacement with the same id is told apart from the node it replaces).
+ * Heartbeats go to every peer every heartbeat_ms and carry the sender's
+ * view, so a node that was hung (SIGSTOP) learns on waking that the others
+ * declared it dead.  The view's epoch counts its changes.
+ */
+enum memb_state {
+	MEMB_UNKNOWN,	/* never heard from since this daemon started */
+	MEMB_UP,
+	MEMB_SUSPECT,	/* no heartbeat for suspect_ms */
+	MEMB_DEAD,	/* no heartbeat for dead_ms; a new incarnation or the
+			 * same one heard again (after it learns it was dead
+			 * and rejoins) brings it back */
+};
+
+struct memb_node {
+	int id;
+	char addr[128];		/* "host:port", "" while unknown */
+	enum memb_state state;
+	uint64_t incarnation;	/* 0 while unknown */
+	uint64_t last_heard_ms;	/* CLOCK_MONOTONIC ms of the last heartbeat */
+	uint64_t since_ms;	/* when it entered this state */
+};
+
+struct memb_view {
+	uint64_t epoch;		/* +1 at every change of any node's state */
+	int self;
+	int nodes;
+	struct memb_node node[GRP_MAX_NODES];
+};
+
+struct memb_opts {
+	int self;
+	int nodes;
+	uint64_t incarnation;
+	const char *const *addrs; /* [nodes], the static --peers list; NULL
+				   * with a registry */
+	int heartbeat_ms;
+	int suspect_ms;
+	int dead_ms;		/* --dead-after */
+	/* The memcached registry (NULL: static list only). */
+	const char *registry;	/* "host:port[,host:port...]" */
+	const char *group;	/* key prefix */
+	const char *listen_addr; /* what this node publishes */
+};
+
+struct memb;
+
+/*
+ * Create membership over @x; registers the PEER_T_MEMB_* range, so call
+ * before peer_start().  0 or -errno (-EINVAL for bad options, with a
+ * logged reason).
+ */
+int memb_new(const struct memb_opts *o, struct peer_xport *x,
+	     struct memb **out);
+/* Start heartbeats (after peer_start()).  0 or -errno. */
+int memb_start(struct memb *m);
+void memb_stop(struct memb *m);
+void memb_free(struct memb *m);
+
+/* A copy of the current view. */
+void memb_get_view(struct memb *m, struct memb_view *out);
+
+/*
+ * Called on the membership thread after each change, with no lock held:
+ * @node changed from @was (incarnation @was_inc) to what @v says.  When
+ * @node is the caller's own node and its state is MEMB_DEAD, the others
+ * declared this daemon dead (it must stop serving what it holds as
+ * current until it has caught up).  Must not sleep for long.
+ */
+typedef void memb_change_fn(void *ctx, const struct memb_view *v, int node,
+			    enum memb_state was, uint64_t was_inc);
+int memb_listen(struct memb *m, memb_change_fn *fn, void *ctx);
+
+const char *memb_state_name(enum memb_state s);
+
+/* --- the namespace log (nslog.c) ----------------------------------------- */
+
+/*
+ * The group's namespace changes are entries of one replicated log, run by
+ * the group's own daemons with canonical's C Raft (libraft, raft_uv for
+ * its disk log and its TCP links, with our authenticated handshake in
+ * front of raft's).  Entries are opaque here; the state machine (@fsm)
+ * applies them, in log order, on every node.
+ */
+struct nslog;
+
+struct nslog_fsm {
+	void *ctx;
+	/*
+	 * Apply entry @index (on every node, in order, exactly once per
+	 * state).  The result goes back to the proposer's nslog_submit().
+	 */
+	int (*apply)(void *ctx, uint64_t index, const void *buf, size_t len);
+	/* The whole state, serialised into a malloc()ed buffer. */
+	int (*snapshot)(void *ctx, void **buf, size_t *len);
+	/* Replace the whole state with a snapshot's. */
+	int (*restore)(void *ctx, const void *buf, size_t len);
+};
+
+struct nslog_opts {
+	int self;
+	int nodes;
+	uint64_t incarnation;
+	const char *const *addrs; /* [nodes] where each node's raft listens */
+	const char *dir;	/* this node's raft data dir (created) */
+	const struct grp_secret *secret;
+	const char *group;
+	struct peer_xport *x;	/* proposals forwarded to the leader, joins */
+	int election_ms;
+	int heartbeat_ms;
+	unsigned snapshot_every; /* entries between snapshots (0: default) */
+};
+
+struct nslog_status {
+	uint64_t term;
+	uint64_t last_index;
+	uint64_t commit_index;
+	uint64_t applied_index;
+	int leader;		/* node id, -1 when none is known */
+	bool is_leader;
+	int voters;		/* members with a vote in the configuration */
+};
+
+/* Registers the PEER_T_NSLOG_* range on o->x: call before peer_start(). */
+int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
+	      struct nslog **out);
+int nslog_start(struct nslog *l);
+void nslog_stop(struct nslog *l);
+void nslog_free(struct nslog *l);
+
+/*
+ * Append @buf to the log (forwarded to the leader when this node is not
+ * it) and wait until it is committed and applied on this node, at most
+ * @timeout_ms.  0 with *result set to apply()'s result; -ETIMEDOUT;
+ * -ENOTCONN when no leader could be reached.  An entry may still commit
+ * after -ETIMEDOUT.  Blocks: never with an engine lock held.
+ */
+int nslog_submit(struct nslog *l, const void *buf, size_t len,
+		 int timeout_ms, int *result);
+
+/*
+ * Wait until this node has applied every entry committed group-wide when
+ * the call was made (a read barrier through the leader).  0 or -errno.
+ */
+int nslog_barrier(struct nslog *l, int timeout_ms);
+
+void nslog_get_status(struct nslog *l, struct nslog_status *out);
+
+#endif /* RFT_GROUP_I_H */
