@@ -64,6 +64,23 @@
  * the view, the per-node state and the slots; it is never held across
  * peer_send(), peer_set_addr() or a callback.  The registry thread (see
  * below) takes m->lock only to read and update addresses.
+ *
+ * The registry (o->registry set): a memcached server, or several, through
+ * libmemcached, on a thread of its own so that a dead or black-holed
+ * memcached never delays a heartbeat.  Each node stores
+ *
+ *   key   reftfs/<group>/node/<id>
+ *   value "<listen address> <incarnation in decimal>"
+ *   TTL   ceil(dead_ms / 1000) s, at least 2 s
+ *
+ * every heartbeat_ms, and reads every node's key in one multi-get; an
+ * address that changed goes to the view and to peer_set_addr().  The
+ * registry is soft state: liveness still comes only from heartbeats, so
+ * losing memcached changes no node's state.  When it fails the thread
+ * logs once, keeps the last known addresses, drops its connection and
+ * tries again with a doubling backoff (heartbeat_ms .. 1 s); the next
+ * success registers the node again and is logged.  Every libmemcached
+ * call has a short timeout (REG_TIMEOUT_MS).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -71,6 +88,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <libmemcached/memcached.h>
 
 #include "engine.h"
 #include "group_i.h"
@@ -82,6 +101,13 @@
 #define HB_ENT_LEN 16
 #define HB_F_DEMAND 0x1
 #define HB_MAX_LEN (HB_HDR_LEN + HB_ENT_LEN * GRP_MAX_NODES)
+
+#define ADDR_MAX sizeof(((struct memb_node *)0)->addr)
+#define GROUP_MAX 64		/* bytes of a group name */
+#define REG_TIMEOUT_MS 200	/* connect, poll, send, receive */
+#define REG_BACKOFF_MAX_MS 1000
+#define REG_KEY_MAX (sizeof("reftfs//node/") + GROUP_MAX + 12)
+#define REG_VAL_MAX (ADDR_MAX + 24)
 
 struct hb_entry {
 	uint64_t inc;
@@ -136,6 +162,19 @@ struct memb {
 	uint8_t tx[HB_MAX_LEN];
 
 	_Atomic uint64_t bad_frames;
+
+	/* The registry; the strings are set once in memb_new(). */
+	char *registry;			/* NULL: static list only */
+	char group[GROUP_MAX + 1];
+	char listen[ADDR_MAX];
+	int ttl_s;
+	pthread_cond_t reg_cond;	/* wakes the registry thread */
+	pthread_t reg_thread;
+	bool reg_made;
+	bool reg_down;			/* registry thread only */
+	bool reg_once;			/* registry thread only */
+	bool reg_bad_logged[GRP_MAX_NODES]; /* registry thread only */
+	char reg_keys[GRP_MAX_NODES][REG_KEY_MAX]; /* registry thread only */
 };
 
 static uint64_t now_ms(void)
@@ -544,6 +583,353 @@ static void *memb_thread(void *arg)
 	return NULL;
 }
 
+/* --- the registry ---------------------------------------------------------- */
+
+/* Split "host:port" (host may be "[v6]") into @host and @port.  0/-EINVAL. */
+static int split_hostport(const char *s, size_t len, char *host, size_t cap,
+			  unsigned *port)
+{
+	const char *colon = NULL, *h = s;
+	size_t hlen, i;
+	unsigned long v = 0;
+
+	for (i = 0; i < len; i++)
+		if (s[i] == ':')
+			colon = s + i;
+	if (!colon || colon == s || colon + 1 == s + len)
+		return -EINVAL;
+	hlen = (size_t)(colon - s);
+	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+		h++;
+		hlen -= 2;
+	}
+	if (hlen == 0 || hlen >= cap)
+		return -EINVAL;
+	for (i = (size_t)(colon - s) + 1; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned long)(s[i] - '0');
+		if (v > 65535)
+			return -EINVAL;
+	}
+	if (v == 0)
+		return -EINVAL;
+	memcpy(host, h, hlen);
+	host[hlen] = 0;
+	*port = (unsigned)v;
+	return 0;
+}
+
+/* Add every server of "host:port[,host:port...]" to @mc (or only check
+ * them when @mc is NULL).  0 or -EINVAL. */
+static int add_servers(memcached_st *mc, const char *list)
+{
+	char host[256];
+	const char *p = list, *end;
+	unsigned port;
+	memcached_return_t mrc;
+	int n = 0;
+
+	for (;;) {
+		end = strchr(p, ',');
+		if (!end)
+			end = p + strlen(p);
+		if (split_hostport(p, (size_t)(end - p), host, sizeof(host),
+				   &port) < 0)
+			return -EINVAL;
+		if (mc) {
+			mrc = memcached_server_add(mc, host, (in_port_t)port);
+			if (memcached_failed(mrc)) {
+				rft_err("registry: cannot add %s:%u: %s", host,
+					port, memcached_strerror(mc, mrc));
+				return -EINVAL;
+			}
+		}
+		n++;
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	return n ? 0 : -EINVAL;
+}
+
+/* A client for the registry, every timeout short.  NULL on failure. */
+static memcached_st *reg_connect(struct memb *m)
+{
+	static const struct {
+		memcached_behavior_t b;
+		uint64_t v;
+	} beh[] = {
+		{ MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, REG_TIMEOUT_MS },
+		{ MEMCACHED_BEHAVIOR_POLL_TIMEOUT, REG_TIMEOUT_MS },
+		{ MEMCACHED_BEHAVIOR_SND_TIMEOUT, REG_TIMEOUT_MS * 1000 },
+		{ MEMCACHED_BEHAVIOR_RCV_TIMEOUT, REG_TIMEOUT_MS * 1000 },
+		{ MEMCACHED_BEHAVIOR_TCP_NODELAY, 1 },
+	};
+	memcached_return_t mrc;
+	memcached_st *mc;
+	size_t i;
+
+	mc = memcached_create(NULL);
+	if (!mc) {
+		rft_err("registry: no memory for a memcached client");
+		return NULL;
+	}
+	for (i = 0; i < sizeof(beh) / sizeof(beh[0]); i++) {
+		mrc = memcached_behavior_set(mc, beh[i].b, beh[i].v);
+		if (memcached_failed(mrc)) {
+			rft_err("registry: memcached behavior %d: %s",
+				(int)beh[i].b, memcached_strerror(mc, mrc));
+			memcached_free(mc);
+			return NULL;
+		}
+	}
+	if (add_servers(mc, m->registry) < 0) {
+		memcached_free(mc);
+		return NULL;
+	}
+	return mc;
+}
+
+static int reg_key(const struct memb *m, int id, char *buf, size_t cap)
+{
+	return snprintf(buf, cap, "reftfs/%s/node/%d", m->group, id);
+}
+
+/*
+ * One registry value, "<addr> <incarnation>", from node @id.  0, or
+ * -EINVAL for anything else (logged once per node).
+ */
+static int reg_parse(struct memb *m, int id, const char *v, size_t len,
+		     char *addr, uint64_t *inc)
+{
+	size_t i, alen;
+	uint64_t n = 0;
+
+	for (alen = 0; alen < len && v[alen] != ' '; alen++)
+		if ((unsigned char)v[alen] <= ' ' || v[alen] == 0x7f)
+			goto bad;
+	if (alen == 0 || alen >= ADDR_MAX || alen + 1 >= len)
+		goto bad;
+	for (i = alen + 1; i < len; i++) {
+		if (v[i] < '0' || v[i] > '9' ||
+		    n > (UINT64_MAX - (uint64_t)(v[i] - '0')) / 10)
+			goto bad;
+		n = n * 10 + (uint64_t)(v[i] - '0');
+	}
+	memcpy(addr, v, alen);
+	addr[alen] = 0;
+	*inc = n;
+	m->reg_bad_logged[id] = false;
+	return 0;
+bad:
+	if (!m->reg_bad_logged[id])
+		rft_warn("registry: the entry of node %d is malformed; "
+			 "ignored", id);
+	m->reg_bad_logged[id] = true;
+	return -EINVAL;
+}
+
+/* Node @id is at @addr: into the view and the transport, if new. */
+static void reg_learn(struct memb *m, int id, const char *addr, uint64_t inc)
+{
+	struct memb_node *n = &m->view.node[id];
+	bool changed;
+	int rc;
+
+	pthread_mutex_lock(&m->lock);
+	changed = strcmp(n->addr, addr) != 0;
+	if (changed)
+		strcpy(n->addr, addr);
+	pthread_mutex_unlock(&m->lock);
+	if (!changed)
+		return;
+	rft_info("registry of %d: node %d is at %s (incarnation %" PRIx64
+		 ")", m->self, id, addr, inc);
+	rc = peer_set_addr(m->x, id, addr);
+	if (rc < 0)
+		rft_warn("registry of %d: the transport refused %s for node "
+			 "%d: %s", m->self, addr, id, strerror(-rc));
+}
+
+/* Publish our entry.  0 or -EIO. */
+static int reg_publish(struct memb *m, memcached_st *mc)
+{
+	char key[REG_KEY_MAX], val[REG_VAL_MAX];
+	memcached_return_t mrc;
+	int klen, vlen;
+
+	klen = reg_key(m, m->self, key, sizeof(key));
+	vlen = snprintf(val, sizeof(val), "%s %" PRIu64, m->listen, m->inc);
+	mrc = memcached_set(mc, key, (size_t)klen, val, (size_t)vlen,
+			    (time_t)m->ttl_s, 0);
+	if (memcached_failed(mrc)) {
+		rft_dbg("registry: set %s: %s", key,
+			memcached_last_error_message(mc));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Read every other node's entry.  0 or -EIO. */
+static int reg_read(struct memb *m, memcached_st *mc)
+{
+	const char *kp[GRP_MAX_NODES];
+	size_t kl[GRP_MAX_NODES];
+	char key[REG_KEY_MAX], addr[ADDR_MAX];
+	memcached_result_st result, *res;
+	memcached_return_t mrc;
+	const char *k;
+	size_t n = 0, len;
+	uint64_t inc;
+	int i, id;
+
+	for (i = 0; i < m->nodes; i++) {
+		if (i == m->self)
+			continue;
+		kp[n] = m->reg_keys[i];
+		kl[n] = (size_t)reg_key(m, i, m->reg_keys[i],
+					sizeof(m->reg_keys[i]));
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	mrc = memcached_mget(mc, kp, kl, n);
+	if (memcached_failed(mrc)) {
+		rft_dbg("registry: mget: %s", memcached_last_error_message(mc));
+		return -EIO;
+	}
+	if (!memcached_result_create(mc, &result))
+		return -ENOMEM;
+	while ((res = memcached_fetch_result(mc, &result, &mrc))) {
+		k = memcached_result_key_value(res);
+		len = memcached_result_key_length(res);
+		for (id = 0; id < m->nodes; id++) {
+			if (id == m->self)
+				continue;
+			i = reg_key(m, id, key, sizeof(key));
+			if ((size_t)i == len && memcmp(key, k, len) == 0)
+				break;
+		}
+		if (id == m->nodes)
+			continue;	/* not a key we asked for */
+		if (reg_parse(m, id, memcached_result_value(res),
+			      memcached_result_length(res), addr, &inc) == 0)
+			reg_learn(m, id, addr, inc);
+	}
+	memcached_result_free(&result);
+	if (mrc != MEMCACHED_END && mrc != MEMCACHED_NOTFOUND &&
+	    memcached_failed(mrc)) {
+		rft_dbg("registry: fetch: %s",
+			memcached_last_error_message(mc));
+		return -EIO;
+	}
+	return 0;
+}
+
+static void *reg_thread(void *arg)
+{
+	struct memb *m = arg;
+	memcached_st *mc = NULL;
+	struct timespec ts;
+	uint64_t wait, backoff = 0, when;
+	int rc;
+
+	pthread_mutex_lock(&m->lock);
+	while (!m->stop) {
+		pthread_mutex_unlock(&m->lock);
+		if (!mc)
+			mc = reg_connect(m);
+		rc = mc ? reg_publish(m, mc) : -ENOMEM;
+		if (rc == 0)
+			rc = reg_read(m, mc);
+		if (rc < 0) {
+			if (!m->reg_down)
+				rft_warn("registry %s unreachable (%s): "
+					 "keeping the last known addresses, "
+					 "retrying",
+					 m->registry,
+					 mc ? memcached_last_error_message(mc)
+					    : "no client");
+			m->reg_down = true;
+			/* A fresh client next time: no state of a dead
+			 * server's connection is kept. */
+			if (mc)
+				memcached_free(mc);
+			mc = NULL;
+			backoff = backoff ? 2 * backoff : (uint64_t)m->hb_ms;
+			if (backoff > REG_BACKOFF_MAX_MS)
+				backoff = REG_BACKOFF_MAX_MS;
+			wait = backoff;
+		} else {
+			if (!m->reg_once)
+				rft_info("registry %s: node %d registered as "
+					 "%s", m->registry, m->self, m->listen);
+			else if (m->reg_down)
+				rft_info("registry %s is back: node %d "
+					 "registered again", m->registry,
+					 m->self);
+			m->reg_down = false;
+			m->reg_once = true;
+			backoff = 0;
+			wait = (uint64_t)m->hb_ms;
+		}
+		when = now_ms() + wait;
+		ts.tv_sec = (time_t)(when / 1000);
+		ts.tv_nsec = (long)(when % 1000) * 1000000L;
+		pthread_mutex_lock(&m->lock);
+		while (!m->stop && now_ms() < when)
+			pthread_cond_timedwait(&m->reg_cond, &m->lock, &ts);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (mc)
+		memcached_free(mc);
+	return NULL;
+}
+
+/* Check the registry options.  0 or -EINVAL (logged). */
+static int check_registry(const struct memb_opts *o)
+{
+	size_t i, len;
+
+	if (add_servers(NULL, o->registry) < 0) {
+		rft_err("registry: \"%s\" is not host:port[,host:port...]",
+			o->registry);
+		return -EINVAL;
+	}
+	len = o->group ? strlen(o->group) : 0;
+	if (len == 0 || len > GROUP_MAX) {
+		rft_err("registry: a group name of 1 to %d characters is "
+			"needed", GROUP_MAX);
+		return -EINVAL;
+	}
+	for (i = 0; i < len; i++) {
+		char c = o->group[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == '-')) {
+			rft_err("registry: group name \"%s\": only letters, "
+				"digits, '.', '_' and '-'", o->group);
+			return -EINVAL;
+		}
+	}
+	len = o->listen_addr ? strlen(o->listen_addr) : 0;
+	if (len == 0 || len >= ADDR_MAX) {
+		rft_err("registry: a listen address (host:port) is needed");
+		return -EINVAL;
+	}
+	for (i = 0; i < len; i++)
+		if ((unsigned char)o->listen_addr[i] <= ' ' ||
+		    o->listen_addr[i] == 0x7f) {
+			rft_err("registry: listen address \"%s\" has a "
+				"space or a control character",
+				o->listen_addr);
+			return -EINVAL;
+		}
+	return 0;
+}
+
 /* --- life cycle ----------------------------------------------------------- */
 
 static int check_opts(const struct memb_opts *o, const struct peer_xport *x)
@@ -586,6 +972,11 @@ int memb_new(const struct memb_opts *o, struct peer_xport *x,
 	rc = check_opts(o, x);
 	if (rc < 0)
 		return rc;
+	if (o->registry) {
+		rc = check_registry(o);
+		if (rc < 0)
+			return rc;
+	}
 	if (o->addrs)
 		for (i = 0; i < o->nodes; i++)
 			if (o->addrs[i] &&
@@ -625,7 +1016,22 @@ int memb_new(const struct memb_opts *o, struct peer_xport *x,
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&m->cond, &ca);
+	pthread_cond_init(&m->reg_cond, &ca);
 	pthread_condattr_destroy(&ca);
+	if (o->registry) {
+		m->registry = strdup(o->registry);
+		if (!m->registry) {
+			memb_free(m);
+			return -ENOMEM;
+		}
+		strcpy(m->group, o->group);
+		strcpy(m->listen, o->listen_addr);
+		strcpy(m->view.node[o->self].addr, o->listen_addr);
+		/* An entry outlives a missed refresh or two, not a death. */
+		m->ttl_s = (o->dead_ms + 999) / 1000;
+		if (m->ttl_s < 2)
+			m->ttl_s = 2;
+	}
 
 	rx.ctx = m;
 	rc = peer_register(x, PEER_T_MEMB_FIRST, PEER_T_MEMB_LAST, &rx);
@@ -651,7 +1057,13 @@ int memb_start(struct memb *m)
 	m->stop = false;
 	rc = -pthread_create(&m->thread, NULL, memb_thread, m);
 	m->thread_made = rc == 0;
+	if (rc == 0 && m->registry) {
+		rc = -pthread_create(&m->reg_thread, NULL, reg_thread, m);
+		m->reg_made = rc == 0;
+	}
 	pthread_mutex_unlock(&m->lock);
+	if (rc < 0)
+		memb_stop(m);
 	return rc;
 }
 
@@ -662,10 +1074,15 @@ void memb_stop(struct memb *m)
 	pthread_mutex_lock(&m->lock);
 	m->stop = true;
 	pthread_cond_broadcast(&m->cond);
+	pthread_cond_broadcast(&m->reg_cond);
 	pthread_mutex_unlock(&m->lock);
 	if (m->thread_made) {
 		pthread_join(m->thread, NULL);
 		m->thread_made = false;
+	}
+	if (m->reg_made) {
+		pthread_join(m->reg_thread, NULL);
+		m->reg_made = false;
 	}
 }
 
@@ -674,8 +1091,10 @@ void memb_free(struct memb *m)
 	if (!m)
 		return;
 	memb_stop(m);
+	pthread_cond_destroy(&m->reg_cond);
 	pthread_cond_destroy(&m->cond);
 	pthread_mutex_destroy(&m->lock);
+	free(m->registry);
 	free(m->p);
 	free(m);
 }
