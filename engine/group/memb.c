@@ -513,17 +513,22 @@ static void detect(struct memb *m, uint64_t now)
 }
 
 /*
- * Send our heartbeat to every peer.  The lock is dropped for the sends;
- * a peer whose send failed is skipped for a few ticks (doubling, at most
- * a quarter of suspect_ms) so that a black-holed peer does not delay the
- * heartbeats of the others.  Under lock (dropped and taken again).
+ * Send our heartbeat to every peer, at most heartbeat_ms in all: peers
+ * with a link up first (a send there does not wait), then the others,
+ * each given what is left of the round (a link being made may take it
+ * all; a black-holed peer then costs one round, not one per peer).  A
+ * peer whose send failed is skipped for a few rounds (doubling, at most
+ * a quarter of suspect_ms).  The lock is dropped for the sends.  Under
+ * lock (dropped and taken again).
  */
 static void send_all(struct memb *m)
 {
 	struct peer_frame f = { .type = PEER_T_MEMB_HB, .meta = m->tx };
-	bool to[GRP_MAX_NODES];
-	int i, rc, cap = m->suspect_ms / m->hb_ms / 4;
+	int i, pass, rc, timeout, cap = m->suspect_ms / m->hb_ms / 4;
+	bool to[GRP_MAX_NODES], up[GRP_MAX_NODES];
+	struct peer_stats st;
 	struct memb_peer *p;
+	uint64_t end, now;
 
 	f.meta_len = hb_encode(m);
 	for (i = 0; i < m->nodes; i++) {
@@ -534,20 +539,29 @@ static void send_all(struct memb *m)
 	}
 	pthread_mutex_unlock(&m->lock);
 	for (i = 0; i < m->nodes; i++) {
-		if (!to[i])
-			continue;
-		rc = peer_send(m->x, i, &f, m->hb_ms);
-		pthread_mutex_lock(&m->lock);
-		p = &m->p[i];
-		if (rc < 0) {
-			p->backoff = p->backoff ? 2 * p->backoff : 1;
-			if (p->backoff > cap)
-				p->backoff = cap;
-			p->skip = p->backoff;
-		} else {
-			p->backoff = 0;
+		peer_stats(m->x, i, &st);
+		up[i] = st.up;
+	}
+	end = now_ms() + (uint64_t)m->hb_ms;
+	for (pass = 0; pass < 2; pass++) {
+		for (i = 0; i < m->nodes; i++) {
+			if (!to[i] || up[i] != (pass == 0))
+				continue;
+			now = now_ms();
+			timeout = now < end ? (int)(end - now) : 0;
+			rc = peer_send(m->x, i, &f, timeout);
+			pthread_mutex_lock(&m->lock);
+			p = &m->p[i];
+			if (rc < 0) {
+				p->backoff = p->backoff ? 2 * p->backoff : 1;
+				if (p->backoff > cap)
+					p->backoff = cap;
+				p->skip = p->backoff;
+			} else {
+				p->backoff = 0;
+			}
+			pthread_mutex_unlock(&m->lock);
 		}
-		pthread_mutex_unlock(&m->lock);
 	}
 	pthread_mutex_lock(&m->lock);
 }

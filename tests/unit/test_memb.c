@@ -19,7 +19,7 @@
 
 #include "group_i.h"
 
-#define MAXN 5
+#define MAXN 12
 /* Small, but slack enough for a loaded 2-core machine under TSan. */
 #define HB_MS 25
 #define SUSPECT_MS 150
@@ -381,6 +381,30 @@ static void test_cut_node(void **state)
 		assert_int_equal(count(&c->node[i], &c->node[i].n_replaced[3]),
 				 0);
 	}
+	check_callbacks(c);
+	cluster_free(c);
+}
+
+/*
+ * A node that can reach one peer out of eleven: the sends into the black
+ * holes (each would wait its whole timeout) do not starve the heartbeats
+ * to the one peer it can reach.
+ */
+static void test_black_holes(void **state)
+{
+	struct cluster *c = cluster_new(12, 7);
+	int i;
+
+	(void)state;
+	assert_true(WAIT_FOR(all_up(c), WAIT_MS));
+	for (i = 1; i < 11; i++)
+		peer_fakenet_cut(c->net, 0, i, true);
+	for (i = 1; i < 11; i++)
+		assert_true(WAIT_FOR(sees(c, 0, i, MEMB_DEAD), WAIT_MS));
+	sleep_ms(DEAD_MS);
+	assert_int_equal(count(&c->node[11], &c->node[11].n_suspect[0]), 0);
+	assert_int_equal(count(&c->node[0], &c->node[0].n_suspect[11]), 0);
+	assert_true(sees(c, 11, 0, MEMB_UP));
 	check_callbacks(c);
 	cluster_free(c);
 }
@@ -944,6 +968,7 @@ int main(void)
 		cmocka_unit_test(test_all_up),
 		cmocka_unit_test(test_bad_opts),
 		cmocka_unit_test(test_cut_node),
+		cmocka_unit_test(test_black_holes),
 		cmocka_unit_test(test_replace),
 		cmocka_unit_test(test_frozen),
 		cmocka_unit_test(test_partition),
