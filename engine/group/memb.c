@@ -286,7 +286,8 @@ static int hb_decode(const struct memb *m, int node, const struct peer_frame *f,
 		hb->e[i].life = get32(e + 8);
 		hb->e[i].state = e[12];
 		hb->e[i].flags = e[13];
-		if (e[12] > MEMB_DEAD || (e[13] & ~HB_F_DEMAND) || get16(e + 14))
+		if (e[12] > MEMB_DEAD || (e[13] & ~HB_F_DEMAND) ||
+		    get16(e + 14))
 			return -EPROTO;
 	}
 	return 0;
@@ -327,7 +328,7 @@ static int memb_deliver(void *ctx, int node, const struct peer_frame *f,
 	return 0;
 }
 
-/* --- the membership thread ------------------------------------------------ */
+/* --- the membership thread ----------------------------------------------- */
 
 /*
  * Record that @node went from @was/@was_inc to what the view now says:
@@ -395,8 +396,9 @@ static void apply_hb(struct memb *m, const struct hb *hb, uint64_t arrival)
 	} else if (n->state == MEMB_DEAD) {
 		if (p->demand && hb->life <= p->life)
 			goto self; /* not rejoined yet: still dead to us */
-		snprintf(why, sizeof(why), p->demand ? "rejoined, life %" PRIu32
-						     : "heard again, life %" PRIu32,
+		snprintf(why, sizeof(why),
+			 p->demand ? "rejoined, life %" PRIu32
+				   : "heard again, life %" PRIu32,
 			 hb->life);
 		n->state = MEMB_UP;
 		n->last_heard_ms = arrival;
@@ -597,7 +599,7 @@ static void *memb_thread(void *arg)
 	return NULL;
 }
 
-/* --- the registry ---------------------------------------------------------- */
+/* --- the registry -------------------------------------------------------- */
 
 /* Split "host:port" (host may be "[v6]") into @host and @port.  0/-EINVAL. */
 static int split_hostport(const char *s, size_t len, char *host, size_t cap,
@@ -944,7 +946,7 @@ static int check_registry(const struct memb_opts *o)
 	return 0;
 }
 
-/* --- life cycle ----------------------------------------------------------- */
+/* --- life cycle ---------------------------------------------------------- */
 
 static int check_opts(const struct memb_opts *o, const struct peer_xport *x)
 {

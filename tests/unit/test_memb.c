@@ -484,9 +484,9 @@ static void test_frozen(void **state)
 			continue;
 		/* Taken back once (the callback follows the view), and not
 		 * before it knew. */
-		assert_true(WAIT_FOR(count(&c->node[i], &c->node[i].n_back[1]) ==
-					     1,
-				     WAIT_MS));
+		assert_true(WAIT_FOR(
+			count(&c->node[i], &c->node[i].n_back[1]) == 1,
+			WAIT_MS));
 		sleep_ms(HB_MS);
 		assert_int_equal(count(&c->node[i], &c->node[i].n_back[1]), 1);
 		assert_true(count64(&c->node[i], &c->node[i].back_at[1]) >=
@@ -848,9 +848,9 @@ static bool model_holds(struct cluster *c, const struct model *md, bool say)
 				continue;
 			}
 			if (say)
-				print_message("model: %d sees %d %s inc %" PRIx64
-					      " (live %d inc %" PRIx64
-					      ", connected %d)\n",
+				print_message("model: %d sees %d %s inc "
+					      "%" PRIx64 " (live %d inc "
+					      "%" PRIx64 ", connected %d)\n",
 					      a, b, memb_state_name(n.state),
 					      n.incarnation, c->node[b].live,
 					      c->node[b].inc,

@@ -599,9 +599,10 @@ static void test_partition(void **state)
 			if (a == b)
 				continue;
 			/* Down across, still up within a side. */
-			assert_true(WAIT_FOR(read_bool(&t[a], &t[a].link_up[b]) ==
-						     (side[a] == side[b]),
-					     5000));
+			assert_true(WAIT_FOR(
+				read_bool(&t[a], &t[a].link_up[b]) ==
+					(side[a] == side[b]),
+				5000));
 			assert_int_equal(read_int(&t[a], &t[a].downs[b]),
 					 side[a] != side[b]);
 		}
@@ -636,7 +637,8 @@ static void test_partition(void **state)
 		for (b = 0; b < 4; b++) {
 			if (a == b)
 				continue;
-			assert_true(WAIT_FOR(last(&t[b], a) == seq[a][b], 5000));
+			assert_true(
+				WAIT_FOR(last(&t[b], a) == seq[a][b], 5000));
 			assert_true(WAIT_FOR(
 				read_bool(&t[a], &t[a].link_up[b]), 5000));
 			assert_int_equal(read_int(&t[a], &t[a].ups[b]),
