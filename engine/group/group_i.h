@@ -466,7 +466,12 @@ int memb_new(const struct memb_opts *o, struct peer_xport *x,
 	     struct memb **out);
 /* Start heartbeats (after peer_start()).  0 or -errno. */
 int memb_start(struct memb *m);
+/* Stop the membership threads; no callback runs after it returns. */
 void memb_stop(struct memb *m);
+/*
+ * Free @m (NULL is fine).  The transport keeps calling memb's handler
+ * until it is stopped: free only after peer_stop() or peer_free() of x.
+ */
 void memb_free(struct memb *m);
 
 /* A copy of the current view. */
@@ -481,6 +486,7 @@ void memb_get_view(struct memb *m, struct memb_view *out);
  */
 typedef void memb_change_fn(void *ctx, const struct memb_view *v, int node,
 			    enum memb_state was, uint64_t was_inc);
+/* Set the one listener (replacing any; NULL for none).  Returns 0. */
 int memb_listen(struct memb *m, memb_change_fn *fn, void *ctx);
 
 const char *memb_state_name(enum memb_state s);
