@@ -392,8 +392,18 @@ void peer_fakenet_cut(struct peer_fakenet *net, int a, int b, bool cut);
 /* Cut every link between side[i] == 0 nodes and side[i] == 1 nodes. */
 void peer_fakenet_partition(struct peer_fakenet *net, const int *side);
 void peer_fakenet_heal(struct peer_fakenet *net);
-/* Stop (@dead) or resume delivery to and from @node, as a hung daemon. */
+/*
+ * Stop (@frozen) or resume delivery to and from @node, as a hung daemon:
+ * frames to it wait and arrive when it thaws; its sends wait for the thaw
+ * until their timeout (-ETIMEDOUT).
+ */
 void peer_fakenet_freeze(struct peer_fakenet *net, int node, bool frozen);
+/*
+ * The address peer_set_addr() last gave fake endpoint @x for @node ("" if
+ * none), copied into @buf (@len bytes).  0, -EINVAL (not a fake endpoint),
+ * -ENAMETOOLONG.
+ */
+int peer_fake_addr(struct peer_xport *x, int node, char *buf, size_t len);
 
 /* --- membership (memb.c) ------------------------------------------------- */
 
@@ -456,7 +466,12 @@ int memb_new(const struct memb_opts *o, struct peer_xport *x,
 	     struct memb **out);
 /* Start heartbeats (after peer_start()).  0 or -errno. */
 int memb_start(struct memb *m);
+/* Stop the membership threads; no callback runs after it returns. */
 void memb_stop(struct memb *m);
+/*
+ * Free @m (NULL is fine).  The transport keeps calling memb's handler
+ * until it is stopped: free only after peer_stop() or peer_free() of x.
+ */
 void memb_free(struct memb *m);
 
 /* A copy of the current view. */
@@ -471,6 +486,7 @@ void memb_get_view(struct memb *m, struct memb_view *out);
  */
 typedef void memb_change_fn(void *ctx, const struct memb_view *v, int node,
 			    enum memb_state was, uint64_t was_inc);
+/* Set the one listener (replacing any; NULL for none).  Returns 0. */
 int memb_listen(struct memb *m, memb_change_fn *fn, void *ctx);
 
 const char *memb_state_name(enum memb_state s);
