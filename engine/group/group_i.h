@@ -364,6 +364,10 @@ struct peer_tcp_opts {
 	int idle_ms;		/* a frame started but not finished in this
 				 * time closes the link (slow senders) */
 };
+/*
+ * The TCP transport, its listening socket already bound (-EADDRINUSE and
+ * friends are known here, before peer_start()).  0 or -errno.
+ */
 int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out);
 /*
  * The TCP port @x listens on, once started (so tests can listen on

@@ -1359,9 +1359,12 @@ static int tcp_start(struct peer_xport *x)
 	sigset_t all, old;
 	int rc;
 
-	rc = open_listener(t);
-	if (rc < 0)
-		return rc;
+	/* Bound by peer_tcp_new(); again after a stop. */
+	if (t->lfd < 0) {
+		rc = open_listener(t);
+		if (rc < 0)
+			return rc;
+	}
 	t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (t->efd < 0) {
 		rc = -errno;
@@ -1577,6 +1580,13 @@ int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out)
 			goto fail;
 		}
 	}
+	/*
+	 * Bound now, not at start: a daemon learns that its port is taken
+	 * before it mounts (and before it goes to the background).
+	 */
+	rc = open_listener(t);
+	if (rc < 0)
+		goto fail;
 	*out = &t->x;
 	return 0;
 fail:

@@ -114,6 +114,11 @@ grep -q "declared this daemon dead" "$LOG1" ||
 	fail "node 1 did not log that it had been declared dead"
 log "hung node declared dead, then rejoined knowing it"
 
+# A second daemon for a port in use is refused before it mounts.
+expect_setup_error "cannot listen on 127.0.0.1:$P0" --node 0 \
+	--peers "$PEERS" --secret-file "$SECRET"
+is_mounted "$T_TMP/unused" && fail "a refused daemon mounted"
+
 daemon_alive "$PID0"
 stop_daemon "$M0" "$PID0"
 stop_daemon "$M1" "$PID1"
