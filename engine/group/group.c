@@ -194,8 +194,16 @@ static void on_change(void *ctx, const struct memb_view *v, int node,
 {
 	struct grp *g = ctx;
 
-	if (node != v->self)
+	if (node != v->self) {
+		/*
+		 * A machine that vanished without closing its connections
+		 * would keep our link to it "up" until a send timed out:
+		 * close it, and the next send makes a new one.
+		 */
+		if (v->node[node].state == MEMB_DEAD)
+			peer_drop(g->x, node);
 		return;
+	}
 	pthread_mutex_lock(&g->lock);
 	g->declared_dead = v->node[node].state == MEMB_DEAD;
 	pthread_mutex_unlock(&g->lock);
