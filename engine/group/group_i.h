@@ -364,7 +364,17 @@ struct peer_tcp_opts {
 	int idle_ms;		/* a frame started but not finished in this
 				 * time closes the link (slow senders) */
 };
+/*
+ * The TCP transport, its listening socket already bound (-EADDRINUSE and
+ * friends are known here, before peer_start()).  0 or -errno.
+ */
 int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out);
+/*
+ * The TCP port @x listens on, once started (so tests can listen on
+ * "host:0" and peer_set_addr() what they got).  The port, -ENOTCONN
+ * before peer_start(), -EINVAL if @x is not a TCP transport.
+ */
+int peer_tcp_port(struct peer_xport *x);
 
 /*
  * The fake transport: endpoints in one process joined by a fake network.
