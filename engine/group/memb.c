@@ -74,7 +74,8 @@
  *   TTL   ceil(dead_ms / 1000) s, at least 2 s
  *
  * every heartbeat_ms, and reads every node's key in one multi-get; an
- * address that changed goes to the view and to peer_set_addr().  The
+ * address that changed goes to the view and to peer_set_addr(), unless
+ * the entry is that of an incarnation already replaced.  The
  * registry is soft state: liveness still comes only from heartbeats, so
  * losing memcached changes no node's state.  When it fails the thread
  * logs once, keeps the last known addresses, drops its connection and
@@ -746,7 +747,11 @@ bad:
 	return -EINVAL;
 }
 
-/* Node @id is at @addr: into the view and the transport, if new. */
+/*
+ * Node @id is at @addr: into the view and the transport, if new.  Not an
+ * entry of a daemon already replaced (a hung one that woke up and
+ * publishes again would make the address flap).
+ */
 static void reg_learn(struct memb *m, int id, const char *addr, uint64_t inc)
 {
 	struct memb_node *n = &m->view.node[id];
@@ -754,7 +759,7 @@ static void reg_learn(struct memb *m, int id, const char *addr, uint64_t inc)
 	int rc;
 
 	pthread_mutex_lock(&m->lock);
-	changed = strcmp(n->addr, addr) != 0;
+	changed = strcmp(n->addr, addr) != 0 && inc != m->p[id].prev_inc;
 	if (changed)
 		strcpy(n->addr, addr);
 	pthread_mutex_unlock(&m->lock);

@@ -395,6 +395,23 @@ static void mc_entry(struct fx *f, int id, char *out, size_t cap)
 	memcached_free(mc);
 }
 
+/* Write node @id's entry as a daemon would. */
+static void mc_put(struct fx *f, int id, const char *val)
+{
+	memcached_st *mc = memcached_create(NULL);
+	char key[64];
+
+	assert_non_null(mc);
+	assert_int_equal(memcached_server_add(mc, "127.0.0.1",
+					      (in_port_t)f->port),
+			 MEMCACHED_SUCCESS);
+	snprintf(key, sizeof(key), "reftfs/%s/node/%d", GROUP, id);
+	assert_int_equal(memcached_set(mc, key, strlen(key), val, strlen(val),
+				       2, 0),
+			 MEMCACHED_SUCCESS);
+	memcached_free(mc);
+}
+
 static void expect_entry(struct fx *f, int id)
 {
 	char want[128], got[128];
@@ -423,7 +440,8 @@ static int dead_changes(struct fx *f, int nodes)
 static void test_registry(void **state)
 {
 	struct fx *f = *state;
-	char listen[MAXN][32], got[128];
+	char listen[MAXN][32], got[128], stale[128];
+	uint64_t old, end;
 	int i, b;
 
 	if (!f->net)
@@ -467,6 +485,7 @@ static void test_registry(void **state)
 	assert_int_equal(dead_changes(f, 3), 0);
 
 	/* A replacement at another address: the others follow it. */
+	old = f->node[1].inc;
 	node_stop(f, 1);
 	node_start(f, 1, MAXN, "10.0.1.2:7071");
 	assert_true(WAIT_FOR(addr_is(f, 0, 1, "10.0.1.2:7071") &&
@@ -476,6 +495,20 @@ static void test_registry(void **state)
 	assert_true(WAIT_FOR(all_know(f, MAXN), WAIT_MS));
 	assert_true(WAIT_FOR(all_up(f, MAXN), WAIT_MS));
 	expect_entry(f, 1);
+
+	/*
+	 * The daemon it replaced wakes up and publishes its old entry again,
+	 * racing the new one: nobody goes back to the old address.
+	 */
+	snprintf(stale, sizeof(stale), "%s %" PRIu64, listen[1], old);
+	end = now_ms() + 2 * DEAD_MS;
+	while (now_ms() < end) {
+		mc_put(f, 1, stale);
+		sleep_ms(2);
+		for (b = 0; b < MAXN; b++)
+			if (b != 1)
+				assert_true(addr_is(f, b, 1, "10.0.1.2:7071"));
+	}
 }
 
 /*
