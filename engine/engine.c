@@ -27,6 +27,8 @@ void eng_config_defaults(struct eng_config *cfg)
 	cfg->unmount_flush = ENG_UNMOUNT_FLUSH_ALL;
 	cfg->enospc_wait_ms = 2000;
 	cfg->retry_ms = 5000;
+	cfg->fetch_threads = 4;
+	cfg->fetch_timeout_ms = 60000;
 }
 
 /* Bytes of the files below @dir; ns->lock held. */
@@ -211,6 +213,8 @@ int eng_start(struct eng *e)
 {
 	int rc = copier_start(e);
 
+	if (rc == 0)
+		rc = fetch_start(e);
 	/* --prefault faulted all of it in and keeps it. */
 	if (rc == 0 && e->cfg.prefault != ENG_PREFAULT_START)
 		rc = store_balance_start(&e->store);
@@ -221,6 +225,7 @@ int eng_start(struct eng *e)
 
 int eng_stop(struct eng *e)
 {
+	fetch_stop(e); /* every queued read answered while it can be */
 	store_balance_stop(&e->store);
 	copier_stop(e); /* queued writes land before the last write-back */
 	return persist_stop(e, e->cfg.unmount_flush);
@@ -230,6 +235,7 @@ void eng_free(struct eng *e)
 {
 	if (!e)
 		return;
+	fetch_stop(e);
 	copier_stop(e);
 	eng_free_handles(e);
 	persist_free(e->persist);
@@ -335,6 +341,8 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->crc_errors = atomic_load(&e->cnt.crc_errors);
 	s->evicted_chunks = atomic_load(&e->cnt.evicted_chunks);
 	s->readthrough_chunks = atomic_load(&e->cnt.readthrough_chunks);
+	s->fetch_reads = atomic_load(&e->cnt.fetch_reads);
+	s->fetch_timeouts = atomic_load(&e->cnt.fetch_timeouts);
 	s->readthrough_bytes = atomic_load(&e->cnt.readthrough_bytes);
 	s->start_time = e->start_time;
 	persist_get_stats(e, s);

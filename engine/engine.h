@@ -99,6 +99,8 @@ struct eng_config {
 	unsigned enospc_wait_ms; /* how long a writer waits for free space */
 	unsigned retry_ms;	 /* write-back retry period after an error */
 	enum eng_prefault prefault; /* when the arena is faulted in */
+	unsigned fetch_threads;	 /* threads for reads that fetch data */
+	unsigned fetch_timeout_ms; /* such a read fails ETIMEDOUT after this */
 };
 
 /* Fill @cfg with the defaults documented in docs/operations.md. */
@@ -260,11 +262,16 @@ ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
 
 /*
  * Read up to @size bytes at @off and pass them to @reply as an iovec that
- * points into engine memory (holes point at zeros).  The iovec is valid only
- * during the call; @reply's return value is returned.  A chunk that fails
- * its checksum gives -EIO and @reply is not called.
+ * points into engine memory (holes point at zeros), valid only during the
+ * call; or pass a -errno as @err (iov NULL, cnt 0).  A read whose data is
+ * all in RAM is answered before eng_read returns; one that must fetch data
+ * (the persist dir) is answered later from an engine thread, at most
+ * cfg->fetch_timeout_ms later (-ETIMEDOUT).  A chunk that fails its
+ * checksum gives -EIO, never its bytes.  Returns 0 when @reply has been or
+ * will be called exactly once, or -errno when it will not be.
  */
-typedef int (*eng_reply_fn)(void *ctx, const struct iovec *iov, int cnt);
+typedef int (*eng_reply_fn)(void *ctx, const struct iovec *iov, int cnt,
+			    int err);
 int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 	     eng_reply_fn reply, void *ctx);
 
@@ -309,6 +316,7 @@ struct eng_stats {
 	uint64_t write_ops, write_bytes, read_ops, read_bytes;
 	uint64_t enospc, crc_errors, evicted_chunks;
 	uint64_t readthrough_chunks, readthrough_bytes;
+	uint64_t fetch_reads, fetch_timeouts; /* reads answered off FUSE threads */
 	/* persist tier */
 	bool persist_enabled, persist_healthy;
 	/* written back since start */

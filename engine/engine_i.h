@@ -337,6 +337,42 @@ struct copier {
 	pthread_t thread;
 };
 
+/*
+ * Reads that must fetch data (fetch.c).  A leaf lock; ns->lock is taken
+ * before it, never under it.
+ */
+#define ENG_FETCH_THREADS_MAX 16
+
+struct fetcher {
+	pthread_mutex_t lock;
+	pthread_cond_t work;	/* a job was queued, or stop */
+	struct fetch_job *head, *tail; /* protected by lock */
+	unsigned queued;	/* protected by lock */
+	bool stop;		/* protected by lock */
+	bool running;
+	unsigned nthreads;
+	pthread_t threads[ENG_FETCH_THREADS_MAX];
+};
+
+int fetch_start(struct eng *e);
+void fetch_stop(struct eng *e);
+/*
+ * Queue a read of [@pos, @pos + @size) of @in (open by the caller) to the
+ * fetch threads; @reply is called once, from one of them.  0 or -errno
+ * (then @reply is not called).
+ */
+int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
+		eng_reply_fn reply, void *ctx);
+bool fetch_expired(const struct timespec *deadline);
+/*
+ * On a fetch thread: bring what the read needs into RAM (or read it
+ * straight from where it is) and call @reply.  Returns 0 once @reply was
+ * called, or -errno (then @reply was not called).
+ */
+int file_read_fetch(struct eng *e, struct inode *in, uint64_t pos,
+		    size_t size, eng_reply_fn reply, void *ctx,
+		    const struct timespec *deadline);
+
 /* --- events ------------------------------------------------------------- */
 
 /*
@@ -392,6 +428,7 @@ static inline void eng_post_dirty(struct eng *e, struct inode *in)
 struct eng_counters {
 	_Atomic uint64_t write_ops, write_bytes, read_ops, read_bytes;
 	_Atomic uint64_t enospc, crc_errors, evicted_chunks;
+	_Atomic uint64_t fetch_reads, fetch_timeouts;
 	_Atomic uint64_t readthrough_chunks, readthrough_bytes;
 };
 
@@ -405,6 +442,7 @@ struct eng {
 	struct persist *persist; /* NULL without a persist dir */
 	struct eng_counters cnt;
 	struct copier copier;
+	struct fetcher fetcher;
 	pthread_mutex_t names_lock; /* see the lock order above */
 	pthread_mutex_t handles_lock; /* a leaf */
 	struct eng_file *handles;	/* open handles; handles_lock */

@@ -973,7 +973,8 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 			pthread_rwlock_unlock(&e->ns.lock);
 			free(buf);
 			free(want);
-			return reply(ctx, NULL, 0);
+			reply(ctx, NULL, 0, 0);
+			return 0;
 		}
 		end = pos + size < f->size ? pos + size : f->size;
 		first = (uint32_t)(pos >> shift);
@@ -1026,7 +1027,7 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 	if (rc == 0) {
 		iov.iov_base = buf + (pos - base);
 		iov.iov_len = end - pos;
-		rc = reply(ctx, &iov, 1);
+		reply(ctx, &iov, 1, 0);
 		atomic_fetch_add_explicit(&e->cnt.read_ops, 1,
 					  memory_order_relaxed);
 		atomic_fetch_add_explicit(&e->cnt.read_bytes, end - pos,
@@ -1041,15 +1042,20 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 	return rc;
 }
 
-int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
-	     eng_reply_fn reply, void *ctx)
+/*
+ * A read, on a FUSE thread (@deadline NULL: data not in RAM is left to a
+ * fetch thread) or on a fetch thread (fetch it, until @deadline).  Returns
+ * 0 once @reply was called or the read was queued, else -errno.
+ */
+static int read_at(struct eng *e, struct inode *in, uint64_t pos,
+		   size_t size, eng_reply_fn reply, void *ctx,
+		   const struct timespec *deadline)
 {
-	struct inode *in = fp->inode;
 	struct file *f = &in->file;
 	struct iovec stack_iov[READ_IOV_STACK], *iov = stack_iov;
 	uint32_t *pins, npins = 0;
 	uint32_t cs = e->store.chunk_size;
-	uint64_t pos = off < 0 ? 0 : (uint64_t)off, end;
+	uint64_t end;
 	uint32_t first, last;
 	int cnt = 0, rc;
 
@@ -1071,7 +1077,8 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 		}
 		if (pos >= f->size || size == 0) {
 			pthread_rwlock_unlock(&f->lock);
-			return reply(ctx, NULL, 0);
+			reply(ctx, NULL, 0, 0);
+			return 0;
 		}
 		end = pos + size < f->size ? pos + size : f->size;
 		first = (uint32_t)(pos >> e->store.chunk_shift);
@@ -1082,6 +1089,10 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 		if (!missing)
 			break;
 		pthread_rwlock_unlock(&f->lock);
+		if (!deadline)
+			return fetch_queue(e, in, pos, size, reply, ctx);
+		if (fetch_expired(deadline))
+			return -ETIMEDOUT;
 		rc = tries == LOAD_TRIES ? -EAGAIN : file_load(e, in, first, last);
 		/*
 		 * No memory to cache it in, or what was loaded keeps being
@@ -1129,7 +1140,7 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 	 * unlinked and freed by another thread before this one goes on.
 	 */
 	pthread_rwlock_unlock(&f->lock);
-	rc = reply(ctx, iov, cnt);
+	reply(ctx, iov, cnt, 0);
 	for (uint32_t k = 0; k < npins; k++)
 		store_put(&e->store, pins[k]);
 	if (iov != stack_iov)
@@ -1137,5 +1148,19 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 	atomic_fetch_add_explicit(&e->cnt.read_ops, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->cnt.read_bytes, end - pos,
 				  memory_order_relaxed);
-	return rc;
+	return 0;
+}
+
+int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
+	     eng_reply_fn reply, void *ctx)
+{
+	return read_at(e, fp->inode, off < 0 ? 0 : (uint64_t)off, size,
+		       reply, ctx, NULL);
+}
+
+int file_read_fetch(struct eng *e, struct inode *in, uint64_t pos,
+		    size_t size, eng_reply_fn reply, void *ctx,
+		    const struct timespec *deadline)
+{
+	return read_at(e, in, pos, size, reply, ctx, deadline);
 }

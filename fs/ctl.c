@@ -428,7 +428,16 @@ static const struct rep_field io_fields[IO_N] = {
 		"reftfs_read_bytes_total", "Bytes read."),
 };
 
-enum { CNT_ENOSPC, CNT_CRC, CNT_EVICTED, CNT_RT_CHUNKS, CNT_RT_BYTES, CNT_N };
+enum {
+	CNT_ENOSPC,
+	CNT_CRC,
+	CNT_EVICTED,
+	CNT_RT_CHUNKS,
+	CNT_RT_BYTES,
+	CNT_FETCH_READS,
+	CNT_FETCH_TIMEOUTS,
+	CNT_N
+};
 
 static const struct rep_field cnt_fields[CNT_N] = {
 	[CNT_ENOSPC] = REP_EXPORT("enospc", REP_COUNT, REP_COUNTER,
@@ -444,6 +453,12 @@ static const struct rep_field cnt_fields[CNT_N] = {
 	[CNT_RT_BYTES] = REP_EXPORT("readthrough_bytes", REP_BYTES, REP_COUNTER,
 		"reftfs_readthrough_bytes_total",
 		"Bytes read back from the persist tier."),
+	[CNT_FETCH_READS] = REP_EXPORT("fetch_reads", REP_COUNT, REP_COUNTER,
+		"reftfs_fetch_reads_total",
+		"Reads answered from a fetch thread (data not in RAM)."),
+	[CNT_FETCH_TIMEOUTS] = REP_EXPORT("fetch_timeouts", REP_COUNT,
+		REP_COUNTER, "reftfs_fetch_timeouts_total",
+		"Reads that failed ETIMEDOUT waiting for their data."),
 };
 
 enum {
@@ -657,7 +672,8 @@ static const struct rep_text status_text[] = {
 	    "enospc {counters.enospc}, crc errors {counters.crc_errors}, "
 	    "evicted chunks {counters.evicted_chunks}, read-through "
 	    "{counters.readthrough_chunks} chunks "
-	    "({counters.readthrough_bytes})"),
+	    "({counters.readthrough_bytes}), {counters.fetch_reads} reads "
+	    "fetched, {counters.fetch_timeouts} timed out"),
 	TXT(NULL, NULL, ""),
 	TXT("!checkpoints", NULL, "no checkpoints"),
 	TABLE("checkpoints", &ck_table),
@@ -750,6 +766,8 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_EVICTED, st.evicted_chunks);
 	rep_set_u64(g, CNT_RT_CHUNKS, st.readthrough_chunks);
 	rep_set_u64(g, CNT_RT_BYTES, st.readthrough_bytes);
+	rep_set_u64(g, CNT_FETCH_READS, st.fetch_reads);
+	rep_set_u64(g, CNT_FETCH_TIMEOUTS, st.fetch_timeouts);
 
 	g = rep_obj(top, ST_PERSIST);
 	rep_set_bool(g, PER_ENABLED, st.persist_enabled);

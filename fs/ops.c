@@ -300,30 +300,26 @@ static void rfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 }
 
-struct read_ctx {
-	fuse_req_t req;
-	bool replied;
-};
-
-static int reply_iov(void *arg, const struct iovec *iov, int cnt)
+/* The engine's reply to a read: now, or later from a fetch thread. */
+static int reply_read(void *ctx, const struct iovec *iov, int cnt, int err)
 {
-	struct read_ctx *ctx = arg;
+	fuse_req_t req = ctx;
 
-	ctx->replied = true;
+	if (err < 0)
+		return fuse_reply_err(req, -err);
 	if (cnt == 0)
-		return fuse_reply_buf(ctx->req, NULL, 0);
-	return fuse_reply_iov(ctx->req, iov, cnt);
+		return fuse_reply_buf(req, NULL, 0);
+	return fuse_reply_iov(req, iov, cnt);
 }
 
 static void rfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	struct read_ctx ctx = { req, false };
-	int rc = eng_read(rfs_of(req)->eng, fh_of(fi), size, off, reply_iov,
-			  &ctx);
+	int rc = eng_read(rfs_of(req)->eng, fh_of(fi), size, off, reply_read,
+			  req);
 
-	if (!ctx.replied)
-		fuse_reply_err(req, rc < 0 ? -rc : EIO);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
 }
 
 static void rfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,

@@ -386,8 +386,18 @@ void peer_fakenet_cut(struct peer_fakenet *net, int a, int b, bool cut);
 /* Cut every link between side[i] == 0 nodes and side[i] == 1 nodes. */
 void peer_fakenet_partition(struct peer_fakenet *net, const int *side);
 void peer_fakenet_heal(struct peer_fakenet *net);
-/* Stop (@dead) or resume delivery to and from @node, as a hung daemon. */
+/*
+ * Stop (@frozen) or resume delivery to and from @node, as a hung daemon:
+ * frames to it wait and arrive when it thaws; its sends wait for the thaw
+ * until their timeout (-ETIMEDOUT).
+ */
 void peer_fakenet_freeze(struct peer_fakenet *net, int node, bool frozen);
+/*
+ * The address peer_set_addr() last gave fake endpoint @x for @node ("" if
+ * none), copied into @buf (@len bytes).  0, -EINVAL (not a fake endpoint),
+ * -ENAMETOOLONG.
+ */
+int peer_fake_addr(struct peer_xport *x, int node, char *buf, size_t len);
 
 /* --- membership (memb.c) ------------------------------------------------- */
 

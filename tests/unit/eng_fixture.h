@@ -21,6 +21,7 @@ struct fixture {
 	char tmp[PATH_MAX];
 	char persist[PATH_MAX + 16];
 	bool no_policy;	/* --persist-every 0: write back only when asked */
+	unsigned fetch_threads;	/* 0: the default */
 	struct eng *e;
 };
 
@@ -51,6 +52,8 @@ static inline int fx_start(struct fixture *fx, uint64_t mem, bool persist,
 	cfg.prefault = ENG_PREFAULT_NONE; /* small arenas; keep tests quick */
 	if (fx->no_policy)
 		cfg.persist_every = 0;
+	if (fx->fetch_threads)
+		cfg.fetch_threads = fx->fetch_threads;
 	rc = eng_new(&cfg, &fx->e);
 	if (rc == 0)
 		rc = eng_start(fx->e);
@@ -76,20 +79,31 @@ static inline void fx_cleanup(struct fixture *fx)
 		fprintf(stderr, "cannot remove %s\n", fx->tmp);
 }
 
+/* A read's answer, which may come from another thread (a fetch). */
 struct rbuf {
 	uint8_t *p;
 	size_t len;
+	int err;
+	bool done;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
 };
 
-static inline int fx_copy_reply(void *ctx, const struct iovec *iov, int cnt)
+static inline int fx_copy_reply(void *ctx, const struct iovec *iov, int cnt,
+				int err)
 {
 	struct rbuf *b = ctx;
 
+	pthread_mutex_lock(&b->lock);
 	b->len = 0;
+	b->err = err;
 	for (int i = 0; i < cnt; i++) {
 		memcpy(b->p + b->len, iov[i].iov_base, iov[i].iov_len);
 		b->len += iov[i].iov_len;
 	}
+	b->done = true;
+	pthread_cond_signal(&b->cond);
+	pthread_mutex_unlock(&b->lock);
 	return 0;
 }
 
@@ -97,9 +111,20 @@ static inline int fx_copy_reply(void *ctx, const struct iovec *iov, int cnt)
 static inline ssize_t fx_read(struct eng *e, struct eng_file *fp, void *buf,
 			      size_t size, off_t off)
 {
-	struct rbuf b = { buf, 0 };
-	int rc = eng_read(e, fp, size, off, fx_copy_reply, &b);
+	struct rbuf b = { .p = buf };
+	int rc;
 
+	pthread_mutex_init(&b.lock, NULL);
+	pthread_cond_init(&b.cond, NULL);
+	rc = eng_read(e, fp, size, off, fx_copy_reply, &b);
+	pthread_mutex_lock(&b.lock);
+	while (rc == 0 && !b.done)
+		pthread_cond_wait(&b.cond, &b.lock);
+	pthread_mutex_unlock(&b.lock);
+	pthread_cond_destroy(&b.cond);
+	pthread_mutex_destroy(&b.lock);
+	if (rc == 0 && b.err < 0)
+		rc = b.err;
 	return rc < 0 ? rc : (ssize_t)b.len;
 }
 

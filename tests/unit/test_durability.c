@@ -237,6 +237,143 @@ static void test_open_unlinked_reads(void **state)
 }
 
 /*
+ * Reads that must fetch data (here from the persist dir) are answered from
+ * a fetch thread, never on the caller's: while the only fetch thread is
+ * stuck (its reply blocks), a read of data in RAM is answered at once and
+ * a second read of data not in RAM is queued without blocking its caller.
+ * A fetch past its deadline fails ETIMEDOUT and is counted.
+ */
+struct slow_reply {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool hold;		/* the reply waits while this is set */
+	int answered;
+	pthread_t thread;	/* who answered last */
+	int err;
+	size_t len;
+	uint8_t *buf;
+};
+
+static int slow_reply_fn(void *ctx, const struct iovec *iov, int cnt, int err)
+{
+	struct slow_reply *r = ctx;
+
+	pthread_mutex_lock(&r->lock);
+	r->len = 0;
+	for (int i = 0; i < cnt; i++) {
+		memcpy(r->buf + r->len, iov[i].iov_base, iov[i].iov_len);
+		r->len += iov[i].iov_len;
+	}
+	r->err = err;
+	r->thread = pthread_self();
+	while (r->hold)
+		pthread_cond_wait(&r->cond, &r->lock);
+	r->answered++;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+static void wait_answers(struct slow_reply *r, int n)
+{
+	pthread_mutex_lock(&r->lock);
+	while (r->answered < n)
+		pthread_cond_wait(&r->cond, &r->lock);
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void test_reads_fetch_off_caller(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *v = malloc(SIZE), *got = malloc(SIZE), *got2 = malloc(SIZE);
+	struct slow_reply r1 = { .buf = got }, r2 = { .buf = got2 };
+	struct eng_file *a, *b, *c;
+	struct eng_stats st;
+	uint64_t d, ia = 0, ib = 0, ic;
+	int answered;
+
+	pthread_mutex_init(&r1.lock, NULL);
+	pthread_cond_init(&r1.cond, NULL);
+	pthread_mutex_init(&r2.lock, NULL);
+	pthread_cond_init(&r2.cond, NULL);
+	fx_fill(v, SIZE, 6);
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	d = mkdir_at(fx->e, RFT_ROOT_INO, "ck");
+	assert_int_not_equal(fx_put(fx->e, d, "a", v, SIZE), 0);
+	assert_int_not_equal(fx_put(fx->e, d, "b", v, SIZE), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	fx_stop(fx);
+
+	/* Mounted again with one fetch thread: a and b are only on disk. */
+	fx->fetch_threads = 1;
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	assert_int_equal(lookup(fx->e, d, "a", &ia), 0);
+	assert_int_equal(lookup(fx->e, d, "b", &ib), 0);
+	ic = fx_put(fx->e, d, "c", v, SIZE); /* in RAM */
+	assert_int_not_equal(ic, 0);
+	assert_int_equal(eng_open(fx->e, ia, O_RDONLY, &a, NULL), 0);
+	assert_int_equal(eng_open(fx->e, ib, O_RDONLY, &b, NULL), 0);
+	assert_int_equal(eng_open(fx->e, ic, O_RDONLY, &c, NULL), 0);
+
+	r1.hold = true;
+	assert_int_equal(eng_read(fx->e, a, SIZE, 0, slow_reply_fn, &r1), 0);
+	/* The fetch thread is stuck in r1's reply (or about to be). */
+	assert_int_equal(eng_read(fx->e, b, SIZE, 0, slow_reply_fn, &r2), 0);
+	pthread_mutex_lock(&r2.lock);
+	answered = r2.answered;
+	pthread_mutex_unlock(&r2.lock);
+	assert_int_equal(answered, 0); /* queued behind a, not answered */
+	assert_int_equal(fx_read(fx->e, c, got2, SIZE, 0), SIZE);
+	assert_memory_equal(got2, v, SIZE);
+
+	pthread_mutex_lock(&r1.lock);
+	r1.hold = false;
+	pthread_cond_broadcast(&r1.cond);
+	pthread_mutex_unlock(&r1.lock);
+	wait_answers(&r1, 1);
+	wait_answers(&r2, 1);
+	assert_int_equal(r1.err, 0);
+	assert_int_equal(r1.len, SIZE);
+	assert_memory_equal(got, v, SIZE);
+	assert_false(pthread_equal(r1.thread, pthread_self()));
+	assert_int_equal(r2.err, 0);
+	assert_int_equal(r2.len, SIZE);
+	assert_memory_equal(got2, v, SIZE);
+	eng_get_stats(fx->e, &st);
+	assert_true(st.fetch_reads >= 2);
+	assert_int_equal(st.fetch_timeouts, 0);
+	eng_release(fx->e, a);
+	eng_release(fx->e, b);
+	eng_release(fx->e, c);
+	eng_forget(fx->e, ia, 1);
+	eng_forget(fx->e, ib, 1);
+	eng_forget(fx->e, ic, 1);
+	fx_stop(fx);
+
+	/* A deadline already passed: ETIMEDOUT, counted; RAM reads unhurt. */
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	fx->e->cfg.fetch_timeout_ms = 0;
+	assert_int_equal(lookup(fx->e, RFT_ROOT_INO, "ck", &d), 0);
+	assert_int_equal(lookup(fx->e, d, "a", &ia), 0);
+	assert_int_equal(eng_open(fx->e, ia, O_RDONLY, &a, NULL), 0);
+	assert_int_equal(fx_read(fx->e, a, got, SIZE, 0), -ETIMEDOUT);
+	eng_get_stats(fx->e, &st);
+	assert_int_equal(st.fetch_timeouts, 1);
+	eng_release(fx->e, a);
+	eng_forget(fx->e, ia, 1);
+	ic = fx_put(fx->e, d, "d", v, SIZE);
+	assert_int_equal(eng_open(fx->e, ic, O_RDONLY, &c, NULL), 0);
+	assert_int_equal(fx_read(fx->e, c, got, SIZE, 0), SIZE);
+	assert_memory_equal(got, v, SIZE);
+	eng_release(fx->e, c);
+	eng_forget(fx->e, ic, 1);
+	free(v);
+	free(got);
+	free(got2);
+}
+
+/*
  * Defects 2 and 4: one file that cannot be written back (a directory sits
  * at its name in the persist dir) fails alone: the others are written
  * back, the flush that met it reports its error, and a later flush that
@@ -670,6 +807,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sparse_file_after_remount,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename_over_keeps_old_copy,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reads_fetch_off_caller,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_unlinked_reads, setup,
 						teardown),

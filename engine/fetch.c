@@ -1,0 +1,177 @@
+/*
+ * fetch.c - reads that must fetch data run here, not on FUSE threads.
+ *
+ * A read whose pieces are all in RAM is answered on the caller's thread.
+ * One that needs a piece from elsewhere (the persist dir today, peers with
+ * the group) is queued to this small pool of threads and answered when the
+ * data is in, or when its deadline passes: a FUSE worker never waits for
+ * storage or a network, and a slow source holds up only the threads that
+ * read from it.  The queued read holds its inode, not its handle, so it
+ * outlives neither more nor less than the file it reads.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_i.h"
+
+struct fetch_job {
+	struct fetch_job *next;
+	struct inode *in;	/* held (in->holds) until the job is done */
+	uint64_t pos;
+	size_t size;
+	eng_reply_fn reply;
+	void *ctx;
+	struct timespec deadline; /* CLOCK_MONOTONIC */
+};
+
+static void monotonic_after(struct timespec *ts, unsigned ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+bool fetch_expired(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec &&
+		now.tv_nsec >= deadline->tv_nsec);
+}
+
+static void job_run(struct eng *e, struct fetch_job *job, bool stopping)
+{
+	int rc;
+
+	if (stopping)
+		rc = -ESHUTDOWN;
+	else if (fetch_expired(&job->deadline))
+		rc = -ETIMEDOUT;
+	else
+		rc = file_read_fetch(e, job->in, job->pos, job->size,
+				     job->reply, job->ctx, &job->deadline);
+	if (rc == -ETIMEDOUT)
+		atomic_fetch_add(&e->cnt.fetch_timeouts, 1);
+	if (rc < 0)
+		job->reply(job->ctx, NULL, 0, rc);
+	ns_unhold(e, job->in);
+	free(job);
+}
+
+static void *fetch_main(void *arg)
+{
+	struct eng *e = arg;
+	struct fetcher *fe = &e->fetcher;
+	struct fetch_job *job;
+	bool stopping;
+
+	pthread_mutex_lock(&fe->lock);
+	for (;;) {
+		while (!fe->head && !fe->stop)
+			pthread_cond_wait(&fe->work, &fe->lock);
+		job = fe->head;
+		if (!job)
+			break; /* stopping, and nothing left to answer */
+		fe->head = job->next;
+		if (!fe->head)
+			fe->tail = NULL;
+		fe->queued--;
+		stopping = fe->stop;
+		pthread_mutex_unlock(&fe->lock);
+		job_run(e, job, stopping);
+		pthread_mutex_lock(&fe->lock);
+	}
+	pthread_mutex_unlock(&fe->lock);
+	return NULL;
+}
+
+int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
+		eng_reply_fn reply, void *ctx)
+{
+	struct fetcher *fe = &e->fetcher;
+	struct fetch_job *job = malloc(sizeof(*job));
+
+	if (!job)
+		return -ENOMEM;
+	job->next = NULL;
+	job->in = in;
+	job->pos = pos;
+	job->size = size;
+	job->reply = reply;
+	job->ctx = ctx;
+	monotonic_after(&job->deadline, e->cfg.fetch_timeout_ms);
+
+	/* The caller's open handle keeps @in alive until this hold. */
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	pthread_mutex_lock(&fe->lock);
+	if (!fe->running || fe->stop) {
+		pthread_mutex_unlock(&fe->lock);
+		ns_unhold(e, in);
+		free(job);
+		return -ESHUTDOWN;
+	}
+	if (fe->tail)
+		fe->tail->next = job;
+	else
+		fe->head = job;
+	fe->tail = job;
+	fe->queued++;
+	pthread_cond_signal(&fe->work);
+	pthread_mutex_unlock(&fe->lock);
+	atomic_fetch_add(&e->cnt.fetch_reads, 1);
+	return 0;
+}
+
+int fetch_start(struct eng *e)
+{
+	struct fetcher *fe = &e->fetcher;
+	unsigned n = e->cfg.fetch_threads ? e->cfg.fetch_threads : 1;
+	int rc = 0;
+
+	if (n > ENG_FETCH_THREADS_MAX)
+		n = ENG_FETCH_THREADS_MAX;
+	pthread_mutex_init(&fe->lock, NULL);
+	pthread_cond_init(&fe->work, NULL);
+	fe->running = true;
+	for (fe->nthreads = 0; fe->nthreads < n; fe->nthreads++) {
+		rc = -pthread_create(&fe->threads[fe->nthreads], NULL,
+				     fetch_main, e);
+		if (rc < 0)
+			break;
+	}
+	if (rc < 0)
+		fetch_stop(e);
+	return rc;
+}
+
+/*
+ * Answer what is queued with -ESHUTDOWN and stop the threads.  Called
+ * before the FUSE session goes away, so every queued read is answered
+ * while its request can still be.
+ */
+void fetch_stop(struct eng *e)
+{
+	struct fetcher *fe = &e->fetcher;
+
+	if (!fe->running)
+		return;
+	pthread_mutex_lock(&fe->lock);
+	fe->stop = true;
+	pthread_cond_broadcast(&fe->work);
+	pthread_mutex_unlock(&fe->lock);
+	while (fe->nthreads > 0)
+		pthread_join(fe->threads[--fe->nthreads], NULL);
+	fe->running = false;
+	pthread_cond_destroy(&fe->work);
+	pthread_mutex_destroy(&fe->lock);
+}
