@@ -565,10 +565,12 @@ void nslog_free(struct nslog *l);
  * it) and wait until it is committed and applied on this node, at most
  * @timeout_ms.  0 with *result set to apply()'s result; -ETIMEDOUT: the
  * entry may still commit (and then is applied once, everywhere, but its
- * result is lost); -ENOTCONN when no leader could be reached, so nothing
- * was handed to one (the entry never commits); -EMSGSIZE over
- * NSLOG_ENTRY_MAX; -ESHUTDOWN once nslog_stop() began.  Blocks: never with
- * an engine lock held.
+ * result is lost); -ENOTCONN when it was never handed to a leader (none
+ * could be reached, or too many submits were already waiting here): it
+ * never commits; -EMSGSIZE over NSLOG_ENTRY_MAX; -ESHUTDOWN once
+ * nslog_stop() began.  Blocks: never with an engine lock held.  A
+ * follower's submit returns about one heartbeat after the commit, when
+ * the leader's next message tells it the commit index.
  */
 int nslog_submit(struct nslog *l, const void *buf, size_t len,
 		 int timeout_ms, int *result);

@@ -81,6 +81,14 @@
  * proposer, still waiting, retries it under a new request id, which is safe
  * since the old one can never apply any more).  The table is part of every
  * snapshot, and changes only in apply, so it is the same on every node.
+ * At most MAX_INFLIGHT submits of one node wait at once (see there why).
+ *
+ * The caller's state machine is empty at every nslog_start(): raft restores
+ * the last snapshot (fsm->restore) and applies the entries after it again.
+ * Snapshots are taken every snapshot_every entries on the loop thread (the
+ * caller's fsm->snapshot must be quick: raft waits meanwhile), keeping the
+ * last snapshot_every / 2 entries so that a follower a little behind gets
+ * entries, not the whole snapshot.
  *
  * The raft link handshake (docs/protocol.md).  raft_uv talks to its peers
  * over TCP at o->addrs[node].  Before raft sees a connection, we run this
@@ -120,6 +128,8 @@
  * transport's receive callbacks must not wait for (answers to peers).  A
  * control thread runs the first start or the replacement (it waits on
  * peers) and ends.  Callers of nslog_submit/nslog_barrier wait on l->cond.
+ * The loop thread blocks SIGPIPE: a raft link closed under a write fails
+ * that write (EPIPE) instead of killing the daemon.
  *
  * Locks.  l->lock protects the queues, the waiting proposals, the status
  * copy and nslog.state's contents.  It is never held while calling the fsm,
@@ -128,6 +138,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +185,13 @@ struct ent {
 
 #define DEDUPE_WINDOW 64	/* request ids remembered below the highest */
 #define DEDUPE_SLOTS 4		/* incarnations remembered per node */
+/*
+ * Submits of one nslog waiting at once.  Fewer than DEDUPE_WINDOW: a
+ * proposal still waiting has fewer than that many later ids of its node
+ * between it and the window's top, so a snapshot restored in the meantime
+ * still says whether it applied (pending_after_restore).
+ */
+#define MAX_INFLIGHT (DEDUPE_WINDOW / 2)
 #define MAX_INCS 8		/* incarnations of an "unknown" disk */
 #define HS_MAX_INBOUND 16	/* raft handshakes accepted at once */
 #define LINK_TRACK_MAX 256	/* raft links remembered for nslog_test_cut */
@@ -385,6 +403,7 @@ struct nslog {
 	struct pending *pending; /* protected by lock */
 	struct nslog_status st;	/* protected by lock */
 	uint64_t next_rid;	/* protected by lock */
+	int inflight;		/* submits waiting, protected by lock */
 	int callers;		/* in submit/barrier, protected by lock */
 	bool stopping;		/* protected by lock */
 	bool loop_closed;	/* no more ops, protected by lock */
@@ -627,7 +646,8 @@ static int fsync_dir(const char *dir)
 
 /*
  * Write @ps to nslog.state: a new file, synced, renamed over the old one,
- * the directory synced.  Caller holds l->lock (the file is small).
+ * the directory synced.  Only nslog_start() and then the control thread
+ * write it, never under l->lock (it waits for the disk).
  */
 static int ps_save(struct nslog *l, const struct pstate *ps)
 {
@@ -966,6 +986,7 @@ static void hs_done(struct hs *hs)
 	uv_read_stop((uv_stream_t *)hs->tcp);
 	hs->reading = false;
 	hs->handed = true;
+	hs->open_handles = 1; /* the timer; tcp is raft's */
 	uv_close((uv_handle_t *)&hs->timer, hs_closed);
 	tr_track(t, hs->peer_node, hs->tcp);
 	if (hs->inbound)
@@ -1508,10 +1529,12 @@ static void apply_gen(struct nslog *l, const struct ent *e,
 		g->gen++;
 		g->inc = e->inc;
 		g->rid = e->rid;
-		rft_info("node %d: generation %u (raft id %llu) handed to "
-			 "node %d",
-			 l->self, g->gen,
-			 (unsigned long long)make_id(e->node, g->gen), e->node);
+		if (raft_state(&l->raft) == RAFT_LEADER)
+			rft_info("node %d: generation %u (raft id %llu) "
+				 "handed to node %d",
+				 l->self, g->gen,
+				 (unsigned long long)make_id(e->node, g->gen),
+				 e->node);
 	}
 	o->value = make_id(e->node, g->gen);
 }
@@ -2244,22 +2267,8 @@ static void on_wake(uv_async_t *a)
 	l->ops = NULL;
 	l->ops_tail = &l->ops;
 	pthread_mutex_unlock(&l->lock);
-	if (stop && !l->stop_seen) {
-		/* loop_stop() fails what is queued. */
-		pthread_mutex_lock(&l->lock);
-		if (ops) {
-			op = ops;
-			while (op->next)
-				op = op->next;
-			op->next = l->ops;
-			l->ops = ops;
-			if (l->ops_tail == &l->ops)
-				l->ops_tail = &op->next;
-		}
-		pthread_mutex_unlock(&l->lock);
-		loop_stop(l);
-		return;
-	}
+	if (stop && !l->stop_seen)
+		loop_stop(l); /* from here on, run_op fails every op */
 	while ((op = ops)) {
 		ops = op->next;
 		run_op(l, op);
@@ -2271,7 +2280,16 @@ static void on_wake(uv_async_t *a)
 static void *loop_main(void *arg)
 {
 	struct nslog *l = arg;
+	sigset_t set;
 
+	/*
+	 * libuv writes with write(2): a raft link closed by its peer would
+	 * raise SIGPIPE and kill the daemon.  Blocked here, the write fails
+	 * with EPIPE and raft reconnects.
+	 */
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	uv_run(&l->loop, UV_RUN_DEFAULT);
 	return NULL;
 }
@@ -2554,8 +2572,10 @@ static int ctl_activate(struct nslog *l, raft_id id, bool bootstrap,
 	struct pstate ps;
 	int rc;
 
+	/* This thread is the only writer of l->ps once started. */
 	pthread_mutex_lock(&l->lock);
 	ps = l->ps;
+	pthread_mutex_unlock(&l->lock);
 	ps.state = PS_ACTIVE;
 	ps.raft_id = id;
 	ps.bootstrap = bootstrap;
@@ -2564,10 +2584,12 @@ static int ctl_activate(struct nslog *l, raft_id id, bool bootstrap,
 		if (empty[i])
 			ps.witness[i] = empty[i];
 	rc = ps_save(l, &ps);
-	if (rc == 0)
-		l->ps = ps;
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&l->lock);
+	l->ps = ps;
 	pthread_mutex_unlock(&l->lock);
-	return rc;
+	return 0;
 }
 
 /* Ask the leader for a new generation; the new raft id, 0 on stop. */
@@ -2627,12 +2649,16 @@ static void ctl_join(struct nslog *l, raft_id id)
 		if (target < 0 || target == l->self)
 			target = r.hint >= 0 ? r.hint : r.some_active;
 		if (target >= 0 && target != l->self &&
-		    peer_call(l->x, target, &req, &rep, (int)probe_ms(l)) == 0 &&
+		    peer_call(l->x, target, &req, &rep,
+			      (int)probe_ms(l)) == 0 &&
 		    rep.meta_len == 1 && rm[0] == 1) {
+			struct pstate ps;
+
 			pthread_mutex_lock(&l->lock);
 			l->ps.joined = true;
-			ps_save(l, &l->ps); /* else: asked again at restart */
+			ps = l->ps;
 			pthread_mutex_unlock(&l->lock);
+			ps_save(l, &ps); /* if not: asked again at restart */
 			rft_info("node %d: joined the group as raft id %llu",
 				 l->self, (unsigned long long)id);
 			return;
@@ -2662,7 +2688,8 @@ static int ctl_first_start(struct nslog *l)
 			return -ESHUTDOWN;
 		if ((r.answered == l->nodes - 1 && r.active == 0) ||
 		    r.witnessed) {
-			rft_info("node %d: %s: founding the group's log", l->self,
+			rft_info("node %d: %s: founding the group's log",
+				 l->self,
 				 r.witnessed ? "seen empty by a peer" :
 					       "every peer is empty");
 			return ctl_activate(l, make_id(l->self, 0), true,
@@ -2728,7 +2755,7 @@ static void *ctl_main(void *arg)
 	return NULL;
 }
 
-/* --- the API --------------------------------------------------------------- */
+/* --- the API ------------------------------------------------------------ */
 
 static bool group_name_ok(const char *g)
 {
@@ -2763,6 +2790,7 @@ static void nslog_release(struct nslog *l)
 int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	      struct nslog **out)
 {
+	struct peer_rx rx = { 0 };
 	pthread_condattr_t ca;
 	struct nslog *l;
 	int i, rc;
@@ -2840,8 +2868,9 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 			goto err;
 		}
 	}
-	rc = peer_register(l->x, PEER_T_NSLOG_FIRST, PEER_T_NSLOG_LAST,
-			   &(struct peer_rx){ .ctx = l, .deliver = rx_deliver });
+	rx.ctx = l;
+	rx.deliver = rx_deliver;
+	rc = peer_register(l->x, PEER_T_NSLOG_FIRST, PEER_T_NSLOG_LAST, &rx);
 	if (rc < 0)
 		goto err;
 	*out = l;
@@ -2882,11 +2911,9 @@ static int start_state(struct nslog *l)
 			ps.incs[ps.nincs++] = l->inc;
 		}
 	}
-	pthread_mutex_lock(&l->lock);
 	rc = ps.state == PS_UNKNOWN ? ps_save(l, &ps) : 0;
 	if (rc == 0)
-		l->ps = ps;
-	pthread_mutex_unlock(&l->lock);
+		l->ps = ps; /* no other thread yet */
 	return rc;
 }
 
@@ -2992,14 +3019,16 @@ void nslog_free(struct nslog *l)
 	nslog_release(l);
 }
 
-/* Count a caller in; -ESHUTDOWN once stopping or before start. */
+/* Count a caller in: -ESHUTDOWN once stopping, -ENOTCONN before start. */
 static int enter(struct nslog *l)
 {
 	int rc = 0;
 
 	pthread_mutex_lock(&l->lock);
-	if (l->stopping || !l->loop_made)
+	if (l->stopping)
 		rc = -ESHUTDOWN;
+	else if (!l->loop_made)
+		rc = -ENOTCONN; /* not started */
 	else
 		l->callers++;
 	pthread_mutex_unlock(&l->lock);
@@ -3105,6 +3134,15 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&l->lock);
+	while (l->inflight >= MAX_INFLIGHT && !l->stopping &&
+	       now_ms() < until)
+		wait_until(l, &l->cond, until);
+	if (l->inflight >= MAX_INFLIGHT) {
+		pthread_mutex_unlock(&l->lock);
+		leave(l);
+		return l->stopping ? -ESHUTDOWN : -ENOTCONN;
+	}
+	l->inflight++;
 	p.rid = ++l->next_rid;
 	p.next = l->pending;
 	l->pending = &p;
@@ -3157,8 +3195,9 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 			*pp = p.next;
 			break;
 		}
+	l->inflight--;
 	pthread_mutex_unlock(&l->lock);
-	leave(l);
+	leave(l); /* broadcasts: a submit waiting for a slot goes on */
 	return rc;
 }
 
