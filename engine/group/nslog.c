@@ -121,6 +121,34 @@
  * authenticated, not encrypted: an attacker on the path could still read
  * or hijack a connection, as with the peer links.
  *
+ * Frames over o->x (docs/protocol.md), all requests answered with
+ * peer_reply(), or peer_reply_err() with a -errno (-EAGAIN: not the leader
+ * or not started, try again; -ECANCELED: appended, then leadership was
+ * lost; -EBUSY: too much held, or another replacement in progress).
+ * Integers little-endian; an entry header is 24 bytes: version u8 (1),
+ * kind u8 (1 the caller's entry, 2 a generation), node u16, zero u32,
+ * incarnation u64, request id u64.
+ *
+ *   NSLOG_T_PROBE    meta: the incarnations this disk ran as "unknown"
+ *                    (u64 each, 1..MAX_INCS).  Answer, 24 bytes: active
+ *                    u8, witnessed u8 (active and saw the asker empty in
+ *                    one of them), leader node i16 (-1), zero u32, raft id
+ *                    u64 (0 before "active"), incarnation u64 (the
+ *                    answerer's; what an asker remembers as a witness).
+ *   NSLOG_T_SUBMIT   meta: entry header (kind 1, node = the sender); bulk:
+ *                    the entry (at most NSLOG_ENTRY_MAX).  Answered once
+ *                    committed: u64 index.
+ *   NSLOG_T_BARRIER  no meta.  Answered once committed: u64 index.
+ *   NSLOG_T_GEN      meta: entry header (kind 2, node = the sender).
+ *                    Answered once committed: u64 the new raft id.
+ *   NSLOG_T_JOIN     meta: u64 raft id.  Answered at once: u8 1 when that
+ *                    id is its node's only one and a voter, else 0 (the
+ *                    leader works on it; the node asks again).
+ *
+ * A frame that breaks these rules (sizes, a header in another node's name,
+ * flags) is refused with -EPROTO: the transport counts it and closes the
+ * link.
+ *
  * Threads.  One libuv loop thread per nslog runs raft_uv and raft: every
  * libraft call and every fsm callback is made there.  Other threads hand
  * it work through l->ops, woken by uv_async (submits, barriers, joins,
@@ -192,6 +220,10 @@ struct ent {
  * still says whether it applied (pending_after_restore).
  */
 #define MAX_INFLIGHT (DEDUPE_WINDOW / 2)
+/* Peers' requests held at once (more are refused -EBUSY), and answers. */
+#define FWD_MAX 1024
+#define FWD_BYTES_MAX (64u << 20)
+#define JOBS_MAX 4096
 #define MAX_INCS 8		/* incarnations of an "unknown" disk */
 #define HS_MAX_INBOUND 16	/* raft handshakes accepted at once */
 #define LINK_TRACK_MAX 256	/* raft links remembered for nslog_test_cut */
@@ -273,7 +305,8 @@ struct op {
 	bool abandoned;		/* the waiter left: the loop frees it */
 	int rc;
 	uint64_t value;
-	/* Or a peer's request, answered when done. */
+	/* Or a peer's request, answered when done (counted in l->fwd). */
+	size_t fwd_bytes;
 	int from;
 	uint16_t ftype;
 	uint64_t frid;
@@ -404,6 +437,9 @@ struct nslog {
 	struct nslog_status st;	/* protected by lock */
 	uint64_t next_rid;	/* protected by lock */
 	int inflight;		/* submits waiting, protected by lock */
+	int fwd;		/* peers' requests held, protected by lock */
+	size_t fwd_bytes;	/* their entries' bytes, protected by lock */
+	int njobs;		/* answers queued, protected by lock */
 	int callers;		/* in submit/barrier, protected by lock */
 	bool stopping;		/* protected by lock */
 	bool loop_closed;	/* no more ops, protected by lock */
@@ -1771,7 +1807,8 @@ bad:
 static void queue_job(struct nslog *l, struct job *j)
 {
 	pthread_mutex_lock(&l->lock);
-	if (l->worker_stop || !l->worker_made) {
+	if (l->worker_stop || !l->worker_made || l->njobs >= JOBS_MAX) {
+		/* Its asker times out and asks again. */
 		pthread_mutex_unlock(&l->lock);
 		free(j);
 		return;
@@ -1779,6 +1816,7 @@ static void queue_job(struct nslog *l, struct job *j)
 	j->next = NULL;
 	*l->jobs_tail = j;
 	l->jobs_tail = &j->next;
+	l->njobs++;
 	pthread_cond_signal(&l->jcond);
 	pthread_mutex_unlock(&l->lock);
 }
@@ -1821,6 +1859,15 @@ static void op_free(struct op *op)
 	free(op);
 }
 
+/* A peer's request is no longer held. */
+static void fwd_release(struct nslog *l, struct op *op)
+{
+	pthread_mutex_lock(&l->lock);
+	l->fwd--;
+	l->fwd_bytes -= op->fwd_bytes;
+	pthread_mutex_unlock(&l->lock);
+}
+
 /* @op is done: wake its waiter or answer its peer.  @op may be gone. */
 static void op_finish(struct nslog *l, struct op *op, int rc, uint64_t value)
 {
@@ -1842,6 +1889,7 @@ static void op_finish(struct nslog *l, struct op *op, int rc, uint64_t value)
 		return;
 	}
 	if (op->from >= 0) {
+		fwd_release(l, op);
 		if (rc == 0 && op->ftype == NSLOG_T_JOIN) {
 			meta[0] = (uint8_t)value;
 			len = 1;
@@ -2370,16 +2418,34 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	default:
 		return -EPROTO;
 	}
+	/* An authenticated peer still cannot make this node hold unbounded
+	 * work: past the limits its requests are refused, it retries. */
+	pthread_mutex_lock(&l->lock);
+	if (l->fwd >= FWD_MAX || l->fwd_bytes + f->bulk_len > FWD_BYTES_MAX) {
+		pthread_mutex_unlock(&l->lock);
+		answer(l, node, f->type, f->rid, -EBUSY, NULL, 0);
+		return 0;
+	}
+	l->fwd++;
+	l->fwd_bytes += f->bulk_len;
+	pthread_mutex_unlock(&l->lock);
 	op = op_new(kind, false);
-	if (!op)
+	if (!op) {
+		pthread_mutex_lock(&l->lock);
+		l->fwd--;
+		l->fwd_bytes -= f->bulk_len;
+		pthread_mutex_unlock(&l->lock);
 		return 0; /* it asks again */
+	}
 	op->from = node;
 	op->ftype = f->type;
 	op->frid = f->rid;
+	op->fwd_bytes = f->bulk_len;
 	if (kind == OP_APPLY) {
 		op->buf.len = ENT_HDR_LEN + f->bulk_len;
 		op->buf.base = raft_malloc(op->buf.len);
 		if (!op->buf.base) {
+			fwd_release(l, op);
 			free(op);
 			return 0;
 		}
@@ -2391,16 +2457,15 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 		if (ent_decode(l, op->buf.base, op->buf.len, &e) < 0 ||
 		    e.node != node ||
 		    e.kind != (f->type == NSLOG_T_GEN ? ENT_GEN : ENT_USER)) {
+			fwd_release(l, op);
 			op_free(op);
 			return -EPROTO;
 		}
 	} else if (kind == OP_JOIN) {
 		op->id = get64(f->meta);
 	}
-	if (post_op(l, op) < 0) {
-		op_free(op);
-		answer(l, node, f->type, f->rid, -EAGAIN, NULL, 0);
-	}
+	if (post_op(l, op) < 0)
+		op_finish(l, op, -EAGAIN, 0);
 	return 0;
 }
 
@@ -2464,6 +2529,7 @@ static void *worker_main(void *arg)
 		l->jobs = j->next;
 		if (!l->jobs)
 			l->jobs_tail = &l->jobs;
+		l->njobs--;
 		pthread_mutex_unlock(&l->lock);
 		run_job(l, j);
 		free(j);
@@ -2474,6 +2540,7 @@ static void *worker_main(void *arg)
 		free(j);
 	}
 	l->jobs_tail = &l->jobs;
+	l->njobs = 0;
 	pthread_mutex_unlock(&l->lock);
 	return NULL;
 }
@@ -2535,6 +2602,11 @@ static void probe_all(struct nslog *l, struct probe_round *r)
 	for (int i = 0; i < n; i++)
 		put64(meta + 8 * i, l->ps.incs[i]);
 	pthread_mutex_unlock(&l->lock);
+	if (n == 0) {
+		/* No incarnation ran "unknown" here: say who we are now. */
+		put64(meta, l->inc);
+		n = 1;
+	}
 	for (p = 0; p < l->nodes && !stopping(l); p++) {
 		struct peer_frame req = {
 			.type = NSLOG_T_PROBE,
@@ -2544,7 +2616,7 @@ static void probe_all(struct nslog *l, struct probe_round *r)
 		struct peer_reply rep = { .meta = rm, .meta_cap = sizeof(rm) };
 		int leader;
 
-		if (p == l->self || n == 0)
+		if (p == l->self)
 			continue;
 		if (peer_call(l->x, p, &req, &rep, (int)probe_ms(l)) < 0 ||
 		    rep.meta_len != sizeof(rm) || rm[0] > 1 || rm[1] > 1)
@@ -2921,7 +2993,7 @@ int nslog_start(struct nslog *l)
 {
 	int rc;
 
-	if (l->running || l->loop_init)
+	if (l->running || l->loop_init || l->stopping)
 		return -EBUSY; /* one start per nslog */
 	rc = mkdir_p(l->dir);
 	if (rc < 0) {

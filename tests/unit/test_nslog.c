@@ -30,6 +30,7 @@
 
 #include <cmocka.h>
 
+#include "erasure.h"
 #include "group_i.h"
 
 #define MAXN 5
@@ -992,6 +993,101 @@ static void test_bad_raft_links(void **state)
 	world_free(w);
 }
 
+/*
+ * Malformed frames of the nslog range, from a peer that is not an nslog:
+ * each is refused (the link closed, counted), a good probe is answered,
+ * and the node goes on.  No raft starts: the third node never answers.
+ */
+static void test_bad_frames(void **state)
+{
+	struct world *w = world_new(3, 8, 0);
+	struct peer_xport *raw;
+	uint8_t meta[80], rm[32], bulk[4] = { 1, 2, 3, 4 };
+	struct peer_stats ps;
+	struct {
+		uint16_t type, flags;
+		uint32_t meta_len;
+		int node;	/* header's node (-1: no header) */
+		int version;
+		bool bulk;
+	} bad[] = {
+		{ PEER_T_NSLOG_FIRST, 0, 3, -1, 1, false },	/* probe */
+		{ PEER_T_NSLOG_FIRST, 0, 72, -1, 1, false },	/* 9 incs */
+		{ PEER_T_NSLOG_FIRST + 1, 0, 24, 1, 1, true },	/* not me */
+		{ PEER_T_NSLOG_FIRST + 1, 0, 24, 2, 7, true },	/* version */
+		{ PEER_T_NSLOG_FIRST + 1, 0, 20, 2, 1, false },	/* short */
+		{ PEER_T_NSLOG_FIRST + 2, 0, 8, -1, 1, false },	/* barrier */
+		{ PEER_T_NSLOG_FIRST + 3, 0, 24, 2, 1, true },	/* gen+bulk */
+		{ PEER_T_NSLOG_FIRST + 4, 0, 4, -1, 1, false },	/* join */
+		{ PEER_T_NSLOG_FIRST + 8, 0, 0, -1, 1, false },	/* unknown */
+		{ PEER_T_NSLOG_FIRST, PEER_F_ERROR, 8, -1, 1, false },
+	};
+	int nbad = (int)(sizeof(bad) / sizeof(bad[0]));
+
+	(void)state;
+	start_node(w, 0);
+	start_node(w, 1);
+	assert_int_equal(peer_fake_new(w->net, 2, ++w->next_inc, &raw), 0);
+	assert_int_equal(peer_start(raw), 0);
+
+	for (int i = 0; i < nbad; i++) {
+		struct peer_frame f = {
+			.type = bad[i].type,
+			.flags = bad[i].flags,
+			.meta = meta,
+			.meta_len = bad[i].meta_len,
+		};
+
+		memset(meta, 0, sizeof(meta));
+		meta[0] = 1; /* an incarnation, or a header's version */
+		if (bad[i].node >= 0) {
+			meta[0] = (uint8_t)bad[i].version;
+			meta[1] = bad[i].type == PEER_T_NSLOG_FIRST + 3 ? 2 : 1;
+			meta[2] = (uint8_t)bad[i].node;
+			meta[8] = meta[16] = 1; /* incarnation, request id */
+		}
+		if (bad[i].bulk) {
+			f.bulk = bulk;
+			f.bulk_len = sizeof(bulk);
+			f.bulk_crc = ers_crc32c(0, bulk, sizeof(bulk));
+		}
+		/* One at a time: a refusal closes the link, and loses what
+		 * is in flight on it. */
+		assert_int_equal(peer_send(raw, 0, &f, 1000), 0);
+		for (int t = 0; t < 250; t++) {
+			peer_stats(w->node[0].x, 2, &ps);
+			if (ps.bad_frames > (uint64_t)i)
+				break;
+			sleep_ms(10);
+		}
+		assert_int_equal(ps.bad_frames, i + 1);
+	}
+
+	/* A good probe: "empty", not witnessed, no leader, no raft id. */
+	{
+		struct peer_frame req = {
+			.type = PEER_T_NSLOG_FIRST,
+			.meta = meta,
+			.meta_len = 8,
+		};
+		struct peer_reply rep = { .meta = rm, .meta_cap = sizeof(rm) };
+
+		memset(meta, 0, 8);
+		meta[0] = 42;
+		assert_int_equal(peer_call(raw, 0, &req, &rep, 2000), 0);
+		assert_int_equal(rep.meta_len, 24);
+		assert_int_equal(rm[0], 0);
+		assert_int_equal(rm[1], 0);
+		assert_int_equal(rm[2], 0xff);
+		assert_int_equal(rm[3], 0xff);
+	}
+	peer_stats(w->node[0].x, 2, &ps);
+	assert_int_equal(ps.bad_frames, nbad);
+	assert_int_equal(status(w, 0).raft_id, 0);
+	peer_free(raw);
+	world_free(w);
+}
+
 static uint64_t rng_next(uint64_t *s)
 {
 	*s ^= *s << 13;
@@ -1081,6 +1177,7 @@ int main(void)
 		cmocka_unit_test(test_replacement),
 		cmocka_unit_test(test_minority_partition),
 		cmocka_unit_test(test_bad_raft_links),
+		cmocka_unit_test(test_bad_frames),
 		cmocka_unit_test(test_random_schedule),
 	};
 
