@@ -279,6 +279,7 @@ struct pstate {
 	uint64_t raft_id;
 	bool bootstrap;		/* bootstrap the static configuration */
 	bool joined;		/* the leader made raft_id a voter */
+	bool started;		/* raft ran on this disk under raft_id */
 	int nincs;
 	uint64_t incs[MAX_INCS]; /* incarnations that ran while "unknown" */
 	uint64_t witness[GRP_MAX_NODES]; /* seen empty in this incarnation */
@@ -705,9 +706,11 @@ static int ps_save(struct nslog *l, const struct pstate *ps)
 	}
 	fprintf(f, "reftfs-nslog 1\ngroup %s\nnode %d\nnodes %d\n", l->group,
 		l->self, l->nodes);
-	fprintf(f, "state %s\nid %llu\nbootstrap %d\njoined %d\nincs",
+	fprintf(f, "state %s\nid %llu\nbootstrap %d\njoined %d\nstarted %d\n"
+		"incs",
 		ps->state == PS_ACTIVE ? "active" : "unknown",
-		(unsigned long long)ps->raft_id, ps->bootstrap, ps->joined);
+		(unsigned long long)ps->raft_id, ps->bootstrap, ps->joined,
+		ps->started);
 	for (i = 0; i < ps->nincs; i++)
 		fprintf(f, " %llx", (unsigned long long)ps->incs[i]);
 	fprintf(f, "\nwitness");
@@ -769,13 +772,16 @@ static int ps_line(struct nslog *l, struct pstate *ps, char *line)
 		ps->raft_id = v;
 		return 0;
 	}
-	if (strcmp(key, "bootstrap") == 0 || strcmp(key, "joined") == 0) {
+	if (strcmp(key, "bootstrap") == 0 || strcmp(key, "joined") == 0 ||
+	    strcmp(key, "started") == 0) {
 		if (sscanf(rest, "%d", &d) != 1 || (d != 0 && d != 1))
 			return -EINVAL;
 		if (key[0] == 'b')
 			ps->bootstrap = d;
-		else
+		else if (key[0] == 'j')
 			ps->joined = d;
+		else
+			ps->started = d;
 		return 0;
 	}
 	if (strcmp(key, "incs") == 0) {
@@ -2822,6 +2828,14 @@ static void *ctl_main(void *arg)
 		pthread_mutex_unlock(&l->lock);
 		return NULL;
 	}
+	if (!ps.started) {
+		ps.started = true;
+		if (ps_save(l, &ps) == 0) {
+			pthread_mutex_lock(&l->lock);
+			l->ps.started = true;
+			pthread_mutex_unlock(&l->lock);
+		}
+	}
 	if (!ps.joined)
 		ctl_join(l, ps.raft_id);
 	return NULL;
@@ -2970,6 +2984,20 @@ static int start_state(struct nslog *l)
 		ps.state = PS_UNKNOWN;
 	} else if (rc < 0) {
 		return rc;
+	}
+	/*
+	 * A founding member bootstraps (raft writes its metadata) before it
+	 * may vote.  If that metadata is gone, its votes are forgotten: the
+	 * disk must be emptied, and the node comes back as a replacement.  (A
+	 * replacement persists nothing before it hears a term: without
+	 * metadata it has not taken part yet, and may start.)
+	 */
+	if (ps.state == PS_ACTIVE && ps.bootstrap && ps.started &&
+	    !dir_has_raft_files(l->dir)) {
+		rft_err("node %d: %s lost raft's files of raft id %llu: empty "
+			"the directory to rejoin as a replacement",
+			l->self, l->dir, (unsigned long long)ps.raft_id);
+		return -EINVAL;
 	}
 	if (ps.state == PS_UNKNOWN) {
 		for (i = 0; i < ps.nincs && ps.incs[i] != l->inc; i++)

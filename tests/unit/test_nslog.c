@@ -268,6 +268,24 @@ static void rm_rf(const char *path)
 	rmdir(path);
 }
 
+/* Remove every file of @dir but nslog.state. */
+static void remove_raft_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char sub[1024];
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		    !strcmp(e->d_name, "nslog.state"))
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+		rm_rf(sub);
+	}
+	closedir(d);
+}
+
 static struct world *world_new(int n, uint64_t seed, unsigned snapshot_every)
 {
 	struct world *w = calloc(1, sizeof(*w));
@@ -294,9 +312,21 @@ static struct world *world_new(int n, uint64_t seed, unsigned snapshot_every)
 	return w;
 }
 
-/* Start node @i: a new daemon (new incarnation, empty memory). */
-static void start_node_with(struct world *w, int i,
-			    const struct grp_secret *secret)
+static void free_fsm(struct tfsm *f)
+{
+	if (!f)
+		return;
+	pthread_mutex_destroy(&f->lock);
+	free(f->recs);
+	free(f);
+}
+
+/*
+ * Start node @i: a new daemon (new incarnation, empty memory).  nslog's
+ * start result; on failure nothing of the node is left running.
+ */
+static int try_start_node(struct world *w, int i,
+			  const struct grp_secret *secret)
 {
 	struct tnode *t = &w->node[i];
 	struct tfsm *f = calloc(1, sizeof(*f));
@@ -318,6 +348,7 @@ static void start_node_with(struct world *w, int i,
 		.heartbeat_ms = HEARTBEAT_MS,
 		.snapshot_every = w->snapshot_every,
 	};
+	int rc;
 
 	assert_false(t->up);
 	assert_non_null(f);
@@ -328,23 +359,30 @@ static void start_node_with(struct world *w, int i,
 	o.x = t->x;
 	assert_int_equal(nslog_new(&o, &fsm, &t->l), 0);
 	assert_int_equal(peer_start(t->x), 0);
-	assert_int_equal(nslog_start(t->l), 0);
+	rc = nslog_start(t->l);
+	if (rc < 0) {
+		nslog_stop(t->l);
+		peer_free(t->x);
+		nslog_free(t->l);
+		free_fsm(f);
+		t->l = NULL;
+		t->x = NULL;
+		return rc;
+	}
 	t->f = f;
 	t->up = true;
+	return 0;
+}
+
+static void start_node_with(struct world *w, int i,
+			    const struct grp_secret *secret)
+{
+	assert_int_equal(try_start_node(w, i, secret), 0);
 }
 
 static void start_node(struct world *w, int i)
 {
 	start_node_with(w, i, &w->secret);
-}
-
-static void free_fsm(struct tfsm *f)
-{
-	if (!f)
-		return;
-	pthread_mutex_destroy(&f->lock);
-	free(f->recs);
-	free(f);
 }
 
 /* Kill node @i's daemon: its memory is gone, its disk stays. */
@@ -750,6 +788,9 @@ static void test_replacement(void **state)
 	victim = wait_leader(w, 5000); /* the hardest: the leader */
 	assert_true(victim >= 0);
 	kill_node(w, victim);
+	/* Raft's files lost, nslog.state kept: refused, votes forgotten. */
+	remove_raft_files(w->node[victim].dir);
+	assert_int_equal(try_start_node(w, victim, &w->secret), -EINVAL);
 	rm_rf(w->node[victim].dir);
 	start_node(w, victim);
 	/* It must not bootstrap a log of its own: entries go on meanwhile. */
