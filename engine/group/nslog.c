@@ -40,7 +40,9 @@
  * own small file, nslog.state (written atomically before raft may use an
  * id).  At start:
  *  - nslog.state says "active": a restart on the same disk; raft starts
- *    with the id and the log it has.
+ *    with the id and the log it has.  (If a founding member's raft files
+ *    are gone while nslog.state stayed, it is refused: its votes would be
+ *    forgotten.  Emptying the directory makes it a replacement.)
  *  - otherwise this disk has never run raft.  We write nslog.state as
  *    "unknown" (with this daemon's incarnation) and ask every peer over
  *    o->x (PEER_T_NSLOG_PROBE): "do you have the group's log?".  A peer
@@ -2754,7 +2756,7 @@ static void ctl_join(struct nslog *l, raft_id id)
 static int ctl_first_start(struct nslog *l)
 {
 	struct probe_round r;
-	uint64_t first_active = 0;
+	uint64_t first_active = 0, seen[GRP_MAX_NODES] = { 0 };
 	unsigned grace = l->election_ms * 4 > 3000 ? l->election_ms * 4 : 3000;
 	raft_id id;
 
@@ -2764,6 +2766,10 @@ static int ctl_first_start(struct nslog *l)
 		probe_all(l, &r);
 		if (stopping(l))
 			return -ESHUTDOWN;
+		/* Witnesses: the last incarnation each peer was seen empty. */
+		for (int p = 0; p < l->nodes; p++)
+			if (r.empty[p])
+				seen[p] = r.empty[p];
 		if ((r.answered == l->nodes - 1 && r.active == 0) ||
 		    r.witnessed) {
 			rft_info("node %d: %s: founding the group's log",
@@ -2771,7 +2777,7 @@ static int ctl_first_start(struct nslog *l)
 				 r.witnessed ? "seen empty by a peer" :
 					       "every peer is empty");
 			return ctl_activate(l, make_id(l->self, 0), true,
-					    r.empty);
+					    seen);
 		}
 		if (r.active > 0) {
 			if (!first_active)

@@ -1187,11 +1187,53 @@ static uint64_t rng_next(uint64_t *s)
 	return *s;
 }
 
+/* Submits from random nodes in the background, during kills and restarts. */
+struct bg {
+	struct world *w;
+	pthread_rwlock_t *nlock;	/* [MAXN]: held to kill or start */
+	uint64_t rng;
+	bool stop;			/* under w->lock */
+	struct acked a[400];
+	int na, failed;
+};
+
+static void *bg_main(void *arg)
+{
+	struct bg *b = arg;
+	struct world *w = b->w;
+
+	for (;;) {
+		int i = (int)(rng_next(&b->rng) % (uint64_t)w->n), rc;
+		struct acked x;
+		bool up;
+
+		pthread_mutex_lock(&w->lock);
+		if (b->stop || b->na == 400) {
+			pthread_mutex_unlock(&w->lock);
+			return NULL;
+		}
+		pthread_mutex_unlock(&w->lock);
+		pthread_rwlock_rdlock(&b->nlock[i]);
+		up = w->node[i].up;
+		if (up) {
+			rc = submit(w, i, 2000, &x.id, &x.result);
+			if (rc == 0)
+				b->a[b->na++] = x;
+			else
+				b->failed++;
+		}
+		pthread_rwlock_unlock(&b->nlock[i]);
+		if (!up)
+			sleep_ms(10);
+	}
+}
+
 /*
- * A random schedule on five nodes: submits from random nodes, kills of
- * the leader or of any node (at most two down), restarts on the same disk
- * or on an empty one.  No index ever applies two entries; every
- * acknowledged entry is applied once everywhere, at its result's place.
+ * A random schedule on five nodes: submits from random nodes (in this
+ * thread, and in another all along), kills of the leader or of any node
+ * (at most two down), restarts on the same disk or on an empty one (a
+ * replacement).  No index ever applies two entries; every acknowledged
+ * entry is applied once everywhere, at its result's place.
  */
 static void test_random_schedule(void **state)
 {
@@ -1199,18 +1241,26 @@ static void test_random_schedule(void **state)
 	uint64_t seed = env && *env ? strtoull(env, NULL, 0) :
 				      (uint64_t)time(NULL) ^ (uint64_t)getpid();
 	uint64_t rng = seed | 1, until;
-	struct acked *a = calloc(400, sizeof(*a));
-	int na = 0, down = 0, failed = 0, step;
+	struct acked *a = calloc(800, sizeof(*a));
+	pthread_rwlock_t nlock[MAXN];
+	int na = 0, down = 0, failed = 0, step, replaced = 0;
+	struct bg *b = calloc(1, sizeof(*b));
+	pthread_t th;
 	struct world *w;
 
 	(void)state;
 	printf("test_random_schedule: NSLOG_SEED=%" PRIu64 "\n", seed);
 	fflush(stdout);
 	assert_non_null(a);
+	assert_non_null(b);
+	for (int i = 0; i < MAXN; i++)
+		pthread_rwlock_init(&nlock[i], NULL);
 	w = world_new(5, seed, 16);
 	start_all(w);
+	*b = (struct bg){ .w = w, .nlock = nlock, .rng = seed * 7 + 1 };
+	assert_int_equal(pthread_create(&th, NULL, bg_main, b), 0);
 	until = now_ms() + 8000;
-	for (step = 0; step < 40 && now_ms() < until && na < 390; step++) {
+	for (step = 0; step < 40 && now_ms() < until && na < 400; step++) {
 		unsigned r = (unsigned)(rng_next(&rng) % 100);
 		int i = (int)(rng_next(&rng) % 5), rc;
 
@@ -1230,32 +1280,48 @@ static void test_random_schedule(void **state)
 
 			if (!w->node[victim].up)
 				continue;
+			pthread_rwlock_wrlock(&nlock[victim]);
 			kill_node(w, victim);
+			pthread_rwlock_unlock(&nlock[victim]);
 			down++;
 		} else if (down > 0) {
 			for (i = 0; w->node[i].up; i++)
 				;
-			if (r >= 96)
+			pthread_rwlock_wrlock(&nlock[i]);
+			if (r >= 94)
 				rm_rf(w->node[i].dir); /* a replacement */
 			start_node(w, i);
+			pthread_rwlock_unlock(&nlock[i]);
 			down--;
-			if (r >= 96)
+			if (r >= 94) {
+				replaced++;
 				wait_voters(w, 5, 15000);
+			}
 		}
 	}
+	pthread_mutex_lock(&w->lock);
+	b->stop = true;
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(th, NULL);
 	for (int i = 0; i < 5; i++)
 		if (!w->node[i].up)
 			start_node(w, i);
 	wait_voters(w, 5, 15000);
-	printf("test_random_schedule: %d steps, %d acknowledged, %d failed\n",
-	       step, na, failed);
-	assert_true(na > 10);
+	printf("test_random_schedule: %d steps, %d replacements, %d + %d "
+	       "acknowledged, %d + %d failed\n",
+	       step, replaced, na, b->na, failed, b->failed);
+	assert_true(na + b->na > 10);
+	for (int j = 0; j < b->na; j++)
+		a[na++] = b->a[j];
 	assert_true(wait_converged(w, (size_t)na, 15000) >= (size_t)na);
 	for (int i = 0; i < 5; i++)
 		for (int j = 0; j < na; j++)
 			assert_acked(w, i, a[j].id, a[j].result);
 	assert_no_divergence(w);
 	world_free(w);
+	for (int i = 0; i < MAXN; i++)
+		pthread_rwlock_destroy(&nlock[i]);
+	free(b);
 	free(a);
 }
 
