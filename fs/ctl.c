@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "group.h"
 #include "report.h"
 
 #ifndef RFT_VERSION
@@ -85,6 +86,7 @@ struct ctl_worker {
 
 struct rfs_ctl {
 	struct eng *e;
+	struct grp *g;	/* NULL: not in a group */
 	char *path;
 	int lfd;
 	int wakefd;	/* eventfd, readable once rfs_ctl_free() starts */
@@ -556,6 +558,241 @@ static const struct rep_field ck_fields[CK_N] = {
 	},
 };
 
+/* --- group --------------------------------------------------------------- */
+
+enum {
+	GM_NODE,
+	GM_ADDR,
+	GM_STATE,
+	GM_INC,
+	GM_HEARD,
+	GM_LINK,
+	GM_FOUT,
+	GM_BOUT,
+	GM_FIN,
+	GM_BIN,
+	GM_CONNECTS,
+	GM_AUTH,
+	GM_BAD,
+	GM_CRC,
+	GM_N
+};
+
+#define NMEMBER_STATES (GRP_MEMBER_DEAD + 1)
+
+static const char *member_state_of(unsigned s)
+{
+	return grp_member_state_name((enum grp_member_state)s);
+}
+
+static const struct rep_field gm_fields[GM_N] = {
+	[GM_NODE] = REP_FIELD("node", REP_STRING),
+	[GM_ADDR] = REP_FIELD("address", REP_STRING),
+	[GM_STATE] = {
+		.key = "state",
+		.type = REP_ENUM,
+		.metric = REP_GAUGE,
+		.prom = "reftfs_peer_state",
+		.help = "1 for the state this node sees the peer in.",
+		.label = "state",
+		.n = NMEMBER_STATES,
+		.name_of = member_state_of,
+	},
+	[GM_INC] = REP_FIELD("incarnation", REP_COUNT),
+	[GM_HEARD] = REP_EXPORT("heard_ms_ago", REP_COUNT, REP_GAUGE,
+		"reftfs_peer_heard_ms_ago",
+		"Milliseconds since the peer's last heartbeat."),
+	[GM_LINK] = REP_FIELD("link_up", REP_BOOL),
+	[GM_FOUT] = REP_EXPORT("frames_out", REP_COUNT, REP_COUNTER,
+		"reftfs_peer_frames_out_total", "Frames sent to the peer."),
+	[GM_BOUT] = REP_EXPORT("bytes_out", REP_BYTES, REP_COUNTER,
+		"reftfs_peer_bytes_out_total", "Bytes sent to the peer."),
+	[GM_FIN] = REP_EXPORT("frames_in", REP_COUNT, REP_COUNTER,
+		"reftfs_peer_frames_in_total",
+		"Frames received from the peer."),
+	[GM_BIN] = REP_EXPORT("bytes_in", REP_BYTES, REP_COUNTER,
+		"reftfs_peer_bytes_in_total",
+		"Bytes received from the peer."),
+	[GM_CONNECTS] = REP_EXPORT("connects", REP_COUNT, REP_COUNTER,
+		"reftfs_peer_connects_total",
+		"Authenticated links made with the peer."),
+	[GM_AUTH] = REP_EXPORT("auth_failed", REP_COUNT, REP_COUNTER,
+		"reftfs_peer_auth_failed_total",
+		"Handshakes refused (wrong secret, group or id)."),
+	[GM_BAD] = REP_EXPORT("bad_frames", REP_COUNT, REP_COUNTER,
+		"reftfs_peer_bad_frames_total",
+		"Malformed, oversized or out-of-protocol frames dropped."),
+	[GM_CRC] = REP_EXPORT("crc_errors", REP_COUNT, REP_COUNTER,
+		"reftfs_peer_crc_errors_total",
+		"Frames whose CRC32C did not match."),
+};
+
+enum {
+	GR_ENABLED,
+	GR_NAME,
+	GR_SELF,
+	GR_NODES,
+	GR_EPOCH,
+	GR_INC,
+	GR_REGISTRY,
+	GR_DEAD_AFTER,
+	GR_DECLARED_DEAD,
+	GR_UP,
+	GR_N
+};
+
+static const struct rep_field gr_fields[GR_N] = {
+	[GR_ENABLED] = REP_FIELD("enabled", REP_BOOL),
+	[GR_NAME] = REP_FIELD("name", REP_STRING),
+	[GR_SELF] = REP_FIELD("node", REP_COUNT),
+	[GR_NODES] = REP_EXPORT("nodes", REP_COUNT, REP_GAUGE,
+		"reftfs_group_nodes", "Nodes in the group."),
+	[GR_EPOCH] = REP_EXPORT("epoch", REP_COUNT, REP_COUNTER,
+		"reftfs_group_epoch",
+		"Changes of this node's view of the group."),
+	[GR_INC] = REP_FIELD("incarnation", REP_COUNT),
+	[GR_REGISTRY] = REP_FIELD("registry", REP_BOOL),
+	[GR_DEAD_AFTER] = REP_FIELD("dead_after_ms", REP_COUNT),
+	[GR_DECLARED_DEAD] = REP_EXPORT("declared_dead", REP_BOOL, REP_GAUGE,
+		"reftfs_group_declared_dead",
+		"1 while the others hold this node dead."),
+	[GR_UP] = REP_EXPORT("up", REP_COUNT, REP_GAUGE, "reftfs_group_up",
+		"Nodes up, this one included."),
+};
+
+/* Fill group object @gobj and member table @tbl of @top from the group. */
+static void fill_group(struct rfs_ctl *c, struct rep *rep,
+		       struct rep_obj *gobj, struct rep_obj *top, unsigned tbl)
+{
+	struct grp_member_info *m;
+	struct grp_info gi;
+	int n, i;
+	uint64_t up = 1;
+	char id[16];
+
+	rep_set_bool(gobj, GR_ENABLED, c->g != NULL);
+	if (!c->g)
+		return;
+	m = calloc(GRP_MAX_MEMBERS, sizeof(*m));
+	if (!m)
+		return;
+	n = grp_get_info(c->g, &gi, m, GRP_MAX_MEMBERS);
+	rep_set_str(gobj, GR_NAME, gi.name);
+	rep_set_u64(gobj, GR_SELF, (uint64_t)gi.self);
+	rep_set_u64(gobj, GR_NODES, (uint64_t)gi.nodes);
+	rep_set_u64(gobj, GR_EPOCH, gi.epoch);
+	rep_set_u64(gobj, GR_INC, gi.incarnation);
+	rep_set_bool(gobj, GR_REGISTRY, gi.registry);
+	rep_set_u64(gobj, GR_DEAD_AFTER, gi.dead_after_ms);
+	rep_set_bool(gobj, GR_DECLARED_DEAD, gi.declared_dead);
+	for (i = 0; i < n; i++) {
+		struct rep_obj *row = rep_row(rep, top, tbl);
+
+		if (!row)
+			break;
+		if (m[i].state == GRP_MEMBER_UP)
+			up++;
+		snprintf(id, sizeof(id), "%d", m[i].id);
+		rep_set_str(row, GM_NODE, id);
+		rep_set_str(row, GM_ADDR, m[i].addr);
+		rep_set_u64(row, GM_STATE, m[i].state);
+		rep_set_u64(row, GM_INC, m[i].incarnation);
+		if (m[i].state == GRP_MEMBER_SELF)
+			continue;
+		if (m[i].state != GRP_MEMBER_UNKNOWN)
+			rep_set_u64(row, GM_HEARD, m[i].heard_ms_ago);
+		rep_set_bool(row, GM_LINK, m[i].link_up);
+		rep_set_u64(row, GM_FOUT, m[i].frames_out);
+		rep_set_u64(row, GM_BOUT, m[i].bytes_out);
+		rep_set_u64(row, GM_FIN, m[i].frames_in);
+		rep_set_u64(row, GM_BIN, m[i].bytes_in);
+		rep_set_u64(row, GM_CONNECTS, m[i].connects);
+		rep_set_u64(row, GM_AUTH, m[i].auth_failed);
+		rep_set_u64(row, GM_BAD, m[i].bad_frames);
+		rep_set_u64(row, GM_CRC, m[i].crc_errors);
+	}
+	rep_set_u64(gobj, GR_UP, up);
+	free(m);
+}
+
+enum { GRP_GROUP, GRP_MEMBERS, GRP_N };
+
+static const struct rep_field grp_root_fields[GRP_N] = {
+	[GRP_GROUP] = REP_GROUP("group", gr_fields, GR_N),
+	[GRP_MEMBERS] = {
+		.key = "members",
+		.type = REP_TABLE,
+		.label = "peer",
+		.fields = gm_fields,
+		.n = GM_N,
+	},
+};
+
+static const struct rep_field grp_root =
+	REP_GROUP("group", grp_root_fields, GRP_N);
+
+static const struct rep_col gm_cols[] = {
+	{ "", "NODE", 4, 0 },	    { "  ", "ADDRESS", -14, 40 },
+	{ "  ", "STATE", -8, 0 },   { "  ", "INCARNATION", 19, 0 },
+	{ "  ", "HEARD", 9, 0 },    { "  ", "LINK", -4, 0 },
+	{ "  ", "IN", 10, 0 },	    { "  ", "OUT", 10, 0 },
+	{ "  ", "DROPPED", 0, 0 },
+};
+
+static const struct rep_row_text gm_rows[] = {
+	{ "state=self",
+	  (const char *const[]){ "{node}", "{address}", "{state}",
+				 "{incarnation:n}", "", "", "", "", "" } },
+	{ NULL,
+	  (const char *const[]){ "{node}", "{address}", "{state}",
+				 "{incarnation:n}", "{heard_ms_ago}ms",
+				 "{link_up?up|down}", "{bytes_in}",
+				 "{bytes_out}",
+				 "{auth_failed} auth, {bad_frames} bad, "
+				 "{crc_errors} crc" } },
+};
+
+static const struct rep_table_text gm_table = {
+	"members", gm_cols, 9, gm_rows, 2
+};
+
+static const struct rep_text group_text[] = {
+	TXT("!group.enabled", "group",
+	    "none (a single node: no --node/--peers/--registry)"),
+	TXT("group.enabled", "group",
+	    "{group.name}, node {group.node} of {group.nodes}, "
+	    "{group.up} up, view epoch {group.epoch}"),
+	TXT("group.enabled&group.declared_dead", "",
+	    "DECLARED DEAD by the others: rejoining"),
+	TXT("group.enabled", "membership",
+	    "{group.registry?memcached registry|static --peers}, "
+	    "dead after {group.dead_after_ms} ms"),
+	TXT("group.enabled", NULL, ""),
+	TABLE("members", &gm_table),
+};
+
+static int cmd_group(struct ctl_req *r, struct rep_out *o)
+{
+	struct rep *rep = rep_new(&grp_root);
+	struct rep_obj *top;
+
+	if (!rep) {
+		o->err = -ENOMEM;
+		return CTL_EXIT_FAIL;
+	}
+	top = rep_top(rep);
+	fill_group(r->c, rep, rep_obj(top, GRP_GROUP), top, GRP_MEMBERS);
+	if (rep_err(rep))
+		o->err = rep_err(rep);
+	else if (r->json)
+		rep_json(o, rep);
+	else
+		rep_text(o, rep, group_text,
+			 sizeof(group_text) / sizeof(group_text[0]), 12);
+	rep_free(rep);
+	return CTL_EXIT_OK;
+}
+
 enum {
 	ST_MOUNT,
 	ST_SOCKET,
@@ -569,7 +806,9 @@ enum {
 	ST_IO,
 	ST_COUNTERS,
 	ST_PERSIST,
+	ST_GROUP,
 	ST_CKPTS,
+	ST_MEMBERS,
 	ST_N
 };
 
@@ -594,12 +833,20 @@ static const struct rep_field status_fields[ST_N] = {
 	[ST_IO] = REP_GROUP("io", io_fields, IO_N),
 	[ST_COUNTERS] = REP_GROUP("counters", cnt_fields, CNT_N),
 	[ST_PERSIST] = REP_GROUP("persist", persist_fields, PER_N),
+	[ST_GROUP] = REP_GROUP("group", gr_fields, GR_N),
 	[ST_CKPTS] = {
 		.key = "checkpoints",
 		.type = REP_TABLE,
 		.label = "checkpoint",
 		.fields = ck_fields,
 		.n = CK_N,
+	},
+	[ST_MEMBERS] = {
+		.key = "members",
+		.type = REP_TABLE,
+		.label = "peer",
+		.fields = gm_fields,
+		.n = GM_N,
 	},
 };
 
@@ -674,6 +921,11 @@ static const struct rep_text status_text[] = {
 	    "{counters.readthrough_chunks} chunks "
 	    "({counters.readthrough_bytes}), {counters.fetch_reads} reads "
 	    "fetched, {counters.fetch_timeouts} timed out"),
+	TXT("group.enabled", "group",
+	    "{group.name}, node {group.node} of {group.nodes}, {group.up} up, "
+	    "view epoch {group.epoch} (reftfs-admin group)"),
+	TXT("group.enabled&group.declared_dead", "",
+	    "DECLARED DEAD by the others: rejoining"),
 	TXT(NULL, NULL, ""),
 	TXT("!checkpoints", NULL, "no checkpoints"),
 	TABLE("checkpoints", &ck_table),
@@ -785,6 +1037,8 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_int(g, PER_LAST_OK_TIME, st.persist_last_ok_time);
 	rep_set_u64(g, PER_KEEP, cfg->keep);
 	rep_set_u64(g, PER_EVERY, cfg->persist_every);
+
+	fill_group(r->c, rep, rep_obj(top, ST_GROUP), top, ST_MEMBERS);
 
 	rc = eng_list_checkpoints(r->c->e, ck_row, rep);
 	if (rep_err(rep)) {
@@ -1216,6 +1470,9 @@ static const struct ctl_cmd ctl_cmds[] = {
 	{ "flush", CMD_JSON | CMD_WAIT, "[--wait] [--json]",
 	  "write back everything sealed now; --wait shows progress",
 	  cmd_flush },
+	{ "group", CMD_JSON, "[--json]",
+	  "the sharding group: members, their state, links, counters",
+	  cmd_group },
 	{ "metrics", CMD_JSON, "[--json]", "Prometheus text exposition",
 	  cmd_metrics },
 	{ "version", CMD_JSON, "[--json]", "daemon version", cmd_version },
@@ -2030,6 +2287,11 @@ static void ctl_stop(struct rfs_ctl *c)
 	for (unsigned i = 0; i < c->nworkers; i++)
 		pthread_join(c->workers[i].thread, NULL);
 	c->nworkers = 0;
+}
+
+void rfs_ctl_set_group(struct rfs_ctl *c, struct grp *g)
+{
+	c->g = g;
 }
 
 int rfs_ctl_start(struct rfs_ctl *c)

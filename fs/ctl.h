@@ -40,6 +40,14 @@ struct rfs_ctl;
  */
 int rfs_ctl_new(struct eng *e, const char *path, struct rfs_ctl **out);
 
+struct grp;
+
+/*
+ * Report on @g too ("group", and the group in "status" and "metrics").
+ * Before rfs_ctl_start(); @g must outlive the server.
+ */
+void rfs_ctl_set_group(struct rfs_ctl *c, struct grp *g);
+
 /*
  * Start serving: call once the engine is started.  The server's threads
  * block every signal.  Returns 0 or -errno.  The engine must stay usable

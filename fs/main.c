@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "group.h"
 #include "rfs.h"
 
 #define EXIT_SETUP 2
@@ -32,6 +33,7 @@
 
 struct opts {
 	struct eng_config cfg;
+	struct grp_config grp;
 	const char *source;
 	char *mountpoint;
 	char *persist_dir;
@@ -42,6 +44,8 @@ struct opts {
 	bool single_thread;
 	bool direct_read;
 	bool mem_given;	/* --mem or -o mem= */
+	char *owned[16]; /* copies of option values (-o strings are freed) */
+	unsigned nowned;
 	char fuse_opts[4096]; /* -o options for libfuse */
 };
 
@@ -74,6 +78,17 @@ static void usage(FILE *out)
 		"  --no-prefault         fault memory in only as it is used\n"
 		"  --direct-read         read-only opens bypass the page cache too (faster\n"
 		"                        reads; shared mmap of such files fails)\n"
+		"\n"
+		"sharding group (several daemons protecting each other's checkpoints):\n"
+		"  --node ID             this node's id in the group, from 0\n"
+		"  --peers A0,A1,...     every node's HOST:PORT, in id order (static group)\n"
+		"  --registry HOST:PORT  find the group through memcached instead\n"
+		"  --group NAME          the group's name (default reftfs)\n"
+		"  --group-size N        nodes in the group (with --registry)\n"
+		"  --listen HOST:PORT    where to listen for peers (default: this node's\n"
+		"                        --peers entry; needed with --registry)\n"
+		"  --secret-file PATH    the group's shared secret (mode 0600 or 0400)\n"
+		"  --dead-after SECONDS  a silent peer is declared dead after this (default 5)\n"
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, prefault,\n"
@@ -149,6 +164,35 @@ static int parse_uint(const char *s, unsigned max, unsigned *out)
 	return 0;
 }
 
+/* A copy of @val that lives as long as @o: -o values do not. */
+static const char *keep_str(struct opts *o, const char *val)
+{
+	char *c;
+
+	if (o->nowned == sizeof(o->owned) / sizeof(o->owned[0]))
+		return NULL;
+	c = strdup(val);
+	if (c)
+		o->owned[o->nowned++] = c;
+	return c;
+}
+
+/* "5", "0.5", "2.25": seconds, into milliseconds (at most an hour). */
+static int parse_seconds_ms(const char *s, unsigned *out)
+{
+	double v;
+	char *end;
+
+	if (!s || !*s || *s == '-')
+		return -1;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || end == s || !(v > 0) || v > 3600)
+		return -1;
+	*out = (unsigned)(v * 1000 + 0.5);
+	return 0;
+}
+
 /* Apply one of our options, named as on the command line without "--". */
 static int set_opt(struct opts *o, const char *key, const char *val)
 {
@@ -210,6 +254,47 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		o->cfg.prefault = ENG_PREFAULT_NONE;
 	} else if (!strcmp(key, "direct-read")) {
 		o->direct_read = true;
+	} else if (!strcmp(key, "node")) {
+		unsigned n;
+
+		if (parse_uint(val, GRP_MAX_MEMBERS - 1, &n) < 0)
+			return bad("bad --node '%s': want an id from 0 to %d",
+				   val ? val : "", GRP_MAX_MEMBERS - 1);
+		o->grp.node = (int)n;
+	} else if (!strcmp(key, "peers")) {
+		if (!val || !*val)
+			return bad("--peers needs HOST:PORT,HOST:PORT,...");
+		if (!(o->grp.peers = keep_str(o, val)))
+			return bad("out of memory");
+	} else if (!strcmp(key, "registry")) {
+		if (!val || !*val)
+			return bad("--registry needs HOST:PORT");
+		if (!(o->grp.registry = keep_str(o, val)))
+			return bad("out of memory");
+	} else if (!strcmp(key, "group")) {
+		if (!val || !*val)
+			return bad("--group needs a name");
+		if (!(o->grp.name = keep_str(o, val)))
+			return bad("out of memory");
+	} else if (!strcmp(key, "group-size")) {
+		if (parse_uint(val, GRP_MAX_MEMBERS, &o->grp.size) < 0 ||
+		    o->grp.size == 0)
+			return bad("bad --group-size '%s': want 1 to %d",
+				   val ? val : "", GRP_MAX_MEMBERS);
+	} else if (!strcmp(key, "listen")) {
+		if (!val || !*val)
+			return bad("--listen needs HOST:PORT");
+		if (!(o->grp.listen = keep_str(o, val)))
+			return bad("out of memory");
+	} else if (!strcmp(key, "secret-file")) {
+		if (!val || !*val)
+			return bad("--secret-file needs a path");
+		if (!(o->grp.secret_file = keep_str(o, val)))
+			return bad("out of memory");
+	} else if (!strcmp(key, "dead-after")) {
+		if (parse_seconds_ms(val, &o->grp.dead_after_ms) < 0)
+			return bad("bad --dead-after '%s': want seconds, e.g. 5 "
+				   "or 0.5", val ? val : "");
 	} else {
 		return 1; /* not ours */
 	}
@@ -291,6 +376,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "prefault", no_argument, NULL, 'F' },
 		{ "no-prefault", no_argument, NULL, 'N' },
 		{ "direct-read", no_argument, NULL, 'D' },
+		{ "node", required_argument, NULL, 'n' },
+		{ "peers", required_argument, NULL, 'p' },
+		{ "registry", required_argument, NULL, 'r' },
+		{ "group", required_argument, NULL, 'g' },
+		{ "group-size", required_argument, NULL, 'z' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "secret-file", required_argument, NULL, 'k' },
+		{ "dead-after", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -352,6 +445,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'F': name = "prefault"; break;
 		case 'N': name = "no-prefault"; break;
 		case 'D': name = "direct-read"; break;
+		case 'n': name = "node"; break;
+		case 'p': name = "peers"; break;
+		case 'r': name = "registry"; break;
+		case 'g': name = "group"; break;
+		case 'z': name = "group-size"; break;
+		case 'l': name = "listen"; break;
+		case 'k': name = "secret-file"; break;
+		case 't': name = "dead-after"; break;
 		default:
 			return bad("cannot parse the options");
 		}
@@ -691,14 +792,20 @@ int main(int argc, char **argv)
 	struct fuse_session *se = NULL;
 	struct eng *e = NULL;
 	struct rfs_ctl *ctl = NULL;
-	char fsopts[PATH_MAX + 64], sock[PATH_MAX];
+	struct grp *grp = NULL;
+	char fsopts[PATH_MAX + 64], sock[PATH_MAX], err[256];
 	int rc, status = EXIT_SETUP;
 
 	prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	memset(&o, 0, sizeof(o));
 	eng_config_defaults(&o.cfg);
+	grp_config_defaults(&o.grp);
 	if (parse_args(argc, argv, &o) < 0 || check_mem(&o) < 0)
 		goto out;
+	if (grp_config_check(&o.grp, err, sizeof(err)) < 0) {
+		bad("%s", err);
+		goto out;
+	}
 	if (o.debug)
 		rft_log_max = RFT_LOG_DBG;
 	if (check_mountpoint(&o) < 0 || check_persist(&o) < 0)
@@ -717,6 +824,12 @@ int main(int argc, char **argv)
 	}
 	if (rfs_ctl_new(e, o.ctl ? o.ctl : sock, &ctl) < 0)
 		goto out; /* rfs_ctl_new said why */
+	/* The secret and the peer port: refused before mounting. */
+	if (grp_wanted(&o.grp)) {
+		if (grp_new(&o.grp, &grp) < 0)
+			goto out; /* grp_new said why */
+		rfs_ctl_set_group(ctl, grp);
+	}
 
 	memset(&rfs, 0, sizeof(rfs));
 	rfs.eng = e;
@@ -759,6 +872,8 @@ int main(int argc, char **argv)
 		rft_err("cannot start the engine: %s", strerror(-rc));
 		goto out_unmount;
 	}
+	if (grp && grp_start(grp) < 0)
+		goto out_unmount; /* grp_start said why */
 	rc = rfs_ctl_start(ctl);
 	if (rc < 0)
 		goto out_unmount; /* rfs_ctl_start said why */
@@ -781,6 +896,7 @@ out_unmount:
 	rft_info("unmounted %s", o.mountpoint);
 	rfs_ctl_free(ctl); /* it reports on the engine: gone before it stops */
 	ctl = NULL;
+	grp_stop(grp);
 	if (eng_stop(e) < 0)
 		status = 1;
 out_signals:
@@ -790,9 +906,12 @@ out:
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
 	rfs_ctl_free(ctl);
+	grp_free(grp);
 	eng_free(e);
 	free(o.mountpoint);
 	free(o.persist_dir);
 	free(o.ctl_path);
+	while (o.nowned > 0)
+		free(o.owned[--o.nowned]);
 	return status;
 }

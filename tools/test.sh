@@ -146,6 +146,9 @@ run_suite build --suite unit --suite integration "$@"
 # maps memory where ASan keeps its shadow; build/ covers gpu/.
 if CC=clang prepare build-asan -Db_sanitize=address,undefined \
 	-Db_lundef=false -Dcuda=disabled; then
+	# The differential test's trials cost twice as much under ASan:
+	# half as many here (build/ runs its default 200).
+	DIFF_TRIALS=${DIFF_TRIALS:-100} \
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		run_suite build-asan --suite unit --suite integration \

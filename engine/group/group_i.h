@@ -364,7 +364,17 @@ struct peer_tcp_opts {
 	int idle_ms;		/* a frame started but not finished in this
 				 * time closes the link (slow senders) */
 };
+/*
+ * The TCP transport, its listening socket already bound (-EADDRINUSE and
+ * friends are known here, before peer_start()).  0 or -errno.
+ */
 int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out);
+/*
+ * The TCP port @x listens on, once started (so tests can listen on
+ * "host:0" and peer_set_addr() what they got).  The port, -ENOTCONN
+ * before peer_start(), -EINVAL if @x is not a TCP transport.
+ */
+int peer_tcp_port(struct peer_xport *x);
 
 /*
  * The fake transport: endpoints in one process joined by a fake network.
@@ -460,7 +470,12 @@ int memb_new(const struct memb_opts *o, struct peer_xport *x,
 	     struct memb **out);
 /* Start heartbeats (after peer_start()).  0 or -errno. */
 int memb_start(struct memb *m);
+/* Stop the membership threads; no callback runs after it returns. */
 void memb_stop(struct memb *m);
+/*
+ * Free @m (NULL is fine).  The transport keeps calling memb's handler
+ * until it is stopped: free only after peer_stop() or peer_free() of x.
+ */
 void memb_free(struct memb *m);
 
 /* A copy of the current view. */
@@ -475,6 +490,7 @@ void memb_get_view(struct memb *m, struct memb_view *out);
  */
 typedef void memb_change_fn(void *ctx, const struct memb_view *v, int node,
 			    enum memb_state was, uint64_t was_inc);
+/* Set the one listener (replacing any; NULL for none).  Returns 0. */
 int memb_listen(struct memb *m, memb_change_fn *fn, void *ctx);
 
 const char *memb_state_name(enum memb_state s);

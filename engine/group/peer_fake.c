@@ -242,7 +242,8 @@ static int fake_send(struct peer_xport *x, int node, const struct peer_frame *f,
 {
 	struct peer_fake *ep = (struct peer_fake *)x;
 	struct peer_fakenet *net = ep->net;
-	uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms
+								 : 0);
 	struct fake_item *it;
 	struct peer_fake *to;
 	struct fake_link *l;
@@ -273,7 +274,7 @@ static int fake_send(struct peer_xport *x, int node, const struct peer_frame *f,
 			break;
 		}
 		if (net->frozen[x->self]) {
-			fail = -ETIMEDOUT;	/* a stopped process sends nothing */
+			fail = -ETIMEDOUT; /* a stopped process sends nothing */
 		} else if (l->up) {
 			break;
 		} else if (!to || !to->running) {
@@ -369,8 +370,8 @@ static void deliver_frame(struct peer_fake *ep, struct fake_item *it)
 	pthread_mutex_lock(&net->lock);
 	if (rc == -EPROTO) {
 		atomic_fetch_add(&ep->x.cnt[it->from].bad_frames, 1);
-		rft_warn("fake net: node %d refused a frame of type %u from %d; "
-			 "link closed", ep->x.self, f.type, it->from);
+		rft_warn("fake net: node %d refused a frame of type %u from "
+			 "%d; link closed", ep->x.self, f.type, it->from);
 		if (item_alive(ep, it))
 			link_down(net, ep->x.self, it->from);
 	}

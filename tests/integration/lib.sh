@@ -364,3 +364,55 @@ expect_metric() {
 	[ "$v" "$3" "$4" ] || fail "metric $2 is $v, want $3 $4"
 	log "metric $2 = $v"
 }
+
+# --- groups ---------------------------------------------------------------
+
+# free_ports N: print N TCP ports on 127.0.0.1 that were free a moment ago
+# (each bound to port 0 and released; a daemon then binds it for good).
+free_ports() {
+	"$PY" - "$1" <<'PYEOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+PYEOF
+}
+
+# new_secret FILE: a random group secret, mode 0600.
+new_secret() {
+	(umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$1")
+}
+
+# group_states MNT: the state of every member as MNT's daemon sees it, in
+# node order ("self up dead ..."), from reftfs-admin group --json.
+group_states() {
+	admin "$1" group --json | "$PY" -c '
+import json, sys
+g = json.load(sys.stdin)
+print(" ".join(m["state"] for m in g["members"]))'
+}
+
+# group_field MNT NODE FIELD: one field of member NODE as MNT sees it.
+group_field() {
+	admin "$1" group --json | "$PY" -c '
+import json, sys
+g = json.load(sys.stdin)
+m = [m for m in g["members"] if m["node"] == sys.argv[1]][0]
+print(m[sys.argv[2]])' "$2" "$3"
+}
+
+# wait_states MNT WANT [SECONDS]: wait until group_states MNT is WANT.
+wait_states() {
+	local m=$1 want=$2 secs=${3:-20} i got=""
+	for i in $(seq 1 $((secs * 10))); do
+		got=$(group_states "$m" 2>/dev/null) || got=""
+		[ "$got" = "$want" ] && return 0
+		sleep 0.1
+	done
+	fail "group as $m sees it: '$got' after ${secs}s, want '$want'"
+}

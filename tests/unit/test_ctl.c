@@ -25,6 +25,7 @@
 
 #include "ctl.h"
 #include "engine.h"
+#include "group.h"
 
 /* --- the fake engine ---------------------------------------------------- */
 
@@ -65,6 +66,50 @@ const char *eng_crc_state_name(enum eng_crc_state s)
 					 "bad" };
 
 	return (unsigned)s < 4 ? n[s] : "unknown";
+}
+
+/* group.h leaves struct grp opaque: the fake one is three nodes. */
+struct grp {
+	int unused;
+};
+
+const char *grp_member_state_name(enum grp_member_state st)
+{
+	static const char *const n[] = { "self", "unknown", "up", "suspect",
+					 "dead" };
+
+	return (unsigned)st < 5 ? n[st] : "?";
+}
+
+int grp_get_info(struct grp *g, struct grp_info *info,
+		 struct grp_member_info *m, int max)
+{
+	memset(info, 0, sizeof(*info));
+	info->self = 1;
+	info->nodes = 3;
+	snprintf(info->name, sizeof(info->name), "g0");
+	info->epoch = 7;
+	info->incarnation = 1700000000000000001ULL;
+	info->dead_after_ms = 5000;
+	assert_true(max >= 3);
+	memset(m, 0, 3 * sizeof(*m));
+	for (int i = 0; i < 3; i++) {
+		m[i].id = i;
+		snprintf(m[i].addr, sizeof(m[i].addr), "127.0.0.1:%d",
+			 7070 + i);
+	}
+	m[0].state = GRP_MEMBER_UP;
+	m[0].incarnation = 42;
+	m[0].heard_ms_ago = 120;
+	m[0].link_up = true;
+	m[0].bytes_in = 4096;
+	m[1].state = GRP_MEMBER_SELF;
+	m[1].incarnation = info->incarnation;
+	m[2].state = GRP_MEMBER_DEAD;
+	m[2].incarnation = 43;
+	m[2].heard_ms_ago = 9000;
+	m[2].auth_failed = 2;
+	return 3;
 }
 
 /* Names that try to break lines, quotes, terminals and UTF-8. */
@@ -194,8 +239,11 @@ struct fx {
 	char dir[64];
 	char path[128];
 	struct eng e;
+	struct grp g;
 	struct rfs_ctl *c;
 };
+
+static bool with_group; /* setup: report on the fake group */
 
 static int setup(void **state)
 {
@@ -213,9 +261,21 @@ static int setup(void **state)
 	fake_flush_error = 0;
 	fake_flush_steps = 3;
 	assert_int_equal(rfs_ctl_new(&fx->e, fx->path, &fx->c), 0);
+	if (with_group)
+		rfs_ctl_set_group(fx->c, &fx->g);
 	assert_int_equal(rfs_ctl_start(fx->c), 0);
 	*state = fx;
 	return 0;
+}
+
+static int setup_group(void **state)
+{
+	int rc;
+
+	with_group = true;
+	rc = setup(state);
+	with_group = false;
+	return rc;
 }
 
 static int teardown(void **state)
@@ -443,6 +503,49 @@ static void test_metrics(void **state)
 	assert_non_null(strstr(a, "\"reftfs_checkpoint_files\":[{\"labels\":"
 				  "{\"checkpoint\":\"step_100\"},"
 				  "\"value\":0}"));
+	free(a);
+}
+
+static void test_group(void **state)
+{
+	char *a = ask(*state, "group\n");
+
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "g0, node 1 of 3, 2 up, view epoch 7"));
+	assert_non_null(strstr(a, "static --peers, dead after 5000 ms"));
+	assert_non_null(strstr(a, "127.0.0.1:7071"));
+	assert_non_null(strstr(a, "self"));
+	assert_non_null(strstr(a, "dead"));
+	assert_non_null(strstr(a, "2 auth, 0 bad, 0 crc"));
+	free(a);
+
+	a = ask(*state, "group --json\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "\"group\":{\"enabled\":true,\"name\":\"g0\""));
+	assert_non_null(strstr(a, "{\"node\":\"2\",\"address\":"
+				  "\"127.0.0.1:7072\",\"state\":\"dead\""));
+	free(a);
+
+	/* status and metrics carry the group too. */
+	a = ask(*state, "status\n");
+	assert_non_null(strstr(a, "g0, node 1 of 3, 2 up"));
+	free(a);
+	a = ask(*state, "metrics\n");
+	assert_non_null(strstr(a, "reftfs_peer_state{peer=\"2\",state=\"dead\"} 1"));
+	assert_non_null(strstr(a, "reftfs_peer_auth_failed_total{peer=\"2\"} 2"));
+	assert_non_null(strstr(a, "reftfs_group_up 2"));
+	free(a);
+}
+
+static void test_no_group(void **state)
+{
+	char *a = ask(*state, "group\n");
+
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "none (a single node"));
+	free(a);
+	a = ask(*state, "status\n");
+	assert_null(strstr(a, "view epoch"));
 	free(a);
 }
 
@@ -819,6 +922,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ls_missing, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_group, setup_group,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_no_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush_fails, setup,
 						teardown),

@@ -1,0 +1,428 @@
+/*
+ * group.c - the group as one object for the daemon: options, the secret,
+ * the TCP transport and membership, put together and reported.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+#include "group.h"
+#include "group_i.h"
+
+_Static_assert(GRP_MAX_MEMBERS == GRP_MAX_NODES, "one limit on group size");
+
+struct grp {
+	struct grp_config cfg;
+	struct grp_secret secret;
+	int self;
+	int nodes;
+	uint64_t incarnation;
+	char *addr_buf;		/* the --peers string, split in place */
+	const char *addrs[GRP_MAX_NODES];
+	const char *listen;
+	struct peer_xport *x;
+	struct memb *memb;
+	bool started;
+
+	pthread_mutex_t lock;
+	bool declared_dead;	/* protected by lock */
+};
+
+void grp_config_defaults(struct grp_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->node = -1;
+	c->name = GRP_NAME_DEFAULT;
+	c->dead_after_ms = GRP_DEAD_AFTER_DEFAULT_MS;
+}
+
+bool grp_wanted(const struct grp_config *c)
+{
+	return c->node >= 0 || c->peers || c->registry;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* "host:port" or "[v6]:port", with a port from 1 to 65535. */
+static bool addr_ok(const char *a, size_t len)
+{
+	const char *colon = NULL;
+	unsigned long port = 0;
+	size_t i;
+
+	if (len == 0 || len >= sizeof(((struct memb_node *)0)->addr))
+		return false;
+	for (i = 0; i < len; i++)
+		if (a[i] == ':')
+			colon = a + i;
+	if (!colon || colon == a || colon == a + len - 1)
+		return false;
+	if (a[0] == '[' && colon[-1] != ']')
+		return false;
+	for (const char *p = colon + 1; p < a + len; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		port = port * 10 + (unsigned long)(*p - '0');
+		if (port > 65535)
+			return false;
+	}
+	return port > 0;
+}
+
+/*
+ * Count the entries of a list separated by ',' (or ';', which -o options
+ * need, as they split on commas), checking each.
+ */
+static int count_addrs(const char *list, const char *opt, char *err,
+		       size_t errlen)
+{
+	const char *p = list;
+	int n = 0;
+
+	for (;;) {
+		const char *comma = strpbrk(p, ",;");
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+
+		if (!addr_ok(p, len))
+			return fail(err, errlen,
+				    "%s: '%.*s' is not HOST:PORT (entry %d)",
+				    opt, (int)len, p, n);
+		if (++n > GRP_MAX_NODES)
+			return fail(err, errlen,
+				    "%s: more than %d nodes", opt,
+				    GRP_MAX_NODES);
+		if (!comma)
+			return n;
+		p = comma + 1;
+	}
+}
+
+int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
+{
+	int n;
+
+	if (!grp_wanted(c))
+		return 0;
+	if (c->node < 0)
+		return fail(err, errlen,
+			    "--peers and --registry need --node ID");
+	if (!c->peers && !c->registry)
+		return fail(err, errlen,
+			    "--node needs --peers LIST or --registry HOST:PORT");
+	if (c->peers && c->registry)
+		return fail(err, errlen,
+			    "--peers and --registry are two ways to find the "
+			    "group: give one");
+	if (!c->secret_file)
+		return fail(err, errlen,
+			    "a group needs --secret-file (the shared secret "
+			    "its members authenticate with)");
+	if (!c->name || !*c->name || strlen(c->name) >= 64 ||
+	    strpbrk(c->name, " /\t\n"))
+		return fail(err, errlen,
+			    "--group: a name of 1 to 63 characters, no "
+			    "spaces or slashes");
+	if (c->dead_after_ms < 100 || c->dead_after_ms > 3600 * 1000)
+		return fail(err, errlen,
+			    "--dead-after: from 0.1 to 3600 seconds");
+	if (c->listen && !addr_ok(c->listen, strlen(c->listen)))
+		return fail(err, errlen, "--listen: '%s' is not HOST:PORT",
+			    c->listen);
+	if (c->peers) {
+		n = count_addrs(c->peers, "--peers", err, errlen);
+		if (n < 0)
+			return n;
+		if (c->node >= n)
+			return fail(err, errlen,
+				    "--node %d is not in --peers (%d "
+				    "entries: ids 0 to %d)",
+				    c->node, n, n - 1);
+		if (c->size && (int)c->size != n)
+			return fail(err, errlen,
+				    "--group-size %u but --peers lists %d",
+				    c->size, n);
+		return 0;
+	}
+	n = count_addrs(c->registry, "--registry", err, errlen);
+	if (n < 0)
+		return n;
+	if (c->size < 1 || c->size > GRP_MAX_NODES)
+		return fail(err, errlen,
+			    "--registry needs --group-size N (1 to %d)",
+			    GRP_MAX_NODES);
+	if ((unsigned)c->node >= c->size)
+		return fail(err, errlen,
+			    "--node %d is not below --group-size %u", c->node,
+			    c->size);
+	if (!c->listen)
+		return fail(err, errlen,
+			    "--registry needs --listen HOST:PORT (the "
+			    "address this node publishes)");
+	return 0;
+}
+
+static uint64_t new_incarnation(void)
+{
+	struct timespec ts;
+
+	/*
+	 * Wall-clock nanoseconds: a restarted daemon's is larger than the
+	 * one before it on the same machine, which makes logs readable;
+	 * only "different" is relied on.
+	 */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void on_change(void *ctx, const struct memb_view *v, int node,
+		      enum memb_state was, uint64_t was_inc)
+{
+	struct grp *g = ctx;
+
+	if (node != v->self) {
+		/*
+		 * A machine that vanished without closing its connections
+		 * would keep our link to it "up" until a send timed out:
+		 * close it, and the next send makes a new one.
+		 */
+		if (v->node[node].state == MEMB_DEAD)
+			peer_drop(g->x, node);
+		return;
+	}
+	pthread_mutex_lock(&g->lock);
+	g->declared_dead = v->node[node].state == MEMB_DEAD;
+	pthread_mutex_unlock(&g->lock);
+}
+
+int grp_new(const struct grp_config *c, struct grp **out)
+{
+	struct peer_tcp_opts to = { 0 };
+	struct memb_opts mo = { 0 };
+	char err[256];
+	struct grp *g;
+	int rc, hb;
+
+	*out = NULL;
+	rc = grp_config_check(c, err, sizeof(err));
+	if (rc < 0) {
+		rft_err("%s", err);
+		return rc;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	pthread_mutex_init(&g->lock, NULL);
+	g->cfg = *c;
+	g->self = c->node;
+	g->incarnation = new_incarnation();
+	rc = grp_secret_load(c->secret_file, &g->secret);
+	if (rc < 0) {
+		rft_err("cannot use --secret-file %s: %s", c->secret_file,
+			strerror(-rc));
+		goto fail;
+	}
+	if (c->peers) {
+		char *save = NULL, *tok;
+
+		g->addr_buf = strdup(c->peers);
+		if (!g->addr_buf) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		for (tok = strtok_r(g->addr_buf, ",;", &save); tok;
+		     tok = strtok_r(NULL, ",;", &save))
+			g->addrs[g->nodes++] = tok;
+	} else {
+		g->nodes = (int)c->size;
+	}
+	g->listen = c->listen ? c->listen : g->addrs[g->self];
+
+	to.self = g->self;
+	to.nodes = g->nodes;
+	to.incarnation = g->incarnation;
+	to.group = c->name;
+	to.addrs = g->addrs;
+	to.listen = g->listen;
+	to.secret = &g->secret;
+	to.handshake_ms = 2000;
+	to.idle_ms = 10000;
+	rc = peer_tcp_new(&to, &g->x);
+	if (rc < 0) {
+		rft_err("cannot set up the peer transport on %s: %s",
+			g->listen, strerror(-rc));
+		goto fail;
+	}
+
+	/* Ten heartbeats per --dead-after; suspect at half of it. */
+	hb = (int)c->dead_after_ms / 10;
+	mo.self = g->self;
+	mo.nodes = g->nodes;
+	mo.incarnation = g->incarnation;
+	mo.addrs = c->peers ? g->addrs : NULL;
+	mo.heartbeat_ms = hb < 20 ? 20 : hb > 1000 ? 1000 : hb;
+	mo.suspect_ms = (int)c->dead_after_ms / 2;
+	mo.dead_ms = (int)c->dead_after_ms;
+	mo.registry = c->registry;
+	mo.group = c->name;
+	mo.listen_addr = g->listen;
+	rc = memb_new(&mo, g->x, &g->memb);
+	if (rc < 0) {
+		rft_err("cannot set up group membership: %s", strerror(-rc));
+		goto fail;
+	}
+	rc = memb_listen(g->memb, on_change, g);
+	if (rc < 0)
+		goto fail;
+	*out = g;
+	return 0;
+fail:
+	grp_free(g);
+	return rc;
+}
+
+int grp_start(struct grp *g)
+{
+	int rc = peer_start(g->x);
+
+	if (rc < 0) {
+		rft_err("cannot listen for peers on %s: %s", g->listen,
+			strerror(-rc));
+		return rc;
+	}
+	rc = memb_start(g->memb);
+	if (rc < 0) {
+		peer_stop(g->x);
+		return rc;
+	}
+	g->started = true;
+	rft_info("group %s: node %d of %d, listening on %s, incarnation "
+		 "%llu%s%s",
+		 g->cfg.name, g->self, g->nodes, g->listen,
+		 (unsigned long long)g->incarnation,
+		 g->cfg.registry ? ", registry " : "",
+		 g->cfg.registry ? g->cfg.registry : "");
+	return 0;
+}
+
+void grp_stop(struct grp *g)
+{
+	if (!g || !g->started)
+		return;
+	memb_stop(g->memb);
+	peer_stop(g->x);
+	g->started = false;
+}
+
+void grp_free(struct grp *g)
+{
+	if (!g)
+		return;
+	grp_stop(g);
+	memb_free(g->memb);
+	peer_free(g->x);
+	free(g->addr_buf);
+	memset(&g->secret, 0, sizeof(g->secret));
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+const char *grp_member_state_name(enum grp_member_state s)
+{
+	switch (s) {
+	case GRP_MEMBER_SELF: return "self";
+	case GRP_MEMBER_UNKNOWN: return "unknown";
+	case GRP_MEMBER_UP: return "up";
+	case GRP_MEMBER_SUSPECT: return "suspect";
+	case GRP_MEMBER_DEAD: return "dead";
+	}
+	return "?";
+}
+
+static enum grp_member_state member_state(enum memb_state s)
+{
+	switch (s) {
+	case MEMB_UP: return GRP_MEMBER_UP;
+	case MEMB_SUSPECT: return GRP_MEMBER_SUSPECT;
+	case MEMB_DEAD: return GRP_MEMBER_DEAD;
+	case MEMB_UNKNOWN: break;
+	}
+	return GRP_MEMBER_UNKNOWN;
+}
+
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int grp_get_info(struct grp *g, struct grp_info *info,
+		 struct grp_member_info *m, int max)
+{
+	struct memb_view *v = malloc(sizeof(*v));
+	uint64_t now = monotonic_ms();
+	int i, n = 0;
+
+	memset(info, 0, sizeof(*info));
+	info->self = g->self;
+	info->nodes = g->nodes;
+	snprintf(info->name, sizeof(info->name), "%s", g->cfg.name);
+	info->incarnation = g->incarnation;
+	info->registry = g->cfg.registry != NULL;
+	info->dead_after_ms = g->cfg.dead_after_ms;
+	pthread_mutex_lock(&g->lock);
+	info->declared_dead = g->declared_dead;
+	pthread_mutex_unlock(&g->lock);
+	if (!v)
+		return 0;
+	memb_get_view(g->memb, v);
+	info->epoch = v->epoch;
+	for (i = 0; i < v->nodes && n < max; i++, n++) {
+		const struct memb_node *mn = &v->node[i];
+		struct grp_member_info *mi = &m[n];
+		struct peer_stats ps;
+
+		memset(mi, 0, sizeof(*mi));
+		mi->id = i;
+		snprintf(mi->addr, sizeof(mi->addr), "%s",
+			 i == g->self ? g->listen : mn->addr);
+		if (i == g->self) {
+			mi->state = GRP_MEMBER_SELF;
+			mi->incarnation = g->incarnation;
+			continue;
+		}
+		mi->state = member_state(mn->state);
+		mi->incarnation = mn->incarnation;
+		mi->heard_ms_ago = mn->last_heard_ms && now > mn->last_heard_ms
+					   ? now - mn->last_heard_ms
+					   : 0;
+		peer_stats(g->x, i, &ps);
+		mi->link_up = ps.up;
+		mi->frames_out = ps.frames_out;
+		mi->bytes_out = ps.bytes_out;
+		mi->frames_in = ps.frames_in;
+		mi->bytes_in = ps.bytes_in;
+		mi->connects = ps.connects;
+		mi->auth_failed = ps.auth_failed;
+		mi->bad_frames = ps.bad_frames;
+		mi->crc_errors = ps.crc_errors;
+	}
+	free(v);
+	return n;
+}

@@ -1,0 +1,98 @@
+/*
+ * group.h - the sharding group, as the daemon and its control socket see
+ * it (issue 8).  The modules behind it are described in group_i.h.
+ *
+ * A daemon started with --node and --peers (or --registry) is a member of
+ * a group: it authenticates its peers with the shared secret, exchanges
+ * heartbeats with them and keeps a view of who is up, suspect or dead.
+ * Without those options there is no group and nothing here runs.
+ */
+#ifndef RFT_GROUP_H
+#define RFT_GROUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct grp;
+
+#define GRP_MAX_MEMBERS 64	/* nodes in one group */
+
+struct grp_config {
+	int node;		/* --node; -1: not in a group */
+	const char *peers;	/* --peers "A0,A1,..." (or ';'); index = id */
+	const char *listen;	/* --listen ADDR; NULL: this node's entry */
+	const char *registry;	/* --registry HOST:PORT[,...] (memcached) */
+	const char *name;	/* --group NAME */
+	unsigned size;		/* --group-size N (with a registry) */
+	const char *secret_file; /* --secret-file */
+	unsigned dead_after_ms;	/* --dead-after */
+};
+
+#define GRP_DEAD_AFTER_DEFAULT_MS 5000
+#define GRP_NAME_DEFAULT "reftfs"
+
+void grp_config_defaults(struct grp_config *c);
+
+/* true when @c asks for a group at all (--node, --peers or --registry). */
+bool grp_wanted(const struct grp_config *c);
+
+/*
+ * Check the options alone (no I/O): a clear message in @err and -EINVAL
+ * when they do not make a group.
+ */
+int grp_config_check(const struct grp_config *c, char *err, size_t errlen);
+
+/*
+ * Set up the group: the secret (refused unless mode 0600/0400: -EPERM),
+ * the transport (listening, -EADDRINUSE) and membership.  Logs why it
+ * failed.  Nothing runs until grp_start().
+ */
+int grp_new(const struct grp_config *c, struct grp **out);
+int grp_start(struct grp *g);
+/* Stop talking to peers; then grp_free().  grp_free(NULL) is a no-op. */
+void grp_stop(struct grp *g);
+void grp_free(struct grp *g);
+
+/* --- what reftfs-admin group shows --------------------------------------- */
+
+enum grp_member_state {
+	GRP_MEMBER_SELF,
+	GRP_MEMBER_UNKNOWN,	/* not heard from since this daemon started */
+	GRP_MEMBER_UP,
+	GRP_MEMBER_SUSPECT,
+	GRP_MEMBER_DEAD,
+};
+const char *grp_member_state_name(enum grp_member_state s);
+
+struct grp_member_info {
+	int id;
+	char addr[128];
+	enum grp_member_state state;
+	uint64_t incarnation;	/* 0 while unknown */
+	uint64_t heard_ms_ago;	/* since the last heartbeat; 0 for self */
+	bool link_up;		/* this node's connection to it */
+	uint64_t frames_out, bytes_out, frames_in, bytes_in;
+	uint64_t connects, auth_failed, bad_frames, crc_errors;
+};
+
+struct grp_info {
+	int self;
+	int nodes;
+	char name[64];
+	uint64_t epoch;		/* of this node's view */
+	uint64_t incarnation;	/* this daemon's */
+	bool registry;		/* membership through memcached */
+	unsigned dead_after_ms;
+	bool declared_dead;	/* the others declared this node dead and it
+				 * has not rejoined yet */
+};
+
+/*
+ * The group as this node sees it: @info, and up to @max members in @m
+ * (every node id, self included).  Returns the number of members.
+ */
+int grp_get_info(struct grp *g, struct grp_info *info,
+		 struct grp_member_info *m, int max);
+
+#endif /* RFT_GROUP_H */

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# A group found through a real memcached (issue 8, --registry): three
+# daemons that know only memcached's address and their own find each other
+# and come up; memcached killed mid-run changes nobody's state; a node that
+# starts while memcached is down waits, and comes up once memcached is back
+# (empty) and everyone has registered again.
+. "$(dirname "$0")/lib.sh"
+need_fuse
+MEMCACHED=$(command -v memcached || true)
+[ -n "$MEMCACHED" ] || skip "memcached missing (apt-get install memcached)"
+
+SECRET=$T_TMP/secret
+new_secret "$SECRET"
+read -r MC P0 P1 P2 <<<"$(free_ports 4)"
+M0=$(new_dir m0)
+M1=$(new_dir m1)
+M2=$(new_dir m2)
+
+MC_PID=""
+start_memcached() {
+	# memcached refuses to run as root without -u.
+	"$MEMCACHED" -p "$MC" -l 127.0.0.1 -U 0 -u "$(id -un)" &
+	MC_PID=$!
+	_T_PIDS+=("$MC_PID")
+	for i in $(seq 1 50); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$MC") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	fail "memcached did not listen on $MC"
+}
+stop_memcached() {
+	kill -KILL "$MC_PID"
+	wait "$MC_PID" 2>/dev/null || true
+}
+reg_opts() { echo --mem 64M --no-prefault --node "$1" --registry \
+	"127.0.0.1:$MC" --group job42 --group-size 3 --listen \
+	"127.0.0.1:$2" --secret-file "$SECRET" --dead-after 1; }
+
+# Bad registry options are refused before mounting.
+rc=0
+out=$(timeout 20 "$REFTFSD" "$M0" -f --node 0 --registry "127.0.0.1:$MC" \
+	--secret-file "$SECRET" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q -- "--group-size" <<<"$out" ||
+	fail "--registry without --group-size: exit $rc: $out"
+
+start_memcached
+# shellcheck disable=SC2046
+start_daemon "$M0" $(reg_opts 0 "$P0")
+PID0=$DAEMON_PID
+# shellcheck disable=SC2046
+start_daemon "$M1" $(reg_opts 1 "$P1")
+PID1=$DAEMON_PID
+wait_states "$M0" "self up unknown"
+wait_states "$M1" "up self unknown"
+expect_eq "$(group_field "$M0" 1 address)" "127.0.0.1:$P1" \
+	"node 1's address as node 0 learned it"
+admin "$M0" group | grep -q "memcached registry" ||
+	fail "group does not say the registry is used"
+log "two nodes found each other through memcached"
+
+# memcached dies: nothing changes for the nodes that know each other.
+stop_memcached
+sleep 2
+expect_eq "$(group_states "$M0")" "self up unknown" "node 0, memcached gone"
+expect_eq "$(group_states "$M1")" "up self unknown" "node 1, memcached gone"
+
+# A third node starts while memcached is down: it can find nobody yet.
+# shellcheck disable=SC2046
+start_daemon "$M2" $(reg_opts 2 "$P2")
+PID2=$DAEMON_PID
+sleep 1
+expect_eq "$(group_states "$M2")" "unknown unknown self" \
+	"node 2 with memcached down"
+
+# memcached back, empty: all register again and node 2 joins.
+start_memcached
+wait_states "$M2" "up up self" 30
+wait_states "$M0" "self up up" 30
+log "memcached lost and back: nothing lost, the late node joined"
+
+daemon_alive "$PID0"
+stop_daemon "$M0" "$PID0"
+stop_daemon "$M1" "$PID1"
+stop_daemon "$M2" "$PID2"
+stop_memcached
+log "PASS"
