@@ -78,6 +78,9 @@ struct world {
 	char base[512];
 	char addr_buf[MAXN][64];
 	const char *addrs[MAXN];
+	bool tcp;			/* peer_tcp instead of the fake */
+	char peer_buf[MAXN][64];
+	const char *peer_addrs[MAXN];
 	struct grp_secret secret, wrong;
 	uint64_t next_inc;
 	uint64_t next_id;
@@ -306,6 +309,9 @@ static struct world *world_new(int n, uint64_t seed, unsigned snapshot_every)
 		snprintf(w->addr_buf[i], sizeof(w->addr_buf[i]),
 			 "127.0.0.1:%d", free_port());
 		w->addrs[i] = w->addr_buf[i];
+		snprintf(w->peer_buf[i], sizeof(w->peer_buf[i]),
+			 "127.0.0.1:%d", free_port());
+		w->peer_addrs[i] = w->peer_buf[i];
 		snprintf(w->node[i].dir, sizeof(w->node[i].dir), "%s/n%d",
 			 w->base, i);
 	}
@@ -355,7 +361,23 @@ static int try_start_node(struct world *w, int i,
 	pthread_mutex_init(&f->lock, NULL);
 	f->w = w;
 	f->node = i;
-	assert_int_equal(peer_fake_new(w->net, i, o.incarnation, &t->x), 0);
+	if (w->tcp) {
+		struct peer_tcp_opts to = {
+			.self = i,
+			.nodes = w->n,
+			.incarnation = o.incarnation,
+			.group = "g0",
+			.addrs = w->peer_addrs,
+			.secret = secret,
+			.handshake_ms = 2000,
+			.idle_ms = 2000,
+		};
+
+		assert_int_equal(peer_tcp_new(&to, &t->x), 0);
+	} else {
+		assert_int_equal(peer_fake_new(w->net, i, o.incarnation,
+					       &t->x), 0);
+	}
 	o.x = t->x;
 	assert_int_equal(nslog_new(&o, &fsm, &t->l), 0);
 	assert_int_equal(peer_start(t->x), 0);
@@ -1179,6 +1201,40 @@ static void test_bad_frames(void **state)
 	world_free(w);
 }
 
+/*
+ * The same over the real TCP peer transport (authenticated, as the daemon
+ * runs it): every node submits at once, the leader dies, its replacement
+ * joins on an empty disk.
+ */
+static void test_over_peer_tcp(void **state)
+{
+	struct world *w = world_new(3, 9, 8);
+	struct acked a[64];
+	int na = 0, leader;
+
+	(void)state;
+	w->tcp = true;
+	start_all(w);
+	burst_all(w, 6, -1, a, &na);
+	leader = wait_leader(w, 5000);
+	assert_true(leader >= 0);
+	kill_node(w, leader);
+	rm_rf(w->node[leader].dir);
+	start_node(w, leader);
+	burst_all(w, 3, leader, a, &na);
+	wait_voters(w, 3, 15000);
+	assert_int_equal(status(w, leader).raft_id,
+			 (uint64_t)leader + 1 + GRP_MAX_NODES);
+	burst_all(w, 2, -1, a, &na);
+	assert_int_equal(na, 30);
+	assert_int_equal(wait_converged(w, 30, 10000), 30);
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < na; j++)
+			assert_acked(w, i, a[j].id, a[j].result);
+	assert_no_divergence(w);
+	world_free(w);
+}
+
 static uint64_t rng_next(uint64_t *s)
 {
 	*s ^= *s << 13;
@@ -1335,6 +1391,7 @@ int main(void)
 		cmocka_unit_test(test_minority_partition),
 		cmocka_unit_test(test_bad_raft_links),
 		cmocka_unit_test(test_bad_frames),
+		cmocka_unit_test(test_over_peer_tcp),
 		cmocka_unit_test(test_random_schedule),
 	};
 
