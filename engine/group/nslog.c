@@ -163,7 +163,9 @@
  *
  * Locks.  l->lock protects the queues, the waiting proposals, the status
  * copy and nslog.state's contents.  It is never held while calling the fsm,
- * libraft or the transport, and nothing else is taken under it.
+ * libraft or the transport, nor across disk I/O, and nothing else is taken
+ * under it (uv_async_send, which only writes to an eventfd, is called
+ * under it so that the loop cannot close the handle meanwhile).
  */
 #include <errno.h>
 #include <fcntl.h>
