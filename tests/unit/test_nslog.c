@@ -98,6 +98,9 @@ struct world {
 	} node[MAXN];
 };
 
+/* The world of the running test, freed by teardown() if the test fails. */
+static struct world *cur_world;
+
 static void record_at(struct world *w, uint64_t index, uint64_t id)
 {
 	pthread_mutex_lock(&w->lock);
@@ -315,6 +318,7 @@ static struct world *world_new(int n, uint64_t seed, unsigned snapshot_every)
 		snprintf(w->node[i].dir, sizeof(w->node[i].dir), "%s/n%d",
 			 w->base, i);
 	}
+	cur_world = w;
 	return w;
 }
 
@@ -433,6 +437,7 @@ static void world_free(struct world *w)
 	free(w->at);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
+	cur_world = NULL;
 }
 
 static struct nslog_status status(struct world *w, int i)
@@ -1253,6 +1258,18 @@ struct bg {
 	int na, failed;
 };
 
+static struct bg *cur_bg;
+static pthread_t cur_bg_thread;
+
+static void bg_stop(struct bg *b)
+{
+	pthread_mutex_lock(&b->w->lock);
+	b->stop = true;
+	pthread_mutex_unlock(&b->w->lock);
+	pthread_join(cur_bg_thread, NULL);
+	cur_bg = NULL;
+}
+
 static void *bg_main(void *arg)
 {
 	struct bg *b = arg;
@@ -1301,7 +1318,6 @@ static void test_random_schedule(void **state)
 	pthread_rwlock_t nlock[MAXN];
 	int na = 0, down = 0, failed = 0, step, replaced = 0;
 	struct bg *b = calloc(1, sizeof(*b));
-	pthread_t th;
 	struct world *w;
 
 	(void)state;
@@ -1314,7 +1330,8 @@ static void test_random_schedule(void **state)
 	w = world_new(5, seed, 16);
 	start_all(w);
 	*b = (struct bg){ .w = w, .nlock = nlock, .rng = seed * 7 + 1 };
-	assert_int_equal(pthread_create(&th, NULL, bg_main, b), 0);
+	assert_int_equal(pthread_create(&cur_bg_thread, NULL, bg_main, b), 0);
+	cur_bg = b;
 	until = now_ms() + 8000;
 	for (step = 0; step < 40 && now_ms() < until && na < 400; step++) {
 		unsigned r = (unsigned)(rng_next(&rng) % 100);
@@ -1355,10 +1372,7 @@ static void test_random_schedule(void **state)
 			}
 		}
 	}
-	pthread_mutex_lock(&w->lock);
-	b->stop = true;
-	pthread_mutex_unlock(&w->lock);
-	pthread_join(th, NULL);
+	bg_stop(b);
 	for (int i = 0; i < 5; i++)
 		if (!w->node[i].up)
 			start_node(w, i);
@@ -1381,18 +1395,30 @@ static void test_random_schedule(void **state)
 	free(a);
 }
 
+/* After a failed test too: no thread, port or directory left behind. */
+static int teardown(void **state)
+{
+	(void)state;
+	if (cur_bg)
+		bg_stop(cur_bg);
+	if (cur_world)
+		world_free(cur_world);
+	return 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_submit_everywhere),
-		cmocka_unit_test(test_leader_killed_and_back),
-		cmocka_unit_test(test_retries_apply_once),
-		cmocka_unit_test(test_replacement),
-		cmocka_unit_test(test_minority_partition),
-		cmocka_unit_test(test_bad_raft_links),
-		cmocka_unit_test(test_bad_frames),
-		cmocka_unit_test(test_over_peer_tcp),
-		cmocka_unit_test(test_random_schedule),
+		cmocka_unit_test_teardown(test_submit_everywhere, teardown),
+		cmocka_unit_test_teardown(test_leader_killed_and_back,
+					  teardown),
+		cmocka_unit_test_teardown(test_retries_apply_once, teardown),
+		cmocka_unit_test_teardown(test_replacement, teardown),
+		cmocka_unit_test_teardown(test_minority_partition, teardown),
+		cmocka_unit_test_teardown(test_bad_raft_links, teardown),
+		cmocka_unit_test_teardown(test_bad_frames, teardown),
+		cmocka_unit_test_teardown(test_over_peer_tcp, teardown),
+		cmocka_unit_test_teardown(test_random_schedule, teardown),
 	};
 
 	/* NSLOG_TEST=name runs one test (a glob). */
