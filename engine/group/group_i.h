@@ -502,15 +502,20 @@ const char *memb_state_name(enum memb_state s);
  * the group's own daemons with canonical's C Raft (libraft, raft_uv for
  * its disk log and its TCP links, with our authenticated handshake in
  * front of raft's).  Entries are opaque here; the state machine (@fsm)
- * applies them, in log order, on every node.
+ * applies them, in log order, on every node.  nslog.c's head comment has
+ * the design: raft ids, first start and replacement, what survives what.
  */
 struct nslog;
+
+#define NSLOG_ENTRY_MAX (1u << 20)	/* bytes of one entry */
 
 struct nslog_fsm {
 	void *ctx;
 	/*
 	 * Apply entry @index (on every node, in order, exactly once per
 	 * state).  The result goes back to the proposer's nslog_submit().
+	 * Runs on the nslog's loop thread with no lock held; it must not
+	 * call nslog_submit() or nslog_barrier() (it would wait for itself).
 	 */
 	int (*apply)(void *ctx, uint64_t index, const void *buf, size_t len);
 	/* The whole state, serialised into a malloc()ed buffer. */
@@ -522,14 +527,14 @@ struct nslog_fsm {
 struct nslog_opts {
 	int self;
 	int nodes;
-	uint64_t incarnation;
+	uint64_t incarnation;	/* nonzero, new at every start of the daemon */
 	const char *const *addrs; /* [nodes] where each node's raft listens */
 	const char *dir;	/* this node's raft data dir (created) */
 	const struct grp_secret *secret;
 	const char *group;
 	struct peer_xport *x;	/* proposals forwarded to the leader, joins */
-	int election_ms;
-	int heartbeat_ms;
+	int election_ms;	/* 0: 1000 */
+	int heartbeat_ms;	/* 0: 100; less than election_ms */
 	unsigned snapshot_every; /* entries between snapshots (0: default) */
 };
 
@@ -541,21 +546,47 @@ struct nslog_status {
 	int leader;		/* node id, -1 when none is known */
 	bool is_leader;
 	int voters;		/* members with a vote in the configuration */
+	uint64_t raft_id;	/* this node's raft server id, 0 before start */
+	bool self_voter;	/* this node votes in its configuration */
+	uint64_t auth_failed;	/* raft links refused: secret, group, target */
+	uint64_t bad_handshakes; /* raft links malformed, slow, over limits */
 };
 
-/* Registers the PEER_T_NSLOG_* range on o->x: call before peer_start(). */
+/*
+ * Registers the PEER_T_NSLOG_* range on o->x: call before peer_start().
+ * Copies everything in @o and @fsm.  0 or -errno (-EINVAL, with a logged
+ * reason, for bad options or an address that does not resolve).
+ */
 int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	      struct nslog **out);
+/*
+ * Start the loop thread (after peer_start()).  Returns at once: joining
+ * or founding the group goes on in the background (see nslog.c).  0 or
+ * -errno (the data dir cannot be made or holds another group's state).
+ */
 int nslog_start(struct nslog *l);
+/*
+ * Stop raft and every thread of this nslog; submits and barriers still
+ * waiting fail -ESHUTDOWN.  No fsm callback runs after it returns.
+ */
 void nslog_stop(struct nslog *l);
+/*
+ * Free @l.  A transport cannot unregister a module, so o->x must be
+ * stopped (peer_stop) before this; NULL is a no-op.
+ */
 void nslog_free(struct nslog *l);
 
 /*
  * Append @buf to the log (forwarded to the leader when this node is not
  * it) and wait until it is committed and applied on this node, at most
- * @timeout_ms.  0 with *result set to apply()'s result; -ETIMEDOUT;
- * -ENOTCONN when no leader could be reached.  An entry may still commit
- * after -ETIMEDOUT.  Blocks: never with an engine lock held.
+ * @timeout_ms.  0 with *result set to apply()'s result; -ETIMEDOUT: the
+ * entry may still commit (and then is applied once, everywhere, but its
+ * result is lost); -ENOTCONN when it was never handed to a leader (none
+ * could be reached, or too many submits were already waiting here): it
+ * never commits; -EMSGSIZE over NSLOG_ENTRY_MAX; -ESHUTDOWN once
+ * nslog_stop() began.  Blocks: never with an engine lock held.  A
+ * follower's submit returns about one heartbeat after the commit, when
+ * the leader's next message tells it the commit index.
  */
 int nslog_submit(struct nslog *l, const void *buf, size_t len,
 		 int timeout_ms, int *result);
@@ -567,5 +598,12 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 int nslog_barrier(struct nslog *l, int timeout_ms);
 
 void nslog_get_status(struct nslog *l, struct nslog_status *out);
+
+/*
+ * For tests only: refuse (@cut) or allow again raft's links between this
+ * node and @node, and close those already made, as a network partition
+ * would.  The peer transport (o->x) is not touched.
+ */
+void nslog_test_cut(struct nslog *l, int node, bool cut);
 
 #endif /* RFT_GROUP_I_H */
