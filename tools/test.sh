@@ -158,13 +158,16 @@ else
 	FAILED=$((FAILED + 1))
 fi
 
-# 3. TSan on the unit tests of the modules that take locks and run threads,
-# and on 'stress' (randomized concurrent operations) where the tree has it.
+# 3. TSan on the unit tests of the modules that take locks and run threads
+# (the engine's and the group's), and on 'stress' (randomized concurrent
+# operations) where the tree has it.
 # They drive the engine's threads directly, in seconds.  The integration
 # suite against the TSan daemon is not part of this run; by hand:
 # TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite integration
 if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
-	tsan_tests=(store ns file persist ctl)
+	# The group's threaded modules: transports, membership, the raft log.
+	tsan_tests=(store ns file persist ctl peer_tcp peer_fake memb registry
+		nslog)
 	if meson test -C build-tsan --list 2>/dev/null |
 		grep -qx 'reftfs:unit / stress'; then
 		tsan_tests+=(stress)
