@@ -288,6 +288,10 @@ struct inode {
 	dev_t rdev;		/* device nodes */
 	bool node_persisted;	/* symlinks, FIFOs, sockets, devices: in the
 				   persist dir under every name; ns->lock */
+	uint32_t node_version;	/* directories and nodes: +1 at each change
+				   of their metadata, so that a write-back
+				   that copied older metadata does not count;
+				   ns->lock */
 
 	struct inode *hnext;	/* inode hash chain; ns->lock */
 	/* The persist tier's queue of things to write back; persist->lock. */

@@ -654,6 +654,7 @@ again:
 	} else {
 		set_times(in, sa, &now);
 		/* Directories and nodes: their metadata goes again. */
+		in->node_version++;
 		if (in->node_persisted) {
 			in->node_persisted = false;
 			kick = true;

@@ -798,7 +798,7 @@ static int relink_aliases(struct eng *e, struct inode *in, const char *rel)
  * 1 if the file was unlinked meanwhile.
  */
 static int commit(struct eng *e, struct inode *in, const struct snap *s,
-		  const char *tmp, const char *tmpsum)
+		  const char *tmp, const char *tmpsum, uint32_t node_ver)
 {
 	struct persist *p = e->persist;
 	char rel[PATH_MAX], sum[PATH_MAX + 16], old[PATH_MAX];
@@ -867,9 +867,12 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 			file_snap_persisted_locked(&in->file, &s->fs);
 		pthread_rwlock_unlock(&in->file.lock);
 	} else {
-		/* Likewise for symlinks and nodes. */
+		/*
+		 * Likewise for symlinks and nodes, unless their metadata
+		 * changed since it was copied (then it goes again).
+		 */
 		pthread_rwlock_wrlock(&e->ns.lock);
-		in->node_persisted = true;
+		in->node_persisted = in->node_version == node_ver;
 		pthread_rwlock_unlock(&e->ns.lock);
 	}
 	rc = relink_aliases(e, in, rel);
@@ -941,7 +944,7 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 		set_error(p, rc, "cannot write the checksums of", s.rel);
 		goto out;
 	}
-	rc = commit(e, in, &s, tmp, tmpsum);
+	rc = commit(e, in, &s, tmp, tmpsum, 0);
 	if (rc != 0)
 		goto out;
 
@@ -982,6 +985,7 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	struct persist *p = e->persist;
 	struct timespec times[2];
 	char rel[PATH_MAX];
+	uint32_t ver;
 	mode_t mode;
 	uid_t uid;
 	gid_t gid;
@@ -991,6 +995,7 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	eng_names_lock(e);
 	pthread_rwlock_rdlock(&e->ns.lock);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
+	ver = in->node_version;
 	mode = in->mode;
 	uid = in->uid;
 	gid = in->gid;
@@ -1008,8 +1013,9 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	if (rc == 0)
 		rc = set_meta(p, rel, mode, uid, gid, times);
 	if (rc == 0) {
+		/* A chmod meanwhile: it goes again (writeback_pass sees it). */
 		pthread_rwlock_wrlock(&e->ns.lock);
-		in->node_persisted = true;
+		in->node_persisted = in->node_version == ver;
 		pthread_rwlock_unlock(&e->ns.lock);
 	}
 	eng_names_unlock(e);
@@ -1031,12 +1037,14 @@ static int persist_node(struct eng *e, struct inode *in)
 	uid_t uid;
 	gid_t gid;
 	dev_t rdev;
+	uint32_t ver;
 	int rc;
 
 	pthread_rwlock_rdlock(&e->ns.lock);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
 	if (rc == 0 && S_ISLNK(in->mode))
 		snprintf(target, sizeof(target), "%s", in->target);
+	ver = in->node_version;
 	mode = in->mode;
 	uid = in->uid;
 	gid = in->gid;
@@ -1063,7 +1071,7 @@ static int persist_node(struct eng *e, struct inode *in)
 		unlinkat(p->dirfd, tmp, 0);
 		return rc;
 	}
-	rc = commit(e, in, NULL, tmp, NULL);
+	rc = commit(e, in, NULL, tmp, NULL, ver);
 	if (rc != 0) {
 		unlinkat(p->dirfd, tmp, 0);
 		return rc < 0 ? rc : 0;

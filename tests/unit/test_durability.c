@@ -535,6 +535,75 @@ static void test_chmod_during_writeback(void **state)
 }
 
 /*
+ * The same for a directory: a chmod while its metadata is being written
+ * back must not be marked persisted with the older mode.  A thread keeps
+ * changing the mode while another keeps asking for write-backs; once both
+ * stop, one more flush must leave the last mode in the persist dir.
+ */
+struct dir_churn {
+	struct eng *e;
+	uint64_t ino;
+	_Atomic bool stop;
+	mode_t last;
+};
+
+static void *dir_chmodder(void *arg)
+{
+	struct dir_churn *c = arg;
+	struct stat st;
+
+	for (unsigned i = 0; !atomic_load(&c->stop); i++) {
+		struct eng_setattr sa = { .valid = ENG_SET_MODE,
+					  .mode = 0700 | (i % 64) };
+
+		assert_int_equal(eng_setattr(c->e, c->ino, NULL, &sa, &st),
+				 0);
+		c->last = sa.mode;
+	}
+	return NULL;
+}
+
+static void *flusher(void *arg)
+{
+	struct dir_churn *c = arg;
+	uint64_t t;
+
+	while (!atomic_load(&c->stop))
+		assert_int_equal(eng_flush_request(c->e, &t), 0);
+	return NULL;
+}
+
+static void test_dir_chmod_during_writeback(void **state)
+{
+	struct fixture *fx = *state;
+	char path[PATH_MAX * 2];
+	struct stat st;
+
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	for (int trial = 0; trial < 40; trial++) {
+		struct dir_churn c = { .e = fx->e };
+		pthread_t a, b;
+		char name[16];
+
+		snprintf(name, sizeof(name), "d%d", trial);
+		c.ino = mkdir_at(fx->e, RFT_ROOT_INO, name);
+		assert_int_equal(pthread_create(&a, NULL, dir_chmodder, &c), 0);
+		assert_int_equal(pthread_create(&b, NULL, flusher, &c), 0);
+		usleep(20 * 1000);
+		atomic_store(&c.stop, true);
+		pthread_join(a, NULL);
+		pthread_join(b, NULL);
+		assert_int_equal(flush_wait(fx->e), 0);
+		snprintf(path, sizeof(path), "%s/%s", fx->persist, name);
+		assert_int_equal(stat(path, &st), 0);
+		if ((st.st_mode & 07777) != c.last)
+			fail_msg("trial %d: %s has mode %04o in the persist "
+				 "dir, %04o in the engine", trial, name,
+				 st.st_mode & 07777, c.last);
+	}
+}
+
+/*
  * Defects 7 and 12: a removal or rename the persist dir refused is
  * retried; a file whose copy could not follow its new name reads on from
  * the old place, is written again under the new one, and the old name
@@ -820,6 +889,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(
 			test_open_writer_written_back_at_stop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_chmod_during_writeback,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chmod_during_writeback,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_mirror_repaired,
