@@ -959,7 +959,7 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 	char rel[PATH_MAX];
 	struct copy_id cid;
 	struct slot *want = NULL;
-	uint32_t first, last, n;
+	uint32_t first, last, n, nalloc = 0;
 	uint64_t end, base;
 	uint8_t *buf = NULL;
 	struct iovec iov;
@@ -981,9 +981,13 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 		last = (uint32_t)((end - 1) >> shift);
 		n = last - first + 1;
 		base = (uint64_t)first << shift;
-		if (!buf) {
+		/* A retry may find the file grown since: more pieces. */
+		if (n > nalloc) {
+			free(buf);
+			free(want);
 			buf = malloc((size_t)n * cs);
 			want = calloc(n, sizeof(*want));
+			nalloc = n;
 		}
 		if (!buf || !want) {
 			rc = -ENOMEM;

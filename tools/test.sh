@@ -78,9 +78,12 @@ for line in open(sys.argv[2]):
     if t.get("result", "") in ("OK", "EXPECTEDFAIL", "SKIP"):
         continue
     out = (t.get("stdout") or "").splitlines()
+    # A hung test's watchdog report (tests/unit/watchdog.h) is shown whole.
+    wd = [i for i, l in enumerate(out) if l.startswith("watchdog:")]
+    keep = out[wd[0]:][:400] if wd else out[-40:]
     print(f"test: --- {sys.argv[1]}: {t.get('name')}: {t.get('result')} "
-          f"after {t.get('duration', 0):.1f}s; last {min(len(out), 40)} lines:")
-    for l in out[-40:]:
+          f"after {t.get('duration', 0):.1f}s; {len(keep)} lines:")
+    for l in keep:
         print("    " + l)
 PYEOF
 }
@@ -105,7 +108,10 @@ run_suite() {
 	shift
 	echo "test: === $dir: meson test $*" >&2
 	rm -f "$log"
-	meson test -C "$dir" --print-errorlogs --num-processes "$NPROC" "$@"
+	# --no-stdsplit: a test's stderr (the engine's log, a watchdog's
+	# report) is kept in its log with its stdout, in order.
+	meson test -C "$dir" --print-errorlogs --no-stdsplit \
+		--num-processes "$NPROC" "$@"
 	rc=$?
 	clear_dead_mounts
 	if [ ! -s "$log" ]; then

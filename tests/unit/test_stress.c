@@ -42,6 +42,7 @@
 #include <cmocka.h>
 
 #include "eng_fixture.h"
+#include "watchdog.h"
 
 #define NWORKERS 6
 #define NFILES 3		/* names per worker */
@@ -272,6 +273,7 @@ struct chaos_thread {
 	struct eng_file *fp;
 	uint8_t *buf, *buf2;	/* the reader's, CHAOS_GROWN each */
 	uint64_t *min;		/* the reader's, CHAOS_CUTS + 1 */
+	const char *_Atomic doing; /* for the watchdog's report */
 	pthread_t thread;
 };
 
@@ -312,6 +314,7 @@ struct stress {
 	struct chaos ch;
 	struct counters cnt;
 	pthread_t flusher;
+	const char *_Atomic flusher_doing; /* for the watchdog's report */
 };
 
 static void failf(struct stress *st, const char *fmt, ...)
@@ -1017,6 +1020,7 @@ static void *chaos_writer(void *arg)
 			break;
 		}
 		b->st = st;
+		atomic_store(&t->doing, "a write, at the gate");
 		gate_enter(&ch->gate);
 		id = atomic_fetch_add(&ch->next_id, 1);
 		if (id >= CHAOS_IDS) {
@@ -1025,6 +1029,7 @@ static void *chaos_writer(void *arg)
 			break;
 		}
 		chaos_fill(b->data, id, off, len);
+		atomic_store(&t->doing, async ? "eng_write_async" : "eng_write");
 		probe_file = &t->fp->inode->file;
 		if (async)
 			n = eng_write_async(e, t->fp, b->data, len, (off_t)off,
@@ -1034,6 +1039,7 @@ static void *chaos_writer(void *arg)
 		probe_file = NULL;
 		atomic_store(&ch->wdone[id], tick(st));
 		gate_leave(&ch->gate);
+		atomic_store(&t->doing, "between writes");
 		if (queued)
 			atomic_fetch_add(&st->cnt.queued, 1);
 		else
@@ -1082,7 +1088,9 @@ static void *chaos_truncator(void *arg)
 		int rc;
 
 		sa.size = r < 2 ? 0 : rnd_below(&t->rng, CHAOS_MAX / 8 + 1) * 8;
+		atomic_store(&t->doing, "a truncate, at the gate");
 		gate_enter(&ch->gate);
+		atomic_store(&t->doing, r == 0 ? "open(O_TRUNC)" : "setattr(size)");
 		cut.t_start = tick(st);
 		if (r == 0)
 			rc = chaos_trunc_open(st);
@@ -1091,6 +1099,7 @@ static void *chaos_truncator(void *arg)
 					 r & 1 ? t->fp : NULL, &sa, &sb);
 		cut.t_end = tick(st);
 		gate_leave(&ch->gate);
+		atomic_store(&t->doing, "between truncates");
 		/* Only writes run beside it: they may have grown it since. */
 		if (rc < 0 || (r != 0 && (uint64_t)sb.st_size < sa.size)) {
 			failf(st, "chaos truncate to %llu: %s",
@@ -1248,14 +1257,19 @@ static void *chaos_reader(void *arg)
 		ssize_t n;
 
 		if (i % QUIESCE_EVERY == 0) {
+			atomic_store(&t->doing, "closing the gate");
 			gate_close(&ch->gate);
+			atomic_store(&t->doing, "a check with all still");
 			n = chaos_still_check(t);
 			gate_open(&ch->gate);
 		} else {
+			atomic_store(&t->doing, "a read, at the gate");
 			gate_enter(&ch->gate);
+			atomic_store(&t->doing, "a read check");
 			n = chaos_read_check(t, t->buf, "a read");
 			gate_leave(&ch->gate);
 		}
+		atomic_store(&t->doing, "between reads");
 		if (n < 0)
 			break;
 		atomic_fetch_add(&st->cnt.chaos_reads, 1);
@@ -1278,12 +1292,14 @@ static void *flusher_main(void *arg)
 		struct eng_stats s;
 		int rc;
 
+		atomic_store(&st->flusher_doing, "eng_flush_request");
 		rc = eng_flush_request(e, &ticket);
 		if (rc < 0) {
 			failf(st, "flush request: %s", strerror(-rc));
 			break;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
+		atomic_store(&st->flusher_doing, "eng_flush_progress");
 		while (!atomic_load(&st->stop)) {
 			rc = eng_flush_progress(e, ticket, &p);
 			if (rc < 0 || p.files_done > p.files_total ||
@@ -1319,6 +1335,7 @@ static void *flusher_main(void *arg)
 			break;
 		}
 		atomic_fetch_add(&st->cnt.flushes, p.finished);
+		atomic_store(&st->flusher_doing, "eng_get_stats");
 		eng_get_stats(e, &s);
 		if (s.chunks_used > s.chunks_total) {
 			failf(st, "stats: %llu of %llu chunks used",
@@ -1326,6 +1343,7 @@ static void *flusher_main(void *arg)
 			      (unsigned long long)s.chunks_total);
 			break;
 		}
+		atomic_store(&st->flusher_doing, "between flushes");
 		usleep((useconds_t)rnd_below(&rng, 20000));
 	}
 	return NULL;
@@ -1578,6 +1596,32 @@ static void print_counters(struct stress *st, double secs)
 }
 
 /* Every thread at once; each checks as it goes. */
+/*
+ * The watchdog's report: each thread's call in progress.  The workers'
+ * notes are read racily; only a hung run gets here.
+ */
+static void stress_report(void *arg)
+{
+	struct stress *st = arg;
+	static const char *const chaos_name[CHAOS_THREADS] = {
+		"chaos writer 0", "chaos writer 1", "chaos truncator",
+		"chaos reader",
+	};
+	const char *f = atomic_load(&st->flusher_doing);
+
+	fprintf(stderr, "stress: seed %llu, %lu calls per worker\n",
+		(unsigned long long)st->seed, st->ops);
+	for (int i = 0; i < NWORKERS; i++)
+		fprintf(stderr, "  worker %d (%lu calls done): %s\n", i,
+			st->w[i].ops, st->w[i].hist[st->w[i].ops % HIST]);
+	for (int i = 0; i < CHAOS_THREADS; i++) {
+		const char *d = atomic_load(&st->ch.t[i].doing);
+
+		fprintf(stderr, "  %s: %s\n", chaos_name[i], d ? d : "-");
+	}
+	fprintf(stderr, "  flusher: %s\n", f ? f : "-");
+}
+
 static void test_concurrent_calls(void **state)
 {
 	static void *(*const chaos_fn[CHAOS_THREADS])(void *) = {
@@ -1586,7 +1630,11 @@ static void test_concurrent_calls(void **state)
 	struct stress *st = *state;
 	struct timespec t0, t1;
 	struct eng_stats s;
+	struct watchdog wd;
 
+	/* Calls stop at DEADLINE_S; a run still going long after is hung. */
+	wd_arm(&wd, "stress: test_concurrent_calls", DEADLINE_S + 120,
+	       stress_report, st);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	st->deadline = t0;
 	st->deadline.tv_sec += DEADLINE_S;
@@ -1608,6 +1656,7 @@ static void test_concurrent_calls(void **state)
 		pthread_join(st->ch.t[i].thread, NULL);
 	pthread_join(st->flusher, NULL);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
+	wd_disarm(&wd);
 
 	print_counters(st, (double)(t1.tv_sec - t0.tv_sec) +
 				   (t1.tv_nsec - t0.tv_nsec) / 1e9);
