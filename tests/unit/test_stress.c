@@ -313,6 +313,7 @@ struct stress {
 	struct worker w[NWORKERS];
 	struct chaos ch;
 	struct counters cnt;
+	struct watchdog wd;	/* armed for each test */
 	pthread_t flusher;
 	const char *_Atomic flusher_doing; /* for the watchdog's report */
 };
@@ -1622,6 +1623,27 @@ static void stress_report(void *arg)
 	fprintf(stderr, "  flusher: %s\n", f ? f : "-");
 }
 
+/*
+ * Each test runs under a watchdog: calls stop at DEADLINE_S, so a test
+ * still going long after is hung, and says where before meson kills it.
+ * The teardown disarms it, also after a failed check.
+ */
+static int wd_setup(void **state)
+{
+	struct stress *st = *state;
+
+	wd_arm(&st->wd, "stress", DEADLINE_S + 150, stress_report, st);
+	return 0;
+}
+
+static int wd_teardown(void **state)
+{
+	struct stress *st = *state;
+
+	wd_disarm(&st->wd);
+	return 0;
+}
+
 static void test_concurrent_calls(void **state)
 {
 	static void *(*const chaos_fn[CHAOS_THREADS])(void *) = {
@@ -1630,11 +1652,7 @@ static void test_concurrent_calls(void **state)
 	struct stress *st = *state;
 	struct timespec t0, t1;
 	struct eng_stats s;
-	struct watchdog wd;
 
-	/* Calls stop at DEADLINE_S; a run still going long after is hung. */
-	wd_arm(&wd, "stress: test_concurrent_calls", DEADLINE_S + 120,
-	       stress_report, st);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	st->deadline = t0;
 	st->deadline.tv_sec += DEADLINE_S;
@@ -1656,14 +1674,13 @@ static void test_concurrent_calls(void **state)
 		pthread_join(st->ch.t[i].thread, NULL);
 	pthread_join(st->flusher, NULL);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	wd_disarm(&wd);
 
 	print_counters(st, (double)(t1.tv_sec - t0.tv_sec) +
 				   (t1.tv_nsec - t0.tv_nsec) / 1e9);
+	eng_get_stats(st->fx.e, &s);
 	fail_since(st, 0);
 
 	/* The run must have reached what it is meant to stress. */
-	eng_get_stats(st->fx.e, &s);
 	assert_true(st->cnt.queued > 0);
 	assert_true(st->cnt.truncates > 0 && st->cnt.trunc_opens > 0);
 	assert_true(st->cnt.renames_over > 0 && st->cnt.unlinks > 0);
@@ -1811,9 +1828,12 @@ static void test_remount(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_concurrent_calls),
-		cmocka_unit_test(test_final_contents),
-		cmocka_unit_test(test_remount),
+		cmocka_unit_test_setup_teardown(test_concurrent_calls,
+						wd_setup, wd_teardown),
+		cmocka_unit_test_setup_teardown(test_final_contents,
+						wd_setup, wd_teardown),
+		cmocka_unit_test_setup_teardown(test_remount, wd_setup,
+						wd_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
