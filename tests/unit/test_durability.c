@@ -544,6 +544,7 @@ struct dir_churn {
 	struct eng *e;
 	uint64_t ino;
 	_Atomic bool stop;
+	_Atomic unsigned chmods;	/* made so far */
 	mode_t last;
 };
 
@@ -559,6 +560,7 @@ static void *dir_chmodder(void *arg)
 		assert_int_equal(eng_setattr(c->e, c->ino, NULL, &sa, &st),
 				 0);
 		c->last = sa.mode;
+		atomic_fetch_add(&c->chmods, 1);
 	}
 	return NULL;
 }
@@ -590,6 +592,9 @@ static void test_dir_chmod_during_writeback(void **state)
 		assert_int_equal(pthread_create(&a, NULL, dir_chmodder, &c), 0);
 		assert_int_equal(pthread_create(&b, NULL, flusher, &c), 0);
 		usleep(20 * 1000);
+		/* A loaded machine may not have run the chmods yet. */
+		while (atomic_load(&c.chmods) < 8)
+			usleep(1000);
 		atomic_store(&c.stop, true);
 		pthread_join(a, NULL);
 		pthread_join(b, NULL);
