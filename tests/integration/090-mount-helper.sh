@@ -24,13 +24,13 @@ cat "$T_TMP/mount.out" >&2
 [ "$rc" = 0 ] || fail "mount.fuse3 ... -t fuse.reftfs exited $rc"
 is_mounted "$MNT" || fail "$MNT not mounted when mount.fuse3 returned"
 expect_eq "$(mount_type "$MNT")" fuse.reftfs "filesystem type"
-pid=$(daemon_pids_for "$MNT" | head -n1)
+pid=$(daemon_pids_for "$MNT" | sed -n 1p)
 [ -n "$pid" ] || fail "no daemon process for $MNT"
 _T_PIDS+=("$pid")
 total=$(($(stat -f -c '%b * %S' "$MNT")))
 [ $((total - (128 << 20))) -le $((4 << 20)) ] && [ $(((128 << 20) - total)) -le $((4 << 20)) ] ||
 	fail "-o mem=128M not applied: statfs total $total"
-grep " $MNT " /proc/mounts | grep -q nosuid || fail "-o nosuid not applied: $(grep " $MNT " /proc/mounts)"
+grep " $MNT " /proc/mounts | grep nosuid >/dev/null || fail "-o nosuid not applied: $(grep " $MNT " /proc/mounts)"
 mkdir "$MNT/step_1"
 head -c 1000000 /dev/urandom | tee "$T_TMP/data" >"$MNT/step_1/data"
 admin "$MNT" status >/dev/null || fail "admin status on a mount made by mount.fuse3"
@@ -47,8 +47,8 @@ if is_root && command -v mount >/dev/null; then
 	cat "$T_TMP/mount8.out" >&2
 	[ "$rc" = 0 ] || fail "mount -t fuse '$REFTFSD#reftfs' exited $rc"
 	expect_eq "$(mount_type "$MNT")" fuse.reftfs "filesystem type (mount(8))"
-	grep " $MNT " /proc/mounts | grep -q allow_other || fail "allow_other not applied"
-	pid=$(daemon_pids_for "$MNT" | head -n1)
+	grep " $MNT " /proc/mounts | grep allow_other >/dev/null || fail "allow_other not applied"
+	pid=$(daemon_pids_for "$MNT" | sed -n 1p)
 	[ -n "$pid" ] || fail "no daemon for the mount(8) mount"
 	_T_PIDS+=("$pid")
 	cmp "$MNT/step_1/data" "$T_TMP/data" || fail "persisted data not visible via mount(8) mount"
@@ -64,7 +64,7 @@ if is_root && command -v mount >/dev/null; then
 	cat "$T_TMP/mount9.out" >&2
 	[ "$rc" = 0 ] || fail "mount -T fstab $MNT exited $rc ($(cat "$T_TMP/fstab"))"
 	expect_eq "$(mount_type "$MNT")" fuse.reftfs "filesystem type (fstab)"
-	pid=$(daemon_pids_for "$MNT" | head -n1)
+	pid=$(daemon_pids_for "$MNT" | sed -n 1p)
 	_T_PIDS+=("$pid")
 	cmp "$MNT/step_1/data" "$T_TMP/data" || fail "persisted data not visible via the fstab mount"
 	_T_LAST_LOG=/dev/null

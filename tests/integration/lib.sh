@@ -269,7 +269,7 @@ start_daemon_bg() {
 	timeout 60 "$REFTFSD" "$m" "$@" >"$DAEMON_LOG" 2>&1 || rc=$?
 	[ "$rc" = 0 ] || { cat "$DAEMON_LOG" >&2; fail "reftfsd $m $* exited $rc"; }
 	wait_mounted "$m" "" "$DAEMON_LOG" 10
-	DAEMON_PID=$(daemon_pids_for "$m" | head -n1)
+	DAEMON_PID=$(daemon_pids_for "$m" | sed -n 1p)
 	[ -n "$DAEMON_PID" ] || fail "no reftfsd process found for $m"
 	_T_PIDS+=("$DAEMON_PID")
 	log "mounted $m (background pid $DAEMON_PID): reftfsd $m $*"
