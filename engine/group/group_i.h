@@ -216,8 +216,12 @@ struct peer_stats {
 /* What a transport implements.  Called only through the peer_* wrappers. */
 struct peer_xport_ops {
 	int (*start)(struct peer_xport *x);
+	/*
+	 * Send @f.  On success *@gen names the link it went on: a number that grows with every new link to @node, the
+	 * one peer_base_link() later gives when that link goes down.
+	 */
 	int (*send)(struct peer_xport *x, int node, const struct peer_frame *f,
-		    int timeout_ms);
+		    int timeout_ms, uint64_t *gen);
 	int (*set_addr)(struct peer_xport *x, int node, const char *addr);
 	void (*drop)(struct peer_xport *x, int node);
 	void (*stop)(struct peer_xport *x);
@@ -248,6 +252,8 @@ struct peer_xport {
 	pthread_mutex_t calls_lock;
 	struct peer_call *calls;	/* protected by calls_lock */
 	uint64_t next_rid;		/* protected by calls_lock */
+	uint64_t *down_gen;	/* [nodes]: newest link announced down;
+				   calls_lock */
 
 	/* Counters, per peer; the transport updates them with atomics. */
 	struct peer_counters {
@@ -349,7 +355,13 @@ void *peer_base_bulk_dest(struct peer_xport *x, int node,
 int peer_base_deliver(struct peer_xport *x, int node,
 		      const struct peer_frame *f, void *cookie, int bulk_rc);
 void peer_base_link(struct peer_xport *x, int node, uint64_t incarnation,
-		    bool up);
+		    uint64_t gen, bool up);
+/*
+ * Links to @node up to @gen are gone: calls whose requests went on them
+ * fail with -ECONNRESET (peer_base_link does this for a link announced
+ * down; a transport calls it for one that died before it was announced).
+ */
+void peer_base_calls_lost(struct peer_xport *x, int node, uint64_t gen);
 
 /* The TCP transport. */
 struct peer_tcp_opts {

@@ -17,6 +17,7 @@ struct peer_call {
 	struct peer_call *next;	/* x->calls, protected by x->calls_lock */
 	uint64_t rid;
 	int node;
+	uint64_t gen;		/* the link the request went on; 0: unsent */
 	struct peer_reply *rep;
 	int rc;
 	bool done;
@@ -35,8 +36,12 @@ int peer_base_init(struct peer_xport *x, const struct peer_xport_ops *ops,
 	x->nodes = nodes;
 	x->incarnation = incarnation;
 	x->cnt = calloc((size_t)nodes, sizeof(*x->cnt));
-	if (!x->cnt)
+	x->down_gen = calloc((size_t)nodes, sizeof(*x->down_gen));
+	if (!x->cnt || !x->down_gen) {
+		free(x->cnt);
+		free(x->down_gen);
 		return -ENOMEM;
+	}
 	pthread_mutex_init(&x->calls_lock, NULL);
 	return 0;
 }
@@ -44,7 +49,9 @@ int peer_base_init(struct peer_xport *x, const struct peer_xport_ops *ops,
 void peer_base_fini(struct peer_xport *x)
 {
 	free(x->cnt);
+	free(x->down_gen);
 	x->cnt = NULL;
+	x->down_gen = NULL;
 	pthread_mutex_destroy(&x->calls_lock);
 }
 
@@ -91,8 +98,8 @@ static bool frame_ok(const struct peer_xport *x, int node,
 	       (f->meta_len == 0 || f->meta) && (f->bulk_len == 0 || f->bulk);
 }
 
-int peer_send(struct peer_xport *x, int node, const struct peer_frame *f,
-	      int timeout_ms)
+static int send_frame(struct peer_xport *x, int node,
+		      const struct peer_frame *f, int timeout_ms, uint64_t *gen)
 {
 	int rc;
 
@@ -100,7 +107,7 @@ int peer_send(struct peer_xport *x, int node, const struct peer_frame *f,
 		return -EINVAL;
 	if (!x->started)
 		return -ENOTCONN;
-	rc = x->ops->send(x, node, f, timeout_ms);
+	rc = x->ops->send(x, node, f, timeout_ms, gen);
 	if (rc == 0) {
 		atomic_fetch_add(&x->cnt[node].frames_out, 1);
 		atomic_fetch_add(&x->cnt[node].bytes_out,
@@ -108,6 +115,14 @@ int peer_send(struct peer_xport *x, int node, const struct peer_frame *f,
 					 f->bulk_len);
 	}
 	return rc;
+}
+
+int peer_send(struct peer_xport *x, int node, const struct peer_frame *f,
+	      int timeout_ms)
+{
+	uint64_t gen;
+
+	return send_frame(x, node, f, timeout_ms, &gen);
 }
 
 int peer_set_addr(struct peer_xport *x, int node, const char *addr)
@@ -216,6 +231,7 @@ int peer_call(struct peer_xport *x, int node, struct peer_frame *req,
 	struct peer_call call = { .node = node, .rep = rep };
 	pthread_condattr_t ca;
 	struct timespec deadline;
+	uint64_t gen = 0;
 	int rc;
 
 	if (!frame_ok(x, node, req) || (req->flags & PEER_F_REPLY))
@@ -240,10 +256,20 @@ int peer_call(struct peer_xport *x, int node, struct peer_frame *req,
 
 	req->rid = call.rid;
 	deadline_after(&deadline, timeout_ms);
-	rc = peer_send(x, node, req, timeout_ms);
+	rc = send_frame(x, node, req, timeout_ms, &gen);
 
 	pthread_mutex_lock(&x->calls_lock);
 	if (rc == 0) {
+		/*
+		 * Only the link the request went on can fail it, and that
+		 * link may have been announced down already.
+		 */
+		call.gen = gen;
+		if (!call.done && !call.receiving &&
+		    x->down_gen[node] >= gen) {
+			call.rc = -ECONNRESET;
+			call.done = true;
+		}
 		while (!call.done) {
 			if (pthread_cond_timedwait(&call.cond, &x->calls_lock,
 						   &deadline) != ETIMEDOUT)
@@ -416,10 +442,34 @@ int peer_base_deliver(struct peer_xport *x, int node,
 	return rx->deliver(rx->ctx, node, f, cookie, bulk_rc);
 }
 
-void peer_base_link(struct peer_xport *x, int node, uint64_t incarnation,
-		    bool up)
+void peer_base_calls_lost(struct peer_xport *x, int node, uint64_t gen)
 {
 	struct peer_call *c;
+
+	if (node < 0 || node >= x->nodes)
+		return;
+	/*
+	 * Replies can no longer come for requests sent on link @gen or an
+	 * older one.  Those sent on a newer link (a call that made a new
+	 * connection before the old one's end was announced) wait on.
+	 */
+	pthread_mutex_lock(&x->calls_lock);
+	if (gen > x->down_gen[node])
+		x->down_gen[node] = gen;
+	for (c = x->calls; c; c = c->next) {
+		if (c->node != node || c->done || c->receiving ||
+		    c->gen == 0 || c->gen > gen)
+			continue;
+		c->rc = -ECONNRESET;
+		c->done = true;
+		pthread_cond_signal(&c->cond);
+	}
+	pthread_mutex_unlock(&x->calls_lock);
+}
+
+void peer_base_link(struct peer_xport *x, int node, uint64_t incarnation,
+		    uint64_t gen, bool up)
+{
 	int i;
 
 	if (node < 0 || node >= x->nodes)
@@ -429,16 +479,7 @@ void peer_base_link(struct peer_xport *x, int node, uint64_t incarnation,
 		atomic_store(&x->cnt[node].incarnation, incarnation);
 		atomic_fetch_add(&x->cnt[node].connects, 1);
 	} else {
-		/* Replies can no longer come on this link. */
-		pthread_mutex_lock(&x->calls_lock);
-		for (c = x->calls; c; c = c->next) {
-			if (c->node != node || c->done || c->receiving)
-				continue;
-			c->rc = -ECONNRESET;
-			c->done = true;
-			pthread_cond_signal(&c->cond);
-		}
-		pthread_mutex_unlock(&x->calls_lock);
+		peer_base_calls_lost(x, node, gen);
 	}
 	for (i = 0; i < x->nhandlers; i++)
 		if (x->handler[i].rx.link)

@@ -238,7 +238,7 @@ static bool draw_drop(struct peer_fakenet *net)
 }
 
 static int fake_send(struct peer_xport *x, int node, const struct peer_frame *f,
-		     int timeout_ms)
+		     int timeout_ms, uint64_t *gen)
 {
 	struct peer_fake *ep = (struct peer_fake *)x;
 	struct peer_fakenet *net = ep->net;
@@ -301,6 +301,7 @@ static int fake_send(struct peer_xport *x, int node, const struct peer_frame *f,
 		free(it);
 		return rc;
 	}
+	*gen = l->gen;
 	if (draw_drop(net)) {
 		link_down(net, x->self, node);
 		pthread_mutex_unlock(&net->lock);
@@ -399,7 +400,8 @@ static void *fake_thread(void *arg)
 		ep->inbox = it->next;
 		if (it->kind == FAKE_LINK) {
 			pthread_mutex_unlock(&net->lock);
-			peer_base_link(&ep->x, it->from, it->inc, it->up);
+			peer_base_link(&ep->x, it->from, it->inc, it->gen,
+				       it->up);
 			pthread_mutex_lock(&net->lock);
 		} else {
 			deliver_frame(ep, it);

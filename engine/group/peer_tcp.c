@@ -125,9 +125,11 @@ struct tcp_peer {
 	struct tcp_out *conn;
 	bool busy;		/* the slot: protected by t->lock */
 	int pending_fd;		/* being connected, -1; protected by t->lock */
+	uint64_t dead_gen;	/* newest link that died; t->lock */
 	/* What the modules were last told: the monitor thread only. */
 	bool ann_up;
 	uint64_t ann_gen, ann_inc;
+	uint64_t ann_dead;	/* calls failed up to this link */
 };
 
 /* A connection a peer made to this node, with its receive thread. */
@@ -731,12 +733,22 @@ static int out_connect(struct peer_tcp *t, int node, int64_t deadline,
 }
 
 /* Take @c out of service.  Under t->lock; the monitor closes it. */
+/* Mark @c dead and shut it (the monitor closes it); t->lock held. */
+static void out_kill(struct peer_tcp *t, int node, struct tcp_out *c)
+{
+	struct tcp_peer *p = &t->peer[node];
+
+	if (c->dead)
+		return;
+	c->dead = true;
+	shutdown(c->fd, SHUT_RDWR);
+	if (c->gen > p->dead_gen)
+		p->dead_gen = c->gen;
+}
+
 static void out_retire(struct peer_tcp *t, int node, struct tcp_out *c)
 {
-	if (!c->dead) {
-		c->dead = true;
-		shutdown(c->fd, SHUT_RDWR);
-	}
+	out_kill(t, node, c);
 	if (t->peer[node].conn == c)
 		t->peer[node].conn = NULL;
 	c->next = t->graveyard;
@@ -775,7 +787,7 @@ static int out_write(struct tcp_out *c, const struct peer_frame *f,
 }
 
 static int tcp_send(struct peer_xport *x, int node, const struct peer_frame *f,
-		    int timeout_ms)
+		    int timeout_ms, uint64_t *gen)
 {
 	struct peer_tcp *t = (struct peer_tcp *)x;
 	struct tcp_peer *p = &t->peer[node];
@@ -814,6 +826,8 @@ static int tcp_send(struct peer_xport *x, int node, const struct peer_frame *f,
 			fresh = true;
 		}
 		rc = out_write(c, f, deadline, &partial);
+		if (rc == 0)
+			*gen = c->gen;
 		if (rc == 0 || (rc == -ETIMEDOUT && !partial))
 			break; /* sent, or not begun: the stream is intact */
 		pthread_mutex_lock(&t->lock);
@@ -1163,7 +1177,7 @@ static void announce(struct peer_tcp *t, int node)
 {
 	struct tcp_peer *p = &t->peer[node];
 	struct tcp_out *c;
-	uint64_t gen = 0, inc = 0;
+	uint64_t gen = 0, inc = 0, dead;
 	bool up;
 
 	pthread_mutex_lock(&t->lock);
@@ -1173,16 +1187,25 @@ static void announce(struct peer_tcp *t, int node)
 		gen = c->gen;
 		inc = c->inc;
 	}
+	dead = p->dead_gen;
 	pthread_mutex_unlock(&t->lock);
 	if (p->ann_up && (!up || gen != p->ann_gen)) {
 		p->ann_up = false;
-		peer_base_link(&t->x, node, p->ann_inc, false);
+		if (dead < p->ann_gen)
+			dead = p->ann_gen;
+		peer_base_link(&t->x, node, p->ann_inc, dead, false);
+		p->ann_dead = dead;
+	}
+	/* A link that died before it was announced: its calls fail too. */
+	if (dead > p->ann_dead) {
+		peer_base_calls_lost(&t->x, node, dead);
+		p->ann_dead = dead;
 	}
 	if (up && !p->ann_up) {
 		p->ann_up = true;
 		p->ann_gen = gen;
 		p->ann_inc = inc;
-		peer_base_link(&t->x, node, inc, true);
+		peer_base_link(&t->x, node, inc, gen, true);
 	}
 }
 
@@ -1198,10 +1221,7 @@ static void out_event(struct peer_tcp *t, int node, struct tcp_out *c)
 	if (n > 0)
 		atomic_fetch_add(&t->x.cnt[node].bad_frames, 1);
 	pthread_mutex_lock(&t->lock);
-	if (!c->dead) {
-		c->dead = true;
-		shutdown(c->fd, SHUT_RDWR);
-	}
+	out_kill(t, node, c);
 	if (!t->peer[node].busy && t->peer[node].conn == c)
 		out_retire(t, node, c);
 	pthread_mutex_unlock(&t->lock);
@@ -1403,10 +1423,8 @@ static int tcp_set_addr(struct peer_xport *x, int node, const char *addr)
 	pthread_mutex_lock(&t->lock);
 	if (strcmp(p->addr, addr) != 0) {
 		/* A link to the old address goes to whoever was there. */
-		if (p->conn && !p->conn->dead) {
-			p->conn->dead = true;
-			shutdown(p->conn->fd, SHUT_RDWR);
-		}
+		if (p->conn)
+			out_kill(t, node, p->conn);
 		snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	}
 	pthread_mutex_unlock(&t->lock);

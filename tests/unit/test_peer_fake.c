@@ -51,6 +51,8 @@ struct tnode {
 	int cut_peer;
 	/* T_ECHO requests answered; T_SILENT seen */
 	int echoes, silents;
+	/* T_SEQ deliveries wait while hold_seq: this endpoint hears late */
+	bool hold_seq, held;
 };
 
 static uint64_t now_ms(void)
@@ -134,6 +136,12 @@ static int t_deliver(void *ctx, int node, const struct peer_frame *f,
 			t->order_errors++;
 		t->last_seq[node] = seq;
 		t->got[node]++;
+		t->held = t->hold_seq;
+		while (t->hold_seq) {
+			pthread_mutex_unlock(&t->lock);
+			sleep_ms(1);
+			pthread_mutex_lock(&t->lock);
+		}
 		pthread_mutex_unlock(&t->lock);
 		return 0;
 	case T_ECHO: {
@@ -567,6 +575,61 @@ static void test_cut_during_call(void **state)
 	peer_fakenet_free(net);
 }
 
+/*
+ * A link's end heard late, once a call has made a new link: only calls
+ * sent on the old link fail; the new one's call gets its answer.
+ */
+static void test_late_down(void **state)
+{
+	struct peer_fakenet *net = peer_fakenet_new(2, 13);
+	struct tnode t[2];
+	uint8_t buf[256];
+	struct bg_call c;
+
+	(void)state;
+	peer_fakenet_delay(net, 0, 1);
+	node_make(net, &t[0], 0, 1);
+	node_make(net, &t[1], 1, 2);
+	assert_int_equal(send_seq(&t[0], 1, 1, 1000), 0);
+	assert_true(WAIT_FOR(got(&t[1], 0) == 1, 5000));
+
+	/* Node 0's endpoint is kept busy in a delivery... */
+	pthread_mutex_lock(&t[0].lock);
+	t[0].hold_seq = true;
+	pthread_mutex_unlock(&t[0].lock);
+	assert_int_equal(send_seq(&t[1], 0, 1, 1000), 0);
+	assert_true(WAIT_FOR(read_bool(&t[0], &t[0].held), 5000));
+	/* ...while the link breaks: its end waits in node 0's inbox. */
+	peer_fakenet_cut(net, 0, 1, true);
+	peer_fakenet_cut(net, 0, 1, false);
+	/* A call makes a new link and is answered on it. */
+	c = (struct bg_call){ .t = &t[0], .to = 1, .type = T_ECHO,
+			      .len = sizeof(buf), .buf = buf,
+			      .cap = sizeof(buf), .timeout_ms = 10000 };
+	bg_start(&c);
+	assert_true(WAIT_FOR(read_int(&t[1], &t[1].echoes) == 1, 5000));
+	/* Node 0 hears of the old link's end only now, then the answer. */
+	pthread_mutex_lock(&t[0].lock);
+	t[0].hold_seq = false;
+	pthread_mutex_unlock(&t[0].lock);
+	bg_join(&c);
+	assert_int_equal(c.rc, 0);
+	assert_int_equal(buf[7], pattern_byte(9, 7));
+	assert_true(WAIT_FOR(read_int(&t[0], &t[0].downs[1]) == 1, 5000));
+
+	/* A call on the old link still fails when its end is heard. */
+	c = (struct bg_call){ .t = &t[0], .to = 1, .type = T_SILENT,
+			      .timeout_ms = 20000 };
+	bg_start(&c);
+	assert_true(WAIT_FOR(read_int(&t[1], &t[1].silents) == 1, 5000));
+	peer_fakenet_cut(net, 0, 1, true);
+	bg_join(&c);
+	assert_int_equal(c.rc, -ECONNRESET);
+	node_free(&t[0]);
+	node_free(&t[1]);
+	peer_fakenet_free(net);
+}
+
 /* A partition cuts exactly the links across it; a heal lets them up. */
 static void test_partition(void **state)
 {
@@ -920,6 +983,7 @@ int main(void)
 		cmocka_unit_test(test_order),
 		cmocka_unit_test(test_calls),
 		cmocka_unit_test(test_cut_during_call),
+		cmocka_unit_test(test_late_down),
 		cmocka_unit_test(test_partition),
 		cmocka_unit_test(test_freeze),
 		cmocka_unit_test(test_drop),
