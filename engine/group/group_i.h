@@ -453,6 +453,12 @@ struct memb_view {
 	uint64_t epoch;		/* +1 at every change of any node's state */
 	int self;
 	int nodes;
+	/*
+	 * Not 0: the registry holds this node's entry from a daemon started
+	 * later (that incarnation), which took this one's place; this
+	 * daemon no longer registers.
+	 */
+	uint64_t taken_over_by;
 	struct memb_node node[GRP_MAX_NODES];
 };
 

@@ -75,7 +75,11 @@
  *
  * every heartbeat_ms, and reads every node's key in one multi-get; an
  * address that changed goes to the view and to peer_set_addr(), unless
- * the entry is that of an incarnation already replaced.  The
+ * the entry is that of an incarnation already replaced.  Before each
+ * write it reads its own key: an entry with a larger incarnation (a
+ * daemon started later took this node's place, while this one was hung)
+ * stops it registering for good, logged once and shown in the view
+ * (taken_over_by).  The
  * registry is soft state: liveness still comes only from heartbeats, so
  * losing memcached changes no node's state.  When it fails the thread
  * logs once, keeps the last known addresses, drops its connection and
@@ -173,6 +177,7 @@ struct memb {
 	pthread_t reg_thread;
 	bool reg_made;
 	bool reg_down;			/* registry thread only */
+	bool reg_replaced;		/* registry thread only */
 	bool reg_once;			/* registry thread only */
 	bool reg_bad_logged[GRP_MAX_NODES]; /* registry thread only */
 	char reg_keys[GRP_MAX_NODES][REG_KEY_MAX]; /* registry thread only */
@@ -773,13 +778,54 @@ static void reg_learn(struct memb *m, int id, const char *addr, uint64_t inc)
 			 "%d: %s", m->self, addr, id, strerror(-rc));
 }
 
-/* Publish our entry.  0 or -EIO. */
+/*
+ * Has a daemon started after this one taken this node's place?  Its entry
+ * holds a larger incarnation (wall-clock nanoseconds at start): a hung
+ * daemon that wakes up after its replacement registered must not write
+ * its old address over the new one's.  1 when taken over, 0 when not,
+ * -EIO.
+ */
+static int reg_taken_over(struct memb *m, memcached_st *mc)
+{
+	char key[REG_KEY_MAX], addr[ADDR_MAX];
+	memcached_return_t mrc;
+	uint32_t flags;
+	size_t len;
+	uint64_t inc;
+	char *v;
+	int klen, rc = 0;
+
+	klen = reg_key(m, m->self, key, sizeof(key));
+	v = memcached_get(mc, key, (size_t)klen, &len, &flags, &mrc);
+	if (!v)
+		return mrc == MEMCACHED_NOTFOUND ? 0 : -EIO;
+	if (reg_parse(m, m->self, v, len, addr, &inc) == 0 && inc > m->inc) {
+		rc = 1;
+		if (!m->reg_replaced)
+			rft_err("registry: node %d was taken over by a daemon "
+				"started later (incarnation %" PRIx64 ", at "
+				"%s); this one (incarnation %" PRIx64 ") no "
+				"longer registers: stop it",
+				m->self, inc, addr, m->inc);
+		m->reg_replaced = true;
+		pthread_mutex_lock(&m->lock);
+		m->view.taken_over_by = inc;
+		pthread_mutex_unlock(&m->lock);
+	}
+	free(v);
+	return rc;
+}
+
+/* Publish our entry, unless another daemon took our place.  0 or -EIO. */
 static int reg_publish(struct memb *m, memcached_st *mc)
 {
 	char key[REG_KEY_MAX], val[REG_VAL_MAX];
 	memcached_return_t mrc;
-	int klen, vlen;
+	int klen, vlen, rc;
 
+	rc = reg_taken_over(m, mc);
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
 	klen = reg_key(m, m->self, key, sizeof(key));
 	vlen = snprintf(val, sizeof(val), "%s %" PRIu64, m->listen, m->inc);
 	mrc = memcached_set(mc, key, (size_t)klen, val, (size_t)vlen,
@@ -883,10 +929,11 @@ static void *reg_thread(void *arg)
 				backoff = REG_BACKOFF_MAX_MS;
 			wait = backoff;
 		} else {
-			if (!m->reg_once)
+			/* A daemon taken over said so once, and no more. */
+			if (!m->reg_replaced && !m->reg_once)
 				rft_info("registry %s: node %d registered as "
 					 "%s", m->registry, m->self, m->listen);
-			else if (m->reg_down)
+			else if (!m->reg_replaced && m->reg_down)
 				rft_info("registry %s is back: node %d "
 					 "registered again", m->registry,
 					 m->self);

@@ -55,6 +55,7 @@ struct fx {
 	int port;
 	char registry[32];
 	struct peer_fakenet *net;
+	struct peer_fakenet *net2;	/* a taken-over daemon's own */
 	uint64_t next_inc;
 	int silent_fd;		/* a listener that never answers */
 	struct rnode node[MAXN];
@@ -206,11 +207,13 @@ static void on_change(void *ctx, const struct memb_view *v, int node,
 	pthread_mutex_unlock(&n->lock);
 }
 
-static void node_start(struct fx *f, int i, int nodes, const char *listen)
+/* Node @self in slot @slot of @f, on fake network @net. */
+static void node_start_on(struct fx *f, int slot, int self, int nodes,
+			  const char *listen, struct peer_fakenet *net)
 {
-	struct rnode *n = &f->node[i];
+	struct rnode *n = &f->node[slot];
 	struct memb_opts o = {
-		.self = i,
+		.self = self,
 		.nodes = nodes,
 		.heartbeat_ms = HB_MS,
 		.suspect_ms = SUSPECT_MS,
@@ -224,12 +227,17 @@ static void node_start(struct fx *f, int i, int nodes, const char *listen)
 	snprintf(n->listen, sizeof(n->listen), "%s", listen);
 	o.listen_addr = n->listen;
 	n->inc = o.incarnation = f->next_inc++;
-	assert_int_equal(peer_fake_new(f->net, i, n->inc, &n->x), 0);
+	assert_int_equal(peer_fake_new(net, self, n->inc, &n->x), 0);
 	assert_int_equal(memb_new(&o, n->x, &n->m), 0);
 	assert_int_equal(memb_listen(n->m, on_change, n), 0);
 	assert_int_equal(peer_start(n->x), 0);
 	assert_int_equal(memb_start(n->m), 0);
 	n->live = true;
+}
+
+static void node_start(struct fx *f, int i, int nodes, const char *listen)
+{
+	node_start_on(f, i, i, nodes, listen, f->net);
 }
 
 /*
@@ -319,6 +327,8 @@ static int teardown(void **state)
 		node_stop(f, i);
 	if (f->net)
 		peer_fakenet_free(f->net);
+	if (f->net2)
+		peer_fakenet_free(f->net2);
 	mc_kill(f);
 	if (f->silent_fd >= 0)
 		close(f->silent_fd);
@@ -412,15 +422,20 @@ static void mc_put(struct fx *f, int id, const char *val)
 	memcached_free(mc);
 }
 
-static void expect_entry(struct fx *f, int id)
+/* Wait until the registry holds @n's entry for node @id. */
+static void expect_entry_of(struct fx *f, int id, const struct rnode *n)
 {
 	char want[128], got[128];
 
-	snprintf(want, sizeof(want), "%s %" PRIu64, f->node[id].listen,
-		 f->node[id].inc);
+	snprintf(want, sizeof(want), "%s %" PRIu64, n->listen, n->inc);
 	assert_true(WAIT_FOR((mc_entry(f, id, got, sizeof(got)),
 			      strcmp(got, want) == 0),
 			     WAIT_MS));
+}
+
+static void expect_entry(struct fx *f, int id)
+{
+	expect_entry_of(f, id, &f->node[id]);
 }
 
 static int dead_changes(struct fx *f, int nodes)
@@ -509,6 +524,46 @@ static void test_registry(void **state)
 			if (b != 1)
 				assert_true(addr_is(f, b, 1, "10.0.1.2:7071"));
 	}
+}
+
+/*
+ * A daemon taken over by one started later (a hung one that woke up after
+ * its replacement registered) stops registering: the registry keeps the
+ * replacement's entry, and the old daemon's view says who took its place.
+ */
+static void test_taken_over(void **state)
+{
+	struct fx *f = *state;
+	struct rnode *old = &f->node[MAXN - 1], *repl = &f->node[1];
+	char want[128], got[128];
+	struct memb_view v;
+	uint64_t end;
+
+	if (!f->net)
+		skip();
+	f->net2 = peer_fakenet_new(MAXN, 2);
+	assert_non_null(f->net2);
+	node_start(f, 0, MAXN, "10.0.0.1:7070");
+	/* Node 1's first daemon, then (on the group's network) a later one. */
+	node_start_on(f, MAXN - 1, 1, MAXN, "10.0.0.2:7070", f->net2);
+	expect_entry_of(f, 1, old);
+	node_start(f, 1, MAXN, "10.0.1.2:7071");
+	assert_true(old->inc < repl->inc);
+
+	assert_true(WAIT_FOR((memb_get_view(old->m, &v),
+			      v.taken_over_by == repl->inc),
+			     WAIT_MS));
+	memb_get_view(repl->m, &v);
+	assert_int_equal(v.taken_over_by, 0);
+	/* From then on the entry is the replacement's, every time. */
+	snprintf(want, sizeof(want), "%s %" PRIu64, repl->listen, repl->inc);
+	end = now_ms() + 2 * DEAD_MS;
+	while (now_ms() < end) {
+		mc_entry(f, 1, got, sizeof(got));
+		assert_string_equal(got, want);
+		sleep_ms(HB_MS / 2);
+	}
+	assert_true(WAIT_FOR(addr_is(f, 0, 1, "10.0.1.2:7071"), WAIT_MS));
 }
 
 /*
@@ -636,6 +691,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_registry, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_taken_over, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_registry_tcp, setup,
 						teardown),
