@@ -95,11 +95,13 @@ int store_try_alloc(struct store *s, uint32_t *id);
 /* CLOCK_MONOTONIC time @wait_ms from now, for store_wait_free. */
 void store_deadline(unsigned wait_ms, struct timespec *deadline);
 /*
- * Ask for eviction and wait until a chunk is free or @deadline passes
- * (-ENOSPC).  A free chunk is not reserved: the caller retries its
+ * Ask for eviction and wait until @want chunks are free (at least one, at
+ * most the arena) or @deadline passes (-ENOSPC, also when it has passed
+ * already).  Free chunks are not reserved: the caller retries its
  * store_try_alloc.  Sleeps: hold no namespace or file lock.
  */
-int store_wait_free(struct store *s, const struct timespec *deadline);
+int store_wait_free(struct store *s, uint32_t want,
+		    const struct timespec *deadline);
 void store_get(struct store *s, uint32_t id);
 /* Drop a reference; the chunk is free again when the last one goes. */
 void store_put(struct store *s, uint32_t id);

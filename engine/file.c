@@ -582,11 +582,12 @@ static bool needs_chunk(struct eng *e, const struct file *f, uint32_t idx)
  * whole used to get an empty chunk while the writer waited, and kept it
  * if the write then failed).  With fewer chunks than needed and @partial,
  * the pieces that have one are reserved from the start: a short write.
- * Returns the bytes reserved, or -ENOSPC / -ENOMEM.  f->lock held for
+ * Returns the bytes reserved, or -ENOSPC / -ENOMEM; *@needed is the count
+ * of chunks the whole range needs (what to wait for).  f->lock held for
  * writing; never waits.
  */
 static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
-			     size_t size, bool partial)
+			     size_t size, bool partial, uint32_t *needed)
 {
 	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
 	uint32_t first = (uint32_t)(pos >> shift);
@@ -597,6 +598,7 @@ static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
 
 	for (uint32_t i = first; i <= last; i++)
 		need += needs_chunk(e, f, i);
+	*needed = need;
 	if (need > sizeof(stack) / sizeof(stack[0]) &&
 	    !(ids = malloc(need * sizeof(*ids))))
 		return -ENOMEM;
@@ -751,6 +753,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	struct timespec deadline;
 	bool waited = false, timed_out = false;
 	size_t reserved = 0;
+	uint32_t need = 0;
 	int loads = 0;
 	uint64_t pos;
 	int rc = 0;
@@ -793,7 +796,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			continue;
 		}
 		/* Past the deadline, what memory there is: a short write. */
-		got = reserve_range(e, f, pos, size, timed_out);
+		got = reserve_range(e, f, pos, size, timed_out, &need);
 		if (got >= 0) {
 			reserved = (size_t)got;
 			break;
@@ -811,7 +814,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			store_deadline(e->cfg.enospc_wait_ms, &deadline);
 			waited = true;
 		}
-		timed_out = store_wait_free(&e->store, &deadline) < 0;
+		timed_out = store_wait_free(&e->store, need, &deadline) < 0;
 		rc = 0;
 	}
 

@@ -304,24 +304,47 @@ void store_deadline(unsigned wait_ms, struct timespec *deadline)
 	}
 }
 
-int store_wait_free(struct store *s, const struct timespec *deadline)
+static bool past(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec &&
+		now.tv_nsec >= deadline->tv_nsec);
+}
+
+int store_wait_free(struct store *s, uint32_t want,
+		    const struct timespec *deadline)
 {
 	int rc = 0;
 
+	/*
+	 * A writer that needs two chunks while one is free must wait for
+	 * the second, not come back at once and spin: @want, not "any".
+	 * And a caller that keeps being woken for chunks others take still
+	 * stops at its deadline.
+	 */
+	if (want == 0)
+		want = 1;
+	if (want > s->nchunks)
+		want = s->nchunks;
+	if (past(deadline))
+		return -ENOSPC;
 	pthread_mutex_lock(&s->lock);
 	s->waiters++;
-	while (s->nfree == 0) {
-		/* Ask for eviction, then wait for a chunk to be put back. */
+	while (s->nfree < want) {
+		/* Ask for eviction, then wait for chunks to be put back. */
 		if (s->pressure) {
 			pthread_mutex_unlock(&s->lock);
 			s->pressure(s->pressure_ctx);
 			pthread_mutex_lock(&s->lock);
-			if (s->nfree)
+			if (s->nfree >= want)
 				break;
 		}
 		if (pthread_cond_timedwait(&s->freed, &s->lock, deadline) ==
 		    ETIMEDOUT) {
-			if (s->nfree == 0)
+			if (s->nfree < want)
 				rc = -ENOSPC;
 			break;
 		}
@@ -339,7 +362,7 @@ int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
 		return 0;
 	store_deadline(wait_ms, &deadline);
 	/* Another waiter may take the chunk we were woken for: go again. */
-	while (store_wait_free(s, &deadline) == 0)
+	while (store_wait_free(s, 1, &deadline) == 0)
 		if (store_try_alloc(s, id) == 0)
 			return 0;
 	return store_try_alloc(s, id);

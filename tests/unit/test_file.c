@@ -12,6 +12,7 @@
 
 #include "erasure.h"
 #include "eng_fixture.h"
+#include "watchdog.h"
 
 static int setup(void **state)
 {
@@ -213,6 +214,44 @@ static void test_copy_on_write(void **state)
 	eng_release(e, fp);
 }
 
+/*
+ * A write that needs two chunks while one is free, with nothing to evict:
+ * it waits --enospc-wait for the second and then writes what fits.  It
+ * used to spin for ever: the wait came back at once while any chunk was
+ * free, and the deadline was never looked at.
+ */
+static void test_enospc_wait_for_enough(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	uint8_t *buf = malloc(2 * MiB);
+	struct eng_file *hog = create(e, "hog7", O_WRONLY);
+	struct eng_file *fp = create(e, "two", O_WRONLY);
+	struct timespec t0, t1;
+	struct watchdog wd;
+	ssize_t n;
+	double ms;
+
+	assert_non_null(buf);
+	memset(buf, 0x3c, 2 * MiB);
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(eng_write(e, hog, buf, MiB, (off_t)i * MiB),
+				 (ssize_t)MiB);
+	wd_arm(&wd, "test_enospc_wait_for_enough", 30, NULL, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* [0.5 MiB, 2.5 MiB) touches chunks 0, 1 and 2: three needed. */
+	n = eng_write(e, fp, buf, 2 * MiB, MiB / 2);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	wd_disarm(&wd);
+	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+	     (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	/* The one free chunk holds the write's first half MiB. */
+	assert_int_equal(n, (ssize_t)(MiB / 2));
+	assert_true(ms >= 90.0); /* it waited (--enospc-wait 100 ms) */
+	eng_release(e, fp);
+	eng_release(e, hog);
+	free(buf);
+}
+
 static void test_budget_enospc_and_recovery(void **state)
 {
 	struct eng *e = ((struct fixture *)*state)->e;
@@ -376,6 +415,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(
 			test_budget_enospc_and_recovery, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_enospc_wait_for_enough, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_async_writes, setup,
 						teardown),
 	};
