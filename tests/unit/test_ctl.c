@@ -91,6 +91,20 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 	info->epoch = 7;
 	info->incarnation = 1700000000000000001ULL;
 	info->dead_after_ms = 5000;
+	/* The namespace log: node 2 leads term 4. */
+	info->log = true;
+	snprintf(info->log_dir, sizeof(info->log_dir),
+		 "/var/lib/reftfs/g0/node1");
+	snprintf(info->log_addr, sizeof(info->log_addr), "127.0.0.1:7072");
+	info->log_term = 4;
+	info->log_leader = 2;
+	info->log_commit_index = 17;
+	info->log_last_index = 18;
+	info->log_applied_index = 16;
+	info->log_raft_id = 2;
+	info->log_voters = 3;
+	info->log_auth_failed = 5;
+	info->log_bad_handshakes = 1;
 	assert_true(max >= 3);
 	memset(m, 0, 3 * sizeof(*m));
 	for (int i = 0; i < 3; i++) {
@@ -517,6 +531,11 @@ static void test_group(void **state)
 	assert_non_null(strstr(a, "self"));
 	assert_non_null(strstr(a, "dead"));
 	assert_non_null(strstr(a, "2 auth, 0 bad, 0 crc"));
+	assert_non_null(strstr(a, "term 4, commit index 17 (last 18, "
+				  "applied 16), 3 voters"));
+	assert_non_null(strstr(a, "leader: node 2; this node follows"));
+	assert_non_null(strstr(a, "raft on 127.0.0.1:7072, 5 links refused"));
+	assert_non_null(strstr(a, "/var/lib/reftfs/g0/node1"));
 	free(a);
 
 	a = ask(*state, "group --json\n");
@@ -524,16 +543,28 @@ static void test_group(void **state)
 	assert_non_null(strstr(a, "\"group\":{\"enabled\":true,\"name\":\"g0\""));
 	assert_non_null(strstr(a, "{\"node\":\"2\",\"address\":"
 				  "\"127.0.0.1:7072\",\"state\":\"dead\""));
+	assert_non_null(strstr(a, "\"log\":true"));
+	assert_non_null(strstr(a, "\"log_role\":\"follower\""));
+	assert_non_null(strstr(a, "\"log_term\":4"));
+	assert_non_null(strstr(a, "\"log_leader\":2"));
+	assert_non_null(strstr(a, "\"log_commit_index\":17"));
+	assert_non_null(strstr(a, "\"log_auth_failed\":5"));
 	free(a);
 
 	/* status and metrics carry the group too. */
 	a = ask(*state, "status\n");
 	assert_non_null(strstr(a, "g0, node 1 of 3, 2 up"));
+	assert_non_null(strstr(a, "namespace log term 4, leader node 2, "
+				  "commit index 17"));
 	free(a);
 	a = ask(*state, "metrics\n");
 	assert_non_null(strstr(a, "reftfs_peer_state{peer=\"2\",state=\"dead\"} 1"));
 	assert_non_null(strstr(a, "reftfs_peer_auth_failed_total{peer=\"2\"} 2"));
 	assert_non_null(strstr(a, "reftfs_group_up 2"));
+	assert_non_null(strstr(a, "reftfs_group_log_term 4\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_leader 2\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_commit_index 17\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_auth_failed_total 5\n"));
 	free(a);
 }
 
