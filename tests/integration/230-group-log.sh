@@ -3,8 +3,9 @@
 # on loopback run raft on their peer port + 1, each with its own
 # --state-dir, and agree on one leader and term; the leader SIGKILLed, the
 # other two elect a new one in a higher term; the killed node restarted on
-# its state dir rejoins as a follower and catches up (same commit index).
-# A raft link with a bad handshake is refused and counted.  A state dir
+# its state dir rejoins as a follower and catches up (same commit index);
+# a follower whose state dir is wiped rejoins as a replacement (new raft
+# id).# A raft link with a bad handshake is refused and counted.  A state dir
 # that belongs to another node or group stops a daemon before it mounts.
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -143,6 +144,30 @@ expect_eq "$(group_log "${M[$OLD]}" log_role)" follower \
 expect_eq "$(group_log "${M[$OLD]}" log_raft_id)" "$((OLD + 1))" \
 	"node $OLD's raft id after its restart"
 log "node $OLD rejoined: leader $LEADER, term $TERM, commit $COMMIT on all"
+
+# --- a follower's state dir wiped: it rejoins as a replacement -----------
+# (docs/operations.md, "The namespace log": how to wipe a node.)  Its old
+# raft id is never used again: it gets the next generation's, 1 + node +
+# 64, and becomes a voter once it has caught up.
+W=$(( (LEADER + 1) % 3 ))
+kill_daemon "${M[$W]}" "${PID[$W]}"
+rm -rf "${S[$W]}"
+start_node "$W"
+want_id=$((W + 1 + 64))
+for i in $(seq 1 300); do
+	id=$(group_log "${M[$W]}" log_raft_id)
+	voters=$(group_log "${M[$LEADER]}" log_voters)
+	[ "$id" = "$want_id" ] && [ "$voters" = 3 ] && break
+	sleep 0.1
+done
+expect_eq "$id" "$want_id" "node $W's raft id after its state dir was wiped"
+expect_eq "$voters" 3 "voters after node $W's replacement"
+MIN_COMMIT=$COMMIT
+wait_agree 30 0 1 2
+expect_eq "$(group_log "${M[$W]}" log_role)" follower \
+	"node $W's role after its replacement"
+log "node $W wiped and restarted: raft id $want_id, leader $LEADER," \
+	"term $TERM, commit $COMMIT on all"
 
 for n in 0 1 2; do
 	daemon_alive "${PID[$n]}"
