@@ -841,7 +841,7 @@ static const struct rep_text group_text[] = {
 	    "raft on {group.log_address}, {group.log_auth_failed} links "
 	    "refused (authentication), {group.log_bad_handshakes} bad "
 	    "handshakes"),
-	TXT("group.log", "state", "{group.log_state_dir}"),
+	TXT("group.log", "log dir", "{group.log_state_dir}"),
 	TXT("group.enabled", NULL, ""),
 	TABLE("members", &gm_table),
 };
