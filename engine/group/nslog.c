@@ -824,7 +824,7 @@ static int ps_line(struct nslog *l, struct pstate *ps, char *line)
  */
 static int ps_load(struct nslog *l, struct pstate *ps)
 {
-	char path[4096], line[4096];
+	char path[4096], line[4096], shown[4096];
 	FILE *f;
 	int rc = 0;
 
@@ -836,11 +836,12 @@ static int ps_load(struct nslog *l, struct pstate *ps)
 		return -errno;
 	while (rc == 0 && fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = '\0';
+		memcpy(shown, line, sizeof(shown)); /* ps_line splits it */
 		rc = ps_line(l, ps, line);
 		if (rc < 0)
 			rft_err("%s: cannot use line \"%s\" (this node is %d "
 				"of %d in group %s)",
-				path, line, l->self, l->nodes, l->group);
+				path, shown, l->self, l->nodes, l->group);
 	}
 	fclose(f);
 	if (rc == 0 && ps->state == PS_ACTIVE && node_of(l, ps->raft_id) !=
