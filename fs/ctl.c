@@ -835,8 +835,11 @@ static const struct rep_text group_text[] = {
 	TXT("group.log&group.log_role=follower", "",
 	    "leader: node {group.log_leader}; this node follows (raft id "
 	    "{group.log_raft_id})"),
-	TXT("group.log&group.log_role=none", "",
+	TXT("group.log&group.log_role=none&group.log_raft_id", "",
 	    "no leader known (an election, or too few nodes up)"),
+	TXT("group.log&!group.log_raft_id", "",
+	    "not running yet: the group's first start needs every node up "
+	    "once; a wiped node waits for a leader to join"),
 	TXT("group.log", "",
 	    "raft on {group.log_address}, {group.log_auth_failed} links "
 	    "refused (authentication), {group.log_bad_handshakes} bad "

@@ -68,6 +68,9 @@ const char *eng_crc_state_name(enum eng_crc_state s)
 	return (unsigned)s < 4 ? n[s] : "unknown";
 }
 
+/* The fake log: 0 node 2 leads, 1 not started (first start waiting). */
+static int fake_log_state;
+
 /* group.h leaves struct grp opaque: the fake one is three nodes. */
 struct grp {
 	int unused;
@@ -105,6 +108,13 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 	info->log_voters = 3;
 	info->log_auth_failed = 5;
 	info->log_bad_handshakes = 1;
+	if (fake_log_state == 1) {
+		info->log_term = 0;
+		info->log_leader = -1;
+		info->log_commit_index = 0;
+		info->log_raft_id = 0;
+		info->log_voters = 0;
+	}
 	assert_true(max >= 3);
 	memset(m, 0, 3 * sizeof(*m));
 	for (int i = 0; i < 3; i++) {
@@ -568,6 +578,26 @@ static void test_group(void **state)
 	free(a);
 }
 
+/* A log that has not started yet (its group's first start waits). */
+static void test_group_log_waiting(void **state)
+{
+	char *a;
+
+	fake_log_state = 1;
+	a = ask(*state, "group\n");
+	assert_non_null(strstr(a, "not running yet: the group's first start "
+				  "needs every node up once"));
+	assert_null(strstr(a, "leader:"));
+	free(a);
+	a = ask(*state, "status\n");
+	assert_non_null(strstr(a, "namespace log term 0, no leader"));
+	free(a);
+	a = ask(*state, "metrics\n");
+	assert_non_null(strstr(a, "reftfs_group_log_leader -1\n"));
+	free(a);
+	fake_log_state = 0;
+}
+
 static void test_no_group(void **state)
 {
 	char *a = ask(*state, "group\n");
@@ -955,6 +985,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group, setup_group,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_group_log_waiting,
+						setup_group, teardown),
 		cmocka_unit_test_setup_teardown(test_no_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush_fails, setup,
