@@ -135,8 +135,8 @@ static int raft_addr_of(const char *a, size_t len, char *out, size_t outlen)
  * Count the entries of a list separated by ',' (or ';', which -o options
  * need, as they split on commas), checking each.
  */
-static int count_addrs(const char *list, const char *opt, bool raft,
-		       char *err, size_t errlen)
+static int count_addrs(const char *list, const char *opt, bool raft, char *err,
+		       size_t errlen)
 {
 	const char *p = list;
 	unsigned long port;
@@ -196,14 +196,17 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 	if (c->listen && !addr_ok(c->listen, strlen(c->listen)))
 		return fail(err, errlen, "--listen: '%s' is not HOST:PORT",
 			    c->listen);
-	if (c->state_dir && (!*c->state_dir || strlen(c->state_dir) >=
-						       PATH_MAX - 64))
+	if (c->state_dir &&
+	    (!*c->state_dir || strlen(c->state_dir) >= PATH_MAX - 64))
 		return fail(err, errlen,
 			    "--state-dir: a path of 1 to %d characters",
 			    PATH_MAX - 65);
 	if (c->peers) {
-		if (c->listen && strchr(c->listen, ':') &&
-		    !strcmp(strrchr(c->listen, ':'), ":65535"))
+		unsigned long lport = 0;
+
+		if (c->listen &&
+		    addr_port(c->listen, strlen(c->listen), &lport) &&
+		    lport == 65535)
 			return fail(err, errlen,
 				    "--listen: the namespace log listens on "
 				    "PORT+1, so PORT must be below 65535");
@@ -239,8 +242,7 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-int grp_state_dir_default(const char *name, int node, char *buf,
-			  size_t len)
+int grp_state_dir_default(const char *name, int node, char *buf, size_t len)
 {
 	const char *base = NULL, *sub = "";
 	struct passwd *pw;

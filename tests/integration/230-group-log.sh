@@ -196,4 +196,8 @@ expect_refused "holds the namespace log of another node" $(opts 1) \
 expect_refused "holds the namespace log of another node" $(opts 0) \
 	--group other --state-dir "${S[0]}"
 log "another node's or group's state dir: exit 2, not mounted"
+expect_refused "PORT must be below 65535" --node 0 \
+	--peers "127.0.0.1:65535,127.0.0.1:$P1" --secret-file "$SECRET" \
+	--state-dir "$T_TMP/state.unused"
+log "a peer port of 65535 (no port above it for raft): exit 2"
 log "PASS"
