@@ -638,6 +638,19 @@ enum {
 	GR_DEAD_AFTER,
 	GR_DECLARED_DEAD,
 	GR_UP,
+	GR_LOG,
+	GR_LOG_DIR,
+	GR_LOG_ADDR,
+	GR_LOG_ROLE,
+	GR_LOG_TERM,
+	GR_LOG_LEADER,
+	GR_LOG_COMMIT,
+	GR_LOG_LAST,
+	GR_LOG_APPLIED,
+	GR_LOG_RAFT_ID,
+	GR_LOG_VOTERS,
+	GR_LOG_AUTH,
+	GR_LOG_BAD_HS,
 	GR_N
 };
 
@@ -658,6 +671,32 @@ static const struct rep_field gr_fields[GR_N] = {
 		"1 while the others hold this node dead."),
 	[GR_UP] = REP_EXPORT("up", REP_COUNT, REP_GAUGE, "reftfs_group_up",
 		"Nodes up, this one included."),
+	/* The namespace log (a --peers group only). */
+	[GR_LOG] = REP_FIELD("log", REP_BOOL),
+	[GR_LOG_DIR] = REP_FIELD("log_state_dir", REP_STRING),
+	[GR_LOG_ADDR] = REP_FIELD("log_address", REP_STRING),
+	/* "leader", "follower" or "none" (no leader known). */
+	[GR_LOG_ROLE] = REP_FIELD("log_role", REP_STRING),
+	[GR_LOG_TERM] = REP_EXPORT("log_term", REP_COUNT, REP_GAUGE,
+		"reftfs_group_log_term",
+		"Raft term of the namespace log as this node knows it."),
+	[GR_LOG_LEADER] = REP_EXPORT("log_leader", REP_INT, REP_GAUGE,
+		"reftfs_group_log_leader",
+		"Node id of the namespace log's leader; -1 while none is "
+		"known."),
+	[GR_LOG_COMMIT] = REP_EXPORT("log_commit_index", REP_COUNT,
+		REP_GAUGE, "reftfs_group_log_commit_index",
+		"Highest namespace log index known committed."),
+	[GR_LOG_LAST] = REP_FIELD("log_last_index", REP_COUNT),
+	[GR_LOG_APPLIED] = REP_FIELD("log_applied_index", REP_COUNT),
+	[GR_LOG_RAFT_ID] = REP_FIELD("log_raft_id", REP_COUNT),
+	[GR_LOG_VOTERS] = REP_FIELD("log_voters", REP_COUNT),
+	[GR_LOG_AUTH] = REP_EXPORT("log_auth_failed", REP_COUNT, REP_COUNTER,
+		"reftfs_group_log_auth_failed_total",
+		"Raft links refused: wrong secret, group or raft id."),
+	[GR_LOG_BAD_HS] = REP_EXPORT("log_bad_handshakes", REP_COUNT,
+		REP_COUNTER, "reftfs_group_log_bad_handshakes_total",
+		"Raft links closed: malformed, too slow or over limits."),
 };
 
 /* Fill group object @gobj and member table @tbl of @top from the group. */
@@ -685,6 +724,24 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 	rep_set_bool(gobj, GR_REGISTRY, gi.registry);
 	rep_set_u64(gobj, GR_DEAD_AFTER, gi.dead_after_ms);
 	rep_set_bool(gobj, GR_DECLARED_DEAD, gi.declared_dead);
+	rep_set_bool(gobj, GR_LOG, gi.log);
+	if (gi.log) {
+		rep_set_str(gobj, GR_LOG_DIR, gi.log_dir);
+		rep_set_str(gobj, GR_LOG_ADDR, gi.log_addr);
+		rep_set_str(gobj, GR_LOG_ROLE,
+			    gi.log_is_leader	    ? "leader"
+			    : gi.log_leader >= 0 ? "follower"
+						 : "none");
+		rep_set_u64(gobj, GR_LOG_TERM, gi.log_term);
+		rep_set_int(gobj, GR_LOG_LEADER, gi.log_leader);
+		rep_set_u64(gobj, GR_LOG_COMMIT, gi.log_commit_index);
+		rep_set_u64(gobj, GR_LOG_LAST, gi.log_last_index);
+		rep_set_u64(gobj, GR_LOG_APPLIED, gi.log_applied_index);
+		rep_set_u64(gobj, GR_LOG_RAFT_ID, gi.log_raft_id);
+		rep_set_u64(gobj, GR_LOG_VOTERS, (uint64_t)gi.log_voters);
+		rep_set_u64(gobj, GR_LOG_AUTH, gi.log_auth_failed);
+		rep_set_u64(gobj, GR_LOG_BAD_HS, gi.log_bad_handshakes);
+	}
 	for (i = 0; i < n; i++) {
 		struct rep_obj *row = rep_row(rep, top, tbl);
 
@@ -767,6 +824,27 @@ static const struct rep_text group_text[] = {
 	TXT("group.enabled", "membership",
 	    "{group.registry?memcached registry|static --peers}, "
 	    "dead after {group.dead_after_ms} ms"),
+	TXT("group.enabled&!group.log", "log",
+	    "none (the namespace log runs in a --peers group)"),
+	TXT("group.log", "log",
+	    "term {group.log_term}, commit index {group.log_commit_index} "
+	    "(last {group.log_last_index}, applied "
+	    "{group.log_applied_index}), {group.log_voters} voters"),
+	TXT("group.log&group.log_role=leader", "",
+	    "leader: this node (raft id {group.log_raft_id})"),
+	TXT("group.log&group.log_role=follower", "",
+	    "leader: node {group.log_leader}; this node follows (raft id "
+	    "{group.log_raft_id})"),
+	TXT("group.log&group.log_role=none&group.log_raft_id", "",
+	    "no leader known (an election, or too few nodes up)"),
+	TXT("group.log&!group.log_raft_id", "",
+	    "not running yet: the group's first start needs every node up "
+	    "once; a wiped node waits for a leader to join"),
+	TXT("group.log", "",
+	    "raft on {group.log_address}, {group.log_auth_failed} links "
+	    "refused (authentication), {group.log_bad_handshakes} bad "
+	    "handshakes"),
+	TXT("group.log", "log dir", "{group.log_state_dir}"),
 	TXT("group.enabled", NULL, ""),
 	TABLE("members", &gm_table),
 };
@@ -926,6 +1004,12 @@ static const struct rep_text status_text[] = {
 	    "view epoch {group.epoch} (reftfs-admin group)"),
 	TXT("group.enabled&group.declared_dead", "",
 	    "DECLARED DEAD by the others: rejoining"),
+	TXT("group.log&!group.log_role=none", "",
+	    "namespace log term {group.log_term}, leader node "
+	    "{group.log_leader}, commit index {group.log_commit_index}"),
+	TXT("group.log&group.log_role=none", "",
+	    "namespace log term {group.log_term}, no leader, commit index "
+	    "{group.log_commit_index}"),
 	TXT(NULL, NULL, ""),
 	TXT("!checkpoints", NULL, "no checkpoints"),
 	TABLE("checkpoints", &ck_table),

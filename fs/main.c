@@ -89,10 +89,14 @@ static void usage(FILE *out)
 		"                        --peers entry; needed with --registry)\n"
 		"  --secret-file PATH    the group's shared secret (mode 0600 or 0400)\n"
 		"  --dead-after SECONDS  a silent peer is declared dead after this (default 5)\n"
+		"  --state-dir DIR       the namespace log's state (with --peers; default\n"
+		"                        /var/lib/reftfs/GROUP/nodeID as root, else\n"
+		"                        $XDG_STATE_HOME/reftfs/GROUP/nodeID); its raft\n"
+		"                        listens on the peer PORT + 1\n"
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, prefault,\n"
-		"                        no_prefault, direct_read;\n"
+		"                        no_prefault, direct_read, state_dir=, ...;\n"
 		"                        others (allow_other, ...) go to FUSE\n"
 		"  -f                    stay in the foreground\n"
 		"  -s                    single-threaded\n"
@@ -291,6 +295,11 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 			return bad("--secret-file needs a path");
 		if (!(o->grp.secret_file = keep_str(o, val)))
 			return bad("out of memory");
+	} else if (!strcmp(key, "state-dir")) {
+		if (!val || !*val)
+			return bad("--state-dir needs a directory");
+		if (!(o->grp.state_dir = keep_str(o, val)))
+			return bad("out of memory");
 	} else if (!strcmp(key, "dead-after")) {
 		if (parse_seconds_ms(val, &o->grp.dead_after_ms) < 0)
 			return bad("bad --dead-after '%s': want seconds, e.g. 5 "
@@ -384,6 +393,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "secret-file", required_argument, NULL, 'k' },
 		{ "dead-after", required_argument, NULL, 't' },
+		{ "state-dir", required_argument, NULL, 'Y' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -453,6 +463,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'l': name = "listen"; break;
 		case 'k': name = "secret-file"; break;
 		case 't': name = "dead-after"; break;
+		case 'Y': name = "state-dir"; break;
 		default:
 			return bad("cannot parse the options");
 		}
@@ -824,7 +835,10 @@ int main(int argc, char **argv)
 	}
 	if (rfs_ctl_new(e, o.ctl ? o.ctl : sock, &ctl) < 0)
 		goto out; /* rfs_ctl_new said why */
-	/* The secret and the peer port: refused before mounting. */
+	/*
+	 * The secret, the peer port and the namespace log's state dir:
+	 * refused before mounting.
+	 */
 	if (grp_wanted(&o.grp)) {
 		if (grp_new(&o.grp, &grp) < 0)
 			goto out; /* grp_new said why */

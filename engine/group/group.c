@@ -1,19 +1,33 @@
 /*
  * group.c - the group as one object for the daemon: options, the secret,
- * the TCP transport and membership, put together and reported.
+ * the TCP transport, membership and the namespace log, put together and
+ * reported.
+ *
+ * The namespace log (nslog.c) runs in a --peers group only: its raft
+ * needs every node's address up front, which a --registry group learns
+ * only later.  Its raft links listen one port above the peer transport's
+ * (HOST:PORT in --peers or --listen: raft on HOST:PORT+1), so one list of
+ * addresses names both.  Its state machine is empty for now (issue 8,
+ * step 1 of docs/design.md's plan): the log elects, replicates and
+ * survives restarts, and nothing proposes entries yet.
  */
 #include <errno.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "group.h"
 #include "group_i.h"
 
 _Static_assert(GRP_MAX_MEMBERS == GRP_MAX_NODES, "one limit on group size");
+
+#define GRP_ADDR_MAX sizeof(((struct memb_node *)0)->addr)
 
 struct grp {
 	struct grp_config cfg;
@@ -26,6 +40,10 @@ struct grp {
 	const char *listen;
 	struct peer_xport *x;
 	struct memb *memb;
+	struct nslog *log;	/* NULL: a --registry group */
+	char state_dir[PATH_MAX];
+	char raft_listen[GRP_ADDR_MAX];
+	char raft_addr[GRP_MAX_NODES][GRP_ADDR_MAX];
 	bool started;
 
 	pthread_mutex_t lock;
@@ -58,8 +76,11 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	return -EINVAL;
 }
 
-/* "host:port" or "[v6]:port", with a port from 1 to 65535. */
-static bool addr_ok(const char *a, size_t len)
+/*
+ * "host:port" or "[v6]:port", with a port from 1 to 65535 (in *@portp
+ * when not NULL).
+ */
+static bool addr_port(const char *a, size_t len, unsigned long *portp)
 {
 	const char *colon = NULL;
 	unsigned long port = 0;
@@ -81,27 +102,59 @@ static bool addr_ok(const char *a, size_t len)
 		if (port > 65535)
 			return false;
 	}
+	if (portp)
+		*portp = port;
 	return port > 0;
+}
+
+static bool addr_ok(const char *a, size_t len)
+{
+	return addr_port(a, len, NULL);
+}
+
+/*
+ * The namespace log's address for peer address @a (@len bytes): the same
+ * host, the port above.  -EINVAL when there is none (port 65535).
+ */
+static int raft_addr_of(const char *a, size_t len, char *out, size_t outlen)
+{
+	const char *colon = NULL;
+	unsigned long port;
+	int n;
+
+	if (!addr_port(a, len, &port) || port >= 65535)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++)
+		if (a[i] == ':')
+			colon = a + i;
+	n = snprintf(out, outlen, "%.*s:%lu", (int)(colon - a), a, port + 1);
+	return n < 0 || (size_t)n >= outlen ? -EINVAL : 0;
 }
 
 /*
  * Count the entries of a list separated by ',' (or ';', which -o options
  * need, as they split on commas), checking each.
  */
-static int count_addrs(const char *list, const char *opt, char *err,
+static int count_addrs(const char *list, const char *opt, bool raft, char *err,
 		       size_t errlen)
 {
 	const char *p = list;
+	unsigned long port;
 	int n = 0;
 
 	for (;;) {
 		const char *comma = strpbrk(p, ",;");
 		size_t len = comma ? (size_t)(comma - p) : strlen(p);
 
-		if (!addr_ok(p, len))
+		if (!addr_port(p, len, &port))
 			return fail(err, errlen,
 				    "%s: '%.*s' is not HOST:PORT (entry %d)",
 				    opt, (int)len, p, n);
+		if (raft && port == 65535)
+			return fail(err, errlen,
+				    "%s: '%.*s': the namespace log listens on "
+				    "PORT+1, so PORT must be below 65535",
+				    opt, (int)len, p);
 		if (++n > GRP_MAX_NODES)
 			return fail(err, errlen,
 				    "%s: more than %d nodes", opt,
@@ -143,8 +196,21 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 	if (c->listen && !addr_ok(c->listen, strlen(c->listen)))
 		return fail(err, errlen, "--listen: '%s' is not HOST:PORT",
 			    c->listen);
+	if (c->state_dir &&
+	    (!*c->state_dir || strlen(c->state_dir) >= PATH_MAX - 64))
+		return fail(err, errlen,
+			    "--state-dir: a path of 1 to %d characters",
+			    PATH_MAX - 65);
 	if (c->peers) {
-		n = count_addrs(c->peers, "--peers", err, errlen);
+		unsigned long lport = 0;
+
+		if (c->listen &&
+		    addr_port(c->listen, strlen(c->listen), &lport) &&
+		    lport == 65535)
+			return fail(err, errlen,
+				    "--listen: the namespace log listens on "
+				    "PORT+1, so PORT must be below 65535");
+		n = count_addrs(c->peers, "--peers", true, err, errlen);
 		if (n < 0)
 			return n;
 		if (c->node >= n)
@@ -158,7 +224,7 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 				    c->size, n);
 		return 0;
 	}
-	n = count_addrs(c->registry, "--registry", err, errlen);
+	n = count_addrs(c->registry, "--registry", false, err, errlen);
 	if (n < 0)
 		return n;
 	if (c->size < 1 || c->size > GRP_MAX_NODES)
@@ -174,6 +240,129 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 			    "--registry needs --listen HOST:PORT (the "
 			    "address this node publishes)");
 	return 0;
+}
+
+int grp_state_dir_default(const char *name, int node, char *buf, size_t len)
+{
+	const char *base = NULL, *sub = "";
+	struct passwd *pw;
+	int n;
+
+	if (geteuid() == 0) {
+		base = "/var/lib";
+	} else {
+		base = getenv("XDG_STATE_HOME");
+		/* The XDG spec: a relative path is invalid, ignore it. */
+		if (!base || base[0] != '/') {
+			base = getenv("HOME");
+			if ((!base || base[0] != '/') &&
+			    (pw = getpwuid(geteuid())) && pw->pw_dir)
+				base = pw->pw_dir;
+			if (!base || base[0] != '/')
+				return -ENOENT;
+			sub = "/.local/state";
+		}
+	}
+	n = snprintf(buf, len, "%s%s/reftfs/%s/node%d", base, sub, name, node);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/*
+ * The namespace log's state machine, empty until the namespace is
+ * replicated (docs/design.md): no entry is known, a snapshot is nothing.
+ */
+static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
+{
+	(void)ctx;
+	(void)buf;
+	rft_warn("namespace log: entry %llu of %zu bytes is of no kind this "
+		 "daemon knows",
+		 (unsigned long long)index, len);
+	return -EINVAL;
+}
+
+static int fsm_snapshot(void *ctx, void **buf, size_t *len)
+{
+	(void)ctx;
+	*buf = NULL;
+	*len = 0;
+	return 0;
+}
+
+static int fsm_restore(void *ctx, const void *buf, size_t len)
+{
+	(void)ctx;
+	(void)buf;
+	return len == 0 ? 0 : -EINVAL;
+}
+
+/* Set up the namespace log of a --peers group (grp_new). */
+static int log_new(struct grp *g)
+{
+	static const struct nslog_fsm fsm = {
+		.apply = fsm_apply,
+		.snapshot = fsm_snapshot,
+		.restore = fsm_restore,
+	};
+	const char *addrs[GRP_MAX_NODES];
+	struct nslog_opts lo = { 0 };
+	int i, rc;
+
+	if (g->cfg.state_dir && g->cfg.state_dir[0] != '/') {
+		char cwd[PATH_MAX];
+
+		/* Absolute: a daemon in the background runs in "/". */
+		if (!getcwd(cwd, sizeof(cwd)) ||
+		    snprintf(g->state_dir, sizeof(g->state_dir), "%s/%s", cwd,
+			     g->cfg.state_dir) >= (int)sizeof(g->state_dir)) {
+			rft_err("--state-dir %s: cannot make it absolute",
+				g->cfg.state_dir);
+			return -ENAMETOOLONG;
+		}
+	} else if (g->cfg.state_dir) {
+		snprintf(g->state_dir, sizeof(g->state_dir), "%s",
+			 g->cfg.state_dir);
+	} else {
+		rc = grp_state_dir_default(g->cfg.name, g->self, g->state_dir,
+					   sizeof(g->state_dir));
+		if (rc < 0) {
+			rft_err("no --state-dir and no default for it (%s): "
+				"give --state-dir DIR",
+				rc == -ENOENT ? "no home directory" :
+						strerror(-rc));
+			return rc;
+		}
+	}
+	for (i = 0; i < g->nodes; i++) {
+		if (raft_addr_of(g->addrs[i], strlen(g->addrs[i]),
+				 g->raft_addr[i], sizeof(g->raft_addr[i])) < 0) {
+			rft_err("--peers: no namespace log port above %s",
+				g->addrs[i]);
+			return -EINVAL;
+		}
+		addrs[i] = g->raft_addr[i];
+	}
+	if (raft_addr_of(g->listen, strlen(g->listen), g->raft_listen,
+			 sizeof(g->raft_listen)) < 0) {
+		rft_err("--listen: no namespace log port above %s", g->listen);
+		return -EINVAL;
+	}
+	lo.self = g->self;
+	lo.nodes = g->nodes;
+	lo.incarnation = g->incarnation;
+	lo.addrs = addrs;
+	lo.listen = g->raft_listen;
+	lo.dir = g->state_dir;
+	lo.secret = &g->secret;
+	lo.group = g->cfg.name;
+	lo.x = g->x;
+	rc = nslog_new(&lo, &fsm, &g->log);
+	if (rc < 0) {
+		rft_err("cannot set up the namespace log: %s", strerror(-rc));
+		return rc;
+	}
+	/* A wrong --state-dir stops the daemon now, before it mounts. */
+	return nslog_check(g->log);
 }
 
 static uint64_t new_incarnation(void)
@@ -288,6 +477,11 @@ int grp_new(const struct grp_config *c, struct grp **out)
 	rc = memb_listen(g->memb, on_change, g);
 	if (rc < 0)
 		goto fail;
+	if (c->peers) {
+		rc = log_new(g);
+		if (rc < 0)
+			goto fail;
+	}
 	*out = g;
 	return 0;
 fail:
@@ -309,6 +503,14 @@ int grp_start(struct grp *g)
 		peer_stop(g->x);
 		return rc;
 	}
+	rc = g->log ? nslog_start(g->log) : 0;
+	if (rc < 0) {
+		rft_err("cannot start the namespace log in %s: %s",
+			g->state_dir, strerror(-rc));
+		memb_stop(g->memb);
+		peer_stop(g->x);
+		return rc;
+	}
 	g->started = true;
 	rft_info("group %s: node %d of %d, listening on %s, incarnation "
 		 "%llu%s%s",
@@ -316,6 +518,9 @@ int grp_start(struct grp *g)
 		 (unsigned long long)g->incarnation,
 		 g->cfg.registry ? ", registry " : "",
 		 g->cfg.registry ? g->cfg.registry : "");
+	if (g->log)
+		rft_info("group %s: namespace log on %s, state in %s",
+			 g->cfg.name, g->raft_listen, g->state_dir);
 	return 0;
 }
 
@@ -323,6 +528,7 @@ void grp_stop(struct grp *g)
 {
 	if (!g || !g->started)
 		return;
+	nslog_stop(g->log);
 	memb_stop(g->memb);
 	peer_stop(g->x);
 	g->started = false;
@@ -333,6 +539,8 @@ void grp_free(struct grp *g)
 	if (!g)
 		return;
 	grp_stop(g);
+	/* The transport is stopped (or never started): see nslog_free(). */
+	nslog_free(g->log);
 	memb_free(g->memb);
 	peer_free(g->x);
 	free(g->addr_buf);
@@ -389,6 +597,27 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 	pthread_mutex_lock(&g->lock);
 	info->declared_dead = g->declared_dead;
 	pthread_mutex_unlock(&g->lock);
+	info->log_leader = -1;
+	if (g->log) {
+		struct nslog_status ls;
+
+		nslog_get_status(g->log, &ls);
+		info->log = true;
+		snprintf(info->log_dir, sizeof(info->log_dir), "%s",
+			 g->state_dir);
+		snprintf(info->log_addr, sizeof(info->log_addr), "%s",
+			 g->raft_listen);
+		info->log_term = ls.term;
+		info->log_leader = ls.leader;
+		info->log_is_leader = ls.is_leader;
+		info->log_commit_index = ls.commit_index;
+		info->log_last_index = ls.last_index;
+		info->log_applied_index = ls.applied_index;
+		info->log_raft_id = ls.raft_id;
+		info->log_voters = ls.voters;
+		info->log_auth_failed = ls.auth_failed;
+		info->log_bad_handshakes = ls.bad_handshakes;
+	}
 	if (!v)
 		return 0;
 	memb_get_view(g->memb, v);

@@ -10,6 +10,7 @@
 #ifndef RFT_GROUP_H
 #define RFT_GROUP_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,12 +28,22 @@ struct grp_config {
 	unsigned size;		/* --group-size N (with a registry) */
 	const char *secret_file; /* --secret-file */
 	unsigned dead_after_ms;	/* --dead-after */
+	const char *state_dir;	/* --state-dir; NULL: grp_state_dir_default */
 };
 
 #define GRP_DEAD_AFTER_DEFAULT_MS 5000
 #define GRP_NAME_DEFAULT "reftfs"
 
 void grp_config_defaults(struct grp_config *c);
+
+/*
+ * Where node @node of group @name keeps its namespace log when no
+ * --state-dir is given: /var/lib/reftfs/NAME/nodeID for root, else
+ * $XDG_STATE_HOME/reftfs/NAME/nodeID (or ~/.local/state/reftfs/...).
+ * 0, -ENOENT (no home to put it in) or -ENAMETOOLONG.
+ */
+int grp_state_dir_default(const char *name, int node, char *buf,
+			  size_t len);
 
 /* true when @c asks for a group at all (--node, --peers or --registry). */
 bool grp_wanted(const struct grp_config *c);
@@ -45,7 +56,9 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen);
 
 /*
  * Set up the group: the secret (refused unless mode 0600/0400: -EPERM),
- * the transport (listening, -EADDRINUSE) and membership.  Logs why it
+ * the transport (listening, -EADDRINUSE), membership and, for a --peers
+ * group, the namespace log (its state dir made, mode 0700, and refused,
+ * -EINVAL, when it holds another node's or group's log).  Logs why it
  * failed.  Nothing runs until grp_start().
  */
 int grp_new(const struct grp_config *c, struct grp **out);
@@ -86,6 +99,20 @@ struct grp_info {
 	unsigned dead_after_ms;
 	bool declared_dead;	/* the others declared this node dead and it
 				 * has not rejoined yet */
+	/* The namespace log (a --peers group only). */
+	bool log;
+	char log_dir[PATH_MAX];	/* its state dir */
+	char log_addr[128];	/* where this node's raft listens */
+	uint64_t log_term;
+	int log_leader;		/* node id; -1 while none is known */
+	bool log_is_leader;
+	uint64_t log_commit_index;
+	uint64_t log_last_index;
+	uint64_t log_applied_index;
+	uint64_t log_raft_id;	/* 0 until it has joined or founded the log */
+	int log_voters;
+	uint64_t log_auth_failed; /* raft links refused: secret, group, id */
+	uint64_t log_bad_handshakes; /* malformed, slow, over limits */
 };
 
 /*

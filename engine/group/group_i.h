@@ -547,6 +547,8 @@ struct nslog_opts {
 	int nodes;
 	uint64_t incarnation;	/* nonzero, new at every start of the daemon */
 	const char *const *addrs; /* [nodes] where each node's raft listens */
+	const char *listen;	/* where this node's raft binds; NULL:
+				 * addrs[self] (a wildcard such as 0.0.0.0) */
 	const char *dir;	/* this node's raft data dir (created) */
 	const struct grp_secret *secret;
 	const char *group;
@@ -577,6 +579,15 @@ struct nslog_status {
  */
 int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	      struct nslog **out);
+/*
+ * Check o->dir without starting anything: make it (mode 0700) when it is
+ * missing, and refuse (-EINVAL, with a logged reason) a dir whose
+ * nslog.state names another group, node or group size, or that holds a
+ * raft log of unknown origin, or whose raft files are gone.  The daemon
+ * calls it before it mounts, so that a wrong --state-dir stops it there;
+ * nslog_start() checks the same again.  0 or -errno.
+ */
+int nslog_check(struct nslog *l);
 /*
  * Start the loop thread (after peer_start()).  Returns at once: joining
  * or founding the group goes on in the background (see nslog.c).  0 or

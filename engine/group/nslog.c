@@ -424,6 +424,9 @@ struct nslog {
 	char **addrs;
 	struct sockaddr_storage *sa;
 	socklen_t *salen;
+	struct sockaddr_storage listen_sa; /* where our raft binds */
+	socklen_t listen_salen;
+	char *listen;
 	char *dir;
 	char *group;
 	size_t group_len;
@@ -470,6 +473,10 @@ struct nslog {
 	struct raft_fsm rfsm;
 	struct tr tr;
 	struct join join;
+	/* A new leader's barrier (on_check); in flight while busy. */
+	struct raft_barrier lead_barrier;
+	bool lead_barrier_busy;
+	uint64_t lead_barrier_term;	/* the term it was made in */
 	struct apply_out out;
 	bool cut[GRP_MAX_NODES]; /* nslog_test_cut() */
 	struct dd_slot (*dd)[DEDUPE_SLOTS]; /* [GRP_MAX_NODES] */
@@ -817,7 +824,7 @@ static int ps_line(struct nslog *l, struct pstate *ps, char *line)
  */
 static int ps_load(struct nslog *l, struct pstate *ps)
 {
-	char path[4096], line[4096];
+	char path[4096], line[4096], shown[4096];
 	FILE *f;
 	int rc = 0;
 
@@ -829,11 +836,12 @@ static int ps_load(struct nslog *l, struct pstate *ps)
 		return -errno;
 	while (rc == 0 && fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = '\0';
+		memcpy(shown, line, sizeof(shown)); /* ps_line splits it */
 		rc = ps_line(l, ps, line);
 		if (rc < 0)
 			rft_err("%s: cannot use line \"%s\" (this node is %d "
 				"of %d in group %s)",
-				path, line, l->self, l->nodes, l->group);
+				path, shown, l->self, l->nodes, l->group);
 	}
 	fclose(f);
 	if (rc == 0 && ps->state == PS_ACTIVE && node_of(l, ps->raft_id) !=
@@ -1339,15 +1347,14 @@ static int tr_listen(struct raft_uv_transport *iface, raft_uv_accept_cb cb)
 
 	t->accept_cb = cb;
 	rc = uv_tcp_bind(&t->listener,
-			 (const struct sockaddr *)&l->sa[l->self], 0);
+			 (const struct sockaddr *)&l->listen_sa, 0);
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&t->listener, 64, tr_on_conn);
 	if (rc < 0) {
 		snprintf(iface->errmsg, sizeof(iface->errmsg),
-			 "listen on %s: %s", l->addrs[l->self],
-			 uv_strerror(rc));
+			 "listen on %s: %s", l->listen, uv_strerror(rc));
 		rft_err("node %d: raft cannot listen on %s: %s", l->self,
-			l->addrs[l->self], uv_strerror(rc));
+			l->listen, uv_strerror(rc));
 		return RAFT_IOERR;
 	}
 	return 0;
@@ -2015,8 +2022,45 @@ static void refresh_status(struct nslog *l)
 	pthread_mutex_unlock(&l->lock);
 }
 
+static void lead_barrier_cb(struct raft_barrier *req, int status)
+{
+	struct nslog *l = req->data;
+
+	l->lead_barrier_busy = false;
+	if (status != 0 && status != RAFT_LEADERSHIPLOST &&
+	    status != RAFT_CANCELED && status != RAFT_SHUTDOWN)
+		rft_warn("node %d: the barrier of term %llu failed: %s",
+			 l->self, (unsigned long long)l->lead_barrier_term,
+			 raft_strerror(status));
+}
+
+/*
+ * A leader elected in a term appends one barrier in it.  Raft commits an
+ * entry of an older term only together with one of the leader's own
+ * (Raft paper, 5.4.2), so until then the new leader cannot tell what is
+ * committed; with it, every node soon knows the commit index even when
+ * nothing is submitted (what reftfs-admin group shows), and a node that
+ * was down catches up to it.
+ */
+static void lead_barrier(struct nslog *l)
+{
+	int rv;
+
+	if (!raft_ready(l) || l->lead_barrier_busy ||
+	    raft_state(&l->raft) != RAFT_LEADER ||
+	    l->lead_barrier_term == l->raft.current_term)
+		return;
+	l->lead_barrier.data = l;
+	rv = raft_barrier(&l->raft, &l->lead_barrier, lead_barrier_cb);
+	if (rv != 0)
+		return; /* tried again at the next check */
+	l->lead_barrier_busy = true;
+	l->lead_barrier_term = l->raft.current_term;
+}
+
 static void on_check(uv_check_t *c)
 {
+	lead_barrier(c->data);
 	refresh_status(c->data);
 }
 
@@ -2871,6 +2915,7 @@ static void nslog_release(struct nslog *l)
 	free(l->addrs);
 	free(l->sa);
 	free(l->salen);
+	free(l->listen);
 	free(l->dir);
 	free(l->group);
 	free(l->dd);
@@ -2962,6 +3007,17 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 			goto err;
 		}
 	}
+	l->listen = strdup(o->listen ? o->listen : o->addrs[l->self]);
+	if (!l->listen) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	if (resolve(l->listen, &l->listen_sa, &l->listen_salen) < 0) {
+		rft_err("namespace log: listen address \"%s\" is not "
+			"host:port or does not resolve", l->listen);
+		rc = -EINVAL;
+		goto err;
+	}
 	rx.ctx = l;
 	rx.deliver = rx_deliver;
 	rc = peer_register(l->x, PEER_T_NSLOG_FIRST, PEER_T_NSLOG_LAST, &rx);
@@ -2974,13 +3030,14 @@ err:
 	return rc;
 }
 
-/* nslog.state at start: what this disk has done. */
-static int start_state(struct nslog *l)
+/*
+ * Load nslog.state into @ps (PS_UNKNOWN when there is none) and refuse a
+ * dir this node must not use.  Reads only.
+ */
+static int load_checked(struct nslog *l, struct pstate *ps)
 {
-	struct pstate ps;
-	int rc, i;
+	int rc = ps_load(l, ps);
 
-	rc = ps_load(l, &ps);
 	if (rc == -ENOENT) {
 		if (dir_has_raft_files(l->dir)) {
 			rft_err("node %d: %s holds a raft log but no %s: not "
@@ -2988,9 +3045,20 @@ static int start_state(struct nslog *l)
 				l->self, l->dir, STATE_FILE);
 			return -EINVAL;
 		}
-		memset(&ps, 0, sizeof(ps));
-		ps.state = PS_UNKNOWN;
-	} else if (rc < 0) {
+		memset(ps, 0, sizeof(*ps));
+		ps->state = PS_UNKNOWN;
+		return 0;
+	}
+	if (rc == -EINVAL) {
+		rft_err("node %d: %s holds the namespace log of another node, "
+			"group or group size: give each node its own state "
+			"directory",
+			l->self, l->dir);
+		return rc;
+	}
+	if (rc < 0) {
+		rft_err("node %d: cannot read %s/%s: %s", l->self, l->dir,
+			STATE_FILE, strerror(-rc));
 		return rc;
 	}
 	/*
@@ -3000,13 +3068,38 @@ static int start_state(struct nslog *l)
 	 * replacement persists nothing before it hears a term: without
 	 * metadata it has not taken part yet, and may start.)
 	 */
-	if (ps.state == PS_ACTIVE && ps.bootstrap && ps.started &&
+	if (ps->state == PS_ACTIVE && ps->bootstrap && ps->started &&
 	    !dir_has_raft_files(l->dir)) {
 		rft_err("node %d: %s lost raft's files of raft id %llu: empty "
 			"the directory to rejoin as a replacement",
-			l->self, l->dir, (unsigned long long)ps.raft_id);
+			l->self, l->dir, (unsigned long long)ps->raft_id);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+int nslog_check(struct nslog *l)
+{
+	struct pstate ps;
+	int rc = mkdir_p(l->dir);
+
+	if (rc < 0) {
+		rft_err("node %d: cannot make %s: %s", l->self, l->dir,
+			strerror(-rc));
+		return rc;
+	}
+	return load_checked(l, &ps);
+}
+
+/* nslog.state at start: what this disk has done. */
+static int start_state(struct nslog *l)
+{
+	struct pstate ps;
+	int rc, i;
+
+	rc = load_checked(l, &ps);
+	if (rc < 0)
+		return rc;
 	if (ps.state == PS_UNKNOWN) {
 		for (i = 0; i < ps.nincs && ps.incs[i] != l->inc; i++)
 			;

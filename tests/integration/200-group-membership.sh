@@ -18,13 +18,14 @@ M0=$(new_dir m0)
 M1=$(new_dir m1)
 M2=$(new_dir m2)
 grp_opts() { echo --mem 64M --no-prefault --node "$1" --peers "$PEERS" \
-	--secret-file "$2" --dead-after "$DEAD"; }
+	--secret-file "$2" --dead-after "$DEAD" --state-dir "$T_TMP/state$1"; }
 
 # --- options and the secret file, refused before mounting ----------------
 expect_setup_error() {
 	local want=$1 rc=0 out
 	shift
-	out=$(timeout 20 "$REFTFSD" "$T_TMP/unused" -f "$@" 2>&1) || rc=$?
+	out=$(timeout 20 "$REFTFSD" "$T_TMP/unused" -f "$@" \
+		--state-dir "$T_TMP/state.unused" 2>&1) || rc=$?
 	[ "$rc" = 2 ] || fail "reftfsd $* exited $rc, want 2: $out"
 	grep -q -- "$want" <<<"$out" || fail "reftfsd $*: no '$want' in: $out"
 }
@@ -60,7 +61,8 @@ wait_states "$M2" "up up self"
 admin "$M0" group
 admin "$M0" status | grep "node 0 of 3, 3 up" >/dev/null ||
 	fail "status does not show the group"
-admin "$M0" metrics | grep '^reftfs_peer_state{peer="1",state="up"} 1' >/dev/null ||
+admin "$M0" metrics | grep '^reftfs_peer_state{peer="1",state="up"} 1' \
+	>/dev/null ||
 	fail "metrics do not show peer 1 up"
 log "three nodes see each other up"
 

@@ -17,7 +17,7 @@ PEERS=127.0.0.1:$P0,127.0.0.1:$P1,127.0.0.1:$P2
 M0=$(new_dir m0)
 M1=$(new_dir m1)
 opts() { echo --mem 64M --no-prefault --node "$1" --peers "$PEERS" \
-	--secret-file "$SECRET" --dead-after 2; }
+	--secret-file "$SECRET" --dead-after 2 --state-dir "$T_TMP/state$1"; }
 # shellcheck disable=SC2046
 start_daemon "$M0" $(opts 0)
 PID0=$DAEMON_PID

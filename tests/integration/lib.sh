@@ -31,6 +31,10 @@ export PYTHONPATH="$HELPERS${PYTHONPATH:+:$PYTHONPATH}"
 TEST_NAME=$(basename "$0" .sh)
 T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/reftfs-${TEST_NAME}.XXXXXX")
 T_TMP=$(cd "$T_TMP" && pwd -P) # absolute, as /proc/self/mountinfo shows it
+# A group daemon run without --state-dir by a user other than root keeps
+# its namespace log here, not in the user's home.  (Root's default is
+# /var/lib/reftfs: group tests pass --state-dir under $T_TMP.)
+export XDG_STATE_HOME=$T_TMP/state
 
 # Sanitizer builds (tools/test.sh also runs this suite against build-asan):
 # a background daemon's stderr is /dev/null after fuse_daemonize() and a
@@ -368,16 +372,29 @@ expect_metric() {
 # --- groups ---------------------------------------------------------------
 
 # free_ports N: print N TCP ports on 127.0.0.1 that were free a moment ago
-# (each bound to port 0 and released; a daemon then binds it for good).
+# (each bound to port 0 and released; a daemon then binds it for good),
+# each with the port above it free too: a group's namespace log listens on
+# PORT + 1.
 free_ports() {
 	"$PY" - "$1" <<'PYEOF'
 import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
+socks, ports = [], []
+while len(ports) < int(sys.argv[1]):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
+    p = s.getsockname()[1]
+    if p >= 65535 or p + 1 in ports or p - 1 in ports:
+        continue
+    t = socket.socket()
+    try:
+        t.bind(("127.0.0.1", p + 1))
+    except OSError:
+        t.close()
+        continue
+    socks.append(t)
+    ports.append(p)
+print(" ".join(str(p) for p in ports))
 for s in socks:
     s.close()
 PYEOF
@@ -395,6 +412,14 @@ group_states() {
 import json, sys
 g = json.load(sys.stdin)
 print(" ".join(m["state"] for m in g["members"]))'
+}
+
+# group_log MNT FIELD: a field of the group object (log_term, log_leader,
+# log_commit_index, log_role...) as MNT's daemon reports it.
+group_log() {
+	admin "$1" group --json | "$PY" -c '
+import json, sys
+print(json.load(sys.stdin)["group"][sys.argv[1]])' "$2"
 }
 
 # group_field MNT NODE FIELD: one field of member NODE as MNT sees it.

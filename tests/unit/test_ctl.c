@@ -68,6 +68,9 @@ const char *eng_crc_state_name(enum eng_crc_state s)
 	return (unsigned)s < 4 ? n[s] : "unknown";
 }
 
+/* The fake log: 0 node 2 leads, 1 not started (first start waiting). */
+static int fake_log_state;
+
 /* group.h leaves struct grp opaque: the fake one is three nodes. */
 struct grp {
 	int unused;
@@ -91,6 +94,27 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 	info->epoch = 7;
 	info->incarnation = 1700000000000000001ULL;
 	info->dead_after_ms = 5000;
+	/* The namespace log: node 2 leads term 4. */
+	info->log = true;
+	snprintf(info->log_dir, sizeof(info->log_dir),
+		 "/var/lib/reftfs/g0/node1");
+	snprintf(info->log_addr, sizeof(info->log_addr), "127.0.0.1:7072");
+	info->log_term = 4;
+	info->log_leader = 2;
+	info->log_commit_index = 17;
+	info->log_last_index = 18;
+	info->log_applied_index = 16;
+	info->log_raft_id = 2;
+	info->log_voters = 3;
+	info->log_auth_failed = 5;
+	info->log_bad_handshakes = 1;
+	if (fake_log_state == 1) {
+		info->log_term = 0;
+		info->log_leader = -1;
+		info->log_commit_index = 0;
+		info->log_raft_id = 0;
+		info->log_voters = 0;
+	}
 	assert_true(max >= 3);
 	memset(m, 0, 3 * sizeof(*m));
 	for (int i = 0; i < 3; i++) {
@@ -517,6 +541,11 @@ static void test_group(void **state)
 	assert_non_null(strstr(a, "self"));
 	assert_non_null(strstr(a, "dead"));
 	assert_non_null(strstr(a, "2 auth, 0 bad, 0 crc"));
+	assert_non_null(strstr(a, "term 4, commit index 17 (last 18, "
+				  "applied 16), 3 voters"));
+	assert_non_null(strstr(a, "leader: node 2; this node follows"));
+	assert_non_null(strstr(a, "raft on 127.0.0.1:7072, 5 links refused"));
+	assert_non_null(strstr(a, "/var/lib/reftfs/g0/node1"));
 	free(a);
 
 	a = ask(*state, "group --json\n");
@@ -524,17 +553,49 @@ static void test_group(void **state)
 	assert_non_null(strstr(a, "\"group\":{\"enabled\":true,\"name\":\"g0\""));
 	assert_non_null(strstr(a, "{\"node\":\"2\",\"address\":"
 				  "\"127.0.0.1:7072\",\"state\":\"dead\""));
+	assert_non_null(strstr(a, "\"log\":true"));
+	assert_non_null(strstr(a, "\"log_role\":\"follower\""));
+	assert_non_null(strstr(a, "\"log_term\":4"));
+	assert_non_null(strstr(a, "\"log_leader\":2"));
+	assert_non_null(strstr(a, "\"log_commit_index\":17"));
+	assert_non_null(strstr(a, "\"log_auth_failed\":5"));
 	free(a);
 
 	/* status and metrics carry the group too. */
 	a = ask(*state, "status\n");
 	assert_non_null(strstr(a, "g0, node 1 of 3, 2 up"));
+	assert_non_null(strstr(a, "namespace log term 4, leader node 2, "
+				  "commit index 17"));
 	free(a);
 	a = ask(*state, "metrics\n");
 	assert_non_null(strstr(a, "reftfs_peer_state{peer=\"2\",state=\"dead\"} 1"));
 	assert_non_null(strstr(a, "reftfs_peer_auth_failed_total{peer=\"2\"} 2"));
 	assert_non_null(strstr(a, "reftfs_group_up 2"));
+	assert_non_null(strstr(a, "reftfs_group_log_term 4\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_leader 2\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_commit_index 17\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_auth_failed_total 5\n"));
 	free(a);
+}
+
+/* A log that has not started yet (its group's first start waits). */
+static void test_group_log_waiting(void **state)
+{
+	char *a;
+
+	fake_log_state = 1;
+	a = ask(*state, "group\n");
+	assert_non_null(strstr(a, "not running yet: the group's first start "
+				  "needs every node up once"));
+	assert_null(strstr(a, "leader:"));
+	free(a);
+	a = ask(*state, "status\n");
+	assert_non_null(strstr(a, "namespace log term 0, no leader"));
+	free(a);
+	a = ask(*state, "metrics\n");
+	assert_non_null(strstr(a, "reftfs_group_log_leader -1\n"));
+	free(a);
+	fake_log_state = 0;
 }
 
 static void test_no_group(void **state)
@@ -924,6 +985,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group, setup_group,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_group_log_waiting,
+						setup_group, teardown),
 		cmocka_unit_test_setup_teardown(test_no_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush_fails, setup,

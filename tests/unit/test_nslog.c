@@ -1395,6 +1395,80 @@ static void test_random_schedule(void **state)
 	free(a);
 }
 
+/*
+ * nslog_check() of node @self of @nodes in @group on @dir, with nothing
+ * started: the daemon's test of --state-dir before it mounts.
+ */
+static int check_dir(struct world *w, int self, int nodes, const char *group,
+		     const char *dir)
+{
+	struct peer_fakenet *net = peer_fakenet_new(nodes, 1);
+	struct nslog_fsm fsm = {
+		.apply = f_apply,
+		.snapshot = f_snapshot,
+		.restore = f_restore,
+	};
+	struct nslog_opts o = {
+		.self = self,
+		.nodes = nodes,
+		.incarnation = ++w->next_inc,
+		.addrs = w->addrs,
+		.dir = dir,
+		.secret = &w->secret,
+		.group = group,
+	};
+	struct nslog *l;
+	int rc;
+
+	assert_non_null(net);
+	assert_int_equal(peer_fake_new(net, self, o.incarnation, &o.x), 0);
+	assert_int_equal(nslog_new(&o, &fsm, &l), 0);
+	rc = nslog_check(l);
+	peer_stop(o.x);
+	nslog_free(l);
+	peer_free(o.x);
+	peer_fakenet_free(net);
+	return rc;
+}
+
+/*
+ * A state dir is checked without starting anything: made (0700) when
+ * missing; refused when it is another node's, group's or group size's,
+ * holds raft files without nslog.state, or lost raft's files.
+ */
+static void test_check_dir(void **state)
+{
+	struct world *w = world_new(3, 11, 0);
+	char dir[1024], path[1100];
+	struct stat st;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/new/a/b", w->base);
+	assert_int_equal(check_dir(w, 0, 3, "g0", dir), 0);
+	assert_int_equal(stat(dir, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0700);
+
+	start_all(w);
+	assert_true(wait_leader(w, 5000) >= 0);
+	kill_node(w, 1);
+	assert_int_equal(check_dir(w, 1, 3, "g0", w->node[1].dir), 0);
+	assert_int_equal(check_dir(w, 0, 3, "g0", w->node[1].dir), -EINVAL);
+	assert_int_equal(check_dir(w, 1, 3, "g1", w->node[1].dir), -EINVAL);
+	assert_int_equal(check_dir(w, 1, 2, "g0", w->node[1].dir), -EINVAL);
+	/* The check changed nothing: node 1 starts on its dir again. */
+	start_node(w, 1);
+	assert_true(wait_leader(w, 5000) >= 0);
+	kill_node(w, 1);
+
+	snprintf(path, sizeof(path), "%s/nslog.state", w->node[1].dir);
+	snprintf(dir, sizeof(dir), "%s/nslog.state.keep", w->base);
+	assert_int_equal(rename(path, dir), 0);
+	assert_int_equal(check_dir(w, 1, 3, "g0", w->node[1].dir), -EINVAL);
+	assert_int_equal(rename(dir, path), 0);
+	remove_raft_files(w->node[1].dir);
+	assert_int_equal(check_dir(w, 1, 3, "g0", w->node[1].dir), -EINVAL);
+}
+
 /* After a failed test too: no thread, port or directory left behind. */
 static int teardown(void **state)
 {
@@ -1419,6 +1493,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_bad_frames, teardown),
 		cmocka_unit_test_teardown(test_over_peer_tcp, teardown),
 		cmocka_unit_test_teardown(test_random_schedule, teardown),
+		cmocka_unit_test_teardown(test_check_dir, teardown),
 	};
 
 	/* NSLOG_TEST=name runs one test (a glob). */
