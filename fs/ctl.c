@@ -637,6 +637,8 @@ enum {
 	GR_REGISTRY,
 	GR_DEAD_AFTER,
 	GR_DECLARED_DEAD,
+	GR_TAKEN_OVER,
+	GR_TAKEN_OVER_BY,
 	GR_UP,
 	GR_LOG,
 	GR_LOG_DIR,
@@ -669,6 +671,10 @@ static const struct rep_field gr_fields[GR_N] = {
 	[GR_DECLARED_DEAD] = REP_EXPORT("declared_dead", REP_BOOL, REP_GAUGE,
 		"reftfs_group_declared_dead",
 		"1 while the others hold this node dead."),
+	[GR_TAKEN_OVER] = REP_EXPORT("taken_over", REP_BOOL, REP_GAUGE,
+		"reftfs_group_taken_over",
+		"1 once a daemon started later took this node's place."),
+	[GR_TAKEN_OVER_BY] = REP_FIELD("taken_over_by", REP_COUNT),
 	[GR_UP] = REP_EXPORT("up", REP_COUNT, REP_GAUGE, "reftfs_group_up",
 		"Nodes up, this one included."),
 	/* The namespace log (a --peers group only). */
@@ -724,6 +730,8 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 	rep_set_bool(gobj, GR_REGISTRY, gi.registry);
 	rep_set_u64(gobj, GR_DEAD_AFTER, gi.dead_after_ms);
 	rep_set_bool(gobj, GR_DECLARED_DEAD, gi.declared_dead);
+	rep_set_bool(gobj, GR_TAKEN_OVER, gi.taken_over_by != 0);
+	rep_set_u64(gobj, GR_TAKEN_OVER_BY, gi.taken_over_by);
 	rep_set_bool(gobj, GR_LOG, gi.log);
 	if (gi.log) {
 		rep_set_str(gobj, GR_LOG_DIR, gi.log_dir);
@@ -821,6 +829,9 @@ static const struct rep_text group_text[] = {
 	    "{group.up} up, view epoch {group.epoch}"),
 	TXT("group.enabled&group.declared_dead", "",
 	    "DECLARED DEAD by the others: rejoining"),
+	TXT("group.enabled&group.taken_over", "",
+	    "TAKEN OVER by a daemon started later (incarnation "
+	    "{group.taken_over_by}): stop this one"),
 	TXT("group.enabled", "membership",
 	    "{group.registry?memcached registry|static --peers}, "
 	    "dead after {group.dead_after_ms} ms"),
@@ -1004,6 +1015,9 @@ static const struct rep_text status_text[] = {
 	    "view epoch {group.epoch} (reftfs-admin group)"),
 	TXT("group.enabled&group.declared_dead", "",
 	    "DECLARED DEAD by the others: rejoining"),
+	TXT("group.enabled&group.taken_over", "",
+	    "TAKEN OVER by a daemon started later (incarnation "
+	    "{group.taken_over_by}): stop this one"),
 	TXT("group.log&!group.log_role=none", "",
 	    "namespace log term {group.log_term}, leader node "
 	    "{group.log_leader}, commit index {group.log_commit_index}"),

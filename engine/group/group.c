@@ -622,6 +622,7 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 		return 0;
 	memb_get_view(g->memb, v);
 	info->epoch = v->epoch;
+	info->taken_over_by = v->taken_over_by;
 	for (i = 0; i < v->nodes && n < max; i++, n++) {
 		const struct memb_node *mn = &v->node[i];
 		struct grp_member_info *mi = &m[n];

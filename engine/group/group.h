@@ -99,6 +99,8 @@ struct grp_info {
 	unsigned dead_after_ms;
 	bool declared_dead;	/* the others declared this node dead and it
 				 * has not rejoined yet */
+	uint64_t taken_over_by;	/* not 0: a daemon started later took this
+				 * node's place (its incarnation) */
 	/* The namespace log (a --peers group only). */
 	bool log;
 	char log_dir[PATH_MAX];	/* its state dir */

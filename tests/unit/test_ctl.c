@@ -70,6 +70,7 @@ const char *eng_crc_state_name(enum eng_crc_state s)
 
 /* The fake log: 0 node 2 leads, 1 not started (first start waiting). */
 static int fake_log_state;
+static uint64_t fake_taken_over_by;	/* grp_info.taken_over_by */
 
 /* group.h leaves struct grp opaque: the fake one is three nodes. */
 struct grp {
@@ -94,6 +95,7 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 	info->epoch = 7;
 	info->incarnation = 1700000000000000001ULL;
 	info->dead_after_ms = 5000;
+	info->taken_over_by = fake_taken_over_by;
 	/* The namespace log: node 2 leads term 4. */
 	info->log = true;
 	snprintf(info->log_dir, sizeof(info->log_dir),
@@ -575,7 +577,32 @@ static void test_group(void **state)
 	assert_non_null(strstr(a, "reftfs_group_log_leader 2\n"));
 	assert_non_null(strstr(a, "reftfs_group_log_commit_index 17\n"));
 	assert_non_null(strstr(a, "reftfs_group_log_auth_failed_total 5\n"));
+	assert_non_null(strstr(a, "reftfs_group_taken_over 0\n"));
 	free(a);
+}
+
+/* A daemon whose node was taken over says so everywhere. */
+static void test_group_taken_over(void **state)
+{
+	static const char *const how[] = { "group\n", "status\n" };
+	char *a;
+
+	fake_taken_over_by = 1700000000000000009ULL;
+	for (int i = 0; i < 2; i++) {
+		a = ask(*state, how[i]);
+		assert_non_null(strstr(a, "TAKEN OVER by a daemon started "
+					  "later (incarnation "
+					  "1700000000000000009): stop this "
+					  "one"));
+		free(a);
+	}
+	a = ask(*state, "metrics\n");
+	assert_non_null(strstr(a, "reftfs_group_taken_over 1\n"));
+	free(a);
+	a = ask(*state, "group --json\n");
+	assert_non_null(strstr(a, "\"taken_over_by\":1700000000000000009"));
+	free(a);
+	fake_taken_over_by = 0;
 }
 
 /* A log that has not started yet (its group's first start waits). */
@@ -986,6 +1013,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_group, setup_group,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_group_log_waiting,
+						setup_group, teardown),
+		cmocka_unit_test_setup_teardown(test_group_taken_over,
 						setup_group, teardown),
 		cmocka_unit_test_setup_teardown(test_no_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush, setup, teardown),
