@@ -3,7 +3,8 @@
 # daemons that know only memcached's address and their own find each other
 # and come up; memcached killed mid-run changes nobody's state; a node that
 # starts while memcached is down waits, and comes up once memcached is back
-# (empty) and everyone has registered again.
+# (empty) and everyone has registered again; a hung node replaced at another
+# address, once woken, stops registering its old address.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 MEMCACHED=$(command -v memcached || true)
@@ -78,9 +79,45 @@ wait_states "$M2" "up up self" 30
 wait_states "$M0" "self up up" 30
 log "memcached lost and back: nothing lost, the late node joined"
 
+# Node 1 hangs and a replacement takes its place at another address.
+# The hung daemon, woken, finds the replacement's entry under its key:
+# it stops registering (the others stay with the replacement) and says so.
+read -r P1B <<<"$(free_ports 1)"
+M1B=$(new_dir m1b)
+kill -STOP "$PID1"
+wait_states "$M0" "self dead up" 30
+# shellcheck disable=SC2046
+start_daemon "$M1B" $(reg_opts 1 "$P1B")
+PID1B=$DAEMON_PID
+wait_states "$M0" "self up up" 30
+wait_states "$M2" "up up self" 30
+expect_eq "$(group_field "$M0" 1 address)" "127.0.0.1:$P1B" \
+	"node 1's address once replaced"
+kill -CONT "$PID1"
+taken=""
+for i in $(seq 1 100); do
+	taken=$(admin "$M1" group) || taken=""
+	grep "TAKEN OVER by a daemon started later" <<<"$taken" >/dev/null &&
+		break
+	sleep 0.1
+done
+grep "TAKEN OVER by a daemon started later" <<<"$taken" >/dev/null ||
+	fail "the woken daemon does not say it was taken over: $taken"
+admin "$M1" metrics | grep '^reftfs_group_taken_over 1$' >/dev/null ||
+	fail "metrics do not say node 1's old daemon was taken over"
+sleep 3	# heartbeats and registry rounds with both daemons of node 1 up
+expect_eq "$(group_field "$M0" 1 address)" "127.0.0.1:$P1B" \
+	"node 1's address for node 0 after the old daemon woke"
+expect_eq "$(group_field "$M2" 1 address)" "127.0.0.1:$P1B" \
+	"node 1's address for node 2 after the old daemon woke"
+expect_eq "$(group_states "$M0")" "self up up" "node 0 after the wake-up"
+log "a hung node's old daemon, taken over, stopped registering"
+
 daemon_alive "$PID0"
+daemon_alive "$PID1"
 stop_daemon "$M0" "$PID0"
 stop_daemon "$M1" "$PID1"
+stop_daemon "$M1B" "$PID1B"
 stop_daemon "$M2" "$PID2"
 stop_memcached
 log "PASS"
