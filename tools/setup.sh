@@ -3,12 +3,18 @@
 # Idempotent and quick when everything is there: apt-get runs only if a
 # package is missing, meson setup only if build/ is not configured yet.
 #
+# Debian 12's libfuse (3.14) cannot ask the kernel to map direct I/O files;
+# tools/fetch-libfuse.sh puts Debian 13's fuse3 source in subprojects/, and
+# meson builds it into build/ as a static library.  Without a network the
+# build uses the system's libfuse (slower reads, same results) and says so.
+#
 # usage: bash tools/setup.sh        (from anywhere; builds in <repo>/build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(
 	build-essential gcc clang meson ninja-build pkg-config
+	dpkg-dev	# dpkg-source, for tools/fetch-libfuse.sh
 	libclang-rt-dev	# clang's sanitizer runtimes (tools/test.sh)
 	libfuse3-dev fuse3 libisal-dev libcmocka-dev
 	libmemcached-dev memcached libraft-dev libuv1-dev libssl-dev
@@ -40,6 +46,11 @@ fi
 if [ ! -e /dev/fuse ]; then
 	command -v modprobe >/dev/null && { "${SUDO[@]}" modprobe fuse 2>/dev/null || true; }
 	[ -e /dev/fuse ] || echo "setup: /dev/fuse missing; FUSE tests will be skipped" >&2
+fi
+
+if ! pkg-config --atleast-version=3.16 fuse3 && ! bash tools/fetch-libfuse.sh; then
+	echo "setup: could not fetch libfuse 3.16+; building with the system's" \
+		"$(pkg-config --modversion fuse3): every open goes through the page cache" >&2
 fi
 
 if [ ! -f build/meson-private/coredata.dat ]; then
