@@ -4,14 +4,17 @@
  * Errors come back from the engine as -errno and are turned into a reply
  * here, once.  File handles carry the engine's struct eng_file in fi->fh.
  *
- * Caching: handles that may write use direct I/O (one copy, straight into
- * the arena; PERF-NOTES measured 1.3x tmpfs for writes).  Read-only handles
- * go through the page cache unless --direct-read, because libfuse 3.14
- * cannot negotiate FUSE_DIRECT_IO_ALLOW_MMAP and shared mmap of a direct
- * I/O file fails (safetensors, numpy.memmap); the cache is kept across opens
- * while the engine says the data has not changed.  Built against a libfuse
- * that can negotiate it, and on a kernel that offers it, every open is
- * direct I/O.
+ * Caching and mmap: built against libfuse 3.16 or later (the system's, or
+ * Debian's source built into the tree: tools/fetch-libfuse.sh) and mounted
+ * on a kernel that offers FUSE_DIRECT_IO_ALLOW_MMAP (6.6 and later), every
+ * open is direct I/O (one copy, straight into or out of the arena) and the
+ * kernel still maps files shared, keeping the mapping coherent with direct
+ * reads and writes.  Otherwise (libfuse 3.14 cannot ask for it) shared
+ * mmap of a direct I/O file fails with ENODEV, so every open goes through
+ * the page cache, one per inode and so coherent across descriptors,
+ * mappings and processes; the cache is kept across opens while the engine
+ * says the data has not changed.  --direct-read makes read-only opens
+ * direct even then, for jobs that never map a file.
  */
 #include <errno.h>
 #include <limits.h>
@@ -49,6 +52,7 @@ static void reply_entry(fuse_req_t req, int rc, const struct stat *st)
 static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct rfs *r = userdata;
+	const char *mmap_how;
 
 	conn->max_write = r->max_write;
 	conn->max_readahead = r->max_write;
@@ -59,18 +63,27 @@ static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_ASYNC_DIO)
 		conn->want |= FUSE_CAP_ASYNC_DIO;
 #ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
-	/*
-	 * A libfuse newer than Debian 12's can ask for mmap on direct I/O
-	 * files; then read-only opens need not go through the page cache.
-	 */
 	if (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP) {
 		conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
 		r->mmap_direct = true;
+		mmap_how = "every open direct I/O, mmap allowed (FUSE_DIRECT_IO_ALLOW_MMAP)";
+	} else {
+		mmap_how = "opens through the page cache: the kernel does not offer FUSE_DIRECT_IO_ALLOW_MMAP (6.6 and later do)";
 	}
+#else
+	mmap_how = "opens through the page cache: this libfuse cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP (3.16 and later can)";
 #endif
 	/* Measured slower or without effect here (docs/benchmarks.md). */
 	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 			FUSE_CAP_SPLICE_MOVE | FUSE_CAP_WRITEBACK_CACHE);
+	rft_info("fuse: libfuse %s, kernel FUSE %u.%u; %s%s; atomic O_TRUNC %s, parallel dirops %s, async direct I/O %s",
+		 fuse_pkgversion(), conn->proto_major, conn->proto_minor,
+		 mmap_how,
+		 !r->mmap_direct && r->direct_read ?
+			 ", read-only opens direct I/O (--direct-read)" : "",
+		 conn->want & FUSE_CAP_ATOMIC_O_TRUNC ? "yes" : "no",
+		 conn->want & FUSE_CAP_PARALLEL_DIROPS ? "yes" : "no",
+		 conn->want & FUSE_CAP_ASYNC_DIO ? "yes" : "no");
 }
 
 static void rfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -250,13 +263,16 @@ static void rfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
 			const struct eng_open_info *info)
 {
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || rfs_of(req)->direct_read ||
-	    rfs_of(req)->mmap_direct) {
+	struct rfs *r = rfs_of(req);
+	bool rdonly = (fi->flags & O_ACCMODE) == O_RDONLY;
+
+	if (r->mmap_direct || (rdonly && r->direct_read)) {
 		fi->direct_io = 1;
-	} else {
-		fi->keep_cache = info->cache_valid;
-		fi->noflush = 1;
+		return;
 	}
+	fi->keep_cache = info->cache_valid;
+	/* Writers' FLUSH seals the file; a reader's has nothing to do. */
+	fi->noflush = rdonly;
 }
 
 static void rfs_open(fuse_req_t req, fuse_ino_t ino,
