@@ -3,8 +3,11 @@
 # `N passed, N failed, N skipped`, counting every run below.  Exit status 0
 # only if nothing failed.  Benchmarks (suite 'bench') are not run here.
 #
-# Three runs, each in its own build dir:
-#   build/       unit + integration: the build that ships
+# Four runs, each in its own build dir:
+#   build/       unit + integration: the build that ships, with libfuse
+#                3.16+ (the system's, or Debian 13's built in: setup.sh)
+#   build-fuse-system/  integration against the system's libfuse, however
+#                old (Debian 12: 3.14, where opens use the page cache)
 #   build-asan/  unit + integration under ASan, UBSan and LeakSanitizer
 #                (the integration tests run build-asan's own reftfsd)
 #   build-tsan/  unit tests of the threaded engine modules under TSan
@@ -142,6 +145,26 @@ fi
 # is_parallel: false, so meson runs them one at a time whatever
 # --num-processes says.
 run_suite build --suite unit --suite integration "$@"
+
+# The shipped build must be the fast path: with an older libfuse it would
+# test the page-cache path twice and the direct one never.
+fuse_v=$(build/fs/reftfsd --version 2>/dev/null | sed -n 's/.*(libfuse \([0-9.]*\)).*/\1/p')
+if [ "$(printf '%s\n3.16\n' "$fuse_v" | sort -V | head -n1)" != 3.16 ]; then
+	msg="test: build/ has libfuse '$fuse_v', not 3.16 or later: tools/fetch-libfuse.sh failed (see its output above)"
+	echo "$msg" >&2
+	FAILURES+="$msg"$'\n'
+	FAILED=$((FAILED + 1))
+fi
+
+# 1b. The same integration tests against the system's libfuse, to keep its
+# path (page cache, no FUSE_DIRECT_IO_ALLOW_MMAP on 3.14) correct.  Where
+# the system's is 3.16+ this runs the fast path again.
+if prepare build-fuse-system -Dlibfuse=system -Dcuda=disabled; then
+	run_suite build-fuse-system --suite integration "$@"
+else
+	echo "test: build-fuse-system: configure or build failed" >&2
+	FAILED=$((FAILED + 1))
+fi
 
 # 2. ASan + UBSan, with leak detection: every daemon the integration tests
 # start is this build's.  clang, not gcc: GCC's UBSan ignores log_path when
