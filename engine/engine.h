@@ -249,6 +249,23 @@ ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
 		  size_t size, off_t off);
 
 /*
+ * fallocate(2) on an open file, within the memory budget.  With no flag:
+ * every piece of [@off, @off + @len) gets memory now (holes read as zeros
+ * still; persisted-only pieces are read in), so later writes there do not
+ * wait for memory, and the size grows to @off + @len; ENG_FALLOC_KEEP_SIZE:
+ * the same without the size.  All or nothing: -ENOSPC after
+ * --enospc-wait with nothing changed.  ENG_FALLOC_PUNCH_HOLE (with
+ * KEEP_SIZE, as fallocate(2) requires): the range reads as zeros
+ * afterwards, pieces inside it whole become holes and give their memory
+ * back, the pieces at its edges are zeroed in place.  Other flags:
+ * -EOPNOTSUPP.
+ */
+#define ENG_FALLOC_KEEP_SIZE (1u << 0)
+#define ENG_FALLOC_PUNCH_HOLE (1u << 1)
+int eng_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
+		  off_t off, off_t len);
+
+/*
  * Like eng_write, but the copy into memory may happen later, in the
  * engine's copier thread: memory is reserved (or -ENOSPC returned) before
  * this returns, and the file's size is final.  When *@queued is set on

@@ -871,6 +871,195 @@ ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
 	return write_common(e, fp, buf, size, off, done, ctx, queued);
 }
 
+/* --- fallocate ----------------------------------------------------------- */
+
+/* First persisted-only piece among [first, last], or UINT32_MAX. */
+static uint32_t first_persisted(const struct file *f, uint32_t first,
+				uint32_t last)
+{
+	for (uint32_t i = first; i <= last && i < f->nslots; i++)
+		if (f->slots[i].where == PIECE_PERSIST)
+			return i;
+	return UINT32_MAX;
+}
+
+/*
+ * Zero bytes [a, b) of piece @idx, which is in memory and not shared with a
+ * snapshot; f->lock held for writing.  Bytes from fill on read as zeros, so
+ * a range reaching fill only lowers it.
+ */
+static void zero_piece(struct eng *e, struct file *f, uint32_t idx,
+		       uint32_t a, uint32_t b)
+{
+	struct slot *s = &f->slots[idx];
+
+	if (a >= s->fill)
+		return;
+	if (b >= s->fill)
+		s->fill = a;
+	else
+		memset(store_ptr(&e->store, s->chunk) + a, 0, b - a);
+	if (s->crc_len != SLOT_CRC_UNKNOWN && a < s->crc_len)
+		s->crc_len = SLOT_CRC_UNKNOWN;
+	s->flags &= ~SLOT_CLEAN;
+}
+
+/*
+ * What a punch of [@off, @end) needs before it can change anything: an edge
+ * piece only in the persist dir must be read in (*@load), one shared with a
+ * snapshot needs a private copy (reserved here; -ENOSPC when none is free).
+ * Pieces covered whole need nothing: they become holes.  f->lock held for
+ * writing; never waits.
+ */
+static int punch_prepare(struct eng *e, struct file *f, uint64_t off,
+			 uint64_t end, uint32_t *load, uint32_t *need)
+{
+	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
+	uint64_t edges[2] = { off, end - 1 };
+
+	*load = UINT32_MAX;
+	*need = 0;
+	for (int k = 0; k < 2; k++) {
+		uint32_t idx = (uint32_t)(edges[k] >> shift);
+		uint64_t ps = (uint64_t)idx << shift;
+		uint64_t a = off > ps ? off : ps;
+		uint64_t b = end < ps + cs ? end : ps + cs;
+		const struct slot *s;
+		uint32_t n;
+		ssize_t got;
+
+		if (idx >= f->nslots || (a == ps && b == ps + cs))
+			continue;
+		s = &f->slots[idx];
+		if (s->where == PIECE_PERSIST) {
+			*load = idx;
+			return 0;
+		}
+		if (!slot_in_ram(s) || store_refs(&e->store, s->chunk) <= 1)
+			continue;
+		got = reserve_range(e, f, ps, cs, false, &n);
+		if (got < 0) {
+			*need = n;
+			return (int)got;
+		}
+	}
+	return 0;
+}
+
+/* Punch [@off, @end) once punch_prepare() succeeded; f->lock held. */
+static void punch_locked(struct eng *e, struct file *f, uint64_t off,
+			 uint64_t end)
+{
+	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
+	uint32_t first = (uint32_t)(off >> shift);
+	uint32_t last = (uint32_t)((end - 1) >> shift);
+
+	for (uint32_t i = first; i <= last && i < f->nslots; i++) {
+		uint64_t ps = (uint64_t)i << shift;
+		uint32_t a = off > ps ? (uint32_t)(off - ps) : 0;
+		uint32_t b = end < ps + cs ? (uint32_t)(end - ps) : cs;
+		struct slot *s = &f->slots[i];
+
+		if (a == 0 && b == cs)
+			drop_slot(e, f, s); /* a hole: reads zeros, costs none */
+		else if (slot_in_ram(s))
+			zero_piece(e, f, i, a, b);
+	}
+}
+
+int eng_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
+		  off_t off, off_t len)
+{
+	struct inode *in = fp->inode;
+	struct file *f = &in->file;
+	bool punch = flags & ENG_FALLOC_PUNCH_HOLE;
+	struct timespec deadline;
+	bool waited = false, timed_out = false;
+	uint32_t load, need = 0;
+	uint64_t end;
+	int loads = 0;
+	int rc;
+
+	if (flags & ~(ENG_FALLOC_KEEP_SIZE | ENG_FALLOC_PUNCH_HOLE))
+		return -EOPNOTSUPP;
+	if (punch && !(flags & ENG_FALLOC_KEEP_SIZE))
+		return -EOPNOTSUPP; /* fallocate(2): punching keeps the size */
+	if (off < 0 || len <= 0)
+		return -EINVAL;
+	if ((fp->flags & O_ACCMODE) == O_RDONLY)
+		return -EBADF;
+	if (!S_ISREG(in->mode))
+		return -ENODEV;
+	end = (uint64_t)off + (uint64_t)len;
+	if (end > RFT_MAX_FILE_SIZE)
+		return -EFBIG;
+	if (!punch && ((end - 1) >> e->store.chunk_shift) -
+			      ((uint64_t)off >> e->store.chunk_shift) >=
+		      e->store.nchunks)
+		return -ENOSPC; /* more than the whole budget */
+
+	for (;;) {
+		/* Like a truncate, after the copies queued before it. */
+		if (!file_wrlock_drained(e, f)) {
+			file_wait_writes(e, f);
+			continue;
+		}
+		if (punch) {
+			rc = punch_prepare(e, f, (uint64_t)off, end, &load,
+					   &need);
+		} else {
+			load = first_persisted(
+				f, (uint32_t)((uint64_t)off >>
+					      e->store.chunk_shift),
+				(uint32_t)((end - 1) >> e->store.chunk_shift));
+			rc = 0;
+			if (load == UINT32_MAX) {
+				ssize_t got = reserve_range(e, f, (uint64_t)off,
+							    (size_t)len, false,
+							    &need);
+
+				rc = got < 0 ? (int)got : 0;
+			}
+		}
+		if (rc == 0 && load != UINT32_MAX) {
+			/* Read the piece in with no lock held, then again. */
+			pthread_rwlock_unlock(&f->lock);
+			if (loads++ == LOAD_TRIES)
+				return -EIO;
+			rc = file_load(e, in, load, load);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		if (rc != -ENOSPC || timed_out)
+			break;
+		/* Out of memory: wait as a writer does, no lock held. */
+		pthread_rwlock_unlock(&f->lock);
+		if (!waited) {
+			store_deadline(e->cfg.enospc_wait_ms, &deadline);
+			waited = true;
+		}
+		timed_out = store_wait_free(&e->store, need, &deadline) < 0;
+	}
+	if (rc == 0) {
+		bool grows = !(flags & ENG_FALLOC_KEEP_SIZE) && end > f->size;
+
+		if (punch)
+			punch_locked(e, f, (uint64_t)off, end);
+		if (grows)
+			f->size = end;
+		if (punch || grows) {
+			f->version++;
+			eng_now(&in->mtime);
+		}
+		eng_now(&in->ctime);
+	}
+	pthread_rwlock_unlock(&f->lock);
+	if (rc == -ENOSPC)
+		atomic_fetch_add(&e->cnt.enospc, 1);
+	return rc;
+}
+
 static void *copier_main(void *arg)
 {
 	struct eng *e = arg;

@@ -17,6 +17,7 @@
  * direct even then, for jobs that never map a file.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,6 +391,21 @@ static void rfs_release(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_err(req, 0);
 }
 
+static void rfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
+			  off_t off, off_t len, struct fuse_file_info *fi)
+{
+	unsigned flags = 0;
+
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
+		return (void)fuse_reply_err(req, EOPNOTSUPP);
+	if (mode & FALLOC_FL_KEEP_SIZE)
+		flags |= ENG_FALLOC_KEEP_SIZE;
+	if (mode & FALLOC_FL_PUNCH_HOLE)
+		flags |= ENG_FALLOC_PUNCH_HOLE;
+	fuse_reply_err(req, -eng_fallocate(rfs_of(req)->eng, fh_of(fi), flags,
+					   off, len));
+}
+
 static void rfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		      struct fuse_file_info *fi)
 {
@@ -492,6 +508,7 @@ const struct fuse_lowlevel_ops rfs_oper = {
 	.flush = rfs_flush,
 	.release = rfs_release,
 	.fsync = rfs_fsync,
+	.fallocate = rfs_fallocate,
 	.opendir = rfs_opendir,
 	.readdir = rfs_readdir,
 	.releasedir = rfs_releasedir,

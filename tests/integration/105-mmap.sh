@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Shared and private mmap on files opened O_RDWR, coherent with read(2) and
-# write(2) through other descriptors and processes, with truncate, and with
-# what is written back: tests/integration/mmap_fuzz.py, random operations
+# Shared and private mmap on files opened O_RDWR, coherent with read(2),
+# write(2), truncate and fallocate(2) through other descriptors and
+# processes, and with what is written back: tests/integration/mmap_fuzz.py,
+# random operations
 # checked against a model after each one (seed printed; MMAP_SEED
 # replays).  It runs on a local directory first, so that a failure on the
 # mount is reftfs's and not the exerciser's.  Then data written through
@@ -25,7 +26,7 @@ version_ge() {
 }
 
 log "the exerciser on a local directory"
-run_py mmap_fuzz.py "$LOCAL" --procs 2 --ops "$OPS" >"$T_TMP/local.out" ||
+run_py mmap_fuzz.py "$LOCAL" --procs 2 --ops "$OPS" --fallocate >"$T_TMP/local.out" ||
 	{ cat "$T_TMP/local.out" >&2; fail "mmap_fuzz fails on a local directory"; }
 
 start_daemon "$MNT" --mem 256M --persist "$PERSIST"
@@ -41,9 +42,9 @@ grep -qF "$want" "$DAEMON_LOG" ||
 	fail "libfuse $RFT_LIBFUSE_VERSION on kernel $kernel: want '$want'"
 
 log "one process, then four on distinct files, on the mount"
-run_py mmap_fuzz.py "$MNT" --procs 1 --ops $((OPS * 2)) ||
+run_py mmap_fuzz.py "$MNT" --procs 1 --ops $((OPS * 2)) --fallocate ||
 	fail "mmap_fuzz, one process"
-run_py mmap_fuzz.py "$MNT" --procs 4 --ops "$OPS" --manifest "$T_TMP/manifest.json" ||
+run_py mmap_fuzz.py "$MNT" --procs 4 --ops "$OPS" --fallocate --manifest "$T_TMP/manifest.json" ||
 	fail "mmap_fuzz, four processes"
 daemon_alive "$DAEMON_PID"
 

@@ -283,6 +283,153 @@ static void test_budget_enospc_and_recovery(void **state)
 	free(buf);
 }
 
+/* Chunks in use, from the engine's own count. */
+static uint64_t chunks_used(struct eng *e)
+{
+	struct eng_stats s;
+
+	eng_get_stats(e, &s);
+	return s.chunks_used;
+}
+
+/*
+ * fallocate without flags: memory for every piece now, the size grows, the
+ * range reads zeros, and later writes there need no more memory; with
+ * KEEP_SIZE the same without the size.
+ */
+static void test_fallocate_reserves(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	struct eng_file *fp = create(e, "pre", O_RDWR);
+	struct eng_file *hog;
+	uint8_t *buf = malloc(3 * MiB), zero[4096] = { 0 };
+	struct stat st;
+
+	assert_non_null(buf);
+	memset(buf, 0x5a, 3 * MiB);
+	/* [0.5 MiB, 2.5 MiB): pieces 0, 1, 2. */
+	assert_int_equal(eng_fallocate(e, fp, 0, MiB / 2, 2 * MiB), 0);
+	assert_int_equal(fp->inode->file.size, MiB / 2 + 2 * MiB);
+	assert_int_equal(chunks_used(e), 3);
+	assert_int_equal(fx_read(e, fp, buf, 4096, MiB), 4096);
+	assert_memory_equal(buf, zero, 4096);
+
+	/* KEEP_SIZE past the end: two more pieces, same size. */
+	assert_int_equal(eng_fallocate(e, fp, ENG_FALLOC_KEEP_SIZE, 3 * MiB,
+				       2 * MiB),
+			 0);
+	assert_int_equal(fp->inode->file.size, MiB / 2 + 2 * MiB);
+	assert_int_equal(chunks_used(e), 5);
+
+	/* The other 3 chunks go to another file: memory is full. */
+	hog = create(e, "hog", O_WRONLY);
+	memset(buf, 0x5a, 3 * MiB);
+	assert_int_equal(eng_write(e, hog, buf, 3 * MiB, 0), 3 * MiB);
+	assert_int_equal(chunks_used(e), 8);
+
+	/* Writes into what was reserved still succeed, with no wait. */
+	assert_int_equal(eng_write(e, fp, buf, 3 * MiB, 0), 3 * MiB);
+	assert_int_equal(eng_write(e, fp, buf, 2 * MiB, 3 * MiB), 2 * MiB);
+	assert_int_equal(fp->inode->file.size, 5 * MiB);
+	assert_int_equal(chunks_used(e), 8);
+	assert_int_equal(eng_getattr(e, fp->inode->ino, &st), 0);
+	assert_int_equal(st.st_size, 5 * MiB);
+	eng_release(e, hog);
+	eng_release(e, fp);
+	free(buf);
+}
+
+/* More than is free: -ENOSPC after the wait, and nothing changed. */
+static void test_fallocate_enospc(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	struct eng_file *fp = create(e, "big", O_RDWR);
+	uint64_t ino = fp->inode->ino, used;
+
+	assert_int_equal(eng_write(e, fp, "abc", 3, 0), 3);
+	used = chunks_used(e);
+	/* 9 pieces with 7 chunks free: after the wait; 100 at once. */
+	assert_int_equal(eng_fallocate(e, fp, 0, 2 * MiB, 9 * MiB), -ENOSPC);
+	assert_int_equal(eng_fallocate(e, fp, 0, 0, 100 * MiB), -ENOSPC);
+	assert_int_equal(fp->inode->file.size, 3);
+	assert_int_equal(chunks_used(e), used);
+	/* Bad arguments and flags. */
+	assert_int_equal(eng_fallocate(e, fp, 0, -1, 10), -EINVAL);
+	assert_int_equal(eng_fallocate(e, fp, 0, 0, 0), -EINVAL);
+	assert_int_equal(eng_fallocate(e, fp, ENG_FALLOC_PUNCH_HOLE, 0, 10),
+			 -EOPNOTSUPP);
+	assert_int_equal(eng_fallocate(e, fp, 1u << 7, 0, 10), -EOPNOTSUPP);
+	assert_int_equal(eng_fallocate(e, fp, 0, (off_t)RFT_MAX_FILE_SIZE, 1),
+			 -EFBIG);
+	eng_release(e, fp);
+	assert_int_equal(eng_open(e, ino, O_RDONLY, &fp, NULL), 0);
+	assert_int_equal(eng_fallocate(e, fp, 0, 0, 10), -EBADF);
+	eng_release(e, fp);
+}
+
+/*
+ * Punching: pieces covered whole become holes and give their chunks back,
+ * the edges are zeroed in place, bytes outside the range stay, the size
+ * stays, and the checksums at seal are those of what the file shows.
+ */
+static void test_fallocate_punch(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	struct eng_file *fp = create(e, "holey", O_RDWR);
+	uint64_t ino = fp->inode->ino, size = 4 * MiB + 1000;
+	uint8_t *ref = malloc(size), *got = malloc(size);
+	uint32_t old;
+
+	assert_non_null(ref);
+	assert_non_null(got);
+	for (uint64_t i = 0; i < size; i++)
+		ref[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(eng_write(e, fp, ref, size, 0), (ssize_t)size);
+	assert_int_equal(chunks_used(e), 5);
+
+	/* [0.5 MiB, 3.25 MiB): pieces 1 and 2 whole, 0 and 3 in part. */
+	old = fp->inode->file.slots[3].chunk;
+	store_get(&e->store, old); /* a write-back holds piece 3 */
+	assert_int_equal(eng_fallocate(e, fp,
+				       ENG_FALLOC_PUNCH_HOLE |
+					       ENG_FALLOC_KEEP_SIZE,
+				       MiB / 2, 3 * MiB - MiB / 2 + MiB / 4),
+			 0);
+	memset(ref + MiB / 2, 0, 3 * MiB - MiB / 2 + MiB / 4);
+	assert_int_equal(fp->inode->file.size, size);
+	assert_int_equal(fp->inode->file.slots[1].where, PIECE_HOLE);
+	assert_int_equal(fp->inode->file.slots[2].where, PIECE_HOLE);
+	/* Piece 3 was copied, not zeroed under the write-back's feet. */
+	assert_int_not_equal(fp->inode->file.slots[3].chunk, old);
+	assert_int_equal(store_ptr(&e->store, old)[0], (uint8_t)(3 * MiB * 7 + 3));
+	store_put(&e->store, old);
+	assert_int_equal(chunks_used(e), 3);
+	assert_int_equal(fx_read(e, fp, got, size, 0), (ssize_t)size);
+	assert_memory_equal(got, ref, size);
+
+	/* Past the end: nothing to zero, nothing changes. */
+	assert_int_equal(eng_fallocate(e, fp,
+				       ENG_FALLOC_PUNCH_HOLE |
+					       ENG_FALLOC_KEEP_SIZE,
+				       size + 10, MiB),
+			 0);
+	/* The tail piece to its end, and beyond: it empties. */
+	assert_int_equal(eng_fallocate(e, fp,
+				       ENG_FALLOC_PUNCH_HOLE |
+					       ENG_FALLOC_KEEP_SIZE,
+				       4 * MiB, 2 * MiB),
+			 0);
+	memset(ref + 4 * MiB, 0, 1000);
+	assert_int_equal(fp->inode->file.size, size);
+	assert_int_equal(chunks_used(e), 2);
+	eng_release(e, fp); /* seals */
+	assert_int_equal(eng_open(e, ino, O_RDONLY, &fp, NULL), 0);
+	check_sealed_crcs(e, fp, ref, size);
+	eng_release(e, fp);
+	free(ref);
+	free(got);
+}
+
 static _Atomic int done_calls;
 
 static void count_done(void *ctx)
@@ -417,6 +564,12 @@ int main(void)
 			test_budget_enospc_and_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_enospc_wait_for_enough, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fallocate_reserves, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fallocate_enospc, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fallocate_punch, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_async_writes, setup,
 						teardown),
 	};
