@@ -292,7 +292,7 @@ struct chaos {
 struct counters {
 	_Atomic uint64_t calls, enospc_writes, short_writes, enospc_reads;
 	_Atomic uint64_t queued, done, truncates, trunc_opens, renames_over;
-	_Atomic uint64_t unlinks, flushes;
+	_Atomic uint64_t unlinks, flushes, fallocates, enospc_fallocates;
 	_Atomic uint64_t chaos_writes, chaos_cuts, chaos_reads, chaos_stills;
 	_Atomic uint64_t probes_run;
 };
@@ -505,11 +505,12 @@ enum op {
 	OP_UNLINK,
 	OP_CLOSE,
 	OP_FSYNC,
+	OP_FALLOCATE,
 	NR_OPS
 };
 
 /* How often each call is made; each worker makes one of them common. */
-static const unsigned op_weight[NR_OPS] = { 20, 20, 6, 4, 20, 4, 3, 8, 2 };
+static const unsigned op_weight[NR_OPS] = { 20, 20, 6, 4, 20, 4, 3, 8, 2, 4 };
 static const enum op role_op[] = { OP_WRITE, OP_WRITE_ASYNC, OP_TRUNCATE,
 				   OP_READ, OP_RENAME, OP_UNLINK };
 #define ROLE_WEIGHT 40
@@ -769,6 +770,48 @@ static void op_write(struct worker *w, bool async)
 		model_write(m, w->wbuf, off, (uint64_t)n);
 }
 
+/* Preallocate (with or without the size) or punch a hole. */
+static void op_fallocate(struct worker *w)
+{
+	static const unsigned flags[] = {
+		0, ENG_FALLOC_KEEP_SIZE,
+		ENG_FALLOC_PUNCH_HOLE | ENG_FALLOC_KEEP_SIZE,
+	};
+	static const char *const what[] = { "allocate", "keep size", "punch" };
+	int i = (int)rnd_below(&w->rng, NFILES);
+	struct mfile *m = &w->f[i];
+	unsigned k = (unsigned)rnd_below(&w->rng, 3);
+	uint64_t off, len, end;
+	int rc;
+
+	if (get_writable(w, i) < 0)
+		return;
+	pick_extent(w, m->size, &off, &len);
+	note(w, "fallocate %s f%d [%llu,+%llu) size %llu", what[k], i,
+	     (unsigned long long)off, (unsigned long long)len,
+	     (unsigned long long)m->size);
+	probe_file = &m->fp->inode->file;
+	rc = eng_fallocate(weng(w), m->fp, flags[k], (off_t)off, (off_t)len);
+	probe_file = NULL;
+	if (rc == -ENOSPC) {
+		/* All or nothing: the file is as it was. */
+		atomic_fetch_add(&w->st->cnt.enospc_fallocates, 1);
+		return;
+	}
+	if (rc < 0) {
+		wfail(w, "fallocate %s f%d [%llu,+%llu): %s", what[k], i,
+		      (unsigned long long)off, (unsigned long long)len,
+		      strerror(-rc));
+		return;
+	}
+	end = off + len;
+	if (k == 0 && end > m->size)
+		m->size = end; /* the model's bytes past its size are zeros */
+	if (k == 2 && off < m->size)
+		memset(m->data + off, 0, (end < m->size ? end : m->size) - off);
+	atomic_fetch_add(&w->st->cnt.fallocates, 1);
+}
+
 static void op_truncate(struct worker *w)
 {
 	int i = (int)rnd_below(&w->rng, NFILES);
@@ -983,6 +1026,9 @@ static void *worker_main(void *arg)
 			break;
 		case OP_CLOSE:
 			op_close(w);
+			break;
+		case OP_FALLOCATE:
+			op_fallocate(w);
 			break;
 		case OP_FSYNC:
 		case NR_OPS:
@@ -1568,7 +1614,7 @@ static void print_counters(struct stress *st, double secs)
 	printf("stress: %.1f s, %llu worker calls; writes %llu "
 	       "(%llu ENOSPC, %llu short), %llu queued, reads %llu ENOSPC; "
 	       "%llu truncates, %llu O_TRUNC opens, %llu renames over, "
-	       "%llu unlinks\n",
+	       "%llu unlinks, %llu fallocates (%llu ENOSPC)\n",
 	       secs, (unsigned long long)c->calls,
 	       (unsigned long long)s.write_ops,
 	       (unsigned long long)c->enospc_writes,
@@ -1578,7 +1624,9 @@ static void print_counters(struct stress *st, double secs)
 	       (unsigned long long)c->truncates,
 	       (unsigned long long)c->trunc_opens,
 	       (unsigned long long)c->renames_over,
-	       (unsigned long long)c->unlinks);
+	       (unsigned long long)c->unlinks,
+	       (unsigned long long)c->fallocates,
+	       (unsigned long long)c->enospc_fallocates);
 	printf("stress: chaos %llu writes, %llu truncates, %llu reads, "
 	       "%llu still checks; %llu flushes; engine: %llu ENOSPC, "
 	       "%llu evicted, %llu read through, %llu written back; "
