@@ -12,7 +12,8 @@ shared machine hits all targets alike):
   torch.load of it (page cache dropped first, when root),
   dd write of M GiB with bs=1M from /dev/zero,
   dd read of it to /dev/null (page cache dropped first),
-  mmap read of the same file (MAP_SHARED, read-only; checks mmap works).
+  mmap read of the same file (MAP_SHARED, read-only; checks mmap works),
+  mmap write of a new file of that size (MAP_SHARED, msync, close).
 The first torch.load of each target is compared tensor by tensor with what
 was saved.  report: medians in GB/s (1e9 B/s) and the ratio of each target
 to BASELINE, measured in the same run.
@@ -173,6 +174,41 @@ def measure(args):
                 s = float("nan")
             rec(name, "mmap read", dd_mib * MiB, s)
             os.unlink(f)
+
+            # A file written through a shared mapping (numpy.memmap "w+",
+            # torch.from_file(shared=True)): size it, store, msync, close.
+            f = os.path.join(d, "bench_mmap.bin")
+            pattern = bytes(range(1, 256)) * (64 * MiB // 255 + 1)
+            pattern = pattern[:64 * MiB]
+
+            def mmap_write():
+                fd = os.open(f, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.ftruncate(fd, dd_mib * MiB)
+                    with mmap.mmap(fd, dd_mib * MiB, flags=mmap.MAP_SHARED,
+                                   prot=mmap.PROT_READ |
+                                   mmap.PROT_WRITE) as m:
+                        for off in range(0, dd_mib * MiB, len(pattern)):
+                            k = min(len(pattern), dd_mib * MiB - off)
+                            m[off:off + k] = pattern[:k]
+                        m.flush()
+                finally:
+                    os.close(fd)
+            try:
+                s = timed(mmap_write)
+                drop_caches()
+                with open(f, "rb") as fh:
+                    fh.seek(dd_mib * MiB - 64 * MiB)
+                    if fh.read(64 * MiB) != pattern:
+                        sys.exit("%s: a file written through a mapping"
+                                 " reads back different bytes" % name)
+            except OSError as e:
+                # ENODEV: a writer's direct_io open with libfuse < 3.16
+                print("  %-22s %-12s failed: %s" % (name, "mmap write", e),
+                      flush=True)
+                s = float("nan")
+            rec(name, "mmap write", dd_mib * MiB, s)
+            os.unlink(f)
     with open(args.json, "w") as fh:
         json.dump(res, fh, indent=1)
     return 0
@@ -181,7 +217,8 @@ def measure(args):
 def report(args):
     runs = [json.load(open(p)) for p in args.files]
     base = args.baseline
-    ops = ["torch.save", "torch.load", "dd write", "dd read", "mmap read"]
+    ops = ["torch.save", "torch.load", "dd write", "dd read", "mmap read",
+           "mmap write"]
     r0 = runs[0]
     m = r0["machine"]
     print()
@@ -198,7 +235,7 @@ def report(args):
             cols.append((r, t))
     hdr = "%-12s" % "GB/s"
     for r, t in cols:
-        hdr += " %12s" % t[:12]
+        hdr += " %19s" % t[:19]
         if t != base:
             hdr += " %8s" % "ratio"
     print(hdr)
@@ -211,9 +248,9 @@ def report(args):
         for r, t in cols:
             m = med(r, t, op)
             if m is None:
-                line += " %12s" % "fails"
+                line += " %19s" % "fails"
             else:
-                line += " %12.2f" % (r["bytes"][op] / GB / m)
+                line += " %19.2f" % (r["bytes"][op] / GB / m)
             if t != base:
                 bm = med(r, base, op)
                 line += " %8s" % ("-" if m is None or bm is None

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Filesystem benchmark, reftfs side by side with tmpfs in one run:
 #   torch.save / torch.load of a 2 GiB state dict (64 x 32 MiB fp32),
-#   dd write / read of 4 GiB with bs=1M, mmap read of that file;
+#   dd write / read of 4 GiB with bs=1M, mmap read of that file, mmap
+#   write of a new one;
 # one untimed warm-up round, then the median of 3, GB/s and the ratio
 # reftfs/tmpfs.  Phase 1: tmpfs vs reftfs
-# with default options; phase 2: tmpfs vs reftfs --direct-read.  Only one
-# reftfs daemon runs at a time (memory).
+# with default options; phase 2: tmpfs vs reftfs --direct-read (only when
+# its libfuse is older than 3.16: newer ones open everything direct I/O
+# anyway); phase 3 (--compare-build): tmpfs vs the reftfsd of another build
+# dir, e.g. one against the system's libfuse.  Only one reftfs daemon runs
+# at a time (memory).
 #
 # usage: tests/bench/run_fs_bench.sh [--size-gib N] [--dd-gib M] [--reps R]
-#          [--mem SIZE] [--no-direct-read] [--json-dir DIR] [-- reftfsd opts]
+#          [--mem SIZE] [--no-direct-read] [--compare-build DIR]
+#          [--json-dir DIR] [-- reftfsd opts]
 #   --size-gib N   torch state dict size (default 2)
 #   --dd-gib M     dd file size (default 2 x N)
 #   --reps R       repetitions, the median is reported (default 3)
 #   --mem SIZE     reftfsd --mem (default: dd + state dict + 2 GiB, at least 6G)
+#   --compare-build DIR  also measure DIR/fs/reftfsd (phase 3)
 #   --json-dir DIR keep the raw per-round results (JSON) there
 #   after --        extra options passed to both reftfsd runs
 # Run as root to get a private tmpfs and page-cache drops before reads.
@@ -28,6 +34,7 @@ REPS=3
 MEM=""
 DIRECT=1
 JSONDIR=""
+COMPARE=""
 EXTRA=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -37,6 +44,7 @@ while [ $# -gt 0 ]; do
 	--mem) MEM=$2; shift 2 ;;
 	--no-direct-read) DIRECT=0; shift ;;
 	--json-dir) JSONDIR=$2; shift 2 ;;
+	--compare-build) COMPARE=$2; shift 2 ;;
 	--) shift; EXTRA=("$@"); break ;;
 	-h | --help) sed -n "2,/^set -euo/p" "$0" | sed "$ d"; exit 0 ;;
 	*) echo "run_fs_bench.sh: unknown option $1" >&2; exit 2 ;;
@@ -88,8 +96,16 @@ else
 	TMPFS=$(mktemp -d /dev/shm/reftfs-bench.XXXXXX)
 fi
 
+# libfuse_of REFTFSD: the libfuse version it was built with.
+libfuse_of() {
+	"$1" --version | sed -n 's/.*(libfuse \([0-9.]*\)).*/\1/p'
+}
+
+# start REFTFSD [options]: mount it on $MNT.
 start() {
-	"$REFTFSD" "$MNT" -f --mem "$MEM" "$@" >"$WORK/reftfsd.log" 2>&1 &
+	local bin=$1
+	shift
+	"$bin" "$MNT" -f --mem "$MEM" "$@" >"$WORK/reftfsd.log" 2>&1 &
 	PID=$!
 	# --prefault faults the whole --mem in before mounting: minutes on a
 	# VM whose memory is backed on first touch.
@@ -118,17 +134,30 @@ run() { # run NAME JSON: tmpfs vs the mounted reftfs
 		--json "$2"
 }
 
-echo "== phase 1: tmpfs vs reftfsd --mem $MEM ${EXTRA[*]}"
-start "${EXTRA[@]}"
-run reftfs "$JSONDIR/fs_bench_default.json"
+FUSE_V=$(libfuse_of "$REFTFSD")
+NAME=reftfs-$FUSE_V
+echo "== phase 1: tmpfs vs reftfsd (libfuse $FUSE_V) --mem $MEM ${EXTRA[*]}"
+start "$REFTFSD" "${EXTRA[@]}"
+run "$NAME" "$JSONDIR/fs_bench_default.json"
 stop
 files=("$JSONDIR/fs_bench_default.json")
-if [ "$DIRECT" = 1 ]; then
-	echo "== phase 2: tmpfs vs reftfsd --mem $MEM --direct-read ${EXTRA[*]}"
-	start --direct-read "${EXTRA[@]}"
-	run reftfs-dread "$JSONDIR/fs_bench_direct_read.json"
+if [ "$DIRECT" = 1 ] &&
+	[ "$(printf '%s\n3.16\n' "$FUSE_V" | sort -V | head -n1)" != 3.16 ]; then
+	echo "== phase 2: tmpfs vs reftfsd (libfuse $FUSE_V) --mem $MEM --direct-read ${EXTRA[*]}"
+	start "$REFTFSD" --direct-read "${EXTRA[@]}"
+	run "$NAME-dread" "$JSONDIR/fs_bench_direct_read.json"
 	stop
 	files+=("$JSONDIR/fs_bench_direct_read.json")
+fi
+if [ -n "$COMPARE" ]; then
+	bin=$COMPARE/fs/reftfsd
+	[ -x "$bin" ] || { echo "not built: $bin" >&2; exit 1; }
+	v=$(libfuse_of "$bin")
+	echo "== phase 3: tmpfs vs $bin (libfuse $v) --mem $MEM ${EXTRA[*]}"
+	start "$bin" "${EXTRA[@]}"
+	run "reftfs-$v" "$JSONDIR/fs_bench_compare.json"
+	stop
+	files+=("$JSONDIR/fs_bench_compare.json")
 fi
 [ "$TMPFS_MOUNTED" = 1 ] || rm -rf "$TMPFS"
 echo "== reftfsd options: --mem $MEM ${EXTRA[*]}"
