@@ -215,6 +215,8 @@ int eng_start(struct eng *e)
 
 	if (rc == 0)
 		rc = fetch_start(e);
+	if (rc == 0 && e->gops)
+		rc = e->gops->start(e->gctx);
 	/* --prefault faulted all of it in and keeps it. */
 	if (rc == 0 && e->cfg.prefault != ENG_PREFAULT_START)
 		rc = store_balance_start(&e->store);
@@ -225,6 +227,8 @@ int eng_start(struct eng *e)
 
 int eng_stop(struct eng *e)
 {
+	if (e->gops)
+		e->gops->stop(e->gctx); /* changes in flight: -ESHUTDOWN */
 	fetch_stop(e); /* every queued read answered while it can be */
 	store_balance_stop(&e->store);
 	copier_stop(e); /* queued writes land before the last write-back */
@@ -235,6 +239,10 @@ void eng_free(struct eng *e)
 {
 	if (!e)
 		return;
+	if (e->gops) {
+		e->gops->stop(e->gctx);
+		e->gops->free(e->gctx);
+	}
 	fetch_stop(e);
 	copier_stop(e);
 	eng_free_handles(e);
@@ -249,6 +257,16 @@ void eng_free(struct eng *e)
 	pthread_mutex_destroy(&e->names_lock);
 	pthread_mutex_destroy(&e->handles_lock);
 	free(e);
+}
+
+bool eng_in_group(const struct eng *e)
+{
+	return e->gops != NULL;
+}
+
+int eng_group_ready(struct eng *e, int timeout_ms)
+{
+	return e->gops ? e->gops->ready(e->gctx, timeout_ms) : 0;
 }
 
 const struct eng_config *eng_get_config(struct eng *e)

@@ -305,6 +305,84 @@ int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync);
 /* Close; the last writer's close seals the file. */
 void eng_release(struct eng *e, struct eng_file *fp);
 
+/* --- calls that may finish later ---------------------------------------- */
+
+/*
+ * A namespace change, or an open or close that changes what other nodes
+ * see.  On a single node every call finishes at once.  In a group the
+ * change goes through the group's log and finishes when it has been
+ * applied on every live node: eng_call() returns ENG_LATER and @done is
+ * called once, from an engine thread, so that a FUSE worker never waits
+ * for the network.  The synchronous calls above (eng_mkdir, eng_create,
+ * ...) are eng_call() plus a wait, for callers that may block.
+ */
+enum eng_call_kind {
+	ENG_CALL_MKNOD,		/* parent, name, mode, rdev, uid, gid -> st */
+	ENG_CALL_MKDIR,		/* parent, name, mode, uid, gid -> st */
+	ENG_CALL_SYMLINK,	/* parent, name, target, uid, gid -> st */
+	ENG_CALL_LINK,		/* ino, newparent, newname -> st */
+	ENG_CALL_UNLINK,	/* parent, name */
+	ENG_CALL_RMDIR,		/* parent, name */
+	ENG_CALL_RENAME,	/* parent, name, newparent, newname, flags */
+	ENG_CALL_SETATTR,	/* ino, fp (or NULL), sa -> st */
+	ENG_CALL_CREATE,	/* parent, name, mode, uid, gid, flags
+				   -> st, fp, info */
+	ENG_CALL_OPEN,		/* ino, flags -> fp, info */
+	ENG_CALL_FLUSH,		/* fp: a writer's close seals the file */
+};
+
+struct eng_call {
+	enum eng_call_kind kind;
+	/* In.  Strings are copied before eng_call() returns. */
+	uint64_t ino, parent, newparent;
+	const char *name, *newname, *target;
+	mode_t mode;
+	dev_t rdev;
+	uid_t uid;
+	gid_t gid;
+	int flags;		/* open(2) flags, or ENG_RENAME_* */
+	struct eng_setattr sa;
+	struct eng_file *fp;	/* SETATTR (may be NULL), FLUSH */
+	/* Out, valid when the call succeeded. */
+	struct stat st;
+	struct eng_file *newfp;	/* CREATE, OPEN */
+	struct eng_open_info info;
+	/* Called once when eng_call() returned ENG_LATER; @rc 0 or -errno. */
+	void (*done)(struct eng_call *c, int rc);
+	void *ctx;
+};
+
+#define ENG_LATER 1
+
+/*
+ * Make the call.  0 or -errno: finished, done() is not called.
+ * ENG_LATER: @c must stay valid until done(c, rc) is called.
+ */
+int eng_call(struct eng *e, struct eng_call *c);
+
+/* --- the sharding group ------------------------------------------------- */
+
+struct grp;
+
+/*
+ * Make @e node @g's share of the group's one namespace (engine/gns.c):
+ * every namespace change goes through the group's log from now on.  Call
+ * after eng_new() and grp_new(), before eng_start() and grp_start().  0 or
+ * -errno.  Without it (no group) the engine is a single node.
+ */
+int eng_join_group(struct eng *e, struct grp *g);
+
+/*
+ * Wait until this node's namespace has caught up with the group's log
+ * (after grp_start): a node must not show a namespace older than what the
+ * group had when it started.  0, -ETIMEDOUT (nothing to serve yet: the
+ * group has no leader), or 0 at once without a group.
+ */
+int eng_group_ready(struct eng *e, int timeout_ms);
+
+/* true when @e is a node of a group (eng_join_group succeeded). */
+bool eng_in_group(const struct eng *e);
+
 /* --- state for reftfs-admin (used by the control socket, fs/ctl.c) ----- */
 
 enum eng_state {

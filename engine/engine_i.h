@@ -19,6 +19,7 @@
 #ifndef RFT_ENGINE_I_H
 #define RFT_ENGINE_I_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -124,16 +125,19 @@ static inline uint32_t store_refs(const struct store *s, uint32_t id)
 #define SLOT_CLEAN (1u << 0) /* same bytes as the persisted copy */
 #define SLOT_FRESH (1u << 1) /* just read through: eviction skips it once,
 				so its reader gets to use it */
+#define SLOT_FETCHED (1u << 2) /* a copy of the holders' bytes, fetched by
+				  a reader on another node than the owner:
+				  evictable back to PIECE_PEER */
 
 /*
- * Where the bytes of one piece of a file are.  The group (issue 8) adds
- * "on a peer" and "being rebuilt"; every place that asks goes through
- * slot_in_ram() or a switch on this type.
+ * Where the bytes of one piece of a file are.  Every place that asks goes
+ * through slot_in_ram() or a switch on this type.
  */
 enum piece_where {
 	PIECE_HOLE,	/* nowhere: reads as zeros */
 	PIECE_RAM,	/* in arena chunk slot->chunk */
 	PIECE_PERSIST,	/* only in the file's persisted copy */
+	PIECE_PEER,	/* on other nodes of the group: file->holders */
 };
 
 /*
@@ -153,6 +157,12 @@ struct slot {
 static inline bool slot_in_ram(const struct slot *s)
 {
 	return s->where == PIECE_RAM;
+}
+
+/* Elsewhere: read into memory (file_load) before use. */
+static inline bool slot_remote(const struct slot *s)
+{
+	return s->where == PIECE_PERSIST || s->where == PIECE_PEER;
 }
 
 #define SLOT_HOLE_INIT ((struct slot){ 0, 0, 0, 0, PIECE_HOLE, 0 })
@@ -213,12 +223,28 @@ struct file {
 	uint32_t resident;	/* slots holding an arena chunk; lock */
 	_Atomic unsigned pending; /* queued copies (eng_write_async); changed
 				     under copier.lock, read anywhere */
+	/*
+	 * The group.  The owner is the node that writes the file and keeps
+	 * its data whole; the others learn its size and checksums from its
+	 * SEAL, at log index gseal, and fetch pieces (PIECE_PEER) from the
+	 * nodes in @holders.  On a single node: owner 0, the rest 0.
+	 */
+	int owner;		/* node id; lock */
+	uint64_t gseal;		/* log index of the seal the pieces are of;
+				   lock */
+	uint64_t holders;	/* nodes holding gseal's bytes (bit per id);
+				   lock */
+	bool remote_writer;	/* the owner (another node) has it open for
+				   writing: not sealed here; lock */
+	uint64_t seal_sent;	/* the owner: last version whose SEAL it
+				   proposed; lock */
 };
 
 /* The derived properties; f->lock held (read is enough). */
 static inline bool file_sealed(const struct file *f)
 {
-	return f->writers == 0 && f->dur.sealed == f->version;
+	return f->writers == 0 && !f->remote_writer &&
+	       f->dur.sealed == f->version;
 }
 
 static inline bool file_data_persisted(const struct file *f)
@@ -429,6 +455,130 @@ static inline void eng_post_dirty(struct eng *e, struct inode *in)
 	eng_post(e, &ev);
 }
 
+/* --- namespace operations (nsop.c, applied by ns.c and file.c) --------- */
+
+/*
+ * One change to the namespace.  A single node applies it at once; a group
+ * appends it to its log and every node applies it in log order (gns.c).
+ * Inodes are named by number: in a group every node gives each new inode
+ * the same number, since numbers are handed out in log order.
+ */
+enum nsop_kind {
+	NSOP_MKNOD = 1,	/* regular files (not opened), FIFOs, sockets, devices */
+	NSOP_MKDIR,
+	NSOP_SYMLINK,
+	NSOP_CREATE,	/* a regular file, opened by its proposer */
+	NSOP_LINK,
+	NSOP_UNLINK,
+	NSOP_RMDIR,
+	NSOP_RENAME,
+	NSOP_SETATTR,
+	NSOP_OPEN,	/* open for writing by another node than the owner, or
+			   with O_TRUNC: the proposer becomes the owner */
+	NSOP_SEAL,	/* a file's final size and checksums, from its owner */
+};
+
+#define NSOP_VERSION 1
+
+/* SEAL: one piece of the sealed file. */
+struct nsop_piece {
+	uint32_t crc;	/* CRC32C of the whole piece as the file shows it */
+	uint8_t hole;	/* reads as zeros: nothing to fetch */
+};
+
+struct nsop {
+	enum nsop_kind kind;
+	int node;		/* proposer's node id (e->node) */
+	uint64_t inc;		/* proposer's incarnation (0 on a single node) */
+	uint64_t tag;		/* proposer's request, for its own apply */
+	struct timespec now;	/* proposer's clock: times the change sets */
+	uint32_t flags;		/* CREATE, OPEN: open(2) flags; RENAME:
+				   ENG_RENAME_*; SETATTR: sa.valid */
+	uint64_t ino;		/* LINK, SETATTR, OPEN, SEAL */
+	uint64_t parent, newparent;
+	char name[NAME_MAX + 1], newname[NAME_MAX + 1];
+	char *target;		/* SYMLINK; malloc()ed */
+	mode_t mode;		/* with the type bits */
+	uid_t uid;
+	gid_t gid;
+	dev_t rdev;
+	uint64_t file_id;	/* MKNOD, CREATE of a regular file */
+	struct eng_setattr sa;	/* SETATTR */
+	/* SEAL */
+	uint64_t version;	/* the owner's data version it seals */
+	uint64_t size;
+	struct timespec mtime;
+	uint32_t chunk_size;
+	uint32_t npieces;
+	struct nsop_piece *pieces; /* malloc()ed */
+};
+
+/* What applying an op gives back on its proposer's node. */
+struct nsop_out {
+	struct stat st;		/* entry ops, SETATTR, CREATE, OPEN */
+	struct eng_file *fp;	/* CREATE, OPEN: the handle opened */
+	struct eng_open_info info;
+	uint64_t index;		/* the op's log index (0 on a single node) */
+};
+
+const char *nsop_kind_name(enum nsop_kind k);
+/* Zero @op, set its kind, no proposer, and now. */
+void nsop_init(struct nsop *op, enum nsop_kind kind);
+/* Free what @op owns (target, pieces). */
+void nsop_clear(struct nsop *op);
+/* Encode into a malloc()ed buffer.  0 or -ENOMEM. */
+int nsop_encode(const struct nsop *op, void **buf, size_t *len);
+/* Decode; nsop_clear() the result.  0, -EPROTO, -ENOMEM. */
+int nsop_decode(const void *buf, size_t len, struct nsop *op);
+
+/*
+ * Apply @op to this node's namespace (ns.c), with no engine lock held.
+ * Deterministic: the same op on the same state gives the same result and
+ * state on every node.  @out is NULL except on the proposer's node, where
+ * entry ops also take a kernel lookup reference and CREATE/OPEN open the
+ * handle.  @index is the op's log index (0 on a single node).  May wait
+ * for the copier (no lock held then), never for the network.
+ */
+int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
+	     struct nsop_out *out);
+
+/*
+ * What a group adds to the engine (set by eng_join_group, gns.c).  The
+ * engine's own files call it through these pointers only, so that the
+ * engine library does not depend on the group's.
+ */
+struct eng_group_ops {
+	/*
+	 * Append @op to the group's log and finish @c from its apply (its
+	 * done() called exactly once, from another thread).  @op is copied.
+	 * ENG_LATER, or -errno (then done() is never called).
+	 */
+	int (*propose)(void *ctx, const struct nsop *op, struct eng_call *c);
+	/*
+	 * Seal @in (its owner is this node) and send the seal round the log,
+	 * on a group thread: make its checksums final, propose SEAL for the
+	 * version it has then, and finish @c (a FLUSH) once every live node
+	 * applied it; with @c NULL (a RELEASE) nobody waits.  ENG_LATER with
+	 * @c, else 0; -errno when it could not even be queued.
+	 */
+	int (*seal)(void *ctx, struct inode *in, struct eng_call *c);
+	/*
+	 * Read piece @idx (@len bytes, CRC32C @crc) of @in's sealed version
+	 * @gseal from one of @holders into @buf, checked: 0, -EIO when no
+	 * holder gave the right bytes, -ETIMEDOUT past @deadline.  No lock
+	 * held; sleeps.
+	 */
+	int (*fetch)(void *ctx, uint64_t ino, uint64_t gseal, uint64_t holders,
+		     uint32_t idx, uint32_t len, uint32_t crc, uint8_t *buf,
+		     const struct timespec *deadline);
+	/* Wait until the namespace caught up with the group (see engine.h). */
+	int (*ready)(void *ctx, int timeout_ms);
+	/* Threads: started by eng_start, stopped by eng_stop (and eng_free). */
+	int (*start)(void *ctx);
+	void (*stop)(void *ctx);
+	void (*free)(void *ctx);
+};
+
 /* --- the engine --------------------------------------------------------- */
 
 struct eng_counters {
@@ -436,6 +586,7 @@ struct eng_counters {
 	_Atomic uint64_t enospc, crc_errors, evicted_chunks;
 	_Atomic uint64_t fetch_reads, fetch_timeouts;
 	_Atomic uint64_t readthrough_chunks, readthrough_bytes;
+	_Atomic uint64_t peer_chunks, peer_bytes; /* fetched from peers */
 };
 
 struct eng {
@@ -461,6 +612,11 @@ struct eng {
 	_Atomic uint64_t learned_ckpt_bytes; /* see next_checkpoint_bytes */
 	uint64_t id_seed;		/* random, for file ids */
 	_Atomic uint64_t id_count;
+	/* The group (gns.c); a single node: node 0, no gops. */
+	int node;			/* this node's id in the group */
+	uint64_t inc;			/* this daemon's incarnation */
+	const struct eng_group_ops *gops; /* NULL: a single node */
+	void *gctx;
 };
 
 struct eng_file {
@@ -486,6 +642,27 @@ void ns_fini(struct eng *e);
 /* Find a live inode; caller holds ns->lock. */
 struct inode *ns_find(struct ns *ns, uint64_t ino);
 struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid);
+/* The same, with its times set to @now and file id @file_id (0: a new one). */
+struct inode *ns_new_inode_at(struct eng *e, mode_t mode, uid_t uid,
+			      gid_t gid, const struct timespec *now,
+			      uint64_t file_id);
+/*
+ * Make the entry op->parent/op->name of type @mode (op's owner, uid, gid
+ * and time) and return it in *@out; ns->lock held for writing.
+ */
+int ns_make_entry(struct eng *e, const struct nsop *op, mode_t mode,
+		  struct inode **out);
+/*
+ * In a group: does @op surely fail on this node's namespace as it is
+ * (a missing parent, a name that exists already for a mkdir, one that
+ * does not for an unlink)?  Then true, with the error in *@rc, and it
+ * need not go round the log.  Takes ns->lock.
+ */
+bool ns_check_local(struct eng *e, const struct nsop *op, int *rc);
+/* Copy an apply's outputs into the call. */
+void eng_call_take(struct eng_call *c, const struct nsop_out *out);
+/* eng_call(), then wait for done() when it is ENG_LATER.  Sleeps. */
+int eng_call_wait(struct eng *e, struct eng_call *c);
 /*
  * Give @child the name @name in @dir: as its primary name if @primary (or
  * it has none), else as one more (a hard link).  ns->lock held.
@@ -555,6 +732,26 @@ void file_snap_drop(struct eng *e, struct file_snap *fs);
  * file is persisted now.  f->lock held for writing.
  */
 bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs);
+/*
+ * CREATE and OPEN calls (file.c): open on this node when it may (the owner
+ * opening its own file, or any reader), else build the op that makes the
+ * caller the owner.  Returns like prepare() in ns.c: 0 to apply @op, 1
+ * when finished (result in *@rc).
+ */
+int file_prepare_open(struct eng *e, struct eng_call *c, struct nsop *op,
+		      int *rc);
+/* Apply CREATE or OPEN (see ns_apply). */
+int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
+		    struct nsop_out *out);
+/* Apply SEAL (see ns_apply). */
+int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index);
+/*
+ * FLUSH of handle @fp (every close(2)).  In a group the last writer's
+ * close seals the file and finishes @c once every live node has the seal:
+ * ENG_LATER.  Else 0 or -errno at once.
+ */
+int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c);
+
 /* Wait until no queued copy targets @f.  Sleeps: hold no lock at all. */
 void file_wait_writes(struct eng *e, struct file *f);
 /*
@@ -573,11 +770,12 @@ uint32_t crc_zeros(uint32_t crc, uint64_t len);
 /* Length of piece @idx of a file of @size bytes (0 past the end). */
 uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx);
 /*
- * Bring pieces [@first, @last] of @in into memory from the persist dir.
- * Called without any lock.
+ * Bring pieces [@first, @last] of @in into memory from where they are:
+ * the persist dir, or peers (until @deadline; NULL: cfg->fetch_timeout_ms
+ * from now).  Called without any lock; sleeps.
  */
 int file_load(struct eng *e, struct inode *in, uint32_t first,
-	      uint32_t last);
+	      uint32_t last, const struct timespec *deadline);
 
 /* evict.c */
 /*

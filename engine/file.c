@@ -138,6 +138,8 @@ void file_seal_locked(struct eng *e, struct file *f)
 			break;
 		case PIECE_PERSIST:
 			continue; /* stays unverified: not in memory */
+		case PIECE_PEER:
+			continue; /* its holders' bytes: the CRC is theirs */
 		case PIECE_RAM: {
 			uint32_t n = s->fill < len ? s->fill : len;
 
@@ -249,55 +251,79 @@ bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
 	return file_persisted(f);
 }
 
-/* Load one piece; no lock held.  1 if it was not persisted-only. */
+/*
+ * Load one piece from where it is (the persist dir, or the group's holders
+ * of the file's sealed version); no lock held.  1 if it was not elsewhere.
+ */
 static int load_piece(struct eng *e, struct inode *in, const char *rel,
-		      const struct copy_id *cid, uint32_t i)
+		      const struct copy_id *cid, uint32_t i,
+		      const struct timespec *deadline)
 {
 	struct file *f = &in->file;
 	struct slot want;
+	uint64_t gseal, holders;
 	uint32_t len, id;
 	int rc;
 
 	pthread_rwlock_rdlock(&f->lock);
-	if (i >= f->nslots || f->slots[i].where != PIECE_PERSIST) {
+	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
+	    (f->slots[i].where == PIECE_PERSIST && !rel)) {
 		pthread_rwlock_unlock(&f->lock);
 		return 1;
 	}
 	want = f->slots[i];
 	len = file_piece_len(e, f->size, i);
+	gseal = f->gseal;
+	holders = f->holders;
 	pthread_rwlock_unlock(&f->lock);
 
 	/*
 	 * Allocate and read without the file's lock: the evictor may need
 	 * it to free this very file's older pieces, and other readers need
-	 * not wait for the persist dir.
+	 * not wait for the persist dir or a peer.
 	 */
 	rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
 	if (rc < 0)
 		return rc;
-	rc = persist_read_piece(e, rel, cid,
-				(uint64_t)i << e->store.chunk_shift,
-				want.fill, len, want.crc, want.crc_len,
-				store_ptr(&e->store, id));
+	if (want.where == PIECE_PEER)
+		rc = e->gops ? e->gops->fetch(e->gctx, in->ino, gseal, holders,
+					      i, len, want.crc,
+					      store_ptr(&e->store, id),
+					      deadline)
+			     : -EIO;
+	else
+		rc = persist_read_piece(e, rel, cid,
+					(uint64_t)i << e->store.chunk_shift,
+					want.fill, len, want.crc,
+					want.crc_len, store_ptr(&e->store, id));
 	pthread_rwlock_wrlock(&f->lock);
-	if (rc == -EIO) {
+	if (rc == -EIO && want.where == PIECE_PERSIST) {
 		f->crc_bad = true;
 		atomic_fetch_add(&e->cnt.crc_errors, 1);
 	}
-	if (rc == 0 && i < f->nslots && f->slots[i].where == PIECE_PERSIST &&
+	if (rc == 0 && i < f->nslots && f->slots[i].where == want.where &&
 	    f->slots[i].fill == want.fill && f->slots[i].crc == want.crc &&
 	    f->slots[i].crc_len == want.crc_len &&
-	    file_piece_len(e, f->size, i) == len) {
+	    file_piece_len(e, f->size, i) == len &&
+	    (want.where != PIECE_PEER || f->gseal == gseal)) {
 		struct slot *s = &f->slots[i];
 
 		s->chunk = id;
 		s->where = PIECE_RAM;
 		s->fill = len;
-		s->flags |= SLOT_CLEAN | SLOT_FRESH;
+		s->flags |= SLOT_FRESH |
+			    (want.where == PIECE_PEER ? SLOT_FETCHED
+						      : SLOT_CLEAN);
 		f->resident++;
 		id = RFT_NO_CHUNK;
-		atomic_fetch_add(&e->cnt.readthrough_chunks, 1);
-		atomic_fetch_add(&e->cnt.readthrough_bytes, len);
+		atomic_fetch_add(want.where == PIECE_PEER
+					 ? &e->cnt.peer_chunks
+					 : &e->cnt.readthrough_chunks,
+				 1);
+		atomic_fetch_add(want.where == PIECE_PEER
+					 ? &e->cnt.peer_bytes
+					 : &e->cnt.readthrough_bytes,
+				 len);
 	}
 	pthread_rwlock_unlock(&f->lock);
 	if (id != RFT_NO_CHUNK)
@@ -305,10 +331,24 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	return rc;
 }
 
-int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
+/* Does any of pieces [@first, @last] of @f live in the persist dir? */
+static bool any_persisted(struct file *f, uint32_t first, uint32_t last)
 {
-	struct copy_id cid;
+	bool any = false;
+
+	pthread_rwlock_rdlock(&f->lock);
+	for (uint32_t i = first; i <= last && i < f->nslots && !any; i++)
+		any = f->slots[i].where == PIECE_PERSIST;
+	pthread_rwlock_unlock(&f->lock);
+	return any;
+}
+
+int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last,
+	      const struct timespec *deadline)
+{
+	struct copy_id cid = { 0, 0 };
 	char rel[PATH_MAX];
+	bool persisted = any_persisted(&in->file, first, last);
 	int rc = -ENOENT;
 
 	/*
@@ -322,19 +362,23 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last)
 			eng_names_lock(e);
 			eng_names_unlock(e);
 		}
-		pthread_rwlock_rdlock(&e->ns.lock);
-		pthread_rwlock_rdlock(&in->file.lock);
-		rc = persist_copy_path(e, in, rel, sizeof(rel));
-		cid = in->file.copy_id;
-		pthread_rwlock_unlock(&in->file.lock);
-		pthread_rwlock_unlock(&e->ns.lock);
-		if (rc < 0) {
-			rft_err("no persisted copy for inode %llu: %s",
-				(unsigned long long)in->ino, strerror(-rc));
-			return -EIO;
+		if (persisted) {
+			pthread_rwlock_rdlock(&e->ns.lock);
+			pthread_rwlock_rdlock(&in->file.lock);
+			rc = persist_copy_path(e, in, rel, sizeof(rel));
+			cid = in->file.copy_id;
+			pthread_rwlock_unlock(&in->file.lock);
+			pthread_rwlock_unlock(&e->ns.lock);
+			if (rc < 0) {
+				rft_err("no persisted copy for inode %llu: %s",
+					(unsigned long long)in->ino,
+					strerror(-rc));
+				return -EIO;
+			}
 		}
 		for (uint32_t i = first; i <= last; i++) {
-			rc = load_piece(e, in, rel, &cid, i);
+			rc = load_piece(e, in, persisted ? rel : NULL, &cid, i,
+					deadline);
 			if (rc < 0)
 				break;
 		}
@@ -375,7 +419,8 @@ static void handle_free(struct eng *e, struct eng_file *h)
  * that no thread sleeps holding the namespace lock.
  */
 static int open_locked(struct eng *e, struct inode *in, int flags,
-		       struct eng_file **fp, struct eng_open_info *info)
+		       const struct timespec *now, struct eng_file **fp,
+		       struct eng_open_info *info)
 {
 	bool writer = (flags & O_ACCMODE) != O_RDONLY;
 	bool trunc = (flags & O_TRUNC) && writer;
@@ -412,8 +457,8 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 		f->writers++;
 	if (trunc && (f->size > 0 || f->dur.sealed == f->version)) {
 		file_truncate_locked(e, f, 0);
-		eng_now(&in->mtime);
-		in->ctime = in->mtime;
+		in->mtime = *now;
+		in->ctime = *now;
 	}
 	open_info(f, info);
 	pthread_rwlock_unlock(&f->lock);
@@ -432,21 +477,302 @@ static void wait_unlocked(struct eng *e, struct inode *in)
 	ns_unhold(e, in);
 }
 
-int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
-	     struct eng_open_info *info)
+/*
+ * Does opening @in with @flags change what other nodes see, so that it
+ * must go through the group's log?  A writer that is not the owner takes
+ * the file over; O_TRUNC of a file others know with data empties it for
+ * everyone.  The owner's other opens, and every read-only open, are
+ * local.  ns->lock held.
+ */
+static bool open_needs_log(struct eng *e, struct inode *in, int flags)
 {
-	struct inode *in;
+	bool writer = (flags & O_ACCMODE) != O_RDONLY;
+	struct file *f = &in->file;
+	bool log;
+
+	if (!e->gops || !writer || !S_ISREG(in->mode))
+		return false;
+	pthread_rwlock_rdlock(&f->lock);
+	log = f->owner != e->node ||
+	      ((flags & O_TRUNC) && f->gseal != 0);
+	pthread_rwlock_unlock(&f->lock);
+	return log;
+}
+
+/*
+ * Open the regular file @in with @flags on this node (the caller's handle),
+ * and for CREATE take the kernel's lookup reference too.  ns->lock held
+ * for writing on entry, released on return.
+ */
+static int open_here(struct eng *e, struct inode *in, int flags, bool entry,
+		     const struct timespec *now, struct nsop_out *out)
+{
 	int rc;
 
 	for (;;) {
-		pthread_rwlock_wrlock(&e->ns.lock);
-		in = ns_find(&e->ns, ino);
-		rc = in ? open_locked(e, in, flags, fp, info) : -ENOENT;
+		rc = open_locked(e, in, flags, now, &out->fp, &out->info);
 		if (rc != -EAGAIN)
 			break;
 		wait_unlocked(e, in);
+		pthread_rwlock_wrlock(&e->ns.lock);
+	}
+	if (rc == 0 && entry) {
+		in->nlookup++;
+		ns_fill_stat(e, in, &out->st);
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+int file_prepare_open(struct eng *e, struct eng_call *c, struct nsop *op,
+		      int *rc)
+{
+	struct nsop_out out;
+	struct inode *in = NULL, *dir;
+	struct dentry *de;
+	bool create = c->kind == ENG_CALL_CREATE;
+
+	*rc = 0;
+	if (create) {
+		if (strlen(c->name) > NAME_MAX) {
+			*rc = -ENAMETOOLONG;
+			return 1;
+		}
+		strcpy(op->name, c->name);
+		op->mode = S_IFREG | (c->mode & 07777);
+		op->file_id = eng_new_file_id(e);
+		if (!e->gops)
+			return 0;
+	}
+	memset(&out, 0, sizeof(out));
+	pthread_rwlock_wrlock(&e->ns.lock);
+	if (create) {
+		dir = ns_find(&e->ns, c->parent);
+		if (!dir || !S_ISDIR(dir->mode) ||
+		    (dir != e->ns.root && dir->nlink == 0)) {
+			pthread_rwlock_unlock(&e->ns.lock);
+			*rc = dir && !S_ISDIR(dir->mode) ? -ENOTDIR : -ENOENT;
+			return 1;
+		}
+		de = ns_dir_find(&dir->dir, c->name);
+		if (!de) {
+			/* A new name: the log decides who makes it. */
+			pthread_rwlock_unlock(&e->ns.lock);
+			return 0;
+		}
+		if (c->flags & O_EXCL) {
+			pthread_rwlock_unlock(&e->ns.lock);
+			*rc = -EEXIST;
+			return 1;
+		}
+		in = de->inode;
+	} else {
+		in = ns_find(&e->ns, c->ino);
+		if (!in) {
+			pthread_rwlock_unlock(&e->ns.lock);
+			*rc = -ENOENT;
+			return 1;
+		}
+	}
+	if (open_needs_log(e, in, c->flags)) {
+		pthread_rwlock_unlock(&e->ns.lock);
+		/* CREATE of an existing name applies as an open of it. */
+		return 0;
+	}
+	*rc = open_here(e, in, c->flags, create, &op->now, &out);
+	if (*rc == 0)
+		eng_call_take(c, &out);
+	return 1;
+}
+
+int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
+		    struct nsop_out *out)
+{
+	bool writer = (op->flags & O_ACCMODE) != O_RDONLY;
+	bool trunc = writer && (op->flags & O_TRUNC);
+	bool create = op->kind == NSOP_CREATE;
+	struct inode *in, *dir;
+	struct dentry *de;
+	struct file *f;
+	bool made = false;
+	int rc;
+
+again:
+	pthread_rwlock_wrlock(&e->ns.lock);
+	if (create) {
+		dir = ns_find(&e->ns, op->parent);
+		rc = !dir || (dir != e->ns.root && dir->nlink == 0) ? -ENOENT
+		     : !S_ISDIR(dir->mode)			      ? -ENOTDIR
+								      : 0;
+		if (rc < 0)
+			goto out;
+		de = ns_dir_find(&dir->dir, op->name);
+		if (de && (op->flags & O_EXCL)) {
+			rc = -EEXIST;
+			goto out;
+		}
+		if (de) {
+			in = de->inode;
+		} else {
+			rc = ns_make_entry(e, op, S_IFREG | (op->mode & 07777),
+					   &in);
+			if (rc < 0)
+				goto out;
+			made = true;
+		}
+	} else {
+		in = ns_find(&e->ns, op->ino);
+		if (!in) {
+			rc = -ENOENT;
+			goto out;
+		}
+	}
+	if (S_ISDIR(in->mode)) {
+		rc = -EISDIR;
+		goto out;
+	}
+	if (!S_ISREG(in->mode)) {
+		rc = -EINVAL;
+		goto out;
+	}
+	f = &in->file;
+	/*
+	 * Every node: a writer from another node takes the file over, and
+	 * until its seal the file is being written (remote_writer).  The
+	 * proposer's own open (open_here) does its truncate itself.
+	 */
+	if (!out && (writer || made)) {
+		if (trunc && !file_wrlock_drained(e, f)) {
+			wait_unlocked(e, in);
+			goto again;
+		}
+		if (!trunc)
+			pthread_rwlock_wrlock(&f->lock);
+		f->owner = op->node;
+		if (writer)
+			f->remote_writer = true;
+		if (trunc && (f->size > 0 || f->gseal)) {
+			file_truncate_locked(e, f, 0);
+			in->mtime = op->now;
+			in->ctime = op->now;
+			f->dur.sealed = f->version;
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	if (out) {
+		pthread_rwlock_wrlock(&f->lock);
+		f->owner = op->node;
+		pthread_rwlock_unlock(&f->lock);
+		return open_here(e, in, (int)op->flags, create, &op->now, out);
+	}
+	rc = 0;
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	(void)index;
+	return rc;
+}
+
+/*
+ * Make @f's pieces those of a seal by another node: holes stay holes, the
+ * rest are on the seal's holders (PIECE_PEER).  f->lock held for writing;
+ * the old pieces' chunks go (readers hold their own pins).
+ */
+static int take_remote_seal(struct eng *e, struct file *f,
+			    const struct nsop *op)
+{
+	struct slot *slots = NULL;
+
+	if (op->npieces) {
+		slots = malloc((size_t)op->npieces * sizeof(*slots));
+		if (!slots)
+			return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < op->npieces; i++) {
+		uint32_t len = file_piece_len(e, op->size, i);
+
+		slots[i] = (struct slot){ 0, op->pieces[i].hole ? 0 : len,
+					  op->pieces[i].crc, len,
+					  op->pieces[i].hole ? PIECE_HOLE
+							     : PIECE_PEER,
+					  0 };
+	}
+	for (uint32_t i = 0; i < f->nslots; i++)
+		drop_slot(e, f, &f->slots[i]);
+	free(f->slots);
+	f->slots = slots;
+	f->nslots = f->cap = op->npieces;
+	f->size = op->size;
+	f->version++;
+	f->dur.sealed = f->version;
+	f->crc_unverified = false;
+	f->crc_bad = false;
+	return 0;
+}
+
+int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
+{
+	struct inode *in;
+	struct file *f;
+	bool kick = false;
+	int rc = 0;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, op->ino);
+	if (!in || !S_ISREG(in->mode)) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (op->chunk_size != e->store.chunk_size) {
+		/* Pieces would not line up: every node must use one size. */
+		rft_err("seal of inode %llu from node %d: chunk size %u KiB, "
+			"this node's is %u KiB",
+			(unsigned long long)op->ino, op->node,
+			op->chunk_size >> 10, e->store.chunk_size >> 10);
+		rc = -EPROTO;
+		goto out;
+	}
+	f = &in->file;
+	pthread_rwlock_wrlock(&f->lock);
+	if (op->node != f->owner) {
+		/* Another node took the file over since: its seal counts. */
+		rc = -ESTALE;
+	} else if (op->node == e->node) {
+		/* The owner keeps its bytes; they are this seal's if unchanged. */
+		if (f->version == op->version) {
+			f->gseal = index;
+			f->holders = 1ULL << e->node;
+		}
+	} else {
+		rc = take_remote_seal(e, f, op);
+		if (rc == 0) {
+			f->gseal = index;
+			f->holders = 1ULL << op->node;
+			f->remote_writer = false;
+			in->mtime = op->mtime;
+			in->ctime = op->now;
+			kick = true;
+		}
+	}
+	pthread_rwlock_unlock(&f->lock);
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (kick)
+		eng_post_dirty(e, in);
+	return rc;
+}
+
+int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
+	     struct eng_open_info *info)
+{
+	struct eng_call c = { .kind = ENG_CALL_OPEN, .ino = ino,
+			      .flags = flags };
+	int rc = eng_call_wait(e, &c);
+
+	if (rc == 0) {
+		*fp = c.newfp;
+		if (info)
+			*info = c.info;
+	}
 	return rc;
 }
 
@@ -454,62 +780,17 @@ int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 	       uid_t uid, gid_t gid, int flags, struct stat *st,
 	       struct eng_file **fp, struct eng_open_info *info)
 {
-	struct inode *dir, *in;
-	struct dentry *de;
-	int rc;
+	struct eng_call c = { .kind = ENG_CALL_CREATE, .parent = parent,
+			      .name = name, .mode = mode, .uid = uid,
+			      .gid = gid, .flags = flags };
+	int rc = eng_call_wait(e, &c);
 
-	if (strlen(name) > NAME_MAX)
-		return -ENAMETOOLONG;
-again:
-	pthread_rwlock_wrlock(&e->ns.lock);
-	dir = ns_find(&e->ns, parent);
-	if (!dir || (dir != e->ns.root && dir->nlink == 0)) {
-		rc = -ENOENT;
-		goto out;
-	}
-	if (!S_ISDIR(dir->mode)) {
-		rc = -ENOTDIR;
-		goto out;
-	}
-	de = ns_dir_find(&dir->dir, name);
-	if (de) {
-		if (flags & O_EXCL) {
-			rc = -EEXIST;
-			goto out;
-		}
-		in = de->inode;
-	} else {
-		rc = ns_name_check(e, dir, name, S_IFREG);
-		if (rc < 0)
-			goto out;
-		in = ns_new_inode(e, S_IFREG | (mode & 07777), uid, gid);
-		if (!in) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		if (dir->mode & S_ISGID)
-			in->gid = dir->gid;
-		rc = ns_link_child(e, dir, name, in, true);
-		if (rc < 0) {
-			in->holds++;
-			pthread_rwlock_unlock(&e->ns.lock);
-			ns_unhold(e, in);
-			return rc;
-		}
-		eng_now(&dir->mtime);
-		dir->ctime = dir->mtime;
-	}
-	rc = open_locked(e, in, flags, fp, info);
-	if (rc == -EAGAIN) {
-		wait_unlocked(e, in);
-		goto again;
-	}
 	if (rc == 0) {
-		in->nlookup++;
-		ns_fill_stat(e, in, st);
+		*st = c.st;
+		*fp = c.newfp;
+		if (info)
+			*info = c.info;
 	}
-out:
-	pthread_rwlock_unlock(&e->ns.lock);
 	return rc;
 }
 
@@ -517,7 +798,7 @@ void eng_release(struct eng *e, struct eng_file *fp)
 {
 	struct inode *in = fp->inode;
 	struct file *f = &in->file;
-	bool sealed = false;
+	bool sealed = false, tell = false;
 
 	if (fp->writer) {
 		/* Seal what the writer's queued copies leave, not less. */
@@ -527,12 +808,20 @@ void eng_release(struct eng *e, struct eng_file *fp)
 			file_seal_locked(e, f);
 			sealed = true;
 		}
+		/*
+		 * In a group the owner's seal goes to the others, unless a
+		 * FLUSH sent this very version already.
+		 */
+		tell = e->gops && f->writers == 0 && f->owner == e->node &&
+		       f->seal_sent != f->version;
 		pthread_rwlock_unlock(&f->lock);
 	}
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in->opens--;
 	in->holds++;
 	pthread_rwlock_unlock(&e->ns.lock);
+	if (tell)
+		e->gops->seal(e->gctx, in, NULL);
 	if (sealed)
 		eng_post_dirty(e, in);
 	ns_unhold(e, in);
@@ -545,12 +834,35 @@ void eng_free_handles(struct eng *e)
 		handle_free(e, e->handles);
 }
 
+int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c)
+{
+	struct file *f = &fp->inode->file;
+	bool tell;
+
+	if (!fp->writer)
+		return 0;
+	/* close(2) returns with the data in place. */
+	file_wait_writes(e, f);
+	if (!e->gops)
+		return 0;
+	/*
+	 * The last writer's close: the other nodes must see the file's new
+	 * size and contents when close(2) returns (close-to-open), so the
+	 * seal goes round the log now, not at RELEASE (which the kernel
+	 * sends after close has returned).
+	 */
+	pthread_rwlock_rdlock(&f->lock);
+	tell = f->writers == 1 && f->owner == e->node &&
+	       f->seal_sent != f->version;
+	pthread_rwlock_unlock(&f->lock);
+	return tell ? e->gops->seal(e->gctx, fp->inode, c) : 0;
+}
+
 int eng_flush(struct eng *e, struct eng_file *fp)
 {
-	/* close(2) returns with the data in place. */
-	if (fp->writer)
-		file_wait_writes(e, &fp->inode->file);
-	return 0;
+	struct eng_call c = { .kind = ENG_CALL_FLUSH, .fp = fp };
+
+	return eng_call_wait(e, &c);
 }
 
 int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
@@ -706,7 +1018,7 @@ static bool needs_load(struct eng *e, struct file *f, uint64_t off,
 		bool whole = off <= start && off + size >= start + cs;
 
 		/* A piece overwritten whole needs no old bytes. */
-		if (f->slots[i].where == PIECE_PERSIST && !whole) {
+		if (slot_remote(&f->slots[i]) && !whole) {
 			*idx = i;
 			return true;
 		}
@@ -788,7 +1100,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 				free(job);
 				return -EIO;
 			}
-			rc = file_load(e, in, idx, idx);
+			rc = file_load(e, in, idx, idx, NULL);
 			if (rc < 0) {
 				free(job);
 				return rc;
@@ -873,12 +1185,12 @@ ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
 
 /* --- fallocate ----------------------------------------------------------- */
 
-/* First persisted-only piece among [first, last], or UINT32_MAX. */
+/* First piece among [first, last] not here, or UINT32_MAX. */
 static uint32_t first_persisted(const struct file *f, uint32_t first,
 				uint32_t last)
 {
 	for (uint32_t i = first; i <= last && i < f->nslots; i++)
-		if (f->slots[i].where == PIECE_PERSIST)
+		if (slot_remote(&f->slots[i]))
 			return i;
 	return UINT32_MAX;
 }
@@ -931,7 +1243,7 @@ static int punch_prepare(struct eng *e, struct file *f, uint64_t off,
 		if (idx >= f->nslots || (a == ps && b == ps + cs))
 			continue;
 		s = &f->slots[idx];
-		if (s->where == PIECE_PERSIST) {
+		if (slot_remote(s)) {
 			*load = idx;
 			return 0;
 		}
@@ -1026,7 +1338,7 @@ int eng_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 			pthread_rwlock_unlock(&f->lock);
 			if (loads++ == LOAD_TRIES)
 				return -EIO;
-			rc = file_load(e, in, load, load);
+			rc = file_load(e, in, load, load, NULL);
 			if (rc < 0)
 				return rc;
 			continue;
@@ -1144,11 +1456,13 @@ void copier_stop(struct eng *e)
  * read's own (at most the request plus a piece), not the arena's.
  */
 static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
-		       size_t size, eng_reply_fn reply, void *ctx)
+		       size_t size, eng_reply_fn reply, void *ctx,
+		       const struct timespec *deadline)
 {
 	struct file *f = &in->file;
 	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
-	char rel[PATH_MAX];
+	uint64_t gseal = 0, holders = 0;
+	char rel[PATH_MAX] = "";
 	struct copy_id cid;
 	struct slot *want = NULL;
 	uint32_t first, last, n, nalloc = 0;
@@ -1181,9 +1495,11 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 			want = calloc(n, sizeof(*want));
 			nalloc = n;
 		}
+		gseal = f->gseal;
+		holders = f->holders;
 		if (!buf || !want) {
 			rc = -ENOMEM;
-		} else {
+		} else if (f->copy != COPY_NONE) {
 			rc = persist_copy_path(e, in, rel, sizeof(rel));
 			cid = f->copy_id;
 		}
@@ -1214,6 +1530,12 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 					want[i].fill, want[i].chunk,
 					want[i].crc, want[i].crc_len,
 					buf + (size_t)i * cs);
+			else if (want[i].where == PIECE_PEER)
+				rc = e->gops->fetch(e->gctx, in->ino, gseal,
+						    holders, first + i,
+						    want[i].chunk, want[i].crc,
+						    buf + (size_t)i * cs,
+						    deadline);
 		if (rc != -ENOENT)
 			break;
 		/* The copy moved meanwhile: let the name change finish. */
@@ -1280,7 +1602,7 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 		first = (uint32_t)(pos >> e->store.chunk_shift);
 		last = (uint32_t)((end - 1) >> e->store.chunk_shift);
 		for (uint32_t i = first; i <= last && i < f->nslots; i++)
-			if (f->slots[i].where == PIECE_PERSIST)
+			if (slot_remote(&f->slots[i]))
 				missing = true;
 		if (!missing)
 			break;
@@ -1289,14 +1611,16 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 			return fetch_queue(e, in, pos, size, reply, ctx);
 		if (fetch_expired(deadline))
 			return -ETIMEDOUT;
-		rc = tries == LOAD_TRIES ? -EAGAIN : file_load(e, in, first, last);
+		rc = tries == LOAD_TRIES ? -EAGAIN
+					 : file_load(e, in, first, last, deadline);
 		/*
 		 * No memory to cache it in, or what was loaded keeps being
 		 * evicted before this reader gets to it: read it straight
 		 * from the persist dir.  A read never fails for lack of cache.
 		 */
 		if (rc == -ENOSPC || rc == -EAGAIN || rc == -ENOENT)
-			return read_direct(e, in, pos, size, reply, ctx);
+			return read_direct(e, in, pos, size, reply, ctx,
+					   deadline);
 		if (rc < 0)
 			return rc;
 	}

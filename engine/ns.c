@@ -87,6 +87,16 @@ static int dir_init(struct dir *d)
 
 struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid)
 {
+	struct timespec now;
+
+	eng_now(&now);
+	return ns_new_inode_at(e, mode, uid, gid, &now, 0);
+}
+
+struct inode *ns_new_inode_at(struct eng *e, mode_t mode, uid_t uid,
+			      gid_t gid, const struct timespec *now,
+			      uint64_t file_id)
+{
 	struct ns *ns = &e->ns;
 	struct inode *in;
 
@@ -102,11 +112,13 @@ struct inode *ns_new_inode(struct eng *e, mode_t mode, uid_t uid, gid_t gid)
 	}
 	in->ino = ns->next_ino++;
 	ns_set_mode(in, mode);
-	if (S_ISREG(mode))
-		in->file.id = eng_new_file_id(e);
+	if (S_ISREG(mode)) {
+		in->file.id = file_id ? file_id : eng_new_file_id(e);
+		in->file.owner = e->node;
+	}
 	in->uid = uid;
 	in->gid = gid;
-	eng_now(&in->mtime);
+	in->mtime = *now;
 	in->atime = in->ctime = in->mtime;
 	in->hnext = ns->table[in->ino % ns->nbuckets];
 	ns->table[in->ino % ns->nbuckets] = in;
@@ -492,10 +504,10 @@ static int get_dir(struct eng *e, uint64_t ino, struct inode **out)
 	return 0;
 }
 
-static void touch_dir(struct inode *dir)
+static void touch_dir(struct inode *dir, const struct timespec *now)
 {
-	eng_now(&dir->mtime);
-	dir->ctime = dir->mtime;
+	dir->mtime = *now;
+	dir->ctime = *now;
 }
 
 /* --- namespace calls ---------------------------------------------------- */
@@ -556,7 +568,7 @@ int eng_getattr(struct eng *e, uint64_t ino, struct stat *st)
 	return rc;
 }
 
-/* Apply the time changes of @sa; any change sets ctime. */
+/* Apply the time changes of @sa at @now; any change sets ctime. */
 static void set_times(struct inode *in, const struct eng_setattr *sa,
 		      const struct timespec *now)
 {
@@ -571,23 +583,22 @@ static void set_times(struct inode *in, const struct eng_setattr *sa,
 	in->ctime = (sa->valid & ENG_SET_CTIME) ? sa->ctime : *now;
 }
 
-int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
-		const struct eng_setattr *sa, struct stat *st)
+static int apply_setattr(struct eng *e, const struct nsop *op,
+			 struct nsop_out *out)
 {
+	const struct eng_setattr *sa = &op->sa;
 	const unsigned meta = ENG_SET_MODE | ENG_SET_UID | ENG_SET_GID |
 			      ENG_SET_ATIME | ENG_SET_MTIME |
 			      ENG_SET_ATIME_NOW | ENG_SET_MTIME_NOW |
 			      ENG_SET_CTIME | ENG_SET_KILL_SETID;
 	struct file *f = NULL;
-	struct timespec now;
 	struct inode *in;
 	bool kick = false;
 	int rc = 0;
 
-	eng_now(&now);
 again:
 	pthread_rwlock_wrlock(&e->ns.lock);
-	in = fp ? fp->inode : ns_find(&e->ns, ino);
+	in = ns_find(&e->ns, op->ino);
 	if (!in) {
 		rc = -ENOENT;
 		goto out;
@@ -632,12 +643,14 @@ again:
 
 	if (f) {
 		if (sa->valid & ENG_SET_SIZE) {
+			/* Whoever changes a file's data owns it from now on. */
+			f->owner = op->node;
 			rc = file_truncate_locked(e, f, sa->size);
 			if (rc == 0)
-				in->mtime = now;
+				in->mtime = op->now;
 		}
 		if (rc == 0) {
-			set_times(in, sa, &now);
+			set_times(in, sa, &op->now);
 			/*
 			 * A write-back in flight copied the old attributes:
 			 * the new metadata version keeps it from counting.
@@ -652,7 +665,7 @@ again:
 		}
 		pthread_rwlock_unlock(&f->lock);
 	} else {
-		set_times(in, sa, &now);
+		set_times(in, sa, &op->now);
 		/* Directories and nodes: their metadata goes again. */
 		in->node_version++;
 		if (in->node_persisted) {
@@ -660,8 +673,8 @@ again:
 			kick = true;
 		}
 	}
-	if (rc == 0)
-		ns_fill_stat(e, in, st);
+	if (rc == 0 && out)
+		ns_fill_stat(e, in, &out->st);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (kick)
@@ -669,35 +682,53 @@ out:
 	return rc;
 }
 
+static void call_free(struct eng_call *c, int rc)
+{
+	free(c);
+}
+
 int eng_write_kill_setid(struct eng *e, struct eng_file *fp, gid_t gid)
 {
-	struct eng_setattr sa = { .valid = ENG_SET_KILL_SETID,
-				  .kill_gid = gid };
-	struct stat st;
+	struct eng_call *c;
 	int rc;
 
 	if (!atomic_load(&fp->inode->setid))
 		return 0;
-	rc = eng_setattr(e, 0, fp, &sa, &st);
+	/*
+	 * In a group the change goes round the log: the write goes on
+	 * without waiting for it (the caller is a FUSE worker).
+	 */
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->kind = ENG_CALL_SETATTR;
+	c->ino = fp->inode->ino;
+	c->fp = fp;
+	c->sa.valid = ENG_SET_KILL_SETID;
+	c->sa.kill_gid = gid;
+	c->done = call_free;
+	rc = eng_call(e, c);
+	if (rc != ENG_LATER)
+		free(c);
 	return rc < 0 ? rc : 1;
 }
 
-/* Make a new entry under @parent; ns->lock held for writing. */
-static int make_entry(struct eng *e, uint64_t parent, const char *name,
-		      mode_t mode, uid_t uid, gid_t gid, struct inode **out)
+int ns_make_entry(struct eng *e, const struct nsop *op, mode_t mode,
+		  struct inode **out)
 {
 	struct inode *dir, *in;
 	int rc;
 
-	rc = get_dir(e, parent, &dir);
+	rc = get_dir(e, op->parent, &dir);
 	if (rc < 0)
 		return rc;
-	rc = ns_name_check(e, dir, name, mode);
+	rc = ns_name_check(e, dir, op->name, mode);
 	if (rc < 0)
 		return rc;
-	if (ns_dir_find(&dir->dir, name))
+	if (ns_dir_find(&dir->dir, op->name))
 		return -EEXIST;
-	in = ns_new_inode(e, mode, uid, gid);
+	in = ns_new_inode_at(e, mode, op->uid, op->gid, &op->now,
+			     op->file_id);
 	if (!in)
 		return -ENOMEM;
 	/* New entries in a set-group-ID directory take its group. */
@@ -706,109 +737,61 @@ static int make_entry(struct eng *e, uint64_t parent, const char *name,
 		if (S_ISDIR(mode))
 			in->mode |= S_ISGID;
 	}
-	rc = ns_link_child(e, dir, name, in, true);
+	if (S_ISREG(mode))
+		in->file.owner = op->node;
+	rc = ns_link_child(e, dir, op->name, in, true);
 	if (rc < 0) {
 		in->nlink = 0;
 		maybe_free(e, in);
 		return rc;
 	}
-	touch_dir(dir);
+	touch_dir(dir, &op->now);
 	*out = in;
 	return 0;
 }
 
-int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	      dev_t rdev, uid_t uid, gid_t gid, struct stat *st)
+/* MKNOD, MKDIR, SYMLINK. */
+static int apply_make(struct eng *e, const struct nsop *op,
+		      struct nsop_out *out)
 {
+	mode_t mode = op->mode;
 	struct inode *in;
+	char *t = NULL;
 	int rc;
 
-	/* As tmpfs: files, FIFOs, sockets and device nodes. */
-	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) &&
-	    !S_ISCHR(mode) && !S_ISBLK(mode))
+	if (op->kind == NSOP_MKDIR) {
+		mode = S_IFDIR | (mode & 07777);
+	} else if (op->kind == NSOP_SYMLINK) {
+		mode = S_IFLNK | 0777;
+		if (!op->target || strlen(op->target) >= PATH_MAX)
+			return -ENAMETOOLONG;
+		t = strdup(op->target);
+		if (!t)
+			return -ENOMEM;
+	} else if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) &&
+		   !S_ISCHR(mode) && !S_ISBLK(mode)) {
+		/* As tmpfs: files, FIFOs, sockets and device nodes. */
 		return -EINVAL;
+	}
 	pthread_rwlock_wrlock(&e->ns.lock);
-	rc = make_entry(e, parent, name, mode, uid, gid, &in);
+	rc = ns_make_entry(e, op, mode, &in);
 	if (rc == 0) {
 		if (S_ISREG(mode))
 			in->file.dur.sealed = in->file.version;
 		else if (S_ISCHR(mode) || S_ISBLK(mode))
-			in->rdev = rdev;
-		in->nlookup++;
-		ns_fill_stat(e, in, st);
-	}
-	pthread_rwlock_unlock(&e->ns.lock);
-	if (rc == 0)
-		eng_post_dirty(e, in);
-	return rc;
-}
-
-int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	      uid_t uid, gid_t gid, struct stat *st)
-{
-	struct inode *in;
-	int rc;
-
-	pthread_rwlock_wrlock(&e->ns.lock);
-	rc = make_entry(e, parent, name, S_IFDIR | (mode & 07777), uid, gid,
-			&in);
-	if (rc == 0) {
-		in->nlookup++;
-		ns_fill_stat(e, in, st);
-	}
-	pthread_rwlock_unlock(&e->ns.lock);
-	if (rc == 0)
-		eng_post_dirty(e, in); /* empty directories are kept too */
-	return rc;
-}
-
-int eng_symlink(struct eng *e, uint64_t parent, const char *name,
-		const char *target, uid_t uid, gid_t gid, struct stat *st)
-{
-	struct inode *in;
-	char *t;
-	int rc;
-
-	if (strlen(target) >= PATH_MAX)
-		return -ENAMETOOLONG;
-	t = strdup(target);
-	if (!t)
-		return -ENOMEM;
-	pthread_rwlock_wrlock(&e->ns.lock);
-	rc = make_entry(e, parent, name, S_IFLNK | 0777, uid, gid, &in);
-	if (rc == 0) {
-		in->target = t;
-		t = NULL;
-		in->nlookup++;
-		ns_fill_stat(e, in, st);
+			in->rdev = op->rdev;
+		else if (S_ISLNK(mode))
+			in->target = t, t = NULL;
+		if (out) {
+			in->nlookup++;
+			ns_fill_stat(e, in, &out->st);
+		}
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	free(t);
+	/* Empty directories and nodes are kept in the persist dir too. */
 	if (rc == 0)
 		eng_post_dirty(e, in);
-	return rc;
-}
-
-int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
-{
-	struct inode *in;
-	int rc;
-
-	pthread_rwlock_rdlock(&e->ns.lock);
-	in = ns_find(&e->ns, ino);
-	if (!in) {
-		rc = -ENOENT;
-	} else if (!S_ISLNK(in->mode)) {
-		rc = -EINVAL;
-	} else {
-		size_t n = strlen(in->target);
-
-		if (n > size)
-			n = size;
-		memcpy(buf, in->target, n);
-		rc = (int)n;
-	}
-	pthread_rwlock_unlock(&e->ns.lock);
 	return rc;
 }
 
@@ -830,8 +813,8 @@ static int child_path(struct eng *e, struct inode *parent, const char *name,
 	return 0;
 }
 
-int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
-	     const char *newname, struct stat *st)
+static int apply_link(struct eng *e, const struct nsop *op,
+		      struct nsop_out *out)
 {
 	char from[PATH_MAX], to[PATH_MAX];
 	struct inode *in, *dir;
@@ -840,7 +823,7 @@ int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
 
 	eng_names_lock(e);
 	pthread_rwlock_wrlock(&e->ns.lock);
-	in = ns_find(&e->ns, ino);
+	in = ns_find(&e->ns, op->ino);
 	if (in && S_ISDIR(in->mode)) {
 		rc = -EPERM;
 		goto out;
@@ -853,24 +836,26 @@ int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
 		rc = -EMLINK;
 		goto out;
 	}
-	rc = get_dir(e, newparent, &dir);
+	rc = get_dir(e, op->newparent, &dir);
 	if (rc == 0)
-		rc = ns_name_check(e, dir, newname, in->mode);
-	if (rc == 0 && ns_dir_find(&dir->dir, newname))
+		rc = ns_name_check(e, dir, op->newname, in->mode);
+	if (rc == 0 && ns_dir_find(&dir->dir, op->newname))
 		rc = -EEXIST;
 	if (rc < 0)
 		goto out;
 	mirror = ns_path(&e->ns, in, from, sizeof(from)) == 0 &&
-		 child_path(e, dir, newname, to, sizeof(to)) == 0;
+		 child_path(e, dir, op->newname, to, sizeof(to)) == 0;
 	/* One more name; the primary one, where its copy lives, stays. */
-	rc = ns_link_child(e, dir, newname, in, false);
+	rc = ns_link_child(e, dir, op->newname, in, false);
 	if (rc < 0)
 		goto out;
-	touch_dir(dir);
-	eng_now(&in->ctime);
-	in->nlookup++;
+	touch_dir(dir, &op->now);
+	in->ctime = op->now;
+	if (out) {
+		in->nlookup++;
+		ns_fill_stat(e, in, &out->st);
+	}
 	in->holds++;
-	ns_fill_stat(e, in, st);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0) {
@@ -886,9 +871,10 @@ out:
 	return rc;
 }
 
-static int remove_entry(struct eng *e, uint64_t parent, const char *name,
-			bool want_dir)
+/* UNLINK, RMDIR. */
+static int apply_remove(struct eng *e, const struct nsop *op)
 {
+	bool want_dir = op->kind == NSOP_RMDIR;
 	char rel[PATH_MAX];
 	struct inode *dir, *in = NULL;
 	struct dentry *de;
@@ -897,10 +883,10 @@ static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 
 	eng_names_lock(e);
 	pthread_rwlock_wrlock(&e->ns.lock);
-	rc = get_dir(e, parent, &dir);
+	rc = get_dir(e, op->parent, &dir);
 	if (rc < 0)
 		goto out;
-	de = ns_dir_find(&dir->dir, name);
+	de = ns_dir_find(&dir->dir, op->name);
 	if (!de) {
 		rc = -ENOENT;
 		goto out;
@@ -918,7 +904,7 @@ static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 		rc = -ENOTEMPTY;
 		goto out;
 	}
-	if (child_path(e, dir, name, rel, sizeof(rel)) < 0)
+	if (child_path(e, dir, op->name, rel, sizeof(rel)) < 0)
 		rel[0] = '\0';
 	/* Kept alive for the mirror, which decides what its copy needs. */
 	in->holds++;
@@ -926,8 +912,8 @@ static int remove_entry(struct eng *e, uint64_t parent, const char *name,
 	unlink_dentry(e, dir, de, true);
 	last = in->nlink == 0;
 	if (!last)
-		eng_now(&in->ctime);
-	touch_dir(dir);
+		in->ctime = op->now;
+	touch_dir(dir, &op->now);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0) {
@@ -945,16 +931,6 @@ out:
 	return rc;
 }
 
-int eng_unlink(struct eng *e, uint64_t parent, const char *name)
-{
-	return remove_entry(e, parent, name, false);
-}
-
-int eng_rmdir(struct eng *e, uint64_t parent, const char *name)
-{
-	return remove_entry(e, parent, name, true);
-}
-
 /* Is @a an ancestor of (or equal to) @b?  ns->lock held. */
 static bool is_ancestor(const struct inode *a, const struct inode *b)
 {
@@ -964,9 +940,10 @@ static bool is_ancestor(const struct inode *a, const struct inode *b)
 	return false;
 }
 
-int eng_rename(struct eng *e, uint64_t parent, const char *name,
-	       uint64_t newparent, const char *newname, unsigned flags)
+static int apply_rename(struct eng *e, const struct nsop *op)
 {
+	const char *name = op->name, *newname = op->newname;
+	unsigned flags = op->flags;
 	char from[PATH_MAX], to[PATH_MAX];
 	struct inode *sdir, *ddir, *src = NULL, *dst = NULL;
 	struct dentry *sde, *dde;
@@ -977,14 +954,12 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 		return -EINVAL;
 	if (flags & ~(ENG_RENAME_NOREPLACE | ENG_RENAME_EXCHANGE))
 		return -EINVAL;
-	if (strlen(newname) > NAME_MAX)
-		return -ENAMETOOLONG;
 
 	eng_names_lock(e);
 	pthread_rwlock_wrlock(&e->ns.lock);
-	rc = get_dir(e, parent, &sdir);
+	rc = get_dir(e, op->parent, &sdir);
 	if (rc == 0)
-		rc = get_dir(e, newparent, &ddir);
+		rc = get_dir(e, op->newparent, &ddir);
 	if (rc < 0)
 		goto out;
 	sde = ns_dir_find(&sdir->dir, name);
@@ -1091,9 +1066,9 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 	if (sdir == e->ns.root && dst && S_ISDIR(dst->mode) &&
 	    dst->ckpt_seq == 0)
 		dst->ckpt_seq = ++e->ns.next_ckpt_seq;
-	touch_dir(sdir);
-	touch_dir(ddir);
-	eng_now(&src->ctime);
+	touch_dir(sdir, &op->now);
+	touch_dir(ddir, &op->now);
+	src->ctime = op->now;
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0 && mirror) {
@@ -1111,6 +1086,339 @@ out:
 	}
 	eng_names_unlock(e);
 	return rc;
+}
+
+int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
+	     struct nsop_out *out)
+{
+	if (out)
+		out->index = index;
+	switch (op->kind) {
+	case NSOP_MKNOD:
+	case NSOP_MKDIR:
+	case NSOP_SYMLINK:
+		return apply_make(e, op, out);
+	case NSOP_LINK:
+		return apply_link(e, op, out);
+	case NSOP_UNLINK:
+	case NSOP_RMDIR:
+		return apply_remove(e, op);
+	case NSOP_RENAME:
+		return apply_rename(e, op);
+	case NSOP_SETATTR:
+		return apply_setattr(e, op, out);
+	case NSOP_CREATE:
+	case NSOP_OPEN:
+		return file_apply_open(e, op, index, out);
+	case NSOP_SEAL:
+		return file_apply_seal(e, op, index);
+	}
+	return -EINVAL;
+}
+
+/* --- the calls ---------------------------------------------------------- */
+
+bool ns_check_local(struct eng *e, const struct nsop *op, int *rc)
+{
+	struct inode *dir;
+	struct dentry *de = NULL;
+
+	*rc = 0;
+	switch (op->kind) {
+	case NSOP_MKNOD:
+	case NSOP_MKDIR:
+	case NSOP_SYMLINK:
+	case NSOP_UNLINK:
+	case NSOP_RMDIR:
+		break;
+	default:
+		return false;
+	}
+	pthread_rwlock_rdlock(&e->ns.lock);
+	*rc = get_dir(e, op->parent, &dir);
+	if (*rc == 0 && op->kind != NSOP_UNLINK && op->kind != NSOP_RMDIR)
+		*rc = ns_name_check(e, dir, op->name,
+				    op->kind == NSOP_MKDIR     ? S_IFDIR
+				    : op->kind == NSOP_SYMLINK ? S_IFLNK
+							       : op->mode);
+	if (*rc == 0)
+		de = ns_dir_find(&dir->dir, op->name);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (*rc == 0) {
+		if (de && (op->kind == NSOP_MKNOD || op->kind == NSOP_MKDIR ||
+			   op->kind == NSOP_SYMLINK))
+			*rc = -EEXIST;
+		else if (!de && (op->kind == NSOP_UNLINK ||
+				 op->kind == NSOP_RMDIR))
+			*rc = -ENOENT;
+	}
+	return *rc < 0;
+}
+
+
+/* Copy @src into a name buffer; -ENAMETOOLONG past NAME_MAX. */
+static int copy_name(char dst[NAME_MAX + 1], const char *src)
+{
+	size_t n = strlen(src);
+
+	if (n > NAME_MAX)
+		return -ENAMETOOLONG;
+	memcpy(dst, src, n + 1);
+	return 0;
+}
+
+/*
+ * Turn @c into an op.  0: @op is to be applied (or proposed); 1: @c
+ * finished here (its outputs set, its result in *@rc).
+ */
+static int prepare(struct eng *e, struct eng_call *c, struct nsop *op,
+		   int *rc)
+{
+	static const enum nsop_kind kinds[] = {
+		[ENG_CALL_MKNOD] = NSOP_MKNOD,
+		[ENG_CALL_MKDIR] = NSOP_MKDIR,
+		[ENG_CALL_SYMLINK] = NSOP_SYMLINK,
+		[ENG_CALL_LINK] = NSOP_LINK,
+		[ENG_CALL_UNLINK] = NSOP_UNLINK,
+		[ENG_CALL_RMDIR] = NSOP_RMDIR,
+		[ENG_CALL_RENAME] = NSOP_RENAME,
+		[ENG_CALL_SETATTR] = NSOP_SETATTR,
+		[ENG_CALL_CREATE] = NSOP_CREATE,
+		[ENG_CALL_OPEN] = NSOP_OPEN,
+	};
+
+	nsop_init(op, kinds[c->kind]);
+	op->node = e->node;
+	op->inc = e->inc;
+	op->parent = c->parent;
+	op->newparent = c->newparent;
+	op->ino = c->ino;
+	op->mode = c->mode;
+	op->uid = c->uid;
+	op->gid = c->gid;
+	op->rdev = c->rdev;
+	op->flags = (uint32_t)c->flags;
+	*rc = 0;
+	switch (c->kind) {
+	case ENG_CALL_MKNOD:
+	case ENG_CALL_MKDIR:
+	case ENG_CALL_SYMLINK:
+		*rc = copy_name(op->name, c->name);
+		if (*rc == 0 && c->kind == ENG_CALL_SYMLINK) {
+			if (strlen(c->target) >= PATH_MAX)
+				*rc = -ENAMETOOLONG;
+			else if (!(op->target = strdup(c->target)))
+				*rc = -ENOMEM;
+		}
+		if (*rc == 0 && c->kind == ENG_CALL_MKNOD && S_ISREG(c->mode))
+			op->file_id = eng_new_file_id(e);
+		break;
+	case ENG_CALL_LINK:
+		*rc = copy_name(op->newname, c->newname);
+		break;
+	case ENG_CALL_UNLINK:
+	case ENG_CALL_RMDIR:
+		*rc = copy_name(op->name, c->name);
+		break;
+	case ENG_CALL_RENAME:
+		*rc = copy_name(op->name, c->name);
+		if (*rc == 0)
+			*rc = copy_name(op->newname, c->newname);
+		break;
+	case ENG_CALL_SETATTR:
+		op->sa = c->sa;
+		op->flags = c->sa.valid;
+		if (c->fp)
+			op->ino = c->fp->inode->ino;
+		break;
+	case ENG_CALL_CREATE:
+	case ENG_CALL_OPEN:
+		return file_prepare_open(e, c, op, rc);
+	case ENG_CALL_FLUSH:
+		*rc = file_flush(e, c->fp, c);
+		return 1;
+	}
+	if (*rc < 0)
+		return 1;
+	/* In a group, one that surely fails here need not go round the log. */
+	if (e->gops && ns_check_local(e, op, rc))
+		return 1;
+	return 0;
+}
+
+int eng_call(struct eng *e, struct eng_call *c)
+{
+	struct nsop_out out;
+	struct nsop op;
+	int rc;
+
+	if (prepare(e, c, &op, &rc) == 0) {
+		if (e->gops) {
+			rc = e->gops->propose(e->gctx, &op, c);
+		} else {
+			memset(&out, 0, sizeof(out));
+			rc = ns_apply(e, &op, 0, &out);
+			if (rc == 0)
+				eng_call_take(c, &out);
+		}
+	}
+	nsop_clear(&op);
+	return rc;
+}
+
+void eng_call_take(struct eng_call *c, const struct nsop_out *out)
+{
+	c->st = out->st;
+	c->newfp = out->fp;
+	c->info = out->info;
+}
+
+struct call_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int rc;
+};
+
+static void call_woken(struct eng_call *c, int rc)
+{
+	struct call_wait *w = c->ctx;
+
+	pthread_mutex_lock(&w->lock);
+	w->rc = rc;
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+int eng_call_wait(struct eng *e, struct eng_call *c)
+{
+	struct call_wait w = { PTHREAD_MUTEX_INITIALIZER,
+			       PTHREAD_COND_INITIALIZER, false, 0 };
+	int rc;
+
+	c->done = call_woken;
+	c->ctx = &w;
+	rc = eng_call(e, c);
+	if (rc != ENG_LATER)
+		return rc;
+	pthread_mutex_lock(&w.lock);
+	while (!w.done)
+		pthread_cond_wait(&w.cond, &w.lock);
+	pthread_mutex_unlock(&w.lock);
+	return w.rc;
+}
+
+int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
+		const struct eng_setattr *sa, struct stat *st)
+{
+	struct eng_call c = { .kind = ENG_CALL_SETATTR, .ino = ino, .fp = fp,
+			      .sa = *sa };
+	int rc = eng_call_wait(e, &c);
+
+	if (rc == 0)
+		*st = c.st;
+	return rc;
+}
+
+int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	      dev_t rdev, uid_t uid, gid_t gid, struct stat *st)
+{
+	struct eng_call c = { .kind = ENG_CALL_MKNOD, .parent = parent,
+			      .name = name, .mode = mode, .rdev = rdev,
+			      .uid = uid, .gid = gid };
+	int rc = eng_call_wait(e, &c);
+
+	if (rc == 0)
+		*st = c.st;
+	return rc;
+}
+
+int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	      uid_t uid, gid_t gid, struct stat *st)
+{
+	struct eng_call c = { .kind = ENG_CALL_MKDIR, .parent = parent,
+			      .name = name, .mode = mode, .uid = uid,
+			      .gid = gid };
+	int rc = eng_call_wait(e, &c);
+
+	if (rc == 0)
+		*st = c.st;
+	return rc;
+}
+
+int eng_symlink(struct eng *e, uint64_t parent, const char *name,
+		const char *target, uid_t uid, gid_t gid, struct stat *st)
+{
+	struct eng_call c = { .kind = ENG_CALL_SYMLINK, .parent = parent,
+			      .name = name, .target = target, .uid = uid,
+			      .gid = gid };
+	int rc = eng_call_wait(e, &c);
+
+	if (rc == 0)
+		*st = c.st;
+	return rc;
+}
+
+int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
+{
+	struct inode *in;
+	int rc;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (!in) {
+		rc = -ENOENT;
+	} else if (!S_ISLNK(in->mode)) {
+		rc = -EINVAL;
+	} else {
+		size_t n = strlen(in->target);
+
+		if (n > size)
+			n = size;
+		memcpy(buf, in->target, n);
+		rc = (int)n;
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
+	     const char *newname, struct stat *st)
+{
+	struct eng_call c = { .kind = ENG_CALL_LINK, .ino = ino,
+			      .newparent = newparent, .newname = newname };
+	int rc = eng_call_wait(e, &c);
+
+	if (rc == 0)
+		*st = c.st;
+	return rc;
+}
+
+int eng_unlink(struct eng *e, uint64_t parent, const char *name)
+{
+	struct eng_call c = { .kind = ENG_CALL_UNLINK, .parent = parent,
+			      .name = name };
+
+	return eng_call_wait(e, &c);
+}
+
+int eng_rmdir(struct eng *e, uint64_t parent, const char *name)
+{
+	struct eng_call c = { .kind = ENG_CALL_RMDIR, .parent = parent,
+			      .name = name };
+
+	return eng_call_wait(e, &c);
+}
+
+int eng_rename(struct eng *e, uint64_t parent, const char *name,
+	       uint64_t newparent, const char *newname, unsigned flags)
+{
+	struct eng_call c = { .kind = ENG_CALL_RENAME, .parent = parent,
+			      .name = name, .newparent = newparent,
+			      .newname = newname, .flags = (int)flags };
+
+	return eng_call_wait(e, &c);
 }
 
 int eng_statfs(struct eng *e, struct statvfs *sv)

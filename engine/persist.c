@@ -654,6 +654,13 @@ static int write_data(struct eng *e, struct snap *s, int fd, uint32_t *crcs,
 				return rc;
 			data = bounce;
 			n = len;
+		} else if (sl && sl->where == PIECE_PEER) {
+			/*
+			 * Only the owner writes a file back, and it keeps the
+			 * file whole: a piece on peers here is a bug.
+			 */
+			rft_err("write-back of a file with a piece on peers");
+			return -EIO;
 		}
 		if (n > 0) {
 			rc = write_all(fd, data, n, (off_t)off);
@@ -1129,7 +1136,9 @@ static enum due writeback_due(struct eng *e, struct inode *in,
 		struct file *f = &in->file;
 
 		pthread_rwlock_rdlock(&f->lock);
-		need = !file_persisted(f) && (file_sealed(f) || ps->final);
+		/* In a group each node writes back the files it owns. */
+		need = !file_persisted(f) && (file_sealed(f) || ps->final) &&
+		       f->owner == e->node;
 		wait = !ps->now && f->wb_failures && now_ms() < f->wb_next_ms;
 		*bytes = f->size;
 		pthread_rwlock_unlock(&f->lock);

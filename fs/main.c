@@ -795,6 +795,29 @@ static void fuse_log_to_rft(enum fuse_log_level level, const char *fmt,
 	len = 0;
 }
 
+/*
+ * A node of a group serves its namespace once it has caught up with the
+ * group's log: before, it would show names the group has since changed.
+ * The mount is there meanwhile; the kernel holds its callers until the
+ * loop runs.  A group without a leader (its first start waits for every
+ * node) keeps this waiting, and saying so, until one is there or a
+ * signal ends it.
+ */
+static int wait_group(struct eng *e, struct fuse_session *se)
+{
+	int rc, tries = 0;
+
+	while ((rc = eng_group_ready(e, 2000)) < 0) {
+		if (rc == -ESHUTDOWN || fuse_session_exited(se))
+			return rc;
+		if (tries++ % 15 == 0)
+			rft_info("waiting for the group's namespace log (%s)",
+				 strerror(-rc));
+	}
+	rft_info("namespace caught up with the group's log");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -843,12 +866,18 @@ int main(int argc, char **argv)
 		if (grp_new(&o.grp, &grp) < 0)
 			goto out; /* grp_new said why */
 		rfs_ctl_set_group(ctl, grp);
+		if (eng_join_group(e, grp) < 0)
+			goto out; /* eng_join_group said why */
 	}
 
 	memset(&rfs, 0, sizeof(rfs));
 	rfs.eng = e;
 	rfs.direct_read = o.direct_read;
-	rfs.attr_timeout = 1.0;
+	/*
+	 * In a group, other nodes change names and sizes: the kernel must
+	 * ask each time, not answer from what it cached.
+	 */
+	rfs.attr_timeout = grp ? 0.0 : 1.0;
 	rfs.max_write = 1u << 20;
 
 	snprintf(fsopts, sizeof(fsopts),
@@ -898,6 +927,8 @@ int main(int argc, char **argv)
 		 o.cfg.chunk_size >> 10, o.persist_dir ? ", persist " : "",
 		 o.persist_dir ? o.persist_dir : "");
 
+	if (grp && wait_group(e, se) < 0)
+		goto out_unmount;
 	if (o.single_thread)
 		rc = fuse_session_loop(se);
 	else

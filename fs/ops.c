@@ -129,6 +129,105 @@ static void rfs_getattr(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_attr(req, &st, rfs_of(req)->attr_timeout);
 }
 
+/*
+ * A request that becomes an eng_call(): answered now on a single node, or
+ * later from an engine thread in a group (the change goes round the
+ * group's log), so that no FUSE worker waits for the network.  What the
+ * reply needs (the file info of an open) is copied here: the kernel's
+ * request buffers are gone once the handler returns.
+ */
+struct rfs_call {
+	struct eng_call c;
+	fuse_req_t req;
+	struct fuse_file_info fi;
+};
+
+static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
+			const struct eng_open_info *info);
+
+static void call_finish(struct eng_call *c, int rc)
+{
+	struct rfs_call *rc_ = (struct rfs_call *)c;
+	fuse_req_t req = rc_->req;
+	struct rfs *r = rfs_of(req);
+	struct fuse_entry_param ep;
+
+	switch (c->kind) {
+	case ENG_CALL_MKNOD:
+	case ENG_CALL_MKDIR:
+	case ENG_CALL_SYMLINK:
+	case ENG_CALL_LINK:
+		reply_entry(req, rc, &c->st);
+		break;
+	case ENG_CALL_UNLINK:
+	case ENG_CALL_RMDIR:
+	case ENG_CALL_RENAME:
+	case ENG_CALL_FLUSH:
+		fuse_reply_err(req, -rc);
+		break;
+	case ENG_CALL_SETATTR:
+		if (rc < 0)
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_attr(req, &c->st, r->attr_timeout);
+		break;
+	case ENG_CALL_OPEN:
+		if (rc < 0) {
+			fuse_reply_err(req, -rc);
+			break;
+		}
+		rc_->fi.fh = (uintptr_t)c->newfp;
+		set_caching(req, &rc_->fi, &c->info);
+		if (fuse_reply_open(req, &rc_->fi) == -ENOENT)
+			eng_release(r->eng, c->newfp); /* interrupted */
+		break;
+	case ENG_CALL_CREATE:
+		if (rc < 0) {
+			fuse_reply_err(req, -rc);
+			break;
+		}
+		memset(&ep, 0, sizeof(ep));
+		ep.attr = c->st;
+		ep.ino = c->st.st_ino;
+		ep.generation = 1;
+		ep.attr_timeout = r->attr_timeout;
+		ep.entry_timeout = r->attr_timeout;
+		rc_->fi.fh = (uintptr_t)c->newfp;
+		set_caching(req, &rc_->fi, &c->info);
+		if (fuse_reply_create(req, &ep, &rc_->fi) == -ENOENT) {
+			eng_release(r->eng, c->newfp);
+			eng_forget(r->eng, ep.ino, 1);
+		}
+		break;
+	}
+	free(rc_);
+}
+
+/* Start @rc's call; it is answered and freed by call_finish, now or later. */
+static void call_start(struct rfs_call *rc_)
+{
+	int rc;
+
+	rc_->c.done = call_finish;
+	rc = eng_call(rfs_of(rc_->req)->eng, &rc_->c);
+	if (rc != ENG_LATER)
+		call_finish(&rc_->c, rc);
+}
+
+/* A zeroed call for @req, or NULL (the request is answered ENOMEM). */
+static struct rfs_call *call_new(fuse_req_t req, enum eng_call_kind kind)
+{
+	struct rfs_call *rc_ = calloc(1, sizeof(*rc_));
+
+	if (!rc_) {
+		fuse_reply_err(req, ENOMEM);
+		return NULL;
+	}
+	rc_->req = req;
+	rc_->c.kind = kind;
+	return rc_;
+}
+
 static void rfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			int to_set, struct fuse_file_info *fi)
 {
@@ -155,8 +254,7 @@ static void rfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		.mtime = attr->st_mtim,
 		.ctime = attr->st_ctim,
 	};
-	struct stat st;
-	int rc;
+	struct rfs_call *c;
 
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
 		if (to_set & map[i].fuse)
@@ -171,11 +269,13 @@ static void rfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		sa.kill_gid = fuse_req_ctx(req)->uid ? fuse_req_ctx(req)->gid
 						     : ENG_KILL_PRIVILEGED;
 	}
-	rc = eng_setattr(rfs_of(req)->eng, ino, fi ? fh_of(fi) : NULL, &sa,
-			 &st);
-	if (rc < 0)
-		return (void)fuse_reply_err(req, -rc);
-	fuse_reply_attr(req, &st, rfs_of(req)->attr_timeout);
+	c = call_new(req, ENG_CALL_SETATTR);
+	if (!c)
+		return;
+	c->c.ino = ino;
+	c->c.fp = fi ? fh_of(fi) : NULL;
+	c->c.sa = sa;
+	call_start(c);
 }
 
 static void rfs_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -192,73 +292,107 @@ static void rfs_readlink(fuse_req_t req, fuse_ino_t ino)
 static void rfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, dev_t rdev)
 {
-	const struct fuse_ctx *c = fuse_req_ctx(req);
-	struct stat st;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct rfs_call *c = call_new(req, ENG_CALL_MKNOD);
 
-	reply_entry(req,
-		    eng_mknod(rfs_of(req)->eng, parent, name, mode, rdev,
-			      c->uid, c->gid, &st),
-		    &st);
+	if (!c)
+		return;
+	c->c.parent = parent;
+	c->c.name = name;
+	c->c.mode = mode;
+	c->c.rdev = rdev;
+	c->c.uid = ctx->uid;
+	c->c.gid = ctx->gid;
+	call_start(c);
 }
 
 static void rfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode)
 {
-	const struct fuse_ctx *c = fuse_req_ctx(req);
-	struct stat st;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct rfs_call *c = call_new(req, ENG_CALL_MKDIR);
 
-	reply_entry(req,
-		    eng_mkdir(rfs_of(req)->eng, parent, name, mode, c->uid,
-			      c->gid, &st),
-		    &st);
+	if (!c)
+		return;
+	c->c.parent = parent;
+	c->c.name = name;
+	c->c.mode = mode;
+	c->c.uid = ctx->uid;
+	c->c.gid = ctx->gid;
+	call_start(c);
 }
 
 static void rfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 			const char *name)
 {
-	const struct fuse_ctx *c = fuse_req_ctx(req);
-	struct stat st;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct rfs_call *c = call_new(req, ENG_CALL_SYMLINK);
 
-	reply_entry(req,
-		    eng_symlink(rfs_of(req)->eng, parent, name, link, c->uid,
-				c->gid, &st),
-		    &st);
+	if (!c)
+		return;
+	c->c.parent = parent;
+	c->c.name = name;
+	c->c.target = link;
+	c->c.uid = ctx->uid;
+	c->c.gid = ctx->gid;
+	call_start(c);
 }
 
 static void rfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		     const char *newname)
 {
-	struct stat st;
+	struct rfs_call *c = call_new(req, ENG_CALL_LINK);
 
-	reply_entry(req,
-		    eng_link(rfs_of(req)->eng, ino, newparent, newname, &st),
-		    &st);
+	if (!c)
+		return;
+	c->c.ino = ino;
+	c->c.newparent = newparent;
+	c->c.newname = newname;
+	call_start(c);
 }
 
 static void rfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, -eng_unlink(rfs_of(req)->eng, parent, name));
+	struct rfs_call *c = call_new(req, ENG_CALL_UNLINK);
+
+	if (!c)
+		return;
+	c->c.parent = parent;
+	c->c.name = name;
+	call_start(c);
 }
 
 static void rfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, -eng_rmdir(rfs_of(req)->eng, parent, name));
+	struct rfs_call *c = call_new(req, ENG_CALL_RMDIR);
+
+	if (!c)
+		return;
+	c->c.parent = parent;
+	c->c.name = name;
+	call_start(c);
 }
 
 static void rfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		       fuse_ino_t newparent, const char *newname,
 		       unsigned int flags)
 {
-	unsigned ef = 0;
+	struct rfs_call *c;
 
 	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
 		return (void)fuse_reply_err(req, EINVAL);
+	c = call_new(req, ENG_CALL_RENAME);
+	if (!c)
+		return;
 	if (flags & RENAME_NOREPLACE)
-		ef |= ENG_RENAME_NOREPLACE;
+		c->c.flags |= ENG_RENAME_NOREPLACE;
 	if (flags & RENAME_EXCHANGE)
-		ef |= ENG_RENAME_EXCHANGE;
-	fuse_reply_err(req, -eng_rename(rfs_of(req)->eng, parent, name,
-					newparent, newname, ef));
+		c->c.flags |= ENG_RENAME_EXCHANGE;
+	c->c.parent = parent;
+	c->c.name = name;
+	c->c.newparent = newparent;
+	c->c.newname = newname;
+	call_start(c);
 }
 
 static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
@@ -279,42 +413,32 @@ static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
 static void rfs_open(fuse_req_t req, fuse_ino_t ino,
 		     struct fuse_file_info *fi)
 {
-	struct eng_open_info info;
-	struct eng_file *fp;
-	int rc = eng_open(rfs_of(req)->eng, ino, fi->flags, &fp, &info);
+	struct rfs_call *c = call_new(req, ENG_CALL_OPEN);
 
-	if (rc < 0)
-		return (void)fuse_reply_err(req, -rc);
-	fi->fh = (uintptr_t)fp;
-	set_caching(req, fi, &info);
-	if (fuse_reply_open(req, fi) == -ENOENT)
-		eng_release(rfs_of(req)->eng, fp); /* the open was interrupted */
+	if (!c)
+		return;
+	c->fi = *fi;
+	c->c.ino = ino;
+	c->c.flags = fi->flags;
+	call_start(c);
 }
 
 static void rfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		       mode_t mode, struct fuse_file_info *fi)
 {
-	const struct fuse_ctx *c = fuse_req_ctx(req);
-	struct fuse_entry_param ep;
-	struct eng_open_info info;
-	struct eng_file *fp;
-	int rc;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct rfs_call *c = call_new(req, ENG_CALL_CREATE);
 
-	memset(&ep, 0, sizeof(ep));
-	rc = eng_create(rfs_of(req)->eng, parent, name, mode, c->uid, c->gid,
-			fi->flags, &ep.attr, &fp, &info);
-	if (rc < 0)
-		return (void)fuse_reply_err(req, -rc);
-	ep.ino = ep.attr.st_ino;
-	ep.generation = 1;
-	ep.attr_timeout = rfs_of(req)->attr_timeout;
-	ep.entry_timeout = rfs_of(req)->attr_timeout;
-	fi->fh = (uintptr_t)fp;
-	set_caching(req, fi, &info);
-	if (fuse_reply_create(req, &ep, fi) == -ENOENT) {
-		eng_release(rfs_of(req)->eng, fp);
-		eng_forget(rfs_of(req)->eng, ep.ino, 1);
-	}
+	if (!c)
+		return;
+	c->fi = *fi;
+	c->c.parent = parent;
+	c->c.name = name;
+	c->c.mode = mode;
+	c->c.uid = ctx->uid;
+	c->c.gid = ctx->gid;
+	c->c.flags = fi->flags;
+	call_start(c);
 }
 
 /* The engine's reply to a read: now, or later from a fetch thread. */
@@ -381,7 +505,12 @@ static void rfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 static void rfs_flush(fuse_req_t req, fuse_ino_t ino,
 		      struct fuse_file_info *fi)
 {
-	fuse_reply_err(req, -eng_flush(rfs_of(req)->eng, fh_of(fi)));
+	struct rfs_call *c = call_new(req, ENG_CALL_FLUSH);
+
+	if (!c)
+		return;
+	c->c.fp = fh_of(fi);
+	call_start(c);
 }
 
 static void rfs_release(fuse_req_t req, fuse_ino_t ino,

@@ -46,6 +46,8 @@ struct grp {
 	char raft_addr[GRP_MAX_NODES][GRP_ADDR_MAX];
 	bool started;
 
+	struct nslog_fsm fsm;	/* the engine's; set before grp_start */
+
 	pthread_mutex_t lock;
 	bool declared_dead;	/* protected by lock */
 };
@@ -268,13 +270,17 @@ int grp_state_dir_default(const char *name, int node, char *buf, size_t len)
 }
 
 /*
- * The namespace log's state machine, empty until the namespace is
- * replicated (docs/design.md): no entry is known, a snapshot is nothing.
+ * The namespace log's state machine is the engine's (engine/gns.c, set by
+ * grp_set_fsm before the group starts).  Without one (a daemon that never
+ * joined its engine, or a unit test) no entry is known and a snapshot is
+ * nothing.
  */
 static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 {
-	(void)ctx;
-	(void)buf;
+	struct grp *g = ctx;
+
+	if (g->fsm.apply)
+		return g->fsm.apply(g->fsm.ctx, index, buf, len);
 	rft_warn("namespace log: entry %llu of %zu bytes is of no kind this "
 		 "daemon knows",
 		 (unsigned long long)index, len);
@@ -283,7 +289,10 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 
 static int fsm_snapshot(void *ctx, void **buf, size_t *len)
 {
-	(void)ctx;
+	struct grp *g = ctx;
+
+	if (g->fsm.snapshot)
+		return g->fsm.snapshot(g->fsm.ctx, buf, len);
 	*buf = NULL;
 	*len = 0;
 	return 0;
@@ -291,15 +300,61 @@ static int fsm_snapshot(void *ctx, void **buf, size_t *len)
 
 static int fsm_restore(void *ctx, const void *buf, size_t len)
 {
-	(void)ctx;
-	(void)buf;
+	struct grp *g = ctx;
+
+	if (g->fsm.restore)
+		return g->fsm.restore(g->fsm.ctx, buf, len);
 	return len == 0 ? 0 : -EINVAL;
+}
+
+int grp_set_fsm(struct grp *g, const struct nslog_fsm *fsm)
+{
+	if (g->started)
+		return -EBUSY;
+	g->fsm = *fsm;
+	return 0;
+}
+
+struct peer_xport *grp_xport(struct grp *g)
+{
+	return g->x;
+}
+
+struct memb *grp_memb(struct grp *g)
+{
+	return g->memb;
+}
+
+struct nslog *grp_log(struct grp *g)
+{
+	return g->log;
+}
+
+int grp_self(const struct grp *g)
+{
+	return g->self;
+}
+
+int grp_nodes(const struct grp *g)
+{
+	return g->nodes;
+}
+
+uint64_t grp_incarnation(const struct grp *g)
+{
+	return g->incarnation;
+}
+
+unsigned grp_dead_after_ms(const struct grp *g)
+{
+	return g->cfg.dead_after_ms;
 }
 
 /* Set up the namespace log of a --peers group (grp_new). */
 static int log_new(struct grp *g)
 {
-	static const struct nslog_fsm fsm = {
+	const struct nslog_fsm fsm = {
+		.ctx = g,
 		.apply = fsm_apply,
 		.snapshot = fsm_snapshot,
 		.restore = fsm_restore,
@@ -356,6 +411,11 @@ static int log_new(struct grp *g)
 	lo.secret = &g->secret;
 	lo.group = g->cfg.name;
 	lo.x = g->x;
+	/*
+	 * No snapshots yet: the engine's namespace (engine/gns.c) cannot be
+	 * snapshotted yet, so the log keeps every entry.
+	 */
+	lo.snapshot_every = 1u << 30;
 	rc = nslog_new(&lo, &fsm, &g->log);
 	if (rc < 0) {
 		rft_err("cannot set up the namespace log: %s", strerror(-rc));

@@ -87,7 +87,10 @@ enum peer_type {
 	PEER_T_MEMB_LAST = 31,
 	PEER_T_NSLOG_FIRST = 32, /* nslog.c: 32..63 */
 	PEER_T_NSLOG_LAST = 63,
-	PEER_T_DATA_FIRST = 64,	/* protection, recovery reads: 64..127 */
+	PEER_T_GNS_FIRST = 64,	/* engine/gns.c: namespace waits, piece
+				   reads: 64..79 */
+	PEER_T_GNS_LAST = 79,
+	PEER_T_DATA_FIRST = 80,	/* protection: 80..127 */
 	PEER_T_DATA_LAST = 127,
 	PEER_T_TEST_FIRST = 128, /* unit tests: 128..255 */
 	PEER_T_TEST_LAST = 255,
@@ -330,7 +333,8 @@ struct peer_reply {
 int peer_call(struct peer_xport *x, int node, struct peer_frame *req,
 	      struct peer_reply *rep, int timeout_ms);
 
-/* Answer request @req from @node with @rep (rid and PEER_F_REPLY set). */
+/* Answer request @req from @node with @rep (its type, rid and PEER_F_REPLY
+ * set here: a reply carries its request's type). */
 int peer_reply(struct peer_xport *x, int node, const struct peer_frame *req,
 	       struct peer_frame *rep, int timeout_ms);
 
@@ -634,5 +638,26 @@ void nslog_get_status(struct nslog *l, struct nslog_status *out);
  * would.  The peer transport (o->x) is not touched.
  */
 void nslog_test_cut(struct nslog *l, int node, bool cut);
+
+/* --- the group as the engine's group modules see it (group.c) ---------- */
+
+/*
+ * The engine's modules that build on the group (engine/gns.c) use the
+ * parts of a struct grp directly; fs/ sees only group.h.
+ */
+struct grp;
+struct peer_xport *grp_xport(struct grp *g);
+struct memb *grp_memb(struct grp *g);
+/* The namespace log; NULL in a group that has none. */
+struct nslog *grp_log(struct grp *g);
+int grp_self(const struct grp *g);
+int grp_nodes(const struct grp *g);
+uint64_t grp_incarnation(const struct grp *g);
+unsigned grp_dead_after_ms(const struct grp *g);
+/*
+ * The state machine the namespace log applies its entries to (copied);
+ * before grp_start().  0 or -EBUSY.
+ */
+int grp_set_fsm(struct grp *g, const struct nslog_fsm *fsm);
 
 #endif /* RFT_GROUP_I_H */

@@ -301,6 +301,7 @@ out:
 int peer_reply(struct peer_xport *x, int node, const struct peer_frame *req,
 	       struct peer_frame *rep, int timeout_ms)
 {
+	rep->type = req->type;
 	rep->rid = req->rid;
 	rep->flags |= PEER_F_REPLY;
 	return peer_send(x, node, rep, timeout_ms);

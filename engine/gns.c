@@ -1,0 +1,917 @@
+/*
+ * gns.c - the group's one namespace, as this node runs it.
+ *
+ * Every node of a group shows the whole group's tree.  A namespace change
+ * (create, mkdir, rename, unlink, setattr, and the seal of a file at its
+ * last close) is a struct nsop (nsop.c) appended to the group's log
+ * (engine/group/nslog.c, on libraft) and applied by every node in log
+ * order through the same function a single node uses (ns_apply), so every
+ * node ends with the same names, attributes and inode numbers.  File data
+ * does not go through the log: a file's owner keeps it, the log carries its
+ * size and checksums (SEAL), and other nodes fetch pieces from the nodes
+ * that hold them (GNS_T_GET).
+ *
+ * A change finishes, and the FUSE request that made it is answered, once
+ * it has been applied on every live node: a name made on node A is there
+ * when node B looks right after, and a file closed on A opens on B with its
+ * final size and bytes (close-to-open).  Live means not declared dead by
+ * membership; a node that does not confirm within --dead-after is given up
+ * on (it is about to be declared dead, and catches up before it serves
+ * again).
+ *
+ *   FUSE worker            submit thread              loop thread (nslog)
+ *   eng_call() -> queue -> nslog_submit() ----------> apply: ns_apply(),
+ *   (returns ENG_LATER)    ... waits ...              fills the proposer's
+ *                          GNS_T_WAIT to peers        outputs (lookup ref,
+ *                          done(): FUSE reply         open handle)
+ *
+ * Frames (docs/protocol.md, "Namespace frames"), meta little-endian:
+ *   GNS_T_WAIT  u64 index.  Answered once this node applied @index, or
+ *               after GNS_WAIT_MAX_MS: u64 applied index.
+ *   GNS_T_GET   u64 ino, u64 gseal, u32 piece, u32 len.  Answered with the
+ *               piece's bytes as bulk (bulk_crc its CRC32C) when this node
+ *               holds that sealed version's piece whole, else -ESTALE.
+ * Requests are served on GNS_SERVERS threads: transport threads only
+ * queue them.
+ *
+ * Locks.  g->lock (a leaf) protects the queues, the pending proposals and
+ * the parked waits; it is never held across an engine call, the log or the
+ * network.  Applies run on nslog's loop thread and take engine locks the
+ * way FUSE calls do; they never wait for the network.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_i.h"
+#include "erasure.h"
+#include "group.h"
+#include "group_i.h"
+
+enum {
+	GNS_T_WAIT = PEER_T_GNS_FIRST,
+	GNS_T_GET,
+	GNS_T_LAST = GNS_T_GET,
+};
+
+#define GNS_SUBMITTERS 8	/* namespace changes in flight at once */
+#define GNS_SERVERS 4		/* peers' waits and piece reads at once */
+#define GNS_LOG_TIMEOUT_MS 10000 /* a change not committed by then: EIO */
+#define GNS_WAIT_MAX_MS 10000	/* a peer's wait parked at most this long */
+#define GNS_SEAL_RETRY_MS 1000	/* a seal that did not commit goes again */
+#define GNS_SEND_MS 5000	/* answers handed to the transport */
+
+/* One of this node's proposals. */
+struct gns_req {
+	struct gns_req *next;
+	struct nsop op;		/* tag set when submitted */
+	struct eng_call *call;	/* finished from the apply; NULL for a seal
+				   nobody waits for */
+	struct inode *in;	/* a seal: the file, held (in->holds) */
+	/* Set by the apply on this node, under g->lock. */
+	bool listed;		/* on g->pending: the apply may find it */
+	bool applying;		/* the apply is filling out */
+	bool applied;
+	int rc;
+	struct nsop_out out;
+	uint64_t retry_at_ms;	/* a seal waiting to go again */
+};
+
+/* A peer's request, queued for a server thread. */
+struct gns_job {
+	struct gns_job *next;
+	int node;
+	struct peer_frame f;	/* meta points at meta[] */
+	uint8_t meta[32];
+	uint64_t until_ms;	/* a WAIT: answer by then whatever happens */
+};
+
+struct gns {
+	struct eng *e;
+	struct grp *grp;
+	struct nslog *log;
+	struct peer_xport *x;
+	struct memb *memb;
+	int self, nodes;
+	uint64_t inc;
+	unsigned dead_ms;
+
+	pthread_mutex_t lock;
+	pthread_cond_t work;	/* submitters: a request queued, stop */
+	pthread_cond_t jobs;	/* servers: a job queued, an apply, stop */
+	pthread_cond_t applied_cv; /* an apply finished */
+	struct gns_req *q_head, *q_tail; /* to submit; lock */
+	struct gns_req *retry;	/* seals waiting to go again; lock */
+	struct gns_req *pending; /* submitted, apply may fill; lock */
+	uint64_t next_tag;	/* lock */
+	struct gns_job *j_head, *j_tail; /* peers' requests; lock */
+	struct gns_job *waits;	/* parked GNS_T_WAITs; lock */
+	bool stop;		/* lock */
+	_Atomic uint64_t applied; /* last index applied here */
+
+	bool started;
+	pthread_t submitters[GNS_SUBMITTERS];
+	pthread_t servers[GNS_SERVERS];
+
+	/* Counters for reports. */
+	_Atomic uint64_t proposed, failed, gets_served, gets_refused;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 0; i < 4; i++)
+		v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+/* Wait on @cv until @until_ms (CLOCK_MONOTONIC ms); g->lock held. */
+static void cv_wait_until(struct gns *g, pthread_cond_t *cv, uint64_t until)
+{
+	struct timespec ts;
+
+	ts.tv_sec = (time_t)(until / 1000);
+	ts.tv_nsec = (long)(until % 1000) * 1000000L;
+	pthread_cond_timedwait(cv, &g->lock, &ts);
+}
+
+/* --- copying ops ----------------------------------------------------------- */
+
+/* Deep copy of @src (target, pieces).  0 or -ENOMEM. */
+static int op_copy(struct nsop *dst, const struct nsop *src)
+{
+	*dst = *src;
+	dst->target = NULL;
+	dst->pieces = NULL;
+	if (src->target && !(dst->target = strdup(src->target)))
+		return -ENOMEM;
+	if (src->npieces) {
+		dst->pieces = malloc((size_t)src->npieces * sizeof(*dst->pieces));
+		if (!dst->pieces) {
+			free(dst->target);
+			dst->target = NULL;
+			return -ENOMEM;
+		}
+		memcpy(dst->pieces, src->pieces,
+		       (size_t)src->npieces * sizeof(*dst->pieces));
+	}
+	return 0;
+}
+
+static void req_free(struct eng *e, struct gns_req *r)
+{
+	if (r->in)
+		ns_unhold(e, r->in);
+	nsop_clear(&r->op);
+	free(r);
+}
+
+static void enqueue(struct gns *g, struct gns_req *r)
+{
+	pthread_mutex_lock(&g->lock);
+	r->next = NULL;
+	if (g->q_tail)
+		g->q_tail->next = r;
+	else
+		g->q_head = r;
+	g->q_tail = r;
+	pthread_cond_signal(&g->work);
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* --- proposing ------------------------------------------------------------ */
+
+static int gns_propose(void *ctx, const struct nsop *op, struct eng_call *c)
+{
+	struct gns *g = ctx;
+	struct gns_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return -ENOMEM;
+	if (op_copy(&r->op, op) < 0) {
+		free(r);
+		return -ENOMEM;
+	}
+	r->call = c;
+	enqueue(g, r);
+	return ENG_LATER;
+}
+
+static int gns_seal(void *ctx, struct inode *in, struct eng_call *c)
+{
+	struct gns *g = ctx;
+	struct gns_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return -ENOMEM;
+	nsop_init(&r->op, NSOP_SEAL);
+	r->op.ino = in->ino;
+	r->call = c;
+	pthread_rwlock_wrlock(&g->e->ns.lock);
+	in->holds++;
+	pthread_rwlock_unlock(&g->e->ns.lock);
+	r->in = in;
+	enqueue(g, r);
+	return c ? ENG_LATER : 0;
+}
+
+/*
+ * Build a seal of @r->in as it is now: pieces that are elsewhere are
+ * brought in first (the owner keeps its files whole), checksums made
+ * final.  0, 1 when there is nothing to seal (no longer the owner, or this
+ * version's seal went already), or -errno.
+ */
+static int seal_build(struct gns *g, struct gns_req *r)
+{
+	struct eng *e = g->e;
+	struct inode *in = r->in;
+	struct file *f = &in->file;
+	struct nsop *op = &r->op;
+	uint32_t n;
+	int rc;
+
+	pthread_rwlock_rdlock(&f->lock);
+	n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
+		       e->store.chunk_shift);
+	pthread_rwlock_unlock(&f->lock);
+	if (n) {
+		rc = file_load(e, in, 0, n - 1, NULL);
+		if (rc < 0)
+			return rc;
+	}
+	while (!file_wrlock_drained(e, f))
+		file_wait_writes(e, f);
+	if (f->owner != e->node) {
+		pthread_rwlock_unlock(&f->lock);
+		return 1;
+	}
+	n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
+		       e->store.chunk_shift);
+	for (uint32_t i = 0; i < n && i < f->nslots; i++)
+		if (slot_remote(&f->slots[i])) {
+			/* Evicted again meanwhile: try again. */
+			pthread_rwlock_unlock(&f->lock);
+			return -EAGAIN;
+		}
+	if (f->dur.sealed != f->version)
+		file_seal_locked(e, f);
+	free(op->pieces);
+	op->pieces = calloc(n ? n : 1, sizeof(*op->pieces));
+	if (!op->pieces) {
+		pthread_rwlock_unlock(&f->lock);
+		return -ENOMEM;
+	}
+	op->npieces = n;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
+		uint32_t len = file_piece_len(e, f->size, i);
+
+		if (!s || s->where == PIECE_HOLE) {
+			op->pieces[i].hole = 1;
+			op->pieces[i].crc = s ? s->crc : crc_zeros(0, len);
+		} else {
+			op->pieces[i].crc = s->crc;
+		}
+	}
+	op->version = f->version;
+	op->size = f->size;
+	op->chunk_size = e->store.chunk_size;
+	op->mtime = in->mtime;
+	f->seal_sent = f->version;
+	pthread_rwlock_unlock(&f->lock);
+	return 0;
+}
+
+/*
+ * Wait until every live peer has applied @index, so that what this node's
+ * change did is there wherever the caller looks next.  A peer that does
+ * not answer within --dead-after is given up on.
+ */
+static void wait_visible(struct gns *g, uint64_t index)
+{
+	struct memb_view v;
+	uint8_t meta[8], ans[8];
+
+	memb_get_view(g->memb, &v);
+	put64(meta, index);
+	for (int n = 0; n < g->nodes; n++) {
+		struct peer_frame f = { .type = GNS_T_WAIT, .meta = meta,
+					.meta_len = sizeof(meta) };
+		struct peer_reply rep = { .meta = ans, .meta_cap = sizeof(ans) };
+		uint64_t until = now_ms() + g->dead_ms;
+		int rc;
+
+		if (n == g->self || (v.node[n].state != MEMB_UP &&
+				     v.node[n].state != MEMB_SUSPECT))
+			continue;
+		/* A peer answers early after GNS_WAIT_MAX_MS: ask again. */
+		do {
+			rc = peer_call(g->x, n, &f, &rep, (int)g->dead_ms);
+		} while (rc == 0 && rep.meta_len == 8 && get64(ans) < index &&
+			 now_ms() < until);
+		if (rc < 0 && rc != -ESHUTDOWN)
+			rft_dbg("node %d did not confirm index %llu: %s", n,
+				(unsigned long long)index, strerror(-rc));
+	}
+}
+
+/* Submit @r and wait for its apply here.  Returns the result for the caller. */
+static int submit(struct gns *g, struct gns_req *r, uint64_t *index)
+{
+	void *buf = NULL;
+	size_t len = 0;
+	int rc, result = 0;
+
+	pthread_mutex_lock(&g->lock);
+	r->op.tag = ++g->next_tag;
+	r->op.node = g->self;
+	r->op.inc = g->inc;
+	r->listed = true;
+	r->next = g->pending;
+	g->pending = r;
+	pthread_mutex_unlock(&g->lock);
+
+	rc = nsop_encode(&r->op, &buf, &len);
+	if (rc == 0)
+		rc = nslog_submit(g->log, buf, len, GNS_LOG_TIMEOUT_MS, &result);
+	free(buf);
+
+	pthread_mutex_lock(&g->lock);
+	for (struct gns_req **pp = &g->pending; *pp; pp = &(*pp)->next)
+		if (*pp == r) {
+			*pp = r->next;
+			break;
+		}
+	r->listed = false;
+	/* An apply that found it before it left the list finishes first. */
+	while (r->applying)
+		pthread_cond_wait(&g->applied_cv, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+	atomic_fetch_add(&g->proposed, 1);
+	if (r->applied) {
+		*index = r->out.index;
+		return r->rc;
+	}
+	*index = 0;
+	if (rc == 0)
+		return result;
+	atomic_fetch_add(&g->failed, 1);
+	rft_warn("namespace change (%s) not in the group's log: %s",
+		 nsop_kind_name(r->op.kind), strerror(-rc));
+	return rc == -ESHUTDOWN ? -ESHUTDOWN : -EIO;
+}
+
+static void finish(struct gns *g, struct gns_req *r, int rc)
+{
+	struct eng_call *c = r->call;
+
+	if (c) {
+		if (rc == 0)
+			eng_call_take(c, &r->out);
+		r->call = NULL;
+		c->done(c, rc);
+	}
+}
+
+/* A seal that could not commit goes again later, unless it is moot. */
+static void seal_retry(struct gns *g, struct gns_req *r)
+{
+	pthread_mutex_lock(&g->lock);
+	r->retry_at_ms = now_ms() + GNS_SEAL_RETRY_MS;
+	r->next = g->retry;
+	g->retry = r;
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void run_req(struct gns *g, struct gns_req *r)
+{
+	uint64_t index = 0;
+	int rc = 0;
+
+	if (r->op.kind == NSOP_SEAL) {
+		rc = seal_build(g, r);
+		if (rc == 1) {
+			finish(g, r, 0);
+			return req_free(g->e, r);
+		}
+	}
+	if (rc == 0)
+		rc = submit(g, r, &index);
+	if (r->op.kind == NSOP_SEAL && (rc == -EIO || rc == -EAGAIN)) {
+		/* The data is safe here; the others learn of it later. */
+		finish(g, r, rc == -EAGAIN ? -EIO : rc);
+		return seal_retry(g, r);
+	}
+	if (index)
+		wait_visible(g, index);
+	finish(g, r, rc);
+	req_free(g->e, r);
+}
+
+static void *submitter_main(void *arg)
+{
+	struct gns *g = arg;
+
+	pthread_mutex_lock(&g->lock);
+	for (;;) {
+		struct gns_req *r = g->q_head, **pp;
+		uint64_t now = now_ms(), next = now + 1000;
+
+		/* Seals due for another try go to the queue. */
+		for (pp = &g->retry; *pp;) {
+			struct gns_req *s = *pp;
+
+			if (s->retry_at_ms <= now || g->stop) {
+				*pp = s->next;
+				s->next = NULL;
+				if (g->q_tail)
+					g->q_tail->next = s;
+				else
+					g->q_head = s;
+				g->q_tail = s;
+			} else {
+				next = s->retry_at_ms < next ? s->retry_at_ms
+							     : next;
+				pp = &s->next;
+			}
+		}
+		r = g->q_head;
+		if (r) {
+			g->q_head = r->next;
+			if (!g->q_head)
+				g->q_tail = NULL;
+			pthread_mutex_unlock(&g->lock);
+			if (g->stop) {
+				finish(g, r, -ESHUTDOWN);
+				req_free(g->e, r);
+			} else {
+				run_req(g, r);
+			}
+			pthread_mutex_lock(&g->lock);
+			continue;
+		}
+		if (g->stop)
+			break;
+		cv_wait_until(g, &g->work, next);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+/* --- applying ------------------------------------------------------------- */
+
+/*
+ * The log's state machine: apply entry @index on this node.  On the loop
+ * thread of nslog; no lock held.
+ */
+static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
+{
+	struct gns *g = ctx;
+	struct gns_req *r = NULL;
+	struct nsop op;
+	int rc;
+
+	rc = nsop_decode(buf, len, &op);
+	if (rc < 0) {
+		/* Every node refuses the same bytes alike. */
+		rft_err("namespace log: entry %llu (%zu bytes) does not decode: "
+			"%s",
+			(unsigned long long)index, len, strerror(-rc));
+		atomic_store(&g->applied, index);
+		return rc;
+	}
+	if (op.node == g->self && op.inc == g->inc) {
+		pthread_mutex_lock(&g->lock);
+		for (r = g->pending; r && r->op.tag != op.tag; r = r->next)
+			;
+		if (r)
+			r->applying = true;
+		pthread_mutex_unlock(&g->lock);
+	}
+	if (r)
+		memset(&r->out, 0, sizeof(r->out));
+	rc = ns_apply(g->e, &op, index, r && r->call ? &r->out : NULL);
+	pthread_mutex_lock(&g->lock);
+	if (r) {
+		r->applying = false;
+		r->applied = true;
+		r->rc = rc;
+		r->out.index = index;
+	}
+	atomic_store(&g->applied, index);
+	/* Waiting proposers and parked peers' waits look again. */
+	pthread_cond_broadcast(&g->applied_cv);
+	if (g->waits)
+		pthread_cond_broadcast(&g->jobs);
+	pthread_mutex_unlock(&g->lock);
+	if (rc < 0)
+		rft_dbg("entry %llu (%s by node %d): %s",
+			(unsigned long long)index, nsop_kind_name(op.kind),
+			op.node, strerror(-rc));
+	nsop_clear(&op);
+	return rc;
+}
+
+/*
+ * Snapshots of the namespace come with the next step (docs/design.md);
+ * until then the log keeps every entry (nslog_opts.snapshot_every is set
+ * out of reach) and a snapshot is refused.
+ */
+static int fsm_snapshot(void *ctx, void **buf, size_t *len)
+{
+	*buf = NULL;
+	*len = 0;
+	return 0;
+}
+
+static int fsm_restore(void *ctx, const void *buf, size_t len)
+{
+	return len == 0 ? 0 : -EOPNOTSUPP;
+}
+
+/* --- serving peers ------------------------------------------------------- */
+
+static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
+		      void *cookie, int bulk_rc)
+{
+	struct gns *g = ctx;
+	struct gns_job *j;
+	uint32_t want = f->type == GNS_T_WAIT ? 8 : 24;
+
+	if (f->flags & PEER_F_REPLY)
+		return -EPROTO;
+	if ((f->type != GNS_T_WAIT && f->type != GNS_T_GET) ||
+	    f->meta_len != want || f->bulk_len)
+		return -EPROTO;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return 0; /* the asker times out */
+	j->node = node;
+	j->f = *f;
+	memcpy(j->meta, f->meta, f->meta_len);
+	j->f.meta = j->meta;
+	j->until_ms = now_ms() + GNS_WAIT_MAX_MS;
+	pthread_mutex_lock(&g->lock);
+	if (g->stop) {
+		pthread_mutex_unlock(&g->lock);
+		free(j);
+		return 0;
+	}
+	if (g->j_tail)
+		g->j_tail->next = j;
+	else
+		g->j_head = j;
+	g->j_tail = j;
+	pthread_cond_signal(&g->jobs);
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+static void answer_wait(struct gns *g, struct gns_job *j)
+{
+	uint8_t meta[8];
+	struct peer_frame rep = { .meta = meta, .meta_len = sizeof(meta) };
+
+	put64(meta, atomic_load(&g->applied));
+	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
+}
+
+/*
+ * GNS_T_GET: send piece @idx of the file's sealed version @gseal if this
+ * node holds it whole and unchanged, straight from the arena (the chunk
+ * pinned while it goes out).
+ */
+static void serve_get(struct gns *g, struct gns_job *j)
+{
+	struct eng *e = g->e;
+	uint64_t ino = get64(j->meta), gseal = get64(j->meta + 8);
+	uint32_t idx = get32(j->meta + 16), len = get32(j->meta + 20);
+	uint32_t chunk = RFT_NO_CHUNK, crc = 0;
+	struct peer_frame rep = { 0 };
+	struct inode *in;
+	int rc = -ESTALE;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		struct file *f = &in->file;
+
+		pthread_rwlock_rdlock(&f->lock);
+		if (f->gseal == gseal && f->dur.sealed == f->version &&
+		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
+		    f->slots[idx].crc_len == len &&
+		    len == file_piece_len(e, f->size, idx) &&
+		    f->slots[idx].fill >= len) {
+			chunk = f->slots[idx].chunk;
+			crc = f->slots[idx].crc;
+			store_get(&e->store, chunk);
+			rc = 0;
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc < 0) {
+		atomic_fetch_add(&g->gets_refused, 1);
+		peer_reply_err(g->x, j->node, &j->f, rc, GNS_SEND_MS);
+		return;
+	}
+	rep.bulk = store_ptr(&e->store, chunk);
+	rep.bulk_len = len;
+	rep.bulk_crc = crc;
+	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
+	store_put(&e->store, chunk);
+	atomic_fetch_add(&g->gets_served, 1);
+}
+
+static void *server_main(void *arg)
+{
+	struct gns *g = arg;
+
+	pthread_mutex_lock(&g->lock);
+	for (;;) {
+		uint64_t now = now_ms(), next = now + 1000;
+		uint64_t applied = atomic_load(&g->applied);
+		struct gns_job *j = NULL, **pp;
+
+		/* A parked wait that is due (applied, or out of time). */
+		for (pp = &g->waits; *pp; pp = &(*pp)->next) {
+			if (get64((*pp)->meta) <= applied ||
+			    (*pp)->until_ms <= now || g->stop) {
+				j = *pp;
+				*pp = j->next;
+				break;
+			}
+			if ((*pp)->until_ms < next)
+				next = (*pp)->until_ms;
+		}
+		if (!j && g->j_head) {
+			j = g->j_head;
+			g->j_head = j->next;
+			if (!g->j_head)
+				g->j_tail = NULL;
+			if (j->f.type == GNS_T_WAIT &&
+			    get64(j->meta) > applied && !g->stop) {
+				j->next = g->waits;
+				g->waits = j;
+				continue;
+			}
+		}
+		if (j) {
+			pthread_mutex_unlock(&g->lock);
+			if (!g->stop) {
+				if (j->f.type == GNS_T_WAIT)
+					answer_wait(g, j);
+				else
+					serve_get(g, j);
+			}
+			free(j);
+			pthread_mutex_lock(&g->lock);
+			continue;
+		}
+		if (g->stop)
+			break;
+		cv_wait_until(g, &g->jobs, next);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+/* --- fetching pieces ------------------------------------------------------ */
+
+/*
+ * Read piece @idx of @ino's seal @gseal from a holder: the one that wrote
+ * it first, then the others.  Every byte checked against @crc.
+ */
+static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
+		     uint64_t holders, uint32_t idx, uint32_t len,
+		     uint32_t crc, uint8_t *buf,
+		     const struct timespec *deadline)
+{
+	struct gns *g = ctx;
+	struct memb_view v;
+	uint8_t meta[24];
+	uint64_t until;
+	int rc = -EIO;
+
+	if (deadline) {
+		until = (uint64_t)deadline->tv_sec * 1000 +
+			(uint64_t)deadline->tv_nsec / 1000000;
+	} else {
+		until = now_ms() + g->e->cfg.fetch_timeout_ms;
+	}
+	put64(meta, ino);
+	put64(meta + 8, gseal);
+	put32(meta + 16, idx);
+	put32(meta + 20, len);
+	memb_get_view(g->memb, &v);
+	for (int n = 0; n < g->nodes; n++) {
+		struct peer_frame f = { .type = GNS_T_GET, .meta = meta,
+					.meta_len = sizeof(meta) };
+		struct peer_reply rep = { .bulk = buf, .bulk_cap = len };
+		uint64_t now = now_ms();
+		int left, r;
+
+		if (!(holders & (1ULL << n)) || n == g->self ||
+		    v.node[n].state == MEMB_DEAD ||
+		    v.node[n].state == MEMB_UNKNOWN)
+			continue;
+		if (now >= until)
+			return -ETIMEDOUT;
+		left = (int)(until - now);
+		r = peer_call(g->x, n, &f, &rep,
+			      left < (int)g->dead_ms ? left : (int)g->dead_ms);
+		if (r == 0 && rep.bulk_len == len &&
+		    ers_crc32c(0, buf, len) == crc)
+			return 0;
+		if (r == 0) {
+			rft_warn("piece %u of inode %llu from node %d failed "
+				 "its checksum",
+				 idx, (unsigned long long)ino, n);
+			atomic_fetch_add(&g->e->cnt.crc_errors, 1);
+			r = -EIO;
+		}
+		rc = r == -ETIMEDOUT ? r : rc;
+	}
+	return rc == -ETIMEDOUT ? rc : -EIO;
+}
+
+/* --- readiness, life ------------------------------------------------------ */
+
+static int gns_ready(void *ctx, int timeout_ms)
+{
+	struct gns *g = ctx;
+
+	return nslog_barrier(g->log, timeout_ms);
+}
+
+static int gns_start(void *ctx);
+static void gns_stop(void *ctx);
+static void gns_free(void *ctx);
+
+static const struct eng_group_ops gns_ops = {
+	.propose = gns_propose,
+	.seal = gns_seal,
+	.fetch = gns_fetch,
+	.ready = gns_ready,
+	.start = gns_start,
+	.stop = gns_stop,
+	.free = gns_free,
+};
+
+static int gns_start(void *ctx)
+{
+	struct gns *g = ctx;
+	int i, rc = 0;
+
+	for (i = 0; i < GNS_SUBMITTERS && rc == 0; i++)
+		rc = -pthread_create(&g->submitters[i], NULL, submitter_main,
+				     g);
+	for (int k = 0; k < GNS_SERVERS && rc == 0; k++)
+		rc = -pthread_create(&g->servers[k], NULL, server_main, g);
+	if (rc < 0) {
+		rft_err("cannot start the group namespace threads: %s",
+			strerror(-rc));
+		return rc;
+	}
+	g->started = true;
+	return 0;
+}
+
+static void gns_stop(void *ctx)
+{
+	struct gns *g = ctx;
+
+	if (!g->started)
+		return;
+	pthread_mutex_lock(&g->lock);
+	g->stop = true;
+	pthread_cond_broadcast(&g->work);
+	pthread_cond_broadcast(&g->jobs);
+	pthread_mutex_unlock(&g->lock);
+	for (int i = 0; i < GNS_SUBMITTERS; i++)
+		pthread_join(g->submitters[i], NULL);
+	for (int i = 0; i < GNS_SERVERS; i++)
+		pthread_join(g->servers[i], NULL);
+	g->started = false;
+}
+
+static void gns_free(void *ctx)
+{
+	struct gns *g = ctx;
+
+	while (g->j_head) {
+		struct gns_job *j = g->j_head;
+
+		g->j_head = j->next;
+		free(j);
+	}
+	while (g->waits) {
+		struct gns_job *j = g->waits;
+
+		g->waits = j->next;
+		free(j);
+	}
+	pthread_mutex_destroy(&g->lock);
+	pthread_cond_destroy(&g->work);
+	pthread_cond_destroy(&g->jobs);
+	pthread_cond_destroy(&g->applied_cv);
+	free(g);
+}
+
+int eng_join_group(struct eng *e, struct grp *grp)
+{
+	const struct peer_rx rx = { .deliver = rx_deliver };
+	const struct nslog_fsm fsm = {
+		.apply = fsm_apply,
+		.snapshot = fsm_snapshot,
+		.restore = fsm_restore,
+	};
+	struct nslog_fsm f = fsm;
+	struct peer_rx r = rx;
+	pthread_condattr_t ca;
+	struct gns *g;
+	int rc;
+
+	if (e->gops)
+		return -EBUSY;
+	/*
+	 * Every node numbers inodes in log order, from an empty namespace:
+	 * one that holds names already (a persist dir's) would not agree.
+	 */
+	if (e->ns.count > 1) {
+		rft_err("a node of a group starts with an empty namespace, and "
+			"the persist dir holds files already");
+		return -EEXIST;
+	}
+	if (!grp_log(grp)) {
+		rft_err("this group has no namespace log (a --registry group): "
+			"it cannot share one namespace yet");
+		return -EOPNOTSUPP;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->e = e;
+	g->grp = grp;
+	g->log = grp_log(grp);
+	g->x = grp_xport(grp);
+	g->memb = grp_memb(grp);
+	g->self = grp_self(grp);
+	g->nodes = grp_nodes(grp);
+	g->inc = grp_incarnation(grp);
+	g->dead_ms = grp_dead_after_ms(grp);
+	pthread_mutex_init(&g->lock, NULL);
+	/* Deadlines are CLOCK_MONOTONIC (cv_wait_until). */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->work, &ca);
+	pthread_cond_init(&g->jobs, &ca);
+	pthread_cond_init(&g->applied_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	f.ctx = g;
+	r.ctx = g;
+	rc = grp_set_fsm(grp, &f);
+	if (rc == 0)
+		rc = peer_register(g->x, PEER_T_GNS_FIRST, PEER_T_GNS_LAST, &r);
+	if (rc < 0) {
+		gns_free(g);
+		return rc;
+	}
+	e->node = g->self;
+	e->inc = g->inc;
+	e->gops = &gns_ops;
+	e->gctx = g;
+	return 0;
+}
