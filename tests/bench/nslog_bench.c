@@ -7,14 +7,16 @@
  * One entry at a time, first from the leader, then from a follower; each
  * submit starts at a random point of the heartbeat (a pause of 0 to one
  * heartbeat first), so that a latency tied to the heartbeat shows as it
- * would under real traffic, not at one phase of it.  Per submit:
+ * would under sparse traffic, not at one phase of it.  Then the same back
+ * to back: each submit as soon as the one before returned.  Per submit:
  *
  *   submit   nslog_submit()'s time: the entry committed and applied on
  *            the submitting node;
  *   all      until the last of the three nodes applied it (their fsm
  *            apply callbacks, timed as they run).
  *
- * Prints the median and the 90th percentile of each, in ms.
+ * Prints the median and the 90th percentile of each, in ms, and the rate
+ * of the back-to-back submits.
  *
  * Usage: nslog_bench [submits [dir]] (default 40 per role, and /dev/shm
  * when writable, else $TMPDIR or /tmp: raft_uv syncs every append, so a
@@ -214,38 +216,53 @@ static double rnd01(void)
 
 static uint32_t next_id = 1;
 
-/* @count submits from @from, one at a time; the figures of one role. */
-static void run_role(struct node *nodes, int from, int count, const char *role)
+/*
+ * @count submits from @from, one at a time, and their figures.  @paced:
+ * each after a random pause of up to a heartbeat, once the one before is
+ * applied everywhere; else back to back (the next as soon as the last
+ * returned, as one thread making files would), with the rate printed too.
+ */
+static void run_role(struct node *nodes, int from, int count, bool paced,
+		     const char *role)
 {
 	double *sub = calloc((size_t)count, sizeof(double));
 	double *all = calloc((size_t)count, sizeof(double));
+	double *start = calloc((size_t)count, sizeof(double));
+	uint32_t first = next_id;
+	double t_begin = now(), t_end;
 	int rc, result;
 
-	if (!sub || !all)
+	if (!sub || !all || !start)
 		die("calloc", -ENOMEM);
 	for (int k = 0; k < count; k++) {
 		uint32_t id = next_id++;
-		double t0, t1, t2;
 
-		sleep_ms(rnd01() * HEARTBEAT_MS);
-		t0 = now();
+		if (paced)
+			sleep_ms(rnd01() * HEARTBEAT_MS);
+		start[k] = now();
 		rc = nslog_submit(nodes[from].l, &id, sizeof(id), SUBMIT_MS,
 				  &result);
-		t1 = now();
 		if (rc < 0)
 			die("nslog_submit", rc);
-		t2 = wait_all_applied(id);
-		sub[k] = t1 - t0;
-		all[k] = t2 - t0;
+		sub[k] = now() - start[k];
+		if (paced)
+			wait_all_applied(id);
 	}
+	t_end = now();
+	for (int k = 0; k < count; k++)
+		all[k] = wait_all_applied(first + (uint32_t)k) - start[k];
 	qsort(sub, (size_t)count, sizeof(double), cmp_double);
 	qsort(all, (size_t)count, sizeof(double), cmp_double);
-	printf("%-8s (node %d)  submit median %6.2f ms  p90 %6.2f ms   "
-	       "all 3 applied median %6.2f ms  p90 %6.2f ms\n",
+	printf("%-21s (node %d)  submit median %6.2f ms  p90 %6.2f ms   "
+	       "all 3 applied median %6.2f ms  p90 %6.2f ms",
 	       role, from, sub[count / 2], sub[count * 9 / 10],
 	       all[count / 2], all[count * 9 / 10]);
+	if (!paced)
+		printf("   %.0f submits/s", count / ((t_end - t_begin) / 1e3));
+	printf("\n");
 	free(sub);
 	free(all);
+	free(start);
 }
 
 int main(int argc, char **argv)
@@ -338,8 +355,11 @@ int main(int argc, char **argv)
 			die("nslog_submit (warm-up)", rc);
 		wait_all_applied(id);
 	}
-	run_role(nodes, leader, count, "leader");
-	run_role(nodes, (leader + 1) % NODES, count, "follower");
+	run_role(nodes, leader, count, true, "leader");
+	run_role(nodes, (leader + 1) % NODES, count, true, "follower");
+	run_role(nodes, leader, count, false, "leader, back to back");
+	run_role(nodes, (leader + 1) % NODES, count, false,
+		 "follower, back to back");
 	if (wait_leader(nodes) != leader)
 		printf("nslog_bench: the leader changed during the run: "
 		       "the figures mix roles\n");
