@@ -618,8 +618,10 @@ void nslog_free(struct nslog *l);
  * could be reached, or too many submits were already waiting here): it
  * never commits; -EMSGSIZE over NSLOG_ENTRY_MAX; -ESHUTDOWN once
  * nslog_stop() began.  Blocks: never with an engine lock held.  A
- * follower's submit returns about one heartbeat after the commit, when
- * the leader's next message tells it the commit index.
+ * follower's submit returns about one round trip after the leader's
+ * commit, and every node applies the entry about as soon: the leader
+ * tells the followers each new commit index at once ("Commit push" in
+ * nslog.c), not at its next heartbeat.
  */
 int nslog_submit(struct nslog *l, const void *buf, size_t len,
 		 int timeout_ms, int *result);

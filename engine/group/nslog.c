@@ -85,6 +85,21 @@
  * snapshot, and changes only in apply, so it is the same on every node.
  * At most MAX_INFLIGHT submits of one node wait at once (see there why).
  *
+ * Commit push.  Raft tells a follower the commit index only in
+ * AppendEntries, and libraft 0.15 sends one with no new entry only as a
+ * heartbeat: at a tick (every heartbeat_ms) once heartbeat_ms have passed
+ * since its last message to that follower, so 1 to 2 heartbeats after the
+ * entry went out.  Until then followers hold a committed entry without
+ * applying it, and a follower's submit waits.  So once every entry it
+ * appended is committed and applied, the leader appends one barrier
+ * (commit_push()): raft sends it at once with the new commit index, and
+ * the followers apply about one round trip (and one disk append of theirs)
+ * after the leader's commit.  The push's own commit reaches the followers
+ * with the next heartbeat: it changes no state, and pushing it too would
+ * chain pushes forever.  A burst of entries costs one barrier more in the
+ * log, and a follower's commit index trails the leader's by that barrier
+ * for up to two heartbeats.
+ *
  * The caller's state machine is empty at every nslog_start(): raft restores
  * the last snapshot (fsm->restore) and applies the entries after it again.
  * Snapshots are taken every snapshot_every entries on the loop thread (the
@@ -477,6 +492,10 @@ struct nslog {
 	struct raft_barrier lead_barrier;
 	bool lead_barrier_busy;
 	uint64_t lead_barrier_term;	/* the term it was made in */
+	/* The last commit push (commit_push); in flight while busy. */
+	struct raft_barrier push;
+	bool push_busy;
+	uint64_t push_term, push_index;	/* where it was appended */
 	struct apply_out out;
 	bool cut[GRP_MAX_NODES]; /* nslog_test_cut() */
 	struct dd_slot (*dd)[DEDUPE_SLOTS]; /* [GRP_MAX_NODES] */
@@ -2058,9 +2077,61 @@ static void lead_barrier(struct nslog *l)
 	l->lead_barrier_term = l->raft.current_term;
 }
 
+static void commit_push_cb(struct raft_barrier *req, int status)
+{
+	struct nslog *l = req->data;
+
+	l->push_busy = false;
+	if (status != 0 && status != RAFT_LEADERSHIPLOST &&
+	    status != RAFT_CANCELED && status != RAFT_SHUTDOWN)
+		rft_dbg("node %d: commit push at %llu: %s", l->self,
+			(unsigned long long)l->push_index,
+			raft_strerror(status));
+}
+
+/*
+ * Tell the followers the leader's new commit index now, not at the next
+ * heartbeat (the head comment's "Commit push").  Only when everything
+ * appended is committed and applied here: an entry still in flight
+ * carries the commit index when raft sends it, and its own commit pushes
+ * later.  At most one push at a time, and none when the last entry is
+ * this term's push, already committed, else pushes would chain.  None
+ * until this term's lead barrier is done (it goes first; its commit is
+ * then pushed like any other), and none without another server to tell.
+ */
+static void commit_push(struct nslog *l)
+{
+	raft_index last;
+	int rv;
+
+	if (!raft_ready(l) || l->push_busy ||
+	    raft_state(&l->raft) != RAFT_LEADER || l->lead_barrier_busy ||
+	    l->lead_barrier_term != l->raft.current_term ||
+	    l->raft.configuration.n < 2)
+		return;
+	last = raft_last_index(&l->raft);
+	if (l->raft.commit_index != last || raft_last_applied(&l->raft) != last)
+		return;
+	/* A leader never rewrites its own term's entries: it is the push. */
+	if (l->push_term == l->raft.current_term && l->push_index == last)
+		return;
+	l->push.data = l;
+	rv = raft_barrier(&l->raft, &l->push, commit_push_cb);
+	if (rv != 0)
+		return; /* a transfer under way (or no memory): next check */
+	l->push_busy = true;
+	l->push_term = l->raft.current_term;
+	l->push_index = l->push.index;
+}
+
+/*
+ * After every loop iteration: raft commits and applies in I/O callbacks,
+ * which run before the check handles of the same iteration.
+ */
 static void on_check(uv_check_t *c)
 {
 	lead_barrier(c->data);
+	commit_push(c->data);
 	refresh_status(c->data);
 }
 

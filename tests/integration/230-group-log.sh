@@ -74,7 +74,8 @@ start_node 0
 start_node 1
 start_node 2
 wait_states "${M[0]}" "self up up"
-# The bootstrap configuration is entry 1, the leader's barrier entry 2.
+# The bootstrap configuration is entry 1, the leader's barrier entry 2
+# (then its commit push, entry 3).
 MIN_COMMIT=2
 wait_agree 30 0 1 2
 log "nodes 0 1 2 agree: leader $LEADER, term $TERM, commit $COMMIT"

@@ -85,6 +85,7 @@ struct world {
 	uint64_t next_inc;
 	uint64_t next_id;
 	unsigned snapshot_every;
+	int election_ms, heartbeat_ms;	/* 0: ELECTION_MS, HEARTBEAT_MS */
 	pthread_mutex_t lock;
 	uint64_t *at;		/* at[index]: entry id, 0 unknown */
 	size_t at_len;
@@ -354,8 +355,9 @@ static int try_start_node(struct world *w, int i,
 		.dir = t->dir,
 		.secret = secret,
 		.group = "g0",
-		.election_ms = ELECTION_MS,
-		.heartbeat_ms = HEARTBEAT_MS,
+		.election_ms = w->election_ms ? w->election_ms : ELECTION_MS,
+		.heartbeat_ms = w->heartbeat_ms ? w->heartbeat_ms :
+						  HEARTBEAT_MS,
 		.snapshot_every = w->snapshot_every,
 	};
 	int rc;
@@ -1395,6 +1397,103 @@ static void test_random_schedule(void **state)
 	free(a);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static uint64_t median(uint64_t *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_u64);
+	return v[n / 2];
+}
+
+/* Wait until every node has applied at least @n entries; false after @ms. */
+static bool wait_all_hold(struct world *w, int n, int ms)
+{
+	uint64_t until = now_ms() + (uint64_t)ms;
+
+	for (;;) {
+		bool all = true;
+
+		for (int i = 0; i < w->n && all; i++)
+			all = fsm_get(w, i, F_N) >= n;
+		if (all)
+			return true;
+		if (now_ms() > until)
+			return false;
+		sleep_ms(1);
+	}
+}
+
+/*
+ * A commit reaches the followers within a round trip, not at the next
+ * heartbeat (libraft sends leader_commit only in AppendEntries; the
+ * leader's commit push is a barrier appended once all is applied).  The
+ * heartbeat is long here (800 ms): without the push, a follower's submit
+ * and the other nodes' applies would take 800 ms at least (raft's
+ * heartbeat waits a whole heartbeat after the entry's message).  Medians
+ * of several submits, from followers and from the leader, must stay under
+ * half a heartbeat; a loaded machine adds milliseconds, not hundreds.
+ * Then the log goes quiet: pushes do not chain.
+ */
+static void test_commit_push(void **state)
+{
+	enum { HB = 800, ROUNDS = 5 };
+	struct world *w = world_new(3, 12, 0);
+	uint64_t sub[ROUNDS], all[2 * ROUNDS], id;
+	struct nslog_status s0, s1;
+	int leader, from, result, na = 0;
+
+	(void)state;
+	w->heartbeat_ms = HB;
+	w->election_ms = 5 * HB;
+	for (int i = 0; i < 3; i++)
+		start_node(w, i);
+	leader = wait_leader(w, 30000);
+	assert_true(leader >= 0);
+	/* Links made and followers in raft's pipeline mode. */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(submit(w, i, SUBMIT_MS, &id, &result), 0);
+	assert_int_equal(wait_converged(w, 3, 10000), 3);
+
+	for (int k = 0; k < 2 * ROUNDS; k++) {
+		uint64_t t0, t1;
+		int rc;
+
+		/* Followers in turn, then the leader. */
+		from = k < ROUNDS ? (leader + 1 + k % 2) % 3 : leader;
+		/* Not just after a heartbeat: anywhere in one. */
+		sleep_ms((int)((uint64_t)k * 97 % HB));
+		t0 = now_ms();
+		rc = submit(w, from, SUBMIT_MS, &id, &result);
+		t1 = now_ms();
+		assert_int_equal(rc, 0);
+		assert_true(wait_all_hold(w, result, 10000));
+		all[na++] = now_ms() - t0;
+		if (k < ROUNDS)
+			sub[k] = t1 - t0;
+		assert_acked(w, from, id, result);
+	}
+	print_message("commit push: follower submit median %" PRIu64
+		      " ms, all applied median %" PRIu64 " ms (heartbeat %d "
+		      "ms)\n", median(sub, ROUNDS), median(all, na), HB);
+	assert_true(median(sub, ROUNDS) < HB / 2);
+	assert_true(median(all, na) < HB / 2);
+	assert_int_equal(wait_leader(w, 5000), leader);
+
+	/* Quiet: the push's own commit travels with a heartbeat, no more. */
+	s0 = status(w, leader);
+	sleep_ms(2 * HB);
+	s1 = status(w, leader);
+	if (s1.term == s0.term)
+		assert_int_equal(s1.last_index, s0.last_index);
+	assert_no_divergence(w);
+	world_free(w);
+}
+
 /*
  * nslog_check() of node @self of @nodes in @group on @dir, with nothing
  * started: the daemon's test of --state-dir before it mounts.
@@ -1493,6 +1592,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_bad_frames, teardown),
 		cmocka_unit_test_teardown(test_over_peer_tcp, teardown),
 		cmocka_unit_test_teardown(test_random_schedule, teardown),
+		cmocka_unit_test_teardown(test_commit_push, teardown),
 		cmocka_unit_test_teardown(test_check_dir, teardown),
 	};
 
