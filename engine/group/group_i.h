@@ -511,6 +511,19 @@ typedef void memb_change_fn(void *ctx, const struct memb_view *v, int node,
 /* Set the one listener (replacing any; NULL for none).  Returns 0. */
 int memb_listen(struct memb *m, memb_change_fn *fn, void *ctx);
 
+/*
+ * Called on the registry thread when it learns where @node listens (its
+ * first address, or a new one: a daemon restarted elsewhere, a
+ * replacement), after the view and the transport have it.  Never for this
+ * node, never with a lock of memb's held; one call at a time.  It may
+ * block a little (a name lookup): that delays the registry's next round,
+ * never a heartbeat.  Only a registry group learns addresses: with a
+ * static list it is never called.
+ */
+typedef void memb_addr_fn(void *ctx, int node, const char *addr);
+/* Set the one address listener (replacing any; NULL for none).  0. */
+int memb_listen_addrs(struct memb *m, memb_addr_fn *fn, void *ctx);
+
 const char *memb_state_name(enum memb_state s);
 
 /* --- the namespace log (nslog.c) ----------------------------------------- */
