@@ -653,6 +653,7 @@ enum {
 	GR_LOG_VOTERS,
 	GR_LOG_AUTH,
 	GR_LOG_BAD_HS,
+	GR_LOG_UNKNOWN,
 	GR_N
 };
 
@@ -677,7 +678,7 @@ static const struct rep_field gr_fields[GR_N] = {
 	[GR_TAKEN_OVER_BY] = REP_FIELD("taken_over_by", REP_COUNT),
 	[GR_UP] = REP_EXPORT("up", REP_COUNT, REP_GAUGE, "reftfs_group_up",
 		"Nodes up, this one included."),
-	/* The namespace log (a --peers group only). */
+	/* The namespace log (every group). */
 	[GR_LOG] = REP_FIELD("log", REP_BOOL),
 	[GR_LOG_DIR] = REP_FIELD("log_state_dir", REP_STRING),
 	[GR_LOG_ADDR] = REP_FIELD("log_address", REP_STRING),
@@ -703,6 +704,9 @@ static const struct rep_field gr_fields[GR_N] = {
 	[GR_LOG_BAD_HS] = REP_EXPORT("log_bad_handshakes", REP_COUNT,
 		REP_COUNTER, "reftfs_group_log_bad_handshakes_total",
 		"Raft links closed: malformed, too slow or over limits."),
+	[GR_LOG_UNKNOWN] = REP_EXPORT("log_addrs_unknown", REP_COUNT,
+		REP_GAUGE, "reftfs_group_log_addrs_unknown",
+		"Other nodes whose address the registry has not given yet."),
 };
 
 /* Fill group object @gobj and member table @tbl of @top from the group. */
@@ -749,6 +753,8 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		rep_set_u64(gobj, GR_LOG_VOTERS, (uint64_t)gi.log_voters);
 		rep_set_u64(gobj, GR_LOG_AUTH, gi.log_auth_failed);
 		rep_set_u64(gobj, GR_LOG_BAD_HS, gi.log_bad_handshakes);
+		rep_set_u64(gobj, GR_LOG_UNKNOWN,
+			    (uint64_t)gi.log_addrs_unknown);
 	}
 	for (i = 0; i < n; i++) {
 		struct rep_obj *row = rep_row(rep, top, tbl);
@@ -835,8 +841,7 @@ static const struct rep_text group_text[] = {
 	TXT("group.enabled", "membership",
 	    "{group.registry?memcached registry|static --peers}, "
 	    "dead after {group.dead_after_ms} ms"),
-	TXT("group.enabled&!group.log", "log",
-	    "none (the namespace log runs in a --peers group)"),
+	TXT("group.enabled&!group.log", "log", "none"),
 	TXT("group.log", "log",
 	    "term {group.log_term}, commit index {group.log_commit_index} "
 	    "(last {group.log_last_index}, applied "
@@ -848,9 +853,15 @@ static const struct rep_text group_text[] = {
 	    "{group.log_raft_id})"),
 	TXT("group.log&group.log_role=none&group.log_raft_id", "",
 	    "no leader known (an election, or too few nodes up)"),
-	TXT("group.log&!group.log_raft_id", "",
+	TXT("group.log&!group.log_raft_id&group.log_addrs_unknown", "",
+	    "not running yet: waiting for the registry to name every node "
+	    "({group.log_addrs_unknown} unknown)"),
+	TXT("group.log&!group.log_raft_id&!group.log_addrs_unknown", "",
 	    "not running yet: the group's first start needs every node up "
 	    "once; a wiped node waits for a leader to join"),
+	TXT("group.log&group.log_raft_id&group.log_addrs_unknown", "",
+	    "no raft link yet to {group.log_addrs_unknown} node(s): the "
+	    "registry has not named them"),
 	TXT("group.log", "",
 	    "raft on {group.log_address}, {group.log_auth_failed} links "
 	    "refused (authentication), {group.log_bad_handshakes} bad "

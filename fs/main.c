@@ -89,7 +89,7 @@ static void usage(FILE *out)
 		"                        --peers entry; needed with --registry)\n"
 		"  --secret-file PATH    the group's shared secret (mode 0600 or 0400)\n"
 		"  --dead-after SECONDS  a silent peer is declared dead after this (default 5)\n"
-		"  --state-dir DIR       the namespace log's state (with --peers; default\n"
+		"  --state-dir DIR       the namespace log's state (in a group; default\n"
 		"                        /var/lib/reftfs/GROUP/nodeID as root, else\n"
 		"                        $XDG_STATE_HOME/reftfs/GROUP/nodeID); its raft\n"
 		"                        listens on the peer PORT + 1\n"

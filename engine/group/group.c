@@ -3,13 +3,18 @@
  * the TCP transport, membership and the namespace log, put together and
  * reported.
  *
- * The namespace log (nslog.c) runs in a --peers group only: its raft
- * needs every node's address up front, which a --registry group learns
- * only later.  Its raft links listen one port above the peer transport's
- * (HOST:PORT in --peers or --listen: raft on HOST:PORT+1), so one list of
- * addresses names both.  Its state machine is empty for now (issue 8,
- * step 1 of docs/design.md's plan): the log elects, replicates and
- * survives restarts, and nothing proposes entries yet.
+ * The namespace log (nslog.c) runs in every group.  Its raft links
+ * listen one port above the peer transport's (HOST:PORT in --peers or
+ * --listen: raft on HOST:PORT+1), so one address names both.  A --peers
+ * group knows every address up front; a --registry group starts the log
+ * knowing only its own, and membership hands it each address the
+ * registry gives (on_addr), first ones and changed ones alike: the log
+ * founds the group's log once it has them all, and a node that already
+ * has a log links to each peer as its address arrives.  Losing memcached
+ * keeps the addresses known and raft's links with them.  Its state
+ * machine is empty for now (issue 8, step 1 of docs/design.md's plan):
+ * the log elects, replicates and survives restarts, and nothing proposes
+ * entries yet.
  */
 #include <errno.h>
 #include <limits.h>
@@ -40,7 +45,7 @@ struct grp {
 	const char *listen;
 	struct peer_xport *x;
 	struct memb *memb;
-	struct nslog *log;	/* NULL: a --registry group */
+	struct nslog *log;
 	char state_dir[PATH_MAX];
 	char raft_listen[GRP_ADDR_MAX];
 	char raft_addr[GRP_MAX_NODES][GRP_ADDR_MAX];
@@ -169,6 +174,7 @@ static int count_addrs(const char *list, const char *opt, bool raft, char *err,
 
 int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 {
+	unsigned long lport = 0;
 	int n;
 
 	if (!grp_wanted(c))
@@ -198,20 +204,17 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 	if (c->listen && !addr_ok(c->listen, strlen(c->listen)))
 		return fail(err, errlen, "--listen: '%s' is not HOST:PORT",
 			    c->listen);
+	if (c->listen && addr_port(c->listen, strlen(c->listen), &lport) &&
+	    lport == 65535)
+		return fail(err, errlen,
+			    "--listen: the namespace log listens on PORT+1, "
+			    "so PORT must be below 65535");
 	if (c->state_dir &&
 	    (!*c->state_dir || strlen(c->state_dir) >= PATH_MAX - 64))
 		return fail(err, errlen,
 			    "--state-dir: a path of 1 to %d characters",
 			    PATH_MAX - 65);
 	if (c->peers) {
-		unsigned long lport = 0;
-
-		if (c->listen &&
-		    addr_port(c->listen, strlen(c->listen), &lport) &&
-		    lport == 65535)
-			return fail(err, errlen,
-				    "--listen: the namespace log listens on "
-				    "PORT+1, so PORT must be below 65535");
 		n = count_addrs(c->peers, "--peers", true, err, errlen);
 		if (n < 0)
 			return n;
@@ -350,7 +353,10 @@ unsigned grp_dead_after_ms(const struct grp *g)
 	return g->cfg.dead_after_ms;
 }
 
-/* Set up the namespace log of a --peers group (grp_new). */
+/*
+ * Set up the namespace log (grp_new).  A --registry group gives it no
+ * address but this node's: on_addr() gives the others as they come.
+ */
 static int log_new(struct grp *g)
 {
 	const struct nslog_fsm fsm = {
@@ -388,7 +394,15 @@ static int log_new(struct grp *g)
 			return rc;
 		}
 	}
+	if (raft_addr_of(g->listen, strlen(g->listen), g->raft_listen,
+			 sizeof(g->raft_listen)) < 0) {
+		rft_err("--listen: no namespace log port above %s", g->listen);
+		return -EINVAL;
+	}
 	for (i = 0; i < g->nodes; i++) {
+		addrs[i] = NULL;
+		if (!g->addrs[i])
+			continue; /* a registry group: on_addr() */
 		if (raft_addr_of(g->addrs[i], strlen(g->addrs[i]),
 				 g->raft_addr[i], sizeof(g->raft_addr[i])) < 0) {
 			rft_err("--peers: no namespace log port above %s",
@@ -397,11 +411,9 @@ static int log_new(struct grp *g)
 		}
 		addrs[i] = g->raft_addr[i];
 	}
-	if (raft_addr_of(g->listen, strlen(g->listen), g->raft_listen,
-			 sizeof(g->raft_listen)) < 0) {
-		rft_err("--listen: no namespace log port above %s", g->listen);
-		return -EINVAL;
-	}
+	/* What the registry publishes for this node: --listen. */
+	if (!addrs[g->self])
+		addrs[g->self] = g->raft_listen;
 	lo.self = g->self;
 	lo.nodes = g->nodes;
 	lo.incarnation = g->incarnation;
@@ -436,6 +448,28 @@ static uint64_t new_incarnation(void)
 	 */
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * The registry says where @node's peer transport listens now (the
+ * registry thread, no lock held): its raft is one port above.
+ */
+static void on_addr(void *ctx, int node, const char *addr)
+{
+	struct grp *g = ctx;
+	char raft[GRP_ADDR_MAX];
+	int rc;
+
+	if (raft_addr_of(addr, strlen(addr), raft, sizeof(raft)) < 0) {
+		rft_warn("registry: node %d's address %s has no namespace "
+			 "log port above it: its raft links are not made",
+			 node, addr);
+		return;
+	}
+	rc = nslog_set_addr(g->log, node, raft);
+	if (rc < 0)
+		rft_warn("registry: the namespace log refused %s for node "
+			 "%d: %s", raft, node, strerror(-rc));
 }
 
 static void on_change(void *ctx, const struct memb_view *v, int node,
@@ -537,8 +571,11 @@ int grp_new(const struct grp_config *c, struct grp **out)
 	rc = memb_listen(g->memb, on_change, g);
 	if (rc < 0)
 		goto fail;
-	if (c->peers) {
-		rc = log_new(g);
+	rc = log_new(g);
+	if (rc < 0)
+		goto fail;
+	if (c->registry) {
+		rc = memb_listen_addrs(g->memb, on_addr, g);
 		if (rc < 0)
 			goto fail;
 	}
@@ -563,7 +600,7 @@ int grp_start(struct grp *g)
 		peer_stop(g->x);
 		return rc;
 	}
-	rc = g->log ? nslog_start(g->log) : 0;
+	rc = nslog_start(g->log);
 	if (rc < 0) {
 		rft_err("cannot start the namespace log in %s: %s",
 			g->state_dir, strerror(-rc));
@@ -578,9 +615,8 @@ int grp_start(struct grp *g)
 		 (unsigned long long)g->incarnation,
 		 g->cfg.registry ? ", registry " : "",
 		 g->cfg.registry ? g->cfg.registry : "");
-	if (g->log)
-		rft_info("group %s: namespace log on %s, state in %s",
-			 g->cfg.name, g->raft_listen, g->state_dir);
+	rft_info("group %s: namespace log on %s, state in %s", g->cfg.name,
+		 g->raft_listen, g->state_dir);
 	return 0;
 }
 
@@ -677,6 +713,7 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 		info->log_voters = ls.voters;
 		info->log_auth_failed = ls.auth_failed;
 		info->log_bad_handshakes = ls.bad_handshakes;
+		info->log_addrs_unknown = ls.addrs_unknown;
 	}
 	if (!v)
 		return 0;

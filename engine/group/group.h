@@ -56,9 +56,9 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen);
 
 /*
  * Set up the group: the secret (refused unless mode 0600/0400: -EPERM),
- * the transport (listening, -EADDRINUSE), membership and, for a --peers
- * group, the namespace log (its state dir made, mode 0700, and refused,
- * -EINVAL, when it holds another node's or group's log).  Logs why it
+ * the transport (listening, -EADDRINUSE), membership and the namespace
+ * log (its state dir made, mode 0700, and refused, -EINVAL, when it holds
+ * another node's or group's log).  Logs why it
  * failed.  Nothing runs until grp_start().
  */
 int grp_new(const struct grp_config *c, struct grp **out);
@@ -101,7 +101,7 @@ struct grp_info {
 				 * has not rejoined yet */
 	uint64_t taken_over_by;	/* not 0: a daemon started later took this
 				 * node's place (its incarnation) */
-	/* The namespace log (a --peers group only). */
+	/* The namespace log (every group). */
 	bool log;
 	char log_dir[PATH_MAX];	/* its state dir */
 	char log_addr[128];	/* where this node's raft listens */
@@ -115,6 +115,8 @@ struct grp_info {
 	int log_voters;
 	uint64_t log_auth_failed; /* raft links refused: secret, group, id */
 	uint64_t log_bad_handshakes; /* malformed, slow, over limits */
+	int log_addrs_unknown;	/* other nodes whose address the registry
+				 * has not given yet */
 };
 
 /*

@@ -515,6 +515,19 @@ typedef void memb_change_fn(void *ctx, const struct memb_view *v, int node,
 /* Set the one listener (replacing any; NULL for none).  Returns 0. */
 int memb_listen(struct memb *m, memb_change_fn *fn, void *ctx);
 
+/*
+ * Called on the registry thread when it learns where @node listens (its
+ * first address, or a new one: a daemon restarted elsewhere, a
+ * replacement), after the view and the transport have it.  Never for this
+ * node, never with a lock of memb's held; one call at a time.  It may
+ * block a little (a name lookup): that delays the registry's next round,
+ * never a heartbeat.  Only a registry group learns addresses: with a
+ * static list it is never called.
+ */
+typedef void memb_addr_fn(void *ctx, int node, const char *addr);
+/* Set the one address listener (replacing any; NULL for none).  0. */
+int memb_listen_addrs(struct memb *m, memb_addr_fn *fn, void *ctx);
+
 const char *memb_state_name(enum memb_state s);
 
 /* --- the namespace log (nslog.c) ----------------------------------------- */
@@ -546,11 +559,19 @@ struct nslog_fsm {
 	int (*restore)(void *ctx, const void *buf, size_t len);
 };
 
+#define NSLOG_ADDR_MAX 128	/* bytes of a "host:port", its NUL included */
+
 struct nslog_opts {
 	int self;
 	int nodes;
 	uint64_t incarnation;	/* nonzero, new at every start of the daemon */
-	const char *const *addrs; /* [nodes] where each node's raft listens */
+	/*
+	 * [nodes] where each node's raft listens; NULL for a node whose
+	 * address is not known yet (a registry group), which
+	 * nslog_set_addr() gives later.  addrs[self] may be NULL when
+	 * listen is given.
+	 */
+	const char *const *addrs;
 	const char *listen;	/* where this node's raft binds; NULL:
 				 * addrs[self] (a wildcard such as 0.0.0.0) */
 	const char *dir;	/* this node's raft data dir (created) */
@@ -574,6 +595,8 @@ struct nslog_status {
 	bool self_voter;	/* this node votes in its configuration */
 	uint64_t auth_failed;	/* raft links refused: secret, group, target */
 	uint64_t bad_handshakes; /* raft links malformed, slow, over limits */
+	int addrs_unknown;	/* other nodes whose raft address is not
+				 * known yet (nslog_set_addr) */
 };
 
 /*
@@ -633,6 +656,23 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 int nslog_barrier(struct nslog *l, int timeout_ms);
 
 void nslog_get_status(struct nslog *l, struct nslog_status *out);
+
+/*
+ * @node's raft now listens at @addr ("host:port", resolved here, so it
+ * may block on a name lookup): its first address, or a new one.  Raft
+ * links to @node are made there from now on, and those made to its old
+ * address are closed (whoever is there now is not that node).  Any
+ * thread, any time between nslog_new() and nslog_free(), before or after
+ * nslog_start(); never with an engine lock held.  0 (also when @addr is
+ * the one known), -EINVAL for @node out of range or this node, or an
+ * address that is not host:port or does not resolve, -ENAMETOOLONG.
+ *
+ * Raft never sees these addresses: its configuration names each raft id
+ * by a label of its own ("raft-ID"), so a node that moves needs no
+ * configuration change, and a replacement at an address another id once
+ * used is still added (nslog.c, "Addresses").
+ */
+int nslog_set_addr(struct nslog *l, int node, const char *addr);
 
 /*
  * For tests only: refuse (@cut) or allow again raft's links between this

@@ -74,8 +74,9 @@
  *   TTL   ceil(dead_ms / 1000) s, at least 2 s
  *
  * every heartbeat_ms, and reads every node's key in one multi-get; an
- * address that changed goes to the view and to peer_set_addr(), unless
- * the entry is that of an incarnation already replaced.  Before each
+ * address that changed goes to the view, to peer_set_addr() and to the
+ * address listener (memb_listen_addrs: the namespace log's raft links),
+ * unless the entry is that of an incarnation already replaced.  Before each
  * write it reads its own key: an entry with a larger incarnation (a
  * daemon started later took this node's place, while this one was hung)
  * stops it registering for good, logged once and shown in the view
@@ -159,6 +160,8 @@ struct memb {
 	struct memb_peer *p;		/* [nodes]; protected by lock */
 	memb_change_fn *fn;		/* protected by lock */
 	void *fn_ctx;
+	memb_addr_fn *addr_fn;		/* protected by lock */
+	void *addr_ctx;
 	uint64_t last_tick;		/* membership thread only */
 
 	/* Owned by the membership thread. */
@@ -760,6 +763,8 @@ bad:
 static void reg_learn(struct memb *m, int id, const char *addr, uint64_t inc)
 {
 	struct memb_node *n = &m->view.node[id];
+	memb_addr_fn *fn;
+	void *ctx;
 	bool changed;
 	int rc;
 
@@ -767,6 +772,8 @@ static void reg_learn(struct memb *m, int id, const char *addr, uint64_t inc)
 	changed = strcmp(n->addr, addr) != 0 && inc != m->p[id].prev_inc;
 	if (changed)
 		strcpy(n->addr, addr);
+	fn = m->addr_fn;
+	ctx = m->addr_ctx;
 	pthread_mutex_unlock(&m->lock);
 	if (!changed)
 		return;
@@ -776,6 +783,9 @@ static void reg_learn(struct memb *m, int id, const char *addr, uint64_t inc)
 	if (rc < 0)
 		rft_warn("registry of %d: the transport refused %s for node "
 			 "%d: %s", m->self, addr, id, strerror(-rc));
+	/* The namespace log's raft links follow (group.c). */
+	if (fn)
+		fn(ctx, id, addr);
 }
 
 /*
@@ -1179,6 +1189,15 @@ int memb_listen(struct memb *m, memb_change_fn *fn, void *ctx)
 	pthread_mutex_lock(&m->lock);
 	m->fn = fn;
 	m->fn_ctx = ctx;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+int memb_listen_addrs(struct memb *m, memb_addr_fn *fn, void *ctx)
+{
+	pthread_mutex_lock(&m->lock);
+	m->addr_fn = fn;
+	m->addr_ctx = ctx;
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }

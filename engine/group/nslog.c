@@ -72,6 +72,35 @@
  *    "witness" rule keeps the unsafe one (reusing a used id) from happening
  *    as long as daemons use a new incarnation at every start.
  *
+ * Addresses.  Raft links go to where each node's raft listens now
+ * (l->where): given at nslog_new() for a static --peers list, or learned
+ * later from the registry through nslog_set_addr(), as nodes register, move
+ * (a daemon restarted at another address on its state dir) or are replaced
+ * (a new daemon, a new raft id, at another address).  A change closes the
+ * links this node made to the old address: whoever answers there is not that
+ * node any more, and a link to a machine that vanished would otherwise look
+ * alive until TCP gives up.  Links the node made to us stay: they come from
+ * where it is and carry its answers (closing them loses answers, which
+ * libraft 0.15 does not always get over: a follower that compacted its log
+ * past what the leader heard from it is sent the same entries for ever).
+ *
+ * Raft itself never sees these addresses.  Its configuration names a raft id
+ * by a label ("raft-ID", raft_label()) that tr_connect() ignores, for two
+ * reasons: libraft cannot change a member's address short of removing and
+ * adding it again, which would change the voters; and it refuses to add an
+ * id whose address string another member has (a replacement listening where
+ * another node listened before it moved).  An id's label must be the same on
+ * every path, or raft_uv remakes its link to that id each time the string it
+ * is handed changes: an inbound link is handed the name of its id in this
+ * node's configuration (in a log bootstrapped before labels, the address it
+ * had then).
+ *
+ * A first start founds the log only once every node's address is known
+ * ("waiting for the registry to name every node"); a node that has a log
+ * starts raft at once and links to each peer as its address arrives, so a
+ * node restarted while another is dead (its registry entry expired) still
+ * takes part.
+ *
  * Proposals.  An entry carries (node, incarnation, request id).  The leader
  * appends it with raft_apply(); a follower forwards it to the leader over
  * o->x (PEER_T_NSLOG_SUBMIT), the leader answers once it is committed, and
@@ -177,10 +206,11 @@
  * that write (EPIPE) instead of killing the daemon.
  *
  * Locks.  l->lock protects the queues, the waiting proposals, the status
- * copy and nslog.state's contents.  It is never held while calling the fsm,
- * libraft or the transport, nor across disk I/O, and nothing else is taken
- * under it (uv_async_send, which only writes to an eventfd, is called
- * under it so that the loop cannot close the handle meanwhile).
+ * copy, the nodes' addresses and nslog.state's contents.  It is never held
+ * while calling the fsm, libraft or the transport, nor across disk I/O,
+ * and nothing else is taken under it (uv_async_send, which only writes to
+ * an eventfd, is called under it so that the loop cannot close the handle
+ * meanwhile).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -245,7 +275,7 @@ struct ent {
 #define JOBS_MAX 4096
 #define MAX_INCS 8		/* incarnations of an "unknown" disk */
 #define HS_MAX_INBOUND 16	/* raft handshakes accepted at once */
-#define LINK_TRACK_MAX 256	/* raft links remembered for nslog_test_cut */
+#define LINK_TRACK_MAX 256	/* raft links remembered (tr_close_links) */
 #define LOG_EVERY_MS 60000	/* one refusal logged per peer per minute */
 #define STATE_FILE "nslog.state"
 #define STATE_TMP "nslog.state.new"
@@ -311,6 +341,7 @@ enum op_kind {
 	OP_BARRIER,	/* raft_barrier() */
 	OP_JOIN,	/* a replacement asks: make id a voter */
 	OP_CUT,		/* nslog_test_cut(node, flag) */
+	OP_MOVED,	/* node's address changed: close our links to it */
 };
 
 struct nslog;
@@ -397,10 +428,11 @@ enum {
 	HS_S_AUTH,	/* server: reading AUTH */
 };
 
-/* A raft link handed to raft, remembered for nslog_test_cut(). */
+/* A raft link handed to raft, remembered to close it (a cut, a move). */
 struct tr_link {
 	int fd;
 	int node;
+	bool inbound;		/* made by the peer, to us */
 	struct sockaddr_storage a, b;
 	socklen_t alen, blen;
 };
@@ -436,9 +468,6 @@ struct nslog {
 	/* Set by nslog_new, read-only after. */
 	int self, nodes;
 	uint64_t inc;
-	char **addrs;
-	struct sockaddr_storage *sa;
-	socklen_t *salen;
 	struct sockaddr_storage listen_sa; /* where our raft binds */
 	socklen_t listen_salen;
 	char *listen;
@@ -453,6 +482,13 @@ struct nslog {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;	/* broadcast at every change below */
 	pthread_cond_t jcond;	/* the worker's queue */
+	/* Where each node's raft listens now ("Addresses" above). */
+	struct nslog_where {
+		char addr[NSLOG_ADDR_MAX]; /* "" while unknown */
+		struct sockaddr_storage sa;
+		socklen_t salen;
+	} *where;		/* [nodes], protected by lock */
+	int unknown;		/* other nodes at "", protected by lock */
 	struct pstate ps;	/* protected by lock */
 	struct op *ops, **ops_tail; /* protected by lock */
 	struct job *jobs, **jobs_tail; /* protected by lock */
@@ -587,6 +623,17 @@ static uint64_t gen_of(raft_id id)
 static raft_id make_id(int node, uint64_t gen)
 {
 	return (raft_id)node + 1 + (raft_id)GRP_MAX_NODES * gen;
+}
+
+#define LABEL_MAX 32
+
+/*
+ * What raft's configuration calls raft id @id: a name of its own, never
+ * where to connect ("Addresses" in the head comment).  @len >= LABEL_MAX.
+ */
+static void raft_label(raft_id id, char *buf, size_t len)
+{
+	snprintf(buf, len, "raft-%llu", (unsigned long long)id);
 }
 
 /* Encode an entry's header at @p. */
@@ -1027,9 +1074,9 @@ static void hs_fail(struct hs *hs, int status)
 	uv_close((uv_handle_t *)&hs->timer, hs_closed);
 }
 
-static void tr_track(struct tr *t, int node, uv_tcp_t *tcp)
+static void tr_track(struct tr *t, int node, bool inbound, uv_tcp_t *tcp)
 {
-	struct tr_link k = { .node = node };
+	struct tr_link k = { .node = node, .inbound = inbound };
 	uv_os_fd_t fd;
 
 	if (uv_fileno((uv_handle_t *)tcp, &fd) < 0)
@@ -1049,6 +1096,25 @@ static void tr_track(struct tr *t, int node, uv_tcp_t *tcp)
 	t->links[t->nlinks++] = k;
 }
 
+/*
+ * The name raft knows raft id @id by: the one in this node's
+ * configuration, else its label.  raft_uv remakes its link to an id
+ * whenever the name it is handed for it changes, so an inbound link must
+ * carry the same name as raft's own sends to that id.  Loop thread.
+ */
+static void label_of(struct nslog *l, raft_id id, char *buf, size_t len)
+{
+	const struct raft_configuration *c = &l->raft.configuration;
+
+	for (unsigned i = 0; i < c->n; i++) {
+		if (c->servers[i].id == id) {
+			snprintf(buf, len, "%s", c->servers[i].address);
+			return;
+		}
+	}
+	raft_label(id, buf, len);
+}
+
 /* The handshake succeeded: the stream is raft's from now on. */
 static void hs_done(struct hs *hs)
 {
@@ -1061,12 +1127,16 @@ static void hs_done(struct hs *hs)
 	hs->handed = true;
 	hs->open_handles = 1; /* the timer; tcp is raft's */
 	uv_close((uv_handle_t *)&hs->timer, hs_closed);
-	tr_track(t, hs->peer_node, hs->tcp);
-	if (hs->inbound)
-		t->accept_cb(&t->iface, hs->peer_id, l->addrs[hs->peer_node],
+	tr_track(t, hs->peer_node, hs->inbound, hs->tcp);
+	if (hs->inbound) {
+		char label[NSLOG_ADDR_MAX];
+
+		label_of(l, hs->peer_id, label, sizeof(label));
+		t->accept_cb(&t->iface, hs->peer_id, label,
 			     (uv_stream_t *)hs->tcp);
-	else
+	} else {
 		hs->req->cb(hs->req, (uv_stream_t *)hs->tcp, 0);
+	}
 }
 
 static void hs_refuse(struct hs *hs, bool auth, const char *what)
@@ -1386,13 +1456,21 @@ static int tr_connect(struct raft_uv_transport *iface,
 	struct tr *t = iface->impl;
 	struct nslog *l = t->l;
 	int node = node_of(l, id);
+	struct sockaddr_storage sa;
+	bool known;
 	struct hs *hs;
 
-	(void)address; /* ours: where the node listens now */
+	(void)address; /* a label: we go where the node listens now */
 	if (t->closing)
 		return RAFT_CANCELED;
 	if (node < 0 || node == l->self || l->cut[node])
 		return RAFT_NOCONNECTION;
+	pthread_mutex_lock(&l->lock);
+	known = l->where[node].addr[0] != '\0';
+	sa = l->where[node].sa;
+	pthread_mutex_unlock(&l->lock);
+	if (!known)
+		return RAFT_NOCONNECTION; /* not named yet: raft retries */
 	hs = hs_new(t, false);
 	if (!hs)
 		return RAFT_NOMEM;
@@ -1402,8 +1480,7 @@ static int tr_connect(struct raft_uv_transport *iface,
 	hs->peer_node = node;
 	hs->phase = HS_C_CONNECT;
 	hs->creq.data = hs;
-	if (uv_tcp_connect(&hs->creq, hs->tcp,
-			   (const struct sockaddr *)&l->sa[node],
+	if (uv_tcp_connect(&hs->creq, hs->tcp, (const struct sockaddr *)&sa,
 			   hs_connected) < 0) {
 		hs->req = NULL; /* failed here: raft retries on its timer */
 		hs_fail(hs, RAFT_NOCONNECTION);
@@ -1471,15 +1548,17 @@ static bool same_addr(const struct sockaddr_storage *a, socklen_t alen,
 	return alen == blen && memcmp(a, b, alen) == 0;
 }
 
-/* Test hook: refuse raft links with @node, and cut those made. */
-static void tr_cut(struct nslog *l, int node, bool cut)
+/*
+ * Close the raft links with @node (-1: none), only those this node made
+ * when @outbound, and forget those already closed.
+ */
+static void tr_close_links(struct nslog *l, int node, bool outbound)
 {
 	struct tr *t = &l->tr; /* all zero before raft's first start */
 	struct sockaddr_storage a, b;
 	socklen_t alen, blen;
 	int i, j = 0;
 
-	l->cut[node] = cut;
 	for (i = 0; i < t->nlinks; i++) {
 		struct tr_link *k = &t->links[i];
 		bool alive;
@@ -1491,7 +1570,7 @@ static void tr_cut(struct nslog *l, int node, bool cut)
 			getpeername(k->fd, (struct sockaddr *)&b, &blen) == 0 &&
 			same_addr(&a, alen, &k->a, k->alen) &&
 			same_addr(&b, blen, &k->b, k->blen);
-		if (alive && cut && k->node == node) {
+		if (alive && k->node == node && !(outbound && k->inbound)) {
 			shutdown(k->fd, SHUT_RDWR);
 			alive = false;
 		}
@@ -1499,6 +1578,13 @@ static void tr_cut(struct nslog *l, int node, bool cut)
 			t->links[j++] = *k;
 	}
 	t->nlinks = j;
+}
+
+/* Test hook: refuse raft links with @node, and cut those made. */
+static void tr_cut(struct nslog *l, int node, bool cut)
+{
+	l->cut[node] = cut;
+	tr_close_links(l, cut ? node : -1, false);
 }
 
 /* --- the state machine around the caller's: dedupe, generations ---------- */
@@ -2168,6 +2254,7 @@ static int raft_go(struct nslog *l, raft_id id, bool bootstrap)
 {
 	struct raft_configuration conf;
 	unsigned trailing = l->snapshot_every / 2;
+	char label[LABEL_MAX];
 	int rv, i;
 
 	if (l->raft_up)
@@ -2189,7 +2276,8 @@ static int raft_go(struct nslog *l, raft_id id, bool bootstrap)
 		.restore = rfsm_restore,
 		.snapshot_finalize = rfsm_finalize,
 	};
-	rv = raft_init(&l->raft, &l->io, &l->rfsm, id, l->addrs[l->self]);
+	raft_label(id, label, sizeof(label));
+	rv = raft_init(&l->raft, &l->io, &l->rfsm, id, label);
 	if (rv != 0) {
 		rft_err("node %d: raft_init: %s", l->self,
 			raft_errmsg(&l->raft));
@@ -2207,9 +2295,11 @@ static int raft_go(struct nslog *l, raft_id id, bool bootstrap)
 	raft_set_pre_vote(&l->raft, true);
 	if (bootstrap) {
 		raft_configuration_init(&conf);
-		for (i = 0, rv = 0; i < l->nodes && rv == 0; i++)
+		for (i = 0, rv = 0; i < l->nodes && rv == 0; i++) {
+			raft_label(make_id(i, 0), label, sizeof(label));
 			rv = raft_configuration_add(&conf, make_id(i, 0),
-						    l->addrs[i], RAFT_VOTER);
+						    label, RAFT_VOTER);
+		}
 		if (rv == 0)
 			rv = raft_bootstrap(&l->raft, &conf);
 		raft_configuration_close(&conf);
@@ -2296,6 +2386,7 @@ static void join_step(struct nslog *l)
 	const struct raft_server *me = NULL;
 	int node = l->join.node;
 	raft_id id = l->join.id;
+	char label[LABEL_MAX];
 	int rv;
 
 	if (!raft_ready(l) || raft_state(&l->raft) != RAFT_LEADER) {
@@ -2322,8 +2413,8 @@ static void join_step(struct nslog *l)
 	if (!me) {
 		rft_info("node %d: adding raft id %llu for node %d", l->self,
 			 (unsigned long long)id, node);
-		rv = raft_add(&l->raft, &l->join.change, id, l->addrs[node],
-			      join_cb);
+		raft_label(id, label, sizeof(label));
+		rv = raft_add(&l->raft, &l->join.change, id, label, join_cb);
 	} else if (me->role != RAFT_VOTER) {
 		rv = raft_assign(&l->raft, &l->join.change, id, RAFT_VOTER,
 				 join_cb);
@@ -2423,6 +2514,14 @@ static void run_op(struct nslog *l, struct op *op)
 		break;
 	case OP_CUT:
 		tr_cut(l, op->node, op->flag);
+		op_finish(l, op, 0, 0);
+		break;
+	case OP_MOVED:
+		/*
+		 * Only links made to the old address: one the node made to
+		 * us comes from where it is, and may carry its answers.
+		 */
+		tr_close_links(l, op->node, true);
 		op_finish(l, op, 0, 0);
 		break;
 	}
@@ -2875,6 +2974,8 @@ static int ctl_first_start(struct nslog *l)
 	struct probe_round r;
 	uint64_t first_active = 0, seen[GRP_MAX_NODES] = { 0 };
 	unsigned grace = l->election_ms * 4 > 3000 ? l->election_ms * 4 : 3000;
+	bool found, said = false;
+	int unknown;
 	raft_id id;
 
 	for (;;) {
@@ -2887,8 +2988,13 @@ static int ctl_first_start(struct nslog *l)
 		for (int p = 0; p < l->nodes; p++)
 			if (r.empty[p])
 				seen[p] = r.empty[p];
-		if ((r.answered == l->nodes - 1 && r.active == 0) ||
-		    r.witnessed) {
+		found = (r.answered == l->nodes - 1 && r.active == 0) ||
+			r.witnessed;
+		pthread_mutex_lock(&l->lock);
+		unknown = l->unknown;
+		pthread_mutex_unlock(&l->lock);
+		/* A log founded with every address (nslog_set_addr). */
+		if (found && unknown == 0) {
 			rft_info("node %d: %s: founding the group's log",
 				 l->self,
 				 r.witnessed ? "seen empty by a peer" :
@@ -2896,7 +3002,12 @@ static int ctl_first_start(struct nslog *l)
 			return ctl_activate(l, make_id(l->self, 0), true,
 					    seen);
 		}
-		if (r.active > 0) {
+		if (found && !said)
+			rft_info("node %d: waiting for the address of %d "
+				 "node(s) before founding the group's log",
+				 l->self, unknown);
+		said |= found;
+		if (!found && r.active > 0) {
 			if (!first_active)
 				first_active = now_ms();
 			if (r.answered == l->nodes - 1 ||
@@ -2980,12 +3091,7 @@ static bool group_name_ok(const char *g)
 
 static void nslog_release(struct nslog *l)
 {
-	if (l->addrs)
-		for (int i = 0; i < l->nodes; i++)
-			free(l->addrs[i]);
-	free(l->addrs);
-	free(l->sa);
-	free(l->salen);
+	free(l->where);
 	free(l->listen);
 	free(l->dir);
 	free(l->group);
@@ -3046,12 +3152,9 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	rc = -ENOMEM;
 	l->dir = strdup(o->dir);
 	l->group = strdup(o->group);
-	l->addrs = calloc((size_t)l->nodes, sizeof(*l->addrs));
-	l->sa = calloc((size_t)l->nodes, sizeof(*l->sa));
-	l->salen = calloc((size_t)l->nodes, sizeof(*l->salen));
+	l->where = calloc((size_t)l->nodes, sizeof(*l->where));
 	l->dd = calloc(GRP_MAX_NODES, sizeof(*l->dd));
-	if (!l->dir || !l->group || !l->addrs || !l->sa || !l->salen ||
-	    !l->dd)
+	if (!l->dir || !l->group || !l->where || !l->dd)
 		goto err;
 	l->group_len = strlen(l->group);
 	if (l->heartbeat_ms >= l->election_ms) {
@@ -3062,21 +3165,27 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 		goto err;
 	}
 	for (i = 0; i < l->nodes; i++) {
+		struct nslog_where *wh = &l->where[i];
+
 		if (!o->addrs[i]) {
-			rft_err("namespace log: no address for node %d", i);
-			rc = -EINVAL;
-			goto err;
+			l->unknown += i != l->self; /* nslog_set_addr */
+			continue;
 		}
-		l->addrs[i] = strdup(o->addrs[i]);
-		if (!l->addrs[i])
-			goto err;
-		if (resolve(l->addrs[i], &l->sa[i], &l->salen[i]) < 0) {
+		if (strlen(o->addrs[i]) >= sizeof(wh->addr) ||
+		    resolve(o->addrs[i], &wh->sa, &wh->salen) < 0) {
 			rft_err("namespace log: node %d's address \"%s\" is "
 				"not host:port or does not resolve",
-				i, l->addrs[i]);
+				i, o->addrs[i]);
 			rc = -EINVAL;
 			goto err;
 		}
+		strcpy(wh->addr, o->addrs[i]);
+	}
+	if (!o->listen && !o->addrs[l->self]) {
+		rft_err("namespace log: no address for this node (%d)",
+			l->self);
+		rc = -EINVAL;
+		goto err;
 	}
 	l->listen = strdup(o->listen ? o->listen : o->addrs[l->self]);
 	if (!l->listen) {
@@ -3542,6 +3651,7 @@ void nslog_get_status(struct nslog *l, struct nslog_status *out)
 {
 	pthread_mutex_lock(&l->lock);
 	*out = l->st;
+	out->addrs_unknown = l->unknown;
 	pthread_mutex_unlock(&l->lock);
 	out->auth_failed = atomic_load(&l->auth_failed);
 	out->bad_handshakes = atomic_load(&l->bad_hs);
@@ -3559,4 +3669,51 @@ void nslog_test_cut(struct nslog *l, int node, bool cut)
 	op->node = node;
 	op->flag = cut;
 	run_local(l, op, now_ms() + 10000, NULL);
+}
+
+int nslog_set_addr(struct nslog *l, int node, const char *addr)
+{
+	struct sockaddr_storage sa;
+	struct nslog_where *wh;
+	char was[NSLOG_ADDR_MAX];
+	socklen_t salen;
+	struct op *op;
+
+	if (node < 0 || node >= l->nodes || node == l->self || !addr)
+		return -EINVAL;
+	if (strlen(addr) >= sizeof(wh->addr))
+		return -ENAMETOOLONG;
+	if (resolve(addr, &sa, &salen) < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&l->lock);
+	wh = &l->where[node];
+	if (strcmp(wh->addr, addr) == 0) {
+		pthread_mutex_unlock(&l->lock);
+		return 0;
+	}
+	memcpy(was, wh->addr, sizeof(was));
+	if (!was[0])
+		l->unknown--;
+	strcpy(wh->addr, addr);
+	wh->sa = sa;
+	wh->salen = salen;
+	/* The control thread may wait for the last address to found. */
+	pthread_cond_broadcast(&l->cond);
+	pthread_mutex_unlock(&l->lock);
+	if (!was[0])
+		return 0;
+	rft_info("node %d: raft links to node %d go to %s now (was %s)",
+		 l->self, node, addr, was);
+	/*
+	 * Links made to the old address: closed on the loop thread.  If this
+	 * cannot be queued (no memory, not started or stopping), raft finds
+	 * them dead at its next write that fails, or never had any.
+	 */
+	op = op_new(OP_MOVED, false);
+	if (!op)
+		return 0;
+	op->node = node;
+	if (post_op(l, op) < 0)
+		op_free(op);
+	return 0;
 }

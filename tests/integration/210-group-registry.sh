@@ -7,8 +7,7 @@
 # address, once woken, stops registering its old address.
 . "$(dirname "$0")/lib.sh"
 need_fuse
-MEMCACHED=$(command -v memcached || true)
-[ -n "$MEMCACHED" ] || skip "memcached missing (apt-get install memcached)"
+need_memcached
 
 SECRET=$T_TMP/secret
 new_secret "$SECRET"
@@ -17,25 +16,12 @@ M0=$(new_dir m0)
 M1=$(new_dir m1)
 M2=$(new_dir m2)
 
-MC_PID=""
-start_memcached() {
-	# memcached refuses to run as root without -u.
-	"$MEMCACHED" -p "$MC" -l 127.0.0.1 -U 0 -u "$(id -un)" &
-	MC_PID=$!
-	_T_PIDS+=("$MC_PID")
-	for i in $(seq 1 50); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$MC") 2>/dev/null && return 0
-		sleep 0.1
-	done
-	fail "memcached did not listen on $MC"
-}
-stop_memcached() {
-	kill -KILL "$MC_PID"
-	wait "$MC_PID" 2>/dev/null || true
-}
+# Each daemon its own state dir (the namespace log's): the replacement of
+# node 1 below comes up on a disk of its own, as on another machine.
 reg_opts() { echo --mem 64M --no-prefault --node "$1" --registry \
 	"127.0.0.1:$MC" --group job42 --group-size 3 --listen \
-	"127.0.0.1:$2" --secret-file "$SECRET" --dead-after 1; }
+	"127.0.0.1:$2" --secret-file "$SECRET" --dead-after 1 \
+	--state-dir "$T_TMP/state.$1.$2"; }
 
 # Bad registry options are refused before mounting.
 rc=0
@@ -44,7 +30,7 @@ out=$(timeout 20 "$REFTFSD" "$M0" -f --node 0 --registry "127.0.0.1:$MC" \
 [ "$rc" = 2 ] && grep -q -- "--group-size" <<<"$out" ||
 	fail "--registry without --group-size: exit $rc: $out"
 
-start_memcached
+start_memcached "$MC"
 # shellcheck disable=SC2046
 start_daemon "$M0" $(reg_opts 0 "$P0")
 PID0=$DAEMON_PID
@@ -74,7 +60,7 @@ expect_eq "$(group_states "$M2")" "unknown unknown self" \
 	"node 2 with memcached down"
 
 # memcached back, empty: all register again and node 2 joins.
-start_memcached
+start_memcached "$MC"
 wait_states "$M2" "up up self" 30
 wait_states "$M0" "self up up" 30
 log "memcached lost and back: nothing lost, the late node joined"

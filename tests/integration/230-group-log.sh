@@ -5,7 +5,7 @@
 # other two elect a new one in a higher term; the killed node restarted on
 # its state dir rejoins as a follower and catches up (same commit index);
 # a follower whose state dir is wiped rejoins as a replacement (new raft
-# id).# A raft link with a bad handshake is refused and counted.  A state dir
+# id).  A raft link with a bad handshake is refused and counted.  A state dir
 # that belongs to another node or group stops a daemon before it mounts.
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -32,41 +32,6 @@ start_node() {
 		start_daemon "${M[$i]}" $(opts "$i") --state-dir "${S[$i]}"
 	fi
 	PID[$i]=$DAEMON_PID
-}
-
-# log_view MNT: "ROLE LEADER TERM COMMIT" as the daemon at MNT reports it.
-log_view() {
-	admin "$1" group --json | "$PY" -c '
-import json, sys
-g = json.load(sys.stdin)["group"]
-print(g["log_role"], g["log_leader"], g["log_term"], g["log_commit_index"])'
-}
-
-# wait_agree SECONDS NODE...: until every NODE names the same leader (one
-# of NODE...) in the same term with the same commit index, at least
-# MIN_COMMIT; sets LEADER, TERM and COMMIT.
-MIN_COMMIT=0
-wait_agree() {
-	local secs=$1 i n views v l t c same
-	shift
-	for i in $(seq 1 $((secs * 10))); do
-		views="" same=1 l="" t="" c=""
-		for n in "$@"; do
-			v=$(log_view "${M[$n]}" 2>/dev/null) || v="? ? ? 0"
-			views="$views [$n: $v]"
-			read -r _ vl vt vc <<<"$v"
-			[ -z "$l" ] && { l=$vl; t=$vt; c=$vc; }
-			[ "$vl" = "$l" ] && [ "$vt" = "$t" ] &&
-				[ "$vc" = "$c" ] || same=0
-		done
-		if [ "$same" = 1 ] && [[ " $* " == *" $l "* ]] &&
-			[ "$c" -ge "$MIN_COMMIT" ]; then
-			LEADER=$l TERM=$t COMMIT=$c
-			return 0
-		fi
-		sleep 0.1
-	done
-	fail "nodes $* do not agree on a leader after ${secs}s:$views"
 }
 
 # --- three nodes found the log and elect a leader -----------------------

@@ -441,3 +441,69 @@ wait_states() {
 	done
 	fail "group as $m sees it: '$got' after ${secs}s, want '$want'"
 }
+
+# log_view MNT: "ROLE LEADER TERM COMMIT" of the namespace log as the
+# daemon at MNT reports it.
+log_view() {
+	admin "$1" group --json | "$PY" -c '
+import json, sys
+g = json.load(sys.stdin)["group"]
+print(g["log_role"], g["log_leader"], g["log_term"], g["log_commit_index"])'
+}
+
+# wait_agree SECONDS NODE...: until the daemons at ${M[NODE]} (the test's
+# array of mount points, indexed by node id) all name the same leader, one
+# of NODE..., in the same term with the same commit index, at least
+# $MIN_COMMIT; sets LEADER, TERM and COMMIT.
+MIN_COMMIT=0
+wait_agree() {
+	local secs=$1 i n views v l t c same
+	shift
+	for i in $(seq 1 $((secs * 10))); do
+		views="" same=1 l="" t="" c=""
+		for n in "$@"; do
+			v=$(log_view "${M[$n]}" 2>/dev/null) || v="? ? ? 0"
+			views="$views [$n: $v]"
+			read -r _ vl vt vc <<<"$v"
+			[ -z "$l" ] && { l=$vl; t=$vt; c=$vc; }
+			[ "$vl" = "$l" ] && [ "$vt" = "$t" ] &&
+				[ "$vc" = "$c" ] || same=0
+		done
+		if [ "$same" = 1 ] && [[ " $* " == *" $l "* ]] &&
+			[ "$c" -ge "$MIN_COMMIT" ]; then
+			LEADER=$l TERM=$t COMMIT=$c
+			return 0
+		fi
+		sleep 0.1
+	done
+	fail "nodes $* do not agree on a leader after ${secs}s:$views"
+}
+
+# --- memcached (a group's registry) ----------------------------------------
+
+# need_memcached: skip without a memcached binary; sets MEMCACHED.
+need_memcached() {
+	MEMCACHED=$(command -v memcached || true)
+	[ -n "$MEMCACHED" ] || skip "memcached missing (apt-get install memcached)"
+}
+
+# start_memcached PORT: a fresh (empty) memcached on 127.0.0.1:PORT, as
+# our child (stopped at exit like the daemons); sets MC_PID.
+start_memcached() {
+	local i
+	# memcached refuses to run as root without -u.
+	"$MEMCACHED" -p "$1" -l 127.0.0.1 -U 0 -u "$(id -un)" &
+	MC_PID=$!
+	_T_PIDS+=("$MC_PID")
+	for i in $(seq 1 50); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	fail "memcached did not listen on $1"
+}
+
+# stop_memcached: SIGKILL the last one started (all it held is lost).
+stop_memcached() {
+	kill -KILL "$MC_PID"
+	wait "$MC_PID" 2>/dev/null || true
+}

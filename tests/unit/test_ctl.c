@@ -68,7 +68,11 @@ const char *eng_crc_state_name(enum eng_crc_state s)
 	return (unsigned)s < 4 ? n[s] : "unknown";
 }
 
-/* The fake log: 0 node 2 leads, 1 not started (first start waiting). */
+/*
+ * The fake log: 0 node 2 leads, 1 not started (first start waiting), 2 not
+ * started in a registry group that has not named node 2 yet, 3 node 2
+ * leads in a registry group that has not named node 0 to this one.
+ */
 static int fake_log_state;
 static uint64_t fake_taken_over_by;	/* grp_info.taken_over_by */
 
@@ -110,12 +114,16 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 	info->log_voters = 3;
 	info->log_auth_failed = 5;
 	info->log_bad_handshakes = 1;
-	if (fake_log_state == 1) {
+	if (fake_log_state == 1 || fake_log_state == 2) {
 		info->log_term = 0;
 		info->log_leader = -1;
 		info->log_commit_index = 0;
 		info->log_raft_id = 0;
 		info->log_voters = 0;
+	}
+	if (fake_log_state >= 2) {
+		info->registry = true;
+		info->log_addrs_unknown = 1;
 	}
 	assert_true(max >= 3);
 	memset(m, 0, 3 * sizeof(*m));
@@ -621,6 +629,38 @@ static void test_group_log_waiting(void **state)
 	free(a);
 	a = ask(*state, "metrics\n");
 	assert_non_null(strstr(a, "reftfs_group_log_leader -1\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_addrs_unknown 0\n"));
+	free(a);
+	fake_log_state = 0;
+}
+
+/* A registry group's log waits until the registry has named every node. */
+static void test_group_log_registry_waiting(void **state)
+{
+	char *a;
+
+	fake_log_state = 2;
+	a = ask(*state, "group\n");
+	assert_non_null(strstr(a, "memcached registry"));
+	assert_non_null(strstr(a, "not running yet: waiting for the registry "
+				  "to name every node (1 unknown)"));
+	assert_null(strstr(a, "first start needs every node"));
+	free(a);
+	a = ask(*state, "group --json\n");
+	assert_non_null(strstr(a, "\"log\":true"));
+	assert_non_null(strstr(a, "\"log_addrs_unknown\":1"));
+	free(a);
+	a = ask(*state, "metrics\n");
+	assert_non_null(strstr(a, "reftfs_group_log_addrs_unknown 1\n"));
+	free(a);
+
+	/* Running (a restart) with a peer not named yet. */
+	fake_log_state = 3;
+	a = ask(*state, "group\n");
+	assert_non_null(strstr(a, "leader: node 2; this node follows"));
+	assert_non_null(strstr(a, "no raft link yet to 1 node(s): the "
+				  "registry has not named them"));
+	assert_null(strstr(a, "not running yet"));
 	free(a);
 	fake_log_state = 0;
 }
@@ -1013,6 +1053,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_group, setup_group,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_group_log_waiting,
+						setup_group, teardown),
+		cmocka_unit_test_setup_teardown(test_group_log_registry_waiting,
 						setup_group, teardown),
 		cmocka_unit_test_setup_teardown(test_group_taken_over,
 						setup_group, teardown),

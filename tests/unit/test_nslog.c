@@ -78,6 +78,7 @@ struct world {
 	char base[512];
 	char addr_buf[MAXN][64];
 	const char *addrs[MAXN];
+	bool unknown[MAXN][MAXN]; /* [i][j]: i starts without j's address */
 	bool tcp;			/* peer_tcp instead of the fake */
 	char peer_buf[MAXN][64];
 	const char *peer_addrs[MAXN];
@@ -347,11 +348,12 @@ static int try_start_node(struct world *w, int i,
 		.snapshot = f_snapshot,
 		.restore = f_restore,
 	};
+	const char *addrs[MAXN];
 	struct nslog_opts o = {
 		.self = i,
 		.nodes = w->n,
 		.incarnation = ++w->next_inc,
-		.addrs = w->addrs,
+		.addrs = addrs,
 		.dir = t->dir,
 		.secret = secret,
 		.group = "g0",
@@ -364,6 +366,8 @@ static int try_start_node(struct world *w, int i,
 
 	assert_false(t->up);
 	assert_non_null(f);
+	for (int j = 0; j < w->n; j++)
+		addrs[j] = w->unknown[i][j] ? NULL : w->addrs[j];
 	pthread_mutex_init(&f->lock, NULL);
 	f->w = w;
 	f->node = i;
@@ -794,9 +798,25 @@ static void wait_voters(struct world *w, int n, int ms)
 		}
 		if (ok)
 			return;
-		if (now_ms() > until)
+		if (now_ms() > until) {
+			for (int i = 0; i < w->n; i++) {
+				struct nslog_status s;
+
+				if (!w->node[i].up)
+					continue;
+				s = status(w, i);
+				fprintf(stderr,
+					"node %d: voters %d%s, id %" PRIu64
+					", leader %d, term %" PRIu64
+					", commit %" PRIu64 "\n",
+					i, s.voters,
+					s.self_voter ? " (one)" : "",
+					s.raft_id, s.leader, s.term,
+					s.commit_index);
+			}
 			fail_msg("configuration did not settle on %d voters",
 				 n);
+		}
 		sleep_ms(20);
 	}
 }
@@ -1242,6 +1262,121 @@ static void test_over_peer_tcp(void **state)
 	world_free(w);
 }
 
+/* Tell every up node but @i that node @i's raft is at w->addrs[i]. */
+static void tell_addr(struct world *w, int i)
+{
+	for (int k = 0; k < w->n; k++)
+		if (k != i && w->node[k].up)
+			assert_int_equal(nslog_set_addr(w->node[k].l, i,
+							w->addrs[i]),
+					 0);
+}
+
+/*
+ * A registry group's addresses come late and change (group.c hands each
+ * to nslog_set_addr()).  Nodes that start without a peer's address found
+ * the log only once they have it; a node restarted on its disk at another
+ * address is left behind until the others are told, then catches up; a
+ * replacement that listens where another node listened before it moved is
+ * added (raft's configuration names ids by label, never by address, and
+ * refuses two members with one address).
+ */
+static void test_addresses(void **state)
+{
+	struct world *w = world_new(3, 11, 8);
+	struct acked a[64];
+	char longer[NSLOG_ADDR_MAX + 8], was[64];
+	int na = 0, leader, mv, rp, behind;
+	uint64_t id;
+	int result;
+
+	(void)state;
+	w->unknown[0][2] = w->unknown[1][2] = true;
+	for (int i = 0; i < 3; i++)
+		start_node(w, i);
+	sleep_ms(4 * ELECTION_MS);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(status(w, i).raft_id, 0);
+		assert_int_equal(status(w, i).addrs_unknown, 1);
+		assert_int_equal(submit(w, i, 100, &id, &result), -ENOTCONN);
+	}
+	assert_int_equal(status(w, 2).addrs_unknown, 0);
+	assert_true(status(w, 2).leader < 0); /* alone it cannot elect */
+
+	/* What nslog_set_addr() refuses. */
+	assert_int_equal(nslog_set_addr(w->node[0].l, 0, w->addrs[1]),
+			 -EINVAL);
+	assert_int_equal(nslog_set_addr(w->node[0].l, 3, w->addrs[1]),
+			 -EINVAL);
+	assert_int_equal(nslog_set_addr(w->node[0].l, -1, w->addrs[1]),
+			 -EINVAL);
+	assert_int_equal(nslog_set_addr(w->node[0].l, 2, "no port"),
+			 -EINVAL);
+	memset(longer, 'a', sizeof(longer) - 1);
+	longer[sizeof(longer) - 1] = '\0';
+	assert_int_equal(nslog_set_addr(w->node[0].l, 2, longer),
+			 -ENAMETOOLONG);
+	assert_int_equal(status(w, 0).addrs_unknown, 1);
+
+	tell_addr(w, 2);
+	assert_true(wait_leader(w, 10000) >= 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(status(w, i).addrs_unknown, 0);
+		assert_int_equal(status(w, i).raft_id, (uint64_t)i + 1);
+	}
+	/* Told again the same: nothing changes. */
+	tell_addr(w, 2);
+	burst_all(w, 4, -1, a, &na);
+	assert_int_equal(wait_converged(w, (size_t)na, 10000), (size_t)na);
+
+	/* A follower restarted on its disk at another address. */
+	leader = wait_leader(w, 5000);
+	assert_true(leader >= 0);
+	mv = (leader + 1) % 3;
+	rp = (leader + 2) % 3;
+	kill_node(w, mv);
+	memcpy(was, w->addr_buf[mv], sizeof(was));
+	snprintf(w->addr_buf[mv], sizeof(w->addr_buf[mv]), "127.0.0.1:%d",
+		 free_port());
+	/*
+	 * It has a log: its raft runs at once, with only the addresses it
+	 * has (the registry may name nobody yet when it restarts).
+	 */
+	memset(w->unknown, 0, sizeof(w->unknown));
+	w->unknown[mv][rp] = true;
+	start_node(w, mv);
+	for (int k = 0; k < 100 && !status(w, mv).raft_id; k++)
+		sleep_ms(20);
+	assert_int_equal(status(w, mv).raft_id, (uint64_t)mv + 1);
+	assert_int_equal(status(w, mv).addrs_unknown, 1);
+	behind = na;
+	burst_all(w, 3, mv, a, &na);
+	/* The others still send to where it was: it gets nothing new. */
+	sleep_ms(4 * ELECTION_MS);
+	assert_true(fsm_get(w, mv, F_N) <= behind);
+	tell_addr(w, mv);
+	assert_int_equal(wait_converged(w, (size_t)na, 10000), (size_t)na);
+	assert_int_equal(status(w, mv).raft_id, (uint64_t)mv + 1);
+
+	/* Another follower replaced on an empty disk where mv was. */
+	kill_node(w, rp);
+	rm_rf(w->node[rp].dir);
+	memcpy(w->addr_buf[rp], was, sizeof(was));
+	start_node(w, rp);
+	tell_addr(w, rp);
+	assert_int_equal(status(w, mv).addrs_unknown, 0);
+	wait_voters(w, 3, 15000);
+	assert_int_equal(status(w, rp).raft_id,
+			 (uint64_t)rp + 1 + GRP_MAX_NODES);
+	burst_all(w, 2, -1, a, &na);
+	assert_int_equal(wait_converged(w, (size_t)na, 10000), (size_t)na);
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < na; j++)
+			assert_acked(w, i, a[j].id, a[j].result);
+	assert_no_divergence(w);
+	world_free(w);
+}
+
 static uint64_t rng_next(uint64_t *s)
 {
 	*s ^= *s << 13;
@@ -1591,6 +1726,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_bad_raft_links, teardown),
 		cmocka_unit_test_teardown(test_bad_frames, teardown),
 		cmocka_unit_test_teardown(test_over_peer_tcp, teardown),
+		cmocka_unit_test_teardown(test_addresses, teardown),
 		cmocka_unit_test_teardown(test_random_schedule, teardown),
 		cmocka_unit_test_teardown(test_commit_push, teardown),
 		cmocka_unit_test_teardown(test_check_dir, teardown),

@@ -4,7 +4,8 @@
  * program dies), over the fake transport: nodes publish their addresses
  * and learn each other's, memcached killed and restarted mid-run changes
  * no node's state, a node started while it is down learns the addresses
- * once it is back, a replacement's new address reaches the others, and a
+ * once it is back, a replacement's new address reaches the others (the
+ * transport and the address listener, the namespace log's), and a
  * registry that never answers delays nothing.  The same over real TCP,
  * where the registry is the only way the nodes find each other.
  */
@@ -48,6 +49,9 @@ struct rnode {
 	struct memb *m;
 	pthread_mutex_t lock;
 	int n_dead;		/* DEAD changes seen, of any node */
+	char heard[MAXN][128];	/* the address listener's last word */
+	int n_heard;		/* its calls */
+	bool heard_self;	/* it was called for this node: wrong */
 };
 
 struct fx {
@@ -207,6 +211,18 @@ static void on_change(void *ctx, const struct memb_view *v, int node,
 	pthread_mutex_unlock(&n->lock);
 }
 
+/* The address listener (the namespace log's, in a daemon). */
+static void on_addr(void *ctx, int node, const char *addr)
+{
+	struct rnode *n = ctx;
+
+	pthread_mutex_lock(&n->lock);
+	if (node >= 0 && node < MAXN)
+		snprintf(n->heard[node], sizeof(n->heard[node]), "%s", addr);
+	n->n_heard++;
+	pthread_mutex_unlock(&n->lock);
+}
+
 /* Node @self in slot @slot of @f, on fake network @net. */
 static void node_start_on(struct fx *f, int slot, int self, int nodes,
 			  const char *listen, struct peer_fakenet *net)
@@ -230,6 +246,7 @@ static void node_start_on(struct fx *f, int slot, int self, int nodes,
 	assert_int_equal(peer_fake_new(net, self, n->inc, &n->x), 0);
 	assert_int_equal(memb_new(&o, n->x, &n->m), 0);
 	assert_int_equal(memb_listen(n->m, on_change, n), 0);
+	assert_int_equal(memb_listen_addrs(n->m, on_addr, n), 0);
 	assert_int_equal(peer_start(n->x), 0);
 	assert_int_equal(memb_start(n->m), 0);
 	n->live = true;
@@ -349,6 +366,31 @@ static bool addr_is(struct fx *f, int a, int b, const char *want)
 	return strcmp(v.node[b].addr, want) == 0;
 }
 
+/*
+ * Node @a's address listener last said @want for node @b, and was never
+ * called for @a itself.
+ */
+static bool heard_is(struct fx *f, int a, int b, const char *want)
+{
+	struct rnode *n = &f->node[a];
+	bool ok;
+
+	pthread_mutex_lock(&n->lock);
+	ok = strcmp(n->heard[b], want) == 0 && n->heard[a][0] == '\0';
+	pthread_mutex_unlock(&n->lock);
+	return ok;
+}
+
+static int heard_calls(struct fx *f, int a)
+{
+	int n;
+
+	pthread_mutex_lock(&f->node[a].lock);
+	n = f->node[a].n_heard;
+	pthread_mutex_unlock(&f->node[a].lock);
+	return n;
+}
+
 static bool all_know(struct fx *f, int nodes)
 {
 	int a, b;
@@ -465,11 +507,21 @@ static void test_registry(void **state)
 		snprintf(listen[i], sizeof(listen[i]), "10.0.0.%d:7070", i + 1);
 	for (i = 0; i < 3; i++)
 		node_start(f, i, MAXN, listen[i]);
-	/* Published, learned, handed to the transport. */
+	/* Published, learned, handed to the transport and the listener. */
 	assert_true(WAIT_FOR(all_know(f, 3), WAIT_MS));
 	assert_true(WAIT_FOR(all_up(f, 3), WAIT_MS));
 	for (i = 0; i < 3; i++)
 		expect_entry(f, i);
+	for (i = 0; i < 3; i++)
+		for (b = 0; b < 3; b++)
+			if (b != i)
+				assert_true(WAIT_FOR(heard_is(f, i, b,
+							      listen[b]),
+						     WAIT_MS));
+	/* Once per new address: rounds that find the same say nothing. */
+	sleep_ms(4 * HB_MS);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(heard_calls(f, i), 2);
 
 	/* memcached dies: nobody's state changes, addresses stay. */
 	mc_kill(f);
@@ -510,6 +562,10 @@ static void test_registry(void **state)
 	assert_true(WAIT_FOR(all_know(f, MAXN), WAIT_MS));
 	assert_true(WAIT_FOR(all_up(f, MAXN), WAIT_MS));
 	expect_entry(f, 1);
+	for (b = 0; b < MAXN; b++)
+		if (b != 1)
+			assert_true(WAIT_FOR(heard_is(f, b, 1, "10.0.1.2:7071"),
+					     WAIT_MS));
 
 	/*
 	 * The daemon it replaced wakes up and publishes its old entry again,
@@ -524,6 +580,9 @@ static void test_registry(void **state)
 			if (b != 1)
 				assert_true(addr_is(f, b, 1, "10.0.1.2:7071"));
 	}
+	for (b = 0; b < MAXN; b++)
+		if (b != 1)
+			assert_true(heard_is(f, b, 1, "10.0.1.2:7071"));
 }
 
 /*
