@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -808,6 +809,15 @@ static int wait_group(struct eng *e, struct fuse_session *se)
 	int rc, tries = 0;
 
 	while ((rc = eng_group_ready(e, 2000)) < 0) {
+		struct pollfd p = { .fd = fuse_session_fd(se) };
+
+		/* Unmounted meanwhile: the kernel ends the connection. */
+		if (poll(&p, 1, 0) == 1 &&
+		    (p.revents & (POLLERR | POLLHUP | POLLNVAL))) {
+			rft_info("unmounted before the group's namespace log "
+				 "was ready");
+			return -ENODEV;
+		}
 		if (rc == -ESHUTDOWN || fuse_session_exited(se))
 			return rc;
 		if (tries++ % 15 == 0)
@@ -927,8 +937,11 @@ int main(int argc, char **argv)
 		 o.cfg.chunk_size >> 10, o.persist_dir ? ", persist " : "",
 		 o.persist_dir ? o.persist_dir : "");
 
-	if (grp && wait_group(e, se) < 0)
+	if (grp && (rc = wait_group(e, se)) < 0) {
+		/* Unmounted or stopped by a signal first: a clean stop. */
+		status = rc == -ENODEV || fuse_session_exited(se) ? 0 : 1;
 		goto out_unmount;
+	}
 	if (o.single_thread)
 		rc = fuse_session_loop(se);
 	else

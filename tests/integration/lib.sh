@@ -164,6 +164,14 @@ _t_cleanup() {
 	for m in "${_T_MOUNTS[@]}"; do
 		is_mounted "$m" && fusermount3 -uz "$m" 2>/dev/null
 	done
+	# A failed test shows what each daemon it started said last.
+	if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+		for m in "$T_TMP"/daemon.*.log; do
+			[ -s "$m" ] || continue
+			echo "[$TEST_NAME] --- last lines of ${m##*/}:" >&2
+			tail -n 25 "$m" | sed 's/^/    /' >&2
+		done
+	fi
 	# After the daemons exited: LeakSanitizer reports at exit.
 	if _t_san_reports; then
 		case $rc in 0 | 77) rc=1 ;; esac
