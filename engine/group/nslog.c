@@ -172,8 +172,10 @@
  * or not started, try again; -ECANCELED: appended, then leadership was
  * lost; -EBUSY: too much held, or another replacement in progress).
  * Integers little-endian; an entry header is 24 bytes: version u8 (1),
- * kind u8 (1 the caller's entry, 2 a generation), node u16, zero u32,
- * incarnation u64, request id u64.
+ * kind u8 (1 the caller's entry, 2 a generation), node u16, pad u32 (the
+ * 0 to 7 zero bytes after the payload that make the entry a multiple of 8
+ * bytes long, as raft_uv's segments need), incarnation u64, request id
+ * u64.
  *
  *   NSLOG_T_PROBE    meta: the incarnations this disk ran as "unknown"
  *                    (u64 each, 1..MAX_INCS).  Answer, 24 bytes: active
@@ -636,14 +638,25 @@ static void raft_label(raft_id id, char *buf, size_t len)
 	snprintf(buf, len, "raft-%llu", (unsigned long long)id);
 }
 
-/* Encode an entry's header at @p. */
+/*
+ * Zero bytes after a payload of @len bytes.  raft_uv writes entries to its
+ * segments as if each were a multiple of 8 bytes long (it asserts so, and
+ * Debian builds it without asserts): one that is not shifts every entry
+ * after it in the segment, which then no longer loads after a restart.
+ */
+static uint32_t ent_pad(size_t len)
+{
+	return (uint32_t)((8 - len % 8) % 8);
+}
+
+/* Encode an entry's header at @p, for a payload of @len bytes. */
 static void ent_hdr(uint8_t *p, int kind, int node, uint64_t inc,
-		    uint64_t rid)
+		    uint64_t rid, size_t len)
 {
 	p[0] = ENT_VERSION;
 	p[1] = (uint8_t)kind;
 	put16(p + 2, (uint16_t)node);
-	put32(p + 4, 0);
+	put32(p + 4, ent_pad(len));
 	put64(p + 8, inc);
 	put64(p + 16, rid);
 }
@@ -653,15 +666,24 @@ static int ent_decode(const struct nslog *l, const void *buf, size_t len,
 		      struct ent *e)
 {
 	const uint8_t *p = buf;
+	uint32_t pad;
 
-	if (len < ENT_HDR_LEN || p[0] != ENT_VERSION || get32(p + 4) != 0)
+	if (len < ENT_HDR_LEN || p[0] != ENT_VERSION)
 		return -EPROTO;
+	/* Padded to a multiple of 8 with 0 to 7 zero bytes. */
+	pad = get32(p + 4);
+	if (pad > 7 || pad > len - ENT_HDR_LEN ||
+	    pad != ent_pad(len - ENT_HDR_LEN - pad))
+		return -EPROTO;
+	for (uint32_t i = 0; i < pad; i++)
+		if (p[len - 1 - i])
+			return -EPROTO;
 	e->kind = p[1];
 	e->node = get16(p + 2);
 	e->inc = get64(p + 8);
 	e->rid = get64(p + 16);
 	e->payload = p + ENT_HDR_LEN;
-	e->len = len - ENT_HDR_LEN;
+	e->len = len - ENT_HDR_LEN - pad;
 	if (e->node >= l->nodes || e->inc == 0 || e->rid == 0)
 		return -EPROTO;
 	if (e->kind == ENT_GEN && e->len != 0)
@@ -2666,7 +2688,7 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	op->frid = f->rid;
 	op->fwd_bytes = f->bulk_len;
 	if (kind == OP_APPLY) {
-		op->buf.len = ENT_HDR_LEN + f->bulk_len;
+		op->buf.len = ENT_HDR_LEN + f->bulk_len + ent_pad(f->bulk_len);
 		op->buf.base = raft_malloc(op->buf.len);
 		if (!op->buf.base) {
 			fwd_release(l, op);
@@ -2677,6 +2699,8 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 		if (f->bulk_len)
 			memcpy((uint8_t *)op->buf.base + ENT_HDR_LEN, f->bulk,
 			       f->bulk_len);
+		memset((uint8_t *)op->buf.base + ENT_HDR_LEN + f->bulk_len, 0,
+		       ent_pad(f->bulk_len));
 		/* A node proposes only in its own name. */
 		if (ent_decode(l, op->buf.base, op->buf.len, &e) < 0 ||
 		    e.node != node ||
@@ -2899,7 +2923,7 @@ static raft_id ctl_new_gen(struct nslog *l, struct probe_round *r)
 	pthread_mutex_lock(&l->lock);
 	rid = ++l->next_rid;
 	pthread_mutex_unlock(&l->lock);
-	ent_hdr(hdr, ENT_GEN, l->self, l->inc, rid);
+	ent_hdr(hdr, ENT_GEN, l->self, l->inc, rid, 0);
 	for (;;) {
 		struct peer_frame req = {
 			.type = NSLOG_T_GEN,
@@ -3468,15 +3492,16 @@ static int submit_local(struct nslog *l, uint64_t rid, const void *buf,
 
 	if (!op)
 		return -ENOMEM;
-	op->buf.len = ENT_HDR_LEN + len;
+	op->buf.len = ENT_HDR_LEN + len + ent_pad(len);
 	op->buf.base = raft_malloc(op->buf.len);
 	if (!op->buf.base) {
 		free(op);
 		return -ENOMEM;
 	}
-	ent_hdr(op->buf.base, ENT_USER, l->self, l->inc, rid);
+	ent_hdr(op->buf.base, ENT_USER, l->self, l->inc, rid, len);
 	if (len)
 		memcpy((uint8_t *)op->buf.base + ENT_HDR_LEN, buf, len);
+	memset((uint8_t *)op->buf.base + ENT_HDR_LEN + len, 0, ent_pad(len));
 	return run_local(l, op, until, NULL);
 }
 
@@ -3494,7 +3519,7 @@ static int submit_forward(struct nslog *l, int leader, uint64_t rid,
 	};
 	struct peer_reply rep = { .meta = rm, .meta_cap = sizeof(rm) };
 
-	ent_hdr(hdr, ENT_USER, l->self, l->inc, rid);
+	ent_hdr(hdr, ENT_USER, l->self, l->inc, rid, len);
 	return peer_call(l->x, leader, &req, &rep, (int)call_ms(l, until));
 }
 
