@@ -476,6 +476,9 @@ enum nsop_kind {
 	NSOP_OPEN,	/* open for writing by another node than the owner, or
 			   with O_TRUNC: the proposer becomes the owner */
 	NSOP_SEAL,	/* a file's final size and checksums, from its owner */
+	NSOP_PROTECT,	/* a seal's copies are acknowledged by its holders */
+	NSOP_LOST,	/* the proposer is a new daemon: what its node held
+			   before is gone */
 };
 
 #define NSOP_VERSION 1
@@ -511,6 +514,9 @@ struct nsop {
 	uint32_t chunk_size;
 	uint32_t npieces;
 	struct nsop_piece *pieces; /* malloc()ed */
+	/* PROTECT: the seal (its log index), who holds it; flags: copies */
+	uint64_t gseal;
+	uint64_t holders;
 };
 
 /* What applying an op gives back on its proposer's node. */
@@ -745,6 +751,26 @@ int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
 		    struct nsop_out *out);
 /* Apply SEAL (see ns_apply). */
 int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index);
+/*
+ * Replicas on a holder (protect.c), called on a transport thread: never
+ * sleep.  file_replica_dest() takes an arena chunk (without waiting) for
+ * piece @idx of @ino's seal @gseal, if this node has that seal and not the
+ * piece: 0, -ESTALE (another seal, or no such piece), -EEXIST (here
+ * already), -ENOSPC.  file_replica_install() makes it the piece once its
+ * bytes arrived checked (@ok), else gives the chunk back.
+ * file_replica_complete(): 0 when every piece of that seal is here,
+ * -EAGAIN when some are missing, -ESTALE.
+ */
+int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
+		      uint32_t idx, uint32_t len, uint32_t crc,
+		      uint32_t *chunk);
+void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
+int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
+/* Apply PROTECT (see ns_apply). */
+int file_apply_protect(struct eng *e, const struct nsop *op);
+/* Apply LOST (see ns_apply): node op->node holds none of its old pieces. */
+int file_apply_lost(struct eng *e, const struct nsop *op);
 /*
  * FLUSH of handle @fp (every close(2)).  In a group the last writer's
  * close seals the file and finishes @c once every live node has the seal:

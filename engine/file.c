@@ -736,17 +736,22 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 	if (op->node != f->owner) {
 		/* Another node took the file over since: its seal counts. */
 		rc = -ESTALE;
-	} else if (op->node == e->node) {
+	} else if (op->node == e->node && op->inc == e->inc) {
 		/* The owner keeps its bytes; they are this seal's if unchanged. */
 		if (f->version == op->version) {
 			f->gseal = index;
 			f->holders = 1ULL << e->node;
 		}
 	} else {
+		/*
+		 * Another node's seal, or this node's from an earlier daemon
+		 * (a restart replaying the log): the bytes are elsewhere, or
+		 * nowhere when that daemon took them with it.
+		 */
 		rc = take_remote_seal(e, f, op);
 		if (rc == 0) {
 			f->gseal = index;
-			f->holders = 1ULL << op->node;
+			f->holders = op->node == e->node ? 0 : 1ULL << op->node;
 			f->remote_writer = false;
 			in->mtime = op->mtime;
 			in->ctime = op->now;
@@ -759,6 +764,161 @@ out:
 	if (kick)
 		eng_post_dirty(e, in);
 	return rc;
+}
+
+/*
+ * Find piece @idx of @ino's seal @gseal: ns->lock taken (read) and, when
+ * the file is found, its lock (write) with *@fp set; release both with
+ * replica_unlock().  NULL when the file is not at that seal or has no such
+ * piece.
+ */
+static struct slot *replica_slot(struct eng *e, uint64_t ino, uint64_t gseal,
+				 uint32_t idx, struct file **fp)
+{
+	struct inode *in;
+	struct file *f;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (!in || !S_ISREG(in->mode))
+		return NULL;
+	f = &in->file;
+	pthread_rwlock_wrlock(&f->lock);
+	*fp = f;
+	if (f->gseal != gseal || idx >= f->nslots)
+		return NULL;
+	return &f->slots[idx];
+}
+
+static void replica_unlock(struct eng *e, struct file *f)
+{
+	if (f)
+		pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+}
+
+int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
+		      uint32_t idx, uint32_t len, uint32_t crc, uint32_t *chunk)
+{
+	struct file *f = NULL;
+	struct slot *s = replica_slot(e, ino, gseal, idx, &f);
+	int rc = -ESTALE;
+
+	if (s && s->where == PIECE_PEER && s->crc == crc &&
+	    len == file_piece_len(e, f->size, idx))
+		rc = store_try_alloc(&e->store, chunk);
+	else if (s && slot_in_ram(s))
+		rc = -EEXIST;
+	replica_unlock(e, f);
+	return rc;
+}
+
+void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok)
+{
+	struct file *f = NULL;
+	struct slot *s = ok ? replica_slot(e, ino, gseal, idx, &f) : NULL;
+
+	/* replica_slot() locked only when asked (@ok). */
+	if (s && s->where == PIECE_PEER && s->crc == crc) {
+		s->chunk = chunk;
+		s->where = PIECE_RAM;
+		s->fill = file_piece_len(e, f->size, idx);
+		s->flags = 0; /* held for the owner: not a cache */
+		f->resident++;
+		chunk = RFT_NO_CHUNK;
+	}
+	if (ok)
+		replica_unlock(e, f);
+	if (chunk != RFT_NO_CHUNK)
+		store_put(&e->store, chunk);
+}
+
+int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal)
+{
+	struct file *f = NULL;
+	int rc = 0;
+
+	/* Piece 0 only finds the file; every piece is looked at below. */
+	replica_slot(e, ino, gseal, 0, &f);
+	if (!f || f->gseal != gseal) {
+		rc = -ESTALE;
+	} else {
+		for (uint32_t i = 0; i < f->nslots && rc == 0; i++) {
+			struct slot *s = &f->slots[i];
+
+			if (s->where == PIECE_PEER || s->where == PIECE_PERSIST)
+				rc = -EAGAIN;
+			/* A copy a reader fetched is kept as the replica. */
+			s->flags &= (uint8_t)~SLOT_FETCHED;
+		}
+	}
+	replica_unlock(e, f);
+	return rc;
+}
+
+int file_apply_protect(struct eng *e, const struct nsop *op)
+{
+	struct inode *in;
+	struct file *f;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, op->ino);
+	if (in && S_ISREG(in->mode)) {
+		f = &in->file;
+		pthread_rwlock_wrlock(&f->lock);
+		/* Copies of an older seal protect nothing now. */
+		if (f->gseal == op->gseal) {
+			f->holders |= op->holders;
+			/* This node's data is that seal's unless rewritten. */
+			if (f->dur.sealed == f->version) {
+				f->dur.protected_data = f->version;
+				f->dur.protect_scheme = op->flags;
+				f->dur.protect_epoch = op->gseal;
+			}
+			rc = 0;
+		} else {
+			rc = -ESTALE;
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+struct lost_walk {
+	struct eng *e;
+	uint64_t bit;
+};
+
+static int lost_one(void *ctx, struct inode *in)
+{
+	struct lost_walk *w = ctx;
+	struct file *f = &in->file;
+
+	if (!S_ISREG(in->mode))
+		return 0;
+	pthread_rwlock_wrlock(&f->lock);
+	if (f->holders & w->bit) {
+		f->holders &= ~w->bit;
+		/* Its copies are fewer now: protected again once re-sent. */
+		f->dur.protected_data = 0;
+	}
+	pthread_rwlock_unlock(&f->lock);
+	return 0;
+}
+
+int file_apply_lost(struct eng *e, const struct nsop *op)
+{
+	struct lost_walk w = { e, 1ULL << op->node };
+
+	if (op->node < 0 || op->node >= 64)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_walk(&e->ns, lost_one, &w);
+	pthread_rwlock_unlock(&e->ns.lock);
+	return 0;
 }
 
 int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,

@@ -49,6 +49,7 @@
 #include "erasure.h"
 #include "group.h"
 #include "group_i.h"
+#include "gns_i.h"
 
 enum {
 	GNS_T_WAIT = PEER_T_GNS_FIRST,
@@ -110,6 +111,9 @@ struct gns {
 	struct gns_job *waits;	/* parked GNS_T_WAITs; lock */
 	bool stop;		/* lock */
 	_Atomic uint64_t applied; /* last index applied here */
+
+	struct protect *prot;	/* NULL: --protect none */
+	bool lost_told;		/* this daemon's LOST is in the log */
 
 	bool started;
 	pthread_t submitters[GNS_SUBMITTERS];
@@ -436,6 +440,9 @@ static void run_req(struct gns *g, struct gns_req *r)
 	}
 	if (index)
 		wait_visible(g, index);
+	/* Every live node knows the seal: its copies may go out. */
+	if (r->op.kind == NSOP_SEAL && rc == 0 && index)
+		protect_file(g->prot, r->in, index);
 	finish(g, r, rc);
 	req_free(g->e, r);
 }
@@ -536,6 +543,10 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 	if (g->waits)
 		pthread_cond_broadcast(&g->jobs);
 	pthread_mutex_unlock(&g->lock);
+	/* A node back with empty memory gets its copies again. */
+	if (op.kind == NSOP_LOST && rc == 0 &&
+	    !(op.node == g->self && op.inc == g->inc))
+		protect_node_lost(g->prot, op.node);
 	if (rc < 0)
 		rft_dbg("entry %llu (%s by node %d): %s",
 			(unsigned long long)index, nsop_kind_name(op.kind),
@@ -618,8 +629,9 @@ static void serve_get(struct gns *g, struct gns_job *j)
 	struct eng *e = g->e;
 	uint64_t ino = get64(j->meta), gseal = get64(j->meta + 8);
 	uint32_t idx = get32(j->meta + 16), len = get32(j->meta + 20);
-	uint32_t chunk = RFT_NO_CHUNK, crc = 0;
+	uint32_t chunk = RFT_NO_CHUNK, crc = 0, fill = 0;
 	struct peer_frame rep = { 0 };
+	uint8_t *bounce = NULL;
 	struct inode *in;
 	int rc = -ESTALE;
 
@@ -632,10 +644,10 @@ static void serve_get(struct gns *g, struct gns_job *j)
 		if (f->gseal == gseal && f->dur.sealed == f->version &&
 		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
 		    f->slots[idx].crc_len == len &&
-		    len == file_piece_len(e, f->size, idx) &&
-		    f->slots[idx].fill >= len) {
+		    len == file_piece_len(e, f->size, idx)) {
 			chunk = f->slots[idx].chunk;
 			crc = f->slots[idx].crc;
+			fill = f->slots[idx].fill;
 			store_get(&e->store, chunk);
 			rc = 0;
 		}
@@ -648,10 +660,24 @@ static void serve_get(struct gns *g, struct gns_job *j)
 		return;
 	}
 	rep.bulk = store_ptr(&e->store, chunk);
+	if (fill < len) {
+		/* Past fill the piece reads as zeros, whatever the chunk has. */
+		bounce = malloc(len);
+		if (!bounce) {
+			store_put(&e->store, chunk);
+			peer_reply_err(g->x, j->node, &j->f, -ENOMEM,
+				       GNS_SEND_MS);
+			return;
+		}
+		memcpy(bounce, rep.bulk, fill);
+		memset(bounce + fill, 0, len - fill);
+		rep.bulk = bounce;
+	}
 	rep.bulk_len = len;
 	rep.bulk_crc = crc;
 	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
 	store_put(&e->store, chunk);
+	free(bounce);
 	atomic_fetch_add(&g->gets_served, 1);
 }
 
@@ -769,11 +795,33 @@ static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
 
 /* --- readiness, life ------------------------------------------------------ */
 
+/*
+ * Caught up with the log, then: this daemon started with empty memory, so
+ * the group must stop counting on what its node held before (LOST), and
+ * the files it owns come back from their copies (the rebuild).
+ */
 static int gns_ready(void *ctx, int timeout_ms)
 {
 	struct gns *g = ctx;
+	struct nsop op;
+	void *buf = NULL;
+	size_t len = 0;
+	int rc, result = 0;
 
-	return nslog_barrier(g->log, timeout_ms);
+	rc = nslog_barrier(g->log, timeout_ms);
+	if (rc < 0 || g->lost_told)
+		return rc;
+	nsop_init(&op, NSOP_LOST);
+	op.node = g->self;
+	op.inc = g->inc;
+	rc = nsop_encode(&op, &buf, &len);
+	if (rc == 0)
+		rc = nslog_submit(g->log, buf, len, timeout_ms, &result);
+	free(buf);
+	if (rc < 0)
+		return rc;
+	g->lost_told = true;
+	return protect_rebuild(g->prot);
 }
 
 static int gns_start(void *ctx);
@@ -806,7 +854,7 @@ static int gns_start(void *ctx)
 		return rc;
 	}
 	g->started = true;
-	return 0;
+	return protect_start(g->prot);
 }
 
 static void gns_stop(void *ctx)
@@ -815,6 +863,7 @@ static void gns_stop(void *ctx)
 
 	if (!g->started)
 		return;
+	protect_stop(g->prot);
 	pthread_mutex_lock(&g->lock);
 	g->stop = true;
 	pthread_cond_broadcast(&g->work);
@@ -831,6 +880,7 @@ static void gns_free(void *ctx)
 {
 	struct gns *g = ctx;
 
+	protect_free(g->prot);
 	while (g->j_head) {
 		struct gns_job *j = g->j_head;
 
@@ -905,6 +955,8 @@ int eng_join_group(struct eng *e, struct grp *grp)
 	rc = grp_set_fsm(grp, &f);
 	if (rc == 0)
 		rc = peer_register(g->x, PEER_T_GNS_FIRST, PEER_T_GNS_LAST, &r);
+	if (rc == 0)
+		rc = protect_new(e, grp, &g->prot);
 	if (rc < 0) {
 		gns_free(g);
 		return rc;

@@ -1112,6 +1112,10 @@ int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 		return file_apply_open(e, op, index, out);
 	case NSOP_SEAL:
 		return file_apply_seal(e, op, index);
+	case NSOP_PROTECT:
+		return file_apply_protect(e, op);
+	case NSOP_LOST:
+		return file_apply_lost(e, op);
 	}
 	return -EINVAL;
 }

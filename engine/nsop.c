@@ -20,6 +20,11 @@
  *   32 nsec      u32
  *   36 ...       the kind's fields, in the order of encode_body()
  *
+ * PROTECT: ino u64, gseal u64 (the SEAL's log index), holders u64 (a bit
+ * per node that acknowledged a whole copy); flags: the copies (R).
+ * LOST: nothing more; the proposer (node, inc) is a daemon that started
+ * with empty memory.
+ *
  * Strings are u16 length + bytes (no NUL).  A record that does not decode
  * exactly (a length past the end, bytes left over, a name with '/' or NUL,
  * "." or "..", an unknown kind or version) is refused with -EPROTO: every
@@ -59,6 +64,10 @@ const char *nsop_kind_name(enum nsop_kind k)
 		return "open";
 	case NSOP_SEAL:
 		return "seal";
+	case NSOP_PROTECT:
+		return "protect";
+	case NSOP_LOST:
+		return "lost";
 	}
 	return "unknown";
 }
@@ -199,6 +208,13 @@ static void encode_body(struct wbuf *w, const struct nsop *op)
 		break;
 	case NSOP_OPEN:
 		w_u64(w, op->ino);
+		break;
+	case NSOP_LOST:
+		break;
+	case NSOP_PROTECT:
+		w_u64(w, op->ino);
+		w_u64(w, op->gseal);
+		w_u64(w, op->holders);
 		break;
 	case NSOP_SEAL:
 		w_u64(w, op->ino);
@@ -440,6 +456,15 @@ int nsop_decode(const void *buf, size_t len, struct nsop *op)
 		break;
 	case NSOP_SEAL:
 		rc = decode_seal(&r, op);
+		break;
+	case NSOP_LOST:
+		if (op->node < 0)
+			r.bad = true;
+		break;
+	case NSOP_PROTECT:
+		op->ino = r_u64(&r);
+		op->gseal = r_u64(&r);
+		op->holders = r_u64(&r);
 		break;
 	default:
 		r.bad = true;

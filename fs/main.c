@@ -94,6 +94,10 @@ static void usage(FILE *out)
 		"                        /var/lib/reftfs/GROUP/nodeID as root, else\n"
 		"                        $XDG_STATE_HOME/reftfs/GROUP/nodeID); its raft\n"
 		"                        listens on the peer PORT + 1\n"
+		"  --protect SCHEME      none (default) or replicate:R: every sealed\n"
+		"                        file is also held by R-1 peers\n"
+		"  --protect-bw SIZE     bytes per second protection may send (default\n"
+		"                        0: no limit)\n"
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, prefault,\n"
@@ -301,6 +305,18 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 			return bad("--state-dir needs a directory");
 		if (!(o->grp.state_dir = keep_str(o, val)))
 			return bad("out of memory");
+	} else if (!strcmp(key, "protect")) {
+		if (!val || !*val)
+			return bad("--protect needs none or replicate:R");
+		if (!(o->grp.protect = keep_str(o, val)))
+			return bad("out of memory");
+	} else if (!strcmp(key, "protect-bw")) {
+		if (val && !strcmp(val, "0"))
+			o->grp.protect_bw = 0;
+		else if (parse_size(val, &o->grp.protect_bw) < 0)
+			return bad("bad --protect-bw '%s': want bytes per "
+				   "second (K, M, G), 0 for no limit",
+				   val ? val : "");
 	} else if (!strcmp(key, "dead-after")) {
 		if (parse_seconds_ms(val, &o->grp.dead_after_ms) < 0)
 			return bad("bad --dead-after '%s': want seconds, e.g. 5 "
@@ -395,6 +411,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "secret-file", required_argument, NULL, 'k' },
 		{ "dead-after", required_argument, NULL, 't' },
 		{ "state-dir", required_argument, NULL, 'Y' },
+		{ "protect", required_argument, NULL, 'T' },
+		{ "protect-bw", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -465,6 +483,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'k': name = "secret-file"; break;
 		case 't': name = "dead-after"; break;
 		case 'Y': name = "state-dir"; break;
+		case 'T': name = "protect"; break;
+		case 'B': name = "protect-bw"; break;
 		default:
 			return bad("cannot parse the options");
 		}

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "erasure.h"
 #include "group.h"
 #include "group_i.h"
 
@@ -172,13 +173,46 @@ static int count_addrs(const char *list, const char *opt, bool raft, char *err,
 	}
 }
 
+/*
+ * --protect for a group of @nodes: "none", or "replicate:R" with R from 1
+ * to the group's size.  xor and rs:K+M are parsed but not offered yet.
+ */
+static int check_protect(const struct grp_config *c, int nodes, char *err,
+			 size_t errlen)
+{
+	struct ers_scheme s;
+
+	if (!c->protect || !strcmp(c->protect, "none"))
+		return 0;
+	if (ers_scheme_parse(c->protect, &s) < 0)
+		return fail(err, errlen, "--protect '%s': %s", c->protect,
+			    ers_last_error());
+	if (s.kind != ERS_REPLICATE)
+		return fail(err, errlen,
+			    "--protect '%s': erasure-coded protection (xor, "
+			    "rs:K+M) is not built yet; use replicate:R",
+			    c->protect);
+	if (s.m + 1 > nodes)
+		return fail(err, errlen,
+			    "--protect %s needs %d nodes, the group has %d",
+			    c->protect, s.m + 1, nodes);
+	return 0;
+}
+
 int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 {
 	unsigned long lport = 0;
 	int n;
 
-	if (!grp_wanted(c))
+	if (!grp_wanted(c)) {
+		if (c->protect && strcmp(c->protect, "none"))
+			return fail(err, errlen,
+				    "--protect %s: a single node has no "
+				    "peers to protect its data on (give "
+				    "--node and --peers)",
+				    c->protect);
 		return 0;
+	}
 	if (c->node < 0)
 		return fail(err, errlen,
 			    "--peers and --registry need --node ID");
@@ -227,7 +261,7 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 			return fail(err, errlen,
 				    "--group-size %u but --peers lists %d",
 				    c->size, n);
-		return 0;
+		return check_protect(c, n, err, errlen);
 	}
 	n = count_addrs(c->registry, "--registry", false, err, errlen);
 	if (n < 0)
@@ -244,7 +278,20 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 		return fail(err, errlen,
 			    "--registry needs --listen HOST:PORT (the "
 			    "address this node publishes)");
-	return 0;
+	return check_protect(c, (int)c->size, err, errlen);
+}
+
+int grp_protect(const struct grp *g, struct ers_scheme *s)
+{
+	memset(s, 0, sizeof(*s));
+	if (!g->cfg.protect || !strcmp(g->cfg.protect, "none"))
+		return 0;
+	return ers_scheme_parse(g->cfg.protect, s) < 0 ? -EINVAL : 1;
+}
+
+uint64_t grp_protect_bw(const struct grp *g)
+{
+	return g->cfg.protect_bw;
 }
 
 int grp_state_dir_default(const char *name, int node, char *buf, size_t len)

@@ -29,6 +29,8 @@ struct grp_config {
 	const char *secret_file; /* --secret-file */
 	unsigned dead_after_ms;	/* --dead-after */
 	const char *state_dir;	/* --state-dir; NULL: grp_state_dir_default */
+	const char *protect;	/* --protect: "none" or "replicate:R" */
+	uint64_t protect_bw;	/* --protect-bw bytes/s; 0: unlimited */
 };
 
 #define GRP_DEAD_AFTER_DEFAULT_MS 5000

@@ -696,6 +696,11 @@ int grp_self(const struct grp *g);
 int grp_nodes(const struct grp *g);
 uint64_t grp_incarnation(const struct grp *g);
 unsigned grp_dead_after_ms(const struct grp *g);
+struct ers_scheme;
+/* --protect: 0 for none, 1 with the scheme in @s. */
+int grp_protect(const struct grp *g, struct ers_scheme *s);
+/* --protect-bw in bytes/s; 0: unlimited. */
+uint64_t grp_protect_bw(const struct grp *g);
 /*
  * The state machine the namespace log applies its entries to (copied);
  * before grp_start().  0 or -EBUSY.

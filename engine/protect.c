@@ -1,0 +1,810 @@
+/*
+ * protect.c - a sealed file's copies on peers: --protect replicate:R.
+ *
+ * Once a file's seal has been applied on every live node (gns.c), its owner
+ * sends each piece to the R - 1 holders that ers_replica_holders() places
+ * its copies on, straight from the arena (the pieces pinned by a snapshot,
+ * so the writer may go on and copy on write), paced by --protect-bw.  Each
+ * holder receives a piece straight into an arena chunk of its own (counted
+ * against its --mem), checks its CRC32C and makes it that file's piece; a
+ * DONE request then asks whether it has every piece.  When every holder
+ * has, the owner appends PROTECT to the group's log: from then on every
+ * node knows where the copies are (file->holders) and the file is
+ * PROTECTED.  A holder that is down, full or behind leaves the file SEALED,
+ * and the owner tries again later (backoff from 1 s to 30 s); the writer
+ * never waits for any of it.
+ *
+ * Frames (docs/protocol.md, "Protection frames"), meta little-endian:
+ *   PROT_T_PUT   u64 ino, u64 gseal, u32 piece, u32 len, u32 crc; bulk:
+ *                the piece.  No answer: a piece refused (another seal,
+ *                no memory) shows in the DONE that follows.
+ *   PROT_T_DONE  u64 ino, u64 gseal.  Answered 0 when every piece of that
+ *                seal is here, -EAGAIN when some are missing, -ESTALE when
+ *                this node is at another seal of the file.
+ * PUTs and their DONE go over one link, in order: a DONE answered 0 has
+ * seen every PUT before it.
+ *
+ * Threads: one sender (the jobs, in order), one answerer (DONE answers: a
+ * transport thread must not wait on a socket).  p->lock is a leaf, never
+ * held across an engine call or the network.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_i.h"
+#include "erasure.h"
+#include "group.h"
+#include "group_i.h"
+#include "gns_i.h"
+
+enum {
+	PROT_T_PUT = PEER_T_DATA_FIRST,
+	PROT_T_DONE,
+};
+
+#define PROT_SEND_MS 10000	/* one piece handed to the link */
+#define PROT_RETRY_MIN_MS 1000
+#define PROT_RETRY_MAX_MS 30000
+
+/* --protect-bw: a token bucket, one per thread that sends or fetches. */
+struct pacer {
+	double tokens;
+	uint64_t at_ms;
+};
+
+struct prot_job {
+	struct prot_job *next;
+	struct inode *in;	/* held */
+	uint64_t gseal;
+	uint64_t acked;		/* holders that have every piece */
+	unsigned backoff_ms;
+	uint64_t at_ms;		/* not before (a retry) */
+};
+
+struct prot_ans {
+	struct prot_ans *next;
+	int node;
+	struct peer_frame req;	/* meta unused */
+	int rc;
+};
+
+struct protect {
+	struct eng *e;
+	struct peer_xport *x;
+	struct memb *memb;
+	struct nslog *log;
+	int self, nodes, r;
+	int holders[ERS_MAX_M];
+	int nholders;
+	uint64_t bw;		/* bytes/s; 0: no limit */
+	struct pacer send_pace;	/* the sender thread's */
+	struct pacer rebuild_pace; /* the rebuild thread's */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cv;	/* sender: a job; answerer: an answer */
+	struct prot_job *head, *tail; /* lock */
+	struct prot_job *later;	/* retries, lock */
+	struct prot_ans *ans;	/* lock */
+	unsigned queued;	/* jobs not yet done; lock */
+	bool stop;		/* lock */
+	bool started;
+	pthread_t sender, answerer;
+
+	_Atomic uint64_t files_protected, pieces_sent, bytes_sent;
+	_Atomic uint64_t pieces_held, bytes_held, pieces_refused;
+	_Atomic uint64_t retries;
+
+	/* The rebuild after a start with empty memory. */
+	bool rebuilding;	/* its thread was started */
+	pthread_t rebuilder;
+	uint64_t rebuild_files, rebuild_done; /* lock */
+	_Atomic uint64_t rebuild_bytes, rebuild_failed;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 0; i < 4; i++)
+		v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+static void cv_wait_until(struct protect *p, uint64_t until)
+{
+	struct timespec ts = { (time_t)(until / 1000),
+			       (long)(until % 1000) * 1000000L };
+
+	pthread_cond_timedwait(&p->cv, &p->lock, &ts);
+}
+
+/* --- holders: receiving ------------------------------------------------- */
+
+static void *rx_bulk_dest(void *ctx, int node, const struct peer_frame *f,
+			  void **cookie)
+{
+	struct protect *p = ctx;
+	const uint8_t *m = f->meta;
+	uint32_t chunk;
+
+	if (f->type != PROT_T_PUT || f->meta_len != 28 ||
+	    f->bulk_len != get32(m + 20) || f->bulk_crc != get32(m + 24))
+		return NULL;
+	if (file_replica_dest(p->e, get64(m), get64(m + 8), get32(m + 16),
+			      f->bulk_len, get32(m + 24), &chunk) < 0)
+		return NULL;
+	*cookie = (void *)(uintptr_t)((uint64_t)chunk + 1);
+	return store_ptr(&p->e->store, chunk);
+}
+
+static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
+		      void *cookie, int bulk_rc)
+{
+	struct protect *p = ctx;
+	const uint8_t *m = f->meta;
+	struct prot_ans *a;
+
+	if (f->type == PROT_T_PUT) {
+		if (f->meta_len != 28)
+			return cookie ? 0 : -EPROTO;
+		if (!cookie) {
+			atomic_fetch_add(&p->pieces_refused, 1);
+			return 0;
+		}
+		file_replica_install(p->e, get64(m), get64(m + 8),
+				     get32(m + 16),
+				     (uint32_t)((uintptr_t)cookie - 1),
+				     get32(m + 24), bulk_rc == 0);
+		if (bulk_rc == 0) {
+			atomic_fetch_add(&p->pieces_held, 1);
+			atomic_fetch_add(&p->bytes_held, f->bulk_len);
+		}
+		return 0;
+	}
+	if (f->type != PROT_T_DONE || f->meta_len != 16 || f->bulk_len)
+		return -EPROTO;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return 0; /* the owner times out and tries again */
+	a->node = node;
+	a->req = *f;
+	a->req.meta = NULL;
+	a->req.meta_len = 0;
+	/* Never sleeps: the checking takes locks no thread sleeps under. */
+	a->rc = file_replica_complete(p->e, get64(m), get64(m + 8));
+	pthread_mutex_lock(&p->lock);
+	a->next = p->ans;
+	p->ans = a;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+static void *answerer_main(void *arg)
+{
+	struct protect *p = arg;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		struct prot_ans *a = p->ans;
+
+		if (!a) {
+			pthread_cond_wait(&p->cv, &p->lock);
+			continue;
+		}
+		p->ans = a->next;
+		pthread_mutex_unlock(&p->lock);
+		if (a->rc < 0) {
+			peer_reply_err(p->x, a->node, &a->req, a->rc,
+				       PROT_SEND_MS);
+		} else {
+			struct peer_frame rep = { 0 };
+
+			peer_reply(p->x, a->node, &a->req, &rep, PROT_SEND_MS);
+		}
+		free(a);
+		pthread_mutex_lock(&p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* --- the owner: sending ------------------------------------------------- */
+
+/*
+ * Wait until @len more bytes may go at --protect-bw (a second's worth may
+ * be saved up; a piece larger than that goes once a full second's worth is
+ * there, and the next waits the longer).
+ */
+static void pace(const struct protect *p, struct pacer *b, uint64_t len)
+{
+	double bw = (double)p->bw, want;
+	uint64_t now;
+
+	if (!p->bw)
+		return;
+	for (;;) {
+		now = now_ms();
+		if (!b->at_ms)
+			b->at_ms = now;
+		b->tokens += (double)(now - b->at_ms) * bw / 1e3;
+		b->at_ms = now;
+		if (b->tokens > bw)
+			b->tokens = bw;
+		want = (double)len < bw ? (double)len : bw;
+		if (b->tokens >= want) {
+			b->tokens -= (double)len;
+			return;
+		}
+		double ns = (want - b->tokens) * 1e9 / bw;
+		struct timespec ts = { (time_t)(ns / 1e9),
+				       (long)(ns - (double)(time_t)(ns / 1e9) *
+							  1e9) };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+ * Send every piece of @fs to @h and ask whether it has them all.  0 once
+ * it has; -errno (down, full, behind) otherwise.
+ */
+static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
+		   const struct file_snap *fs, uint8_t *bounce)
+{
+	struct eng *e = p->e;
+	uint32_t n = (uint32_t)((fs->size + e->store.chunk_size - 1) >>
+				e->store.chunk_shift);
+	uint8_t meta[28], dmeta[16];
+	struct peer_frame done = { .type = PROT_T_DONE, .meta = dmeta,
+				   .meta_len = sizeof(dmeta) };
+	struct peer_reply rep = { 0 };
+	int rc;
+
+	for (uint32_t i = 0; i < n && i < fs->nslots; i++) {
+		const struct slot *s = &fs->slots[i];
+		uint32_t len = file_piece_len(e, fs->size, i);
+		struct peer_frame f = { .type = PROT_T_PUT, .meta = meta,
+					.meta_len = sizeof(meta) };
+
+		if (!slot_in_ram(s))
+			continue; /* a hole: the holder has it from the seal */
+		f.bulk = store_ptr(&e->store, s->chunk);
+		if (s->fill < len) {
+			/* Past fill the piece reads as zeros, not the chunk. */
+			memcpy(bounce, f.bulk, s->fill);
+			memset(bounce + s->fill, 0, len - s->fill);
+			f.bulk = bounce;
+		}
+		f.bulk_len = len;
+		f.bulk_crc = s->crc;
+		put64(meta, ino);
+		put64(meta + 8, gseal);
+		put32(meta + 16, i);
+		put32(meta + 20, len);
+		put32(meta + 24, s->crc);
+		pace(p, &p->send_pace, len);
+		rc = peer_send(p->x, h, &f, PROT_SEND_MS);
+		if (rc < 0)
+			return rc;
+		atomic_fetch_add(&p->pieces_sent, 1);
+		atomic_fetch_add(&p->bytes_sent, len);
+	}
+	put64(dmeta, ino);
+	put64(dmeta + 8, gseal);
+	return peer_call(p->x, h, &done, &rep, PROT_SEND_MS);
+}
+
+/* Tell the group where the copies are: PROTECT through the log. */
+static int announce(struct protect *p, uint64_t ino, uint64_t gseal,
+		    uint64_t holders)
+{
+	struct nsop op;
+	void *buf = NULL;
+	size_t len = 0;
+	int rc, result = 0;
+
+	nsop_init(&op, NSOP_PROTECT);
+	op.node = p->self;
+	op.inc = p->e->inc;
+	op.ino = ino;
+	op.gseal = gseal;
+	op.holders = holders;
+	op.flags = (uint32_t)p->r;
+	rc = nsop_encode(&op, &buf, &len);
+	if (rc == 0)
+		rc = nslog_submit(p->log, buf, len, 10000, &result);
+	free(buf);
+	return rc < 0 ? rc : result;
+}
+
+/*
+ * One pass over a job: 0 when done (protected, or moot: the file changed
+ * or went), -errno when it must be tried again.
+ */
+static int run_job(struct protect *p, struct prot_job *j, uint8_t *bounce)
+{
+	struct eng *e = p->e;
+	struct file *f = &j->in->file;
+	struct file_snap fs;
+	struct memb_view v;
+	int rc = 0, first_err = 0;
+
+	pthread_rwlock_rdlock(&f->lock);
+	if (f->owner != p->self || f->gseal != j->gseal ||
+	    f->dur.sealed != f->version || j->in->nlink == 0) {
+		pthread_rwlock_unlock(&f->lock);
+		return 0; /* a newer seal has a job of its own */
+	}
+	for (uint32_t i = 0; i < f->nslots; i++)
+		if (slot_remote(&f->slots[i])) {
+			/* Not all here (a rebuild will bring it, then ask). */
+			pthread_rwlock_unlock(&f->lock);
+			return 0;
+		}
+	rc = file_snap_take_locked(e, f, &fs);
+	pthread_rwlock_unlock(&f->lock);
+	if (rc < 0)
+		return rc;
+	memb_get_view(p->memb, &v);
+	for (int k = 0; k < p->nholders; k++) {
+		int h = p->holders[k];
+
+		if (j->acked & (1ULL << h))
+			continue;
+		if (v.node[h].state != MEMB_UP) {
+			first_err = first_err ? first_err : -EHOSTDOWN;
+			continue;
+		}
+		rc = send_to(p, h, j->in->ino, j->gseal, &fs, bounce);
+		if (rc == 0)
+			j->acked |= 1ULL << h;
+		else if (!first_err)
+			first_err = rc;
+	}
+	file_snap_drop(e, &fs);
+	if (first_err)
+		return first_err;
+	rc = announce(p, j->in->ino, j->gseal, j->acked | (1ULL << p->self));
+	if (rc == 0 || rc == -ESTALE || rc == -ENOENT) {
+		if (rc == 0)
+			atomic_fetch_add(&p->files_protected, 1);
+		return 0;
+	}
+	return rc;
+}
+
+static void job_free(struct protect *p, struct prot_job *j)
+{
+	ns_unhold(p->e, j->in);
+	free(j);
+}
+
+static void *sender_main(void *arg)
+{
+	struct protect *p = arg;
+	uint8_t *bounce = malloc(RFT_CHUNK_MAX);
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		uint64_t now = now_ms(), next = now + 1000;
+		struct prot_job *j, **pp;
+		int rc;
+
+		for (pp = &p->later; *pp;) {
+			j = *pp;
+			if (j->at_ms <= now) {
+				*pp = j->next;
+				j->next = NULL;
+				if (p->tail)
+					p->tail->next = j;
+				else
+					p->head = j;
+				p->tail = j;
+			} else {
+				next = j->at_ms < next ? j->at_ms : next;
+				pp = &j->next;
+			}
+		}
+		j = p->head;
+		if (!j) {
+			cv_wait_until(p, next);
+			continue;
+		}
+		p->head = j->next;
+		if (!p->head)
+			p->tail = NULL;
+		pthread_mutex_unlock(&p->lock);
+		rc = bounce ? run_job(p, j, bounce) : -ENOMEM;
+		pthread_mutex_lock(&p->lock);
+		if (rc == 0 || p->stop) {
+			p->queued--;
+			pthread_mutex_unlock(&p->lock);
+			job_free(p, j);
+			pthread_mutex_lock(&p->lock);
+			continue;
+		}
+		atomic_fetch_add(&p->retries, 1);
+		rft_dbg("inode %llu: protection to try again: %s",
+			(unsigned long long)j->in->ino, strerror(-rc));
+		j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2
+					      : PROT_RETRY_MIN_MS;
+		if (j->backoff_ms > PROT_RETRY_MAX_MS)
+			j->backoff_ms = PROT_RETRY_MAX_MS;
+		j->at_ms = now_ms() + j->backoff_ms;
+		j->next = p->later;
+		p->later = j;
+	}
+	pthread_mutex_unlock(&p->lock);
+	free(bounce);
+	return NULL;
+}
+
+/* --- a node that lost its memory --------------------------------------- */
+
+struct walk {
+	struct protect *p;
+	int node;		/* lost: files it should hold */
+	struct inode **v;
+	size_t n, cap;
+};
+
+/* Is @node one of the holders of @owner's copies? */
+static bool holds_for(const struct protect *p, int node, int owner)
+{
+	int h[ERS_MAX_M];
+
+	if (p->r < 2 || owner < 0 || owner >= p->nodes ||
+	    ers_replica_holders(ERS_REPLICA_RING, p->nodes, p->r, owner, h) < 0)
+		return false;
+	for (int k = 0; k < p->r - 1; k++)
+		if (h[k] == node)
+			return true;
+	return false;
+}
+
+/* Collect (held) the sealed files this node owns that @w asks for. */
+static int collect(void *ctx, struct inode *in)
+{
+	struct walk *w = ctx;
+	struct file *f = &in->file;
+	bool want;
+
+	if (!S_ISREG(in->mode) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	want = f->owner == w->p->self && f->gseal &&
+	       (w->node < 0 || holds_for(w->p, w->node, w->p->self));
+	if (want && w->node < 0) {
+		/* Rebuild: only what is not here. */
+		want = false;
+		for (uint32_t i = 0; i < f->nslots && !want; i++)
+			want = f->slots[i].where == PIECE_PEER;
+	}
+	pthread_rwlock_unlock(&f->lock);
+	if (!want)
+		return 0;
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 64;
+		struct inode **v = realloc(w->v, cap * sizeof(*v));
+
+		if (!v)
+			return 1;
+		w->v = v;
+		w->cap = cap;
+	}
+	/* ns->lock is held for writing: the hold is safe to take. */
+	in->holds++;
+	w->v[w->n++] = in;
+	return 0;
+}
+
+static void walk_owned(struct protect *p, struct walk *w)
+{
+	pthread_rwlock_wrlock(&p->e->ns.lock);
+	ns_walk(&p->e->ns, collect, w);
+	pthread_rwlock_unlock(&p->e->ns.lock);
+}
+
+void protect_node_lost(struct protect *p, int node)
+{
+	struct walk w = { p, node, NULL, 0, 0 };
+
+	if (!p || node == p->self || !holds_for(p, node, p->self))
+		return;
+	walk_owned(p, &w);
+	for (size_t i = 0; i < w.n; i++) {
+		uint64_t gseal;
+
+		pthread_rwlock_rdlock(&w.v[i]->file.lock);
+		gseal = w.v[i]->file.gseal;
+		pthread_rwlock_unlock(&w.v[i]->file.lock);
+		protect_file(p, w.v[i], gseal);
+		ns_unhold(p->e, w.v[i]);
+	}
+	if (w.n)
+		rft_info("node %d lost its memory: sending it the copies of %zu "
+			 "files again",
+			 node, w.n);
+	free(w.v);
+}
+
+/*
+ * The rebuild, on a daemon that started with empty memory: bring back
+ * every file this node owns from the holders of its copies, then protect
+ * it again (its holders have their copies still: only DONE goes).  The
+ * copies this node held for others come back from their owners
+ * (protect_node_lost on their side).
+ */
+static void *rebuild_main(void *arg)
+{
+	struct protect *p = arg;
+	struct walk w = { p, -1, NULL, 0, 0 };
+	uint64_t files_done = 0;
+
+	walk_owned(p, &w);
+	pthread_mutex_lock(&p->lock);
+	p->rebuild_files = w.n;
+	pthread_mutex_unlock(&p->lock);
+	rft_info("rebuild: %zu files of this node to bring back", w.n);
+	for (size_t i = 0; i < w.n; i++) {
+		struct inode *in = w.v[i];
+		struct file *f = &in->file;
+		uint32_t n;
+		uint64_t gseal, size;
+		bool stop;
+		int rc = 0;
+
+		pthread_rwlock_rdlock(&f->lock);
+		size = f->size;
+		gseal = f->gseal;
+		n = (uint32_t)((size + p->e->store.chunk_size - 1) >>
+			       p->e->store.chunk_shift);
+		pthread_rwlock_unlock(&f->lock);
+		pthread_mutex_lock(&p->lock);
+		stop = p->stop;
+		pthread_mutex_unlock(&p->lock);
+		if (!stop && n) {
+			pace(p, &p->rebuild_pace, size);
+			rc = file_load(p->e, in, 0, n - 1, NULL);
+		}
+		if (rc == 0) {
+			/* The owner's own data now: kept, not a cache. */
+			pthread_rwlock_wrlock(&f->lock);
+			for (uint32_t k = 0; k < f->nslots; k++)
+				f->slots[k].flags &= (uint8_t)~SLOT_FETCHED;
+			pthread_rwlock_unlock(&f->lock);
+			protect_file(p, in, gseal);
+			atomic_fetch_add(&p->rebuild_bytes, size);
+		} else if (!stop) {
+			rft_warn("rebuild: inode %llu: %s",
+				 (unsigned long long)in->ino, strerror(-rc));
+			atomic_fetch_add(&p->rebuild_failed, 1);
+		}
+		ns_unhold(p->e, in);
+		files_done++;
+		pthread_mutex_lock(&p->lock);
+		p->rebuild_done = files_done;
+		pthread_mutex_unlock(&p->lock);
+	}
+	free(w.v);
+	rft_info("rebuild: done (%llu files, %llu failed)",
+		 (unsigned long long)files_done,
+		 (unsigned long long)atomic_load(&p->rebuild_failed));
+	return NULL;
+}
+
+int protect_rebuild(struct protect *p)
+{
+	int rc;
+
+	if (!p || p->rebuilding)
+		return 0;
+	rc = -pthread_create(&p->rebuilder, NULL, rebuild_main, p);
+	if (rc == 0)
+		p->rebuilding = true;
+	return rc;
+}
+
+/* --- the module --------------------------------------------------------- */
+
+void protect_file(struct protect *p, struct inode *in, uint64_t gseal)
+{
+	struct prot_job *j;
+
+	if (!p || p->nholders == 0)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		rft_warn("inode %llu: no memory to protect it",
+			 (unsigned long long)in->ino);
+		return;
+	}
+	pthread_rwlock_wrlock(&p->e->ns.lock);
+	in->holds++;
+	pthread_rwlock_unlock(&p->e->ns.lock);
+	j->in = in;
+	j->gseal = gseal;
+	pthread_mutex_lock(&p->lock);
+	if (p->tail)
+		p->tail->next = j;
+	else
+		p->head = j;
+	p->tail = j;
+	p->queued++;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+}
+
+int protect_new(struct eng *e, struct grp *g, struct protect **out)
+{
+	const struct peer_rx rx = { .bulk_dest = rx_bulk_dest,
+				    .deliver = rx_deliver };
+	struct peer_rx r = rx;
+	struct ers_scheme s;
+	struct protect *p;
+	pthread_condattr_t ca;
+	int rc;
+
+	*out = NULL;
+	rc = grp_protect(g, &s);
+	if (rc <= 0)
+		return rc;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->e = e;
+	p->x = grp_xport(g);
+	p->memb = grp_memb(g);
+	p->log = grp_log(g);
+	p->self = grp_self(g);
+	p->nodes = grp_nodes(g);
+	p->r = s.m + 1;
+	p->bw = grp_protect_bw(g);
+	if (p->r > 1) {
+		rc = ers_replica_holders(ERS_REPLICA_RING, p->nodes, p->r,
+					 p->self, p->holders);
+		if (rc < 0) {
+			free(p);
+			return rc;
+		}
+		p->nholders = p->r - 1;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	r.ctx = p;
+	rc = peer_register(p->x, PEER_T_DATA_FIRST, PEER_T_DATA_LAST, &r);
+	if (rc < 0) {
+		protect_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+int protect_start(struct protect *p)
+{
+	int rc;
+
+	if (!p)
+		return 0;
+	rc = -pthread_create(&p->sender, NULL, sender_main, p);
+	if (rc == 0) {
+		rc = -pthread_create(&p->answerer, NULL, answerer_main, p);
+		if (rc < 0) {
+			pthread_mutex_lock(&p->lock);
+			p->stop = true;
+			pthread_cond_broadcast(&p->cv);
+			pthread_mutex_unlock(&p->lock);
+			pthread_join(p->sender, NULL);
+		}
+	}
+	if (rc < 0) {
+		rft_err("cannot start protection: %s", strerror(-rc));
+		return rc;
+	}
+	p->started = true;
+	return 0;
+}
+
+void protect_stop(struct protect *p)
+{
+	if (!p || !p->started)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->sender, NULL);
+	pthread_join(p->answerer, NULL);
+	if (p->rebuilding)
+		pthread_join(p->rebuilder, NULL);
+	p->rebuilding = false;
+	p->started = false;
+}
+
+void protect_free(struct protect *p)
+{
+	struct prot_job *lists[2];
+
+	if (!p)
+		return;
+	lists[0] = p->head;
+	lists[1] = p->later;
+	for (int i = 0; i < 2; i++)
+		while (lists[i]) {
+			struct prot_job *j = lists[i];
+
+			lists[i] = j->next;
+			job_free(p, j);
+		}
+	while (p->ans) {
+		struct prot_ans *a = p->ans;
+
+		p->ans = a->next;
+		free(a);
+	}
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->cv);
+	free(p);
+}
+
+void protect_get_stats(struct protect *p, struct protect_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	if (!p)
+		return;
+	s->copies = (unsigned)p->r;
+	s->bw = p->bw;
+	pthread_mutex_lock(&p->lock);
+	s->files_pending = p->queued;
+	pthread_mutex_unlock(&p->lock);
+	s->files_protected = atomic_load(&p->files_protected);
+	s->pieces_sent = atomic_load(&p->pieces_sent);
+	s->bytes_sent = atomic_load(&p->bytes_sent);
+	s->pieces_held = atomic_load(&p->pieces_held);
+	s->bytes_held = atomic_load(&p->bytes_held);
+	s->pieces_refused = atomic_load(&p->pieces_refused);
+	s->retries = atomic_load(&p->retries);
+	pthread_mutex_lock(&p->lock);
+	s->rebuild_files = p->rebuild_files;
+	s->rebuild_done = p->rebuild_done;
+	pthread_mutex_unlock(&p->lock);
+	s->rebuild_bytes = atomic_load(&p->rebuild_bytes);
+	s->rebuild_failed = atomic_load(&p->rebuild_failed);
+}
