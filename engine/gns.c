@@ -737,8 +737,11 @@ static void *server_main(void *arg)
 /* --- fetching pieces ------------------------------------------------------ */
 
 /*
- * Read piece @idx of @ino's seal @gseal from a holder: the one that wrote
- * it first, then the others.  Every byte checked against @crc.
+ * Read piece @idx of @ino's seal @gseal from a holder: those heard from
+ * first (the one that wrote it before the others), then those not heard
+ * from since this daemon started (a daemon that just started has not yet
+ * heard every peer's heartbeat; asking one costs at most the failure
+ * detector's timeout).  Every byte checked against @crc.
  */
 static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
 		     uint64_t holders, uint32_t idx, uint32_t len,
@@ -762,33 +765,39 @@ static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
 	put32(meta + 16, idx);
 	put32(meta + 20, len);
 	memb_get_view(g->memb, &v);
-	for (int n = 0; n < g->nodes; n++) {
-		struct peer_frame f = { .type = GNS_T_GET, .meta = meta,
-					.meta_len = sizeof(meta) };
-		struct peer_reply rep = { .bulk = buf, .bulk_cap = len };
-		uint64_t now = now_ms();
-		int left, r;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int n = 0; n < g->nodes; n++) {
+			struct peer_frame f = { .type = GNS_T_GET,
+						.meta = meta,
+						.meta_len = sizeof(meta) };
+			struct peer_reply rep = { .bulk = buf,
+						  .bulk_cap = len };
+			enum memb_state st = v.node[n].state;
+			uint64_t now = now_ms();
+			int left, r;
 
-		if (!(holders & (1ULL << n)) || n == g->self ||
-		    v.node[n].state == MEMB_DEAD ||
-		    v.node[n].state == MEMB_UNKNOWN)
-			continue;
-		if (now >= until)
-			return -ETIMEDOUT;
-		left = (int)(until - now);
-		r = peer_call(g->x, n, &f, &rep,
-			      left < (int)g->dead_ms ? left : (int)g->dead_ms);
-		if (r == 0 && rep.bulk_len == len &&
-		    ers_crc32c(0, buf, len) == crc)
-			return 0;
-		if (r == 0) {
-			rft_warn("piece %u of inode %llu from node %d failed "
-				 "its checksum",
-				 idx, (unsigned long long)ino, n);
-			atomic_fetch_add(&g->e->cnt.crc_errors, 1);
-			r = -EIO;
+			if (!(holders & (1ULL << n)) || n == g->self ||
+			    st == MEMB_DEAD ||
+			    (st == MEMB_UNKNOWN) != (pass == 1))
+				continue;
+			if (now >= until)
+				return -ETIMEDOUT;
+			left = (int)(until - now);
+			r = peer_call(g->x, n, &f, &rep,
+				      left < (int)g->dead_ms ? left
+							     : (int)g->dead_ms);
+			if (r == 0 && rep.bulk_len == len &&
+			    ers_crc32c(0, buf, len) == crc)
+				return 0;
+			if (r == 0) {
+				rft_warn("piece %u of inode %llu from node %d "
+					 "failed its checksum",
+					 idx, (unsigned long long)ino, n);
+				atomic_fetch_add(&g->e->cnt.crc_errors, 1);
+				r = -EIO;
+			}
+			rc = r == -ETIMEDOUT ? r : rc;
 		}
-		rc = r == -ETIMEDOUT ? r : rc;
 	}
 	return rc == -ETIMEDOUT ? rc : -EIO;
 }

@@ -53,7 +53,8 @@ struct protect_stats {
 	uint64_t pieces_refused;	/* peers' pieces not taken */
 	uint64_t retries;
 	uint64_t rebuild_files, rebuild_done; /* files of this node */
-	uint64_t rebuild_bytes, rebuild_failed;
+	uint64_t rebuild_bytes;
+	uint64_t rebuild_failed;	/* not back yet: tried again later */
 };
 void protect_get_stats(struct protect *p, struct protect_stats *s);
 

@@ -508,8 +508,12 @@ static int collect(void *ctx, struct inode *in)
 	want = f->owner == w->p->self && f->gseal &&
 	       (w->node < 0 || holds_for(w->p, w->node, w->p->self));
 	if (want && w->node < 0) {
-		/* Rebuild: only what is not here. */
-		want = false;
+		/*
+		 * Rebuild: what is not here, and what is here but no longer
+		 * protected (LOST took this node from its holders: an empty
+		 * file has no piece to bring back, and its PROTECT to redo).
+		 */
+		want = f->dur.protected_data != f->version;
 		for (uint32_t i = 0; i < f->nslots && !want; i++)
 			want = f->slots[i].where == PIECE_PEER;
 	}
@@ -562,67 +566,114 @@ void protect_node_lost(struct protect *p, int node)
 }
 
 /*
+ * Bring back every piece of @in (held) this node does not have; 0, or
+ * -ESTALE when the file is gone or was sealed again meanwhile (nothing
+ * left to bring back: its new data is being written here).
+ */
+static int rebuild_file(struct protect *p, struct inode *in)
+{
+	struct file *f = &in->file;
+	uint64_t gseal, size;
+	uint32_t n;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&f->lock);
+	size = f->size;
+	gseal = f->gseal;
+	n = (uint32_t)((size + p->e->store.chunk_size - 1) >>
+		       p->e->store.chunk_shift);
+	if (in->nlink == 0 || f->owner != p->self)
+		rc = -ESTALE;
+	pthread_rwlock_unlock(&f->lock);
+	if (rc < 0)
+		return rc;
+	if (n) {
+		pace(p, &p->rebuild_pace, size);
+		rc = file_load(p->e, in, 0, n - 1, NULL);
+	}
+	if (rc < 0)
+		return rc;
+	/* The owner's own data now: kept, not a cache. */
+	pthread_rwlock_wrlock(&f->lock);
+	for (uint32_t k = 0; k < f->nslots; k++)
+		f->slots[k].flags &= (uint8_t)~SLOT_FETCHED;
+	pthread_rwlock_unlock(&f->lock);
+	protect_file(p, in, gseal);
+	atomic_fetch_add(&p->rebuild_bytes, size);
+	return 0;
+}
+
+/*
  * The rebuild, on a daemon that started with empty memory: bring back
  * every file this node owns from the holders of its copies, then protect
  * it again (its holders have their copies still: only DONE goes).  The
  * copies this node held for others come back from their owners
- * (protect_node_lost on their side).
+ * (protect_node_lost on their side).  A file that cannot be brought back
+ * now (its holders not reachable yet, memory full) is tried again, with a
+ * backoff from 1 s to 30 s, until it is back, gone, or the daemon stops.
  */
 static void *rebuild_main(void *arg)
 {
 	struct protect *p = arg;
 	struct walk w = { p, -1, NULL, 0, 0 };
+	unsigned backoff = PROT_RETRY_MIN_MS;
 	uint64_t files_done = 0;
+	size_t left;
+	bool stop;
 
 	walk_owned(p, &w);
 	pthread_mutex_lock(&p->lock);
 	p->rebuild_files = w.n;
 	pthread_mutex_unlock(&p->lock);
 	rft_info("rebuild: %zu files of this node to bring back", w.n);
-	for (size_t i = 0; i < w.n; i++) {
-		struct inode *in = w.v[i];
-		struct file *f = &in->file;
-		uint32_t n;
-		uint64_t gseal, size;
-		bool stop;
-		int rc = 0;
+	for (left = w.n;;) {
+		size_t keep = 0;
 
-		pthread_rwlock_rdlock(&f->lock);
-		size = f->size;
-		gseal = f->gseal;
-		n = (uint32_t)((size + p->e->store.chunk_size - 1) >>
-			       p->e->store.chunk_shift);
-		pthread_rwlock_unlock(&f->lock);
-		pthread_mutex_lock(&p->lock);
-		stop = p->stop;
-		pthread_mutex_unlock(&p->lock);
-		if (!stop && n) {
-			pace(p, &p->rebuild_pace, size);
-			rc = file_load(p->e, in, 0, n - 1, NULL);
+		for (size_t i = 0; i < left; i++) {
+			struct inode *in = w.v[i];
+			int rc;
+
+			pthread_mutex_lock(&p->lock);
+			stop = p->stop;
+			pthread_mutex_unlock(&p->lock);
+			rc = stop ? -ECANCELED : rebuild_file(p, in);
+			if (rc < 0 && rc != -ESTALE) {
+				/* Kept for the next round. */
+				if (!stop && backoff == PROT_RETRY_MIN_MS)
+					rft_warn("rebuild: inode %llu: %s; "
+						 "trying again",
+						 (unsigned long long)in->ino,
+						 strerror(-rc));
+				w.v[keep++] = in;
+				continue;
+			}
+			ns_unhold(p->e, in);
+			files_done++;
 		}
-		if (rc == 0) {
-			/* The owner's own data now: kept, not a cache. */
-			pthread_rwlock_wrlock(&f->lock);
-			for (uint32_t k = 0; k < f->nslots; k++)
-				f->slots[k].flags &= (uint8_t)~SLOT_FETCHED;
-			pthread_rwlock_unlock(&f->lock);
-			protect_file(p, in, gseal);
-			atomic_fetch_add(&p->rebuild_bytes, size);
-		} else if (!stop) {
-			rft_warn("rebuild: inode %llu: %s",
-				 (unsigned long long)in->ino, strerror(-rc));
-			atomic_fetch_add(&p->rebuild_failed, 1);
-		}
-		ns_unhold(p->e, in);
-		files_done++;
+		left = keep;
+		atomic_store(&p->rebuild_failed, left);
 		pthread_mutex_lock(&p->lock);
 		p->rebuild_done = files_done;
+		for (uint64_t until = now_ms() + backoff;
+		     left && !p->stop && now_ms() < until;)
+			cv_wait_until(p, until);
+		stop = p->stop;
 		pthread_mutex_unlock(&p->lock);
+		if (!left || stop)
+			break;
+		atomic_fetch_add(&p->retries, 1);
+		backoff = backoff * 2 > PROT_RETRY_MAX_MS ? PROT_RETRY_MAX_MS
+							  : backoff * 2;
 	}
+	for (size_t i = 0; i < left; i++)
+		ns_unhold(p->e, w.v[i]);
 	free(w.v);
-	rft_info("rebuild: done (%llu files, %llu failed)",
-		 (unsigned long long)files_done,
-		 (unsigned long long)atomic_load(&p->rebuild_failed));
+	if (left)
+		rft_warn("rebuild: stopped with %zu of %zu files not back",
+			 left, w.n);
+	else
+		rft_info("rebuild: done (%llu files)",
+			 (unsigned long long)files_done);
 	return NULL;
 }
 
