@@ -29,6 +29,7 @@ void eng_config_defaults(struct eng_config *cfg)
 	cfg->retry_ms = 5000;
 	cfg->fetch_threads = 4;
 	cfg->fetch_timeout_ms = 60000;
+	cfg->node = -1;
 }
 
 /* Bytes of the files below @dir; ns->lock held. */
@@ -198,7 +199,8 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 		rc = persist_new(e, &e->persist);
 		if (rc < 0)
 			goto fail;
-		rc = persist_scan(e);
+		/* A group's namespace comes from its log. */
+		rc = cfg->node < 0 ? persist_scan(e) : 0;
 		if (rc < 0)
 			goto fail;
 	}

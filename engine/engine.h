@@ -101,6 +101,10 @@ struct eng_config {
 	enum eng_prefault prefault; /* when the arena is faulted in */
 	unsigned fetch_threads;	 /* threads for reads that fetch data */
 	unsigned fetch_timeout_ms; /* such a read fails ETIMEDOUT after this */
+	int node;		 /* in a group, this node's id (its own lock
+				    and staging in a shared persist dir, and
+				    a namespace from the group's log, not
+				    from the persist dir); -1: no group */
 };
 
 /* Fill @cfg with the defaults documented in docs/operations.md. */

@@ -438,6 +438,9 @@ struct eng_ev {
 	bool open;		/* UNLINKED: may still be read; RENAMED: dst */
 	bool last;		/* UNLINKED: no name left */
 	bool exchange;		/* RENAMED: RENAME_EXCHANGE */
+	bool remote;		/* LINKED, UNLINKED, RENAMED: another node of
+				   the group made the change; it mirrors it
+				   into the persist dir they share */
 };
 
 typedef void (*eng_listener_fn)(struct eng *e, const struct eng_ev *ev,
@@ -479,6 +482,7 @@ enum nsop_kind {
 	NSOP_PROTECT,	/* a seal's copies are acknowledged by its holders */
 	NSOP_LOST,	/* the proposer is a new daemon: what its node held
 			   before is gone */
+	NSOP_PERSIST,	/* a seal is in the persist dir the group shares */
 };
 
 #define NSOP_VERSION 1
@@ -577,6 +581,12 @@ struct eng_group_ops {
 	int (*fetch)(void *ctx, uint64_t ino, uint64_t gseal, uint64_t holders,
 		     uint32_t idx, uint32_t len, uint32_t crc, uint8_t *buf,
 		     const struct timespec *deadline);
+	/*
+	 * @in (owned here) is in the persist dir the group shares at its
+	 * seal @gseal: tell the others (PERSIST through the log, in the
+	 * background).  No lock held.
+	 */
+	void (*persisted)(void *ctx, struct inode *in, uint64_t gseal);
 	/* Wait until the namespace caught up with the group (see engine.h). */
 	int (*ready)(void *ctx, int timeout_ms);
 	/* Threads: started by eng_start, stopped by eng_stop (and eng_free). */
@@ -769,6 +779,8 @@ void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
 /* Apply PROTECT (see ns_apply). */
 int file_apply_protect(struct eng *e, const struct nsop *op);
+/* Apply PERSIST (see ns_apply). */
+int file_apply_persist(struct eng *e, const struct nsop *op);
 /* Apply LOST (see ns_apply): node op->node holds none of its old pieces. */
 int file_apply_lost(struct eng *e, const struct nsop *op);
 /*

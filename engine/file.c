@@ -252,6 +252,45 @@ bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
 }
 
 /*
+ * Piece @i (@len bytes, CRC32C @crc) of @in's seal @gseal, which is on
+ * other nodes: from its holders, else from the persist dir the group
+ * shares when it was written back there.  Checked either way.  No lock
+ * held; sleeps.
+ */
+static int fetch_piece(struct eng *e, struct inode *in, uint32_t i,
+		       uint32_t len, uint32_t crc, uint64_t gseal,
+		       uint64_t holders, uint8_t *buf,
+		       const struct timespec *deadline)
+{
+	struct file *f = &in->file;
+	struct copy_id cid;
+	char rel[PATH_MAX];
+	int rc, prc;
+
+	rc = e->gops ? e->gops->fetch(e->gctx, in->ino, gseal, holders, i, len,
+				      crc, buf, deadline)
+		     : -EIO;
+	if (rc == 0 || !e->persist)
+		return rc;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	pthread_rwlock_rdlock(&f->lock);
+	prc = f->gseal == gseal && file_data_persisted(f)
+		      ? persist_copy_path(e, in, rel, sizeof(rel))
+		      : -ENOENT;
+	cid = f->copy_id;
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (prc < 0)
+		return rc;
+	prc = persist_read_piece(e, rel, cid.ino ? &cid : NULL,
+				 (uint64_t)i << e->store.chunk_shift, len, len,
+				 crc, len, buf);
+	if (prc == 0)
+		atomic_fetch_add(&e->cnt.readthrough_chunks, 1);
+	return prc == 0 ? 0 : rc;
+}
+
+/*
  * Load one piece from where it is (the persist dir, or the group's holders
  * of the file's sealed version); no lock held.  1 if it was not elsewhere.
  */
@@ -286,11 +325,8 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	if (rc < 0)
 		return rc;
 	if (want.where == PIECE_PEER)
-		rc = e->gops ? e->gops->fetch(e->gctx, in->ino, gseal, holders,
-					      i, len, want.crc,
-					      store_ptr(&e->store, id),
-					      deadline)
-			     : -EIO;
+		rc = fetch_piece(e, in, i, len, want.crc, gseal, holders,
+				 store_ptr(&e->store, id), deadline);
 	else
 		rc = persist_read_piece(e, rel, cid,
 					(uint64_t)i << e->store.chunk_shift,
@@ -887,6 +923,44 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 	return rc;
 }
 
+int file_apply_persist(struct eng *e, const struct nsop *op)
+{
+	struct inode *in;
+	struct file *f;
+	int rc = -ENOENT;
+
+	/* f->copy changes under the names lock too (see struct file). */
+	eng_names_lock(e);
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, op->ino);
+	if (in && S_ISREG(in->mode)) {
+		f = &in->file;
+		pthread_rwlock_wrlock(&f->lock);
+		rc = -ESTALE;
+		if (f->gseal == op->gseal && f->dur.sealed == f->version &&
+		    !(op->node == e->node && op->inc == e->inc)) {
+			/* Its copy is home: under its name, found by path. */
+			if (f->copy == COPY_NONE) {
+				f->copy = COPY_HOME;
+				f->copy_id = (struct copy_id){ 0, 0 };
+			}
+			f->dur.persisted_data = f->version;
+			f->dur.persisted_meta = f->meta_version;
+			/* What is here of it may go when memory is short. */
+			for (uint32_t i = 0; i < f->nslots; i++)
+				if (slot_in_ram(&f->slots[i]))
+					f->slots[i].flags |= SLOT_CLEAN;
+			rc = 0;
+		} else if (f->gseal == op->gseal) {
+			rc = 0; /* the owner's own: recorded at write-back */
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	eng_names_unlock(e);
+	return rc;
+}
+
 struct lost_walk {
 	struct eng *e;
 	uint64_t bit;
@@ -964,10 +1038,13 @@ void eng_release(struct eng *e, struct eng_file *fp)
 		/* Seal what the writer's queued copies leave, not less. */
 		while (!file_wrlock_drained(e, f))
 			file_wait_writes(e, f);
-		if (--f->writers == 0 && f->dur.sealed != f->version) {
+		if (--f->writers == 0 && f->dur.sealed != f->version)
 			file_seal_locked(e, f);
-			sealed = true;
-		}
+		/*
+		 * Closed by its last writer: to the tiers, also when a
+		 * group's FLUSH sealed it already.
+		 */
+		sealed = f->writers == 0 && !file_persisted(f);
 		/*
 		 * In a group the owner's seal goes to the others, unless a
 		 * FLUSH sent this very version already.
@@ -1691,11 +1768,11 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 					want[i].crc, want[i].crc_len,
 					buf + (size_t)i * cs);
 			else if (want[i].where == PIECE_PEER)
-				rc = e->gops->fetch(e->gctx, in->ino, gseal,
-						    holders, first + i,
-						    want[i].chunk, want[i].crc,
-						    buf + (size_t)i * cs,
-						    deadline);
+				rc = fetch_piece(e, in, first + i,
+						 want[i].chunk, want[i].crc,
+						 gseal, holders,
+						 buf + (size_t)i * cs,
+						 deadline);
 		if (rc != -ENOENT)
 			break;
 		/* The copy moved meanwhile: let the name change finish. */

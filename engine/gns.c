@@ -251,6 +251,23 @@ static int gns_seal(void *ctx, struct inode *in, struct eng_call *c)
 	return c ? ENG_LATER : 0;
 }
 
+static void gns_persisted(void *ctx, struct inode *in, uint64_t gseal)
+{
+	struct gns *g = ctx;
+	struct gns_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return; /* the others read it from peers meanwhile */
+	nsop_init(&r->op, NSOP_PERSIST);
+	r->op.ino = in->ino;
+	r->op.gseal = gseal;
+	pthread_rwlock_wrlock(&g->e->ns.lock);
+	in->holds++;
+	pthread_rwlock_unlock(&g->e->ns.lock);
+	r->in = in;
+	enqueue(g, r);
+}
+
 /*
  * Build a seal of @r->in as it is now: pieces that are elsewhere are
  * brought in first (the owner keeps its files whole), checksums made
@@ -409,7 +426,10 @@ static void finish(struct gns *g, struct gns_req *r, int rc)
 	}
 }
 
-/* A seal that could not commit goes again later, unless it is moot. */
+/*
+ * A seal or a persist record that could not commit goes again later
+ * (until it does, or its apply finds it moot).
+ */
 static void seal_retry(struct gns *g, struct gns_req *r)
 {
 	pthread_mutex_lock(&g->lock);
@@ -433,7 +453,8 @@ static void run_req(struct gns *g, struct gns_req *r)
 	}
 	if (rc == 0)
 		rc = submit(g, r, &index);
-	if (r->op.kind == NSOP_SEAL && (rc == -EIO || rc == -EAGAIN)) {
+	if ((r->op.kind == NSOP_SEAL || r->op.kind == NSOP_PERSIST) &&
+	    (rc == -EIO || rc == -EAGAIN)) {
 		/* The data is safe here; the others learn of it later. */
 		finish(g, r, rc == -EAGAIN ? -EIO : rc);
 		return seal_retry(g, r);
@@ -841,6 +862,7 @@ static const struct eng_group_ops gns_ops = {
 	.propose = gns_propose,
 	.seal = gns_seal,
 	.fetch = gns_fetch,
+	.persisted = gns_persisted,
 	.ready = gns_ready,
 	.start = gns_start,
 	.stop = gns_stop,

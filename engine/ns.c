@@ -814,7 +814,7 @@ static int child_path(struct eng *e, struct inode *parent, const char *name,
 }
 
 static int apply_link(struct eng *e, const struct nsop *op,
-		      struct nsop_out *out)
+		      struct nsop_out *out, bool remote)
 {
 	char from[PATH_MAX], to[PATH_MAX];
 	struct inode *in, *dir;
@@ -861,7 +861,8 @@ out:
 	if (rc == 0) {
 		if (mirror) {
 			struct eng_ev ev = { .kind = EV_LINKED, .in = in,
-					     .from = from, .to = to };
+					     .from = from, .to = to,
+					     .remote = remote };
 
 			eng_post(e, &ev);
 		}
@@ -872,7 +873,7 @@ out:
 }
 
 /* UNLINK, RMDIR. */
-static int apply_remove(struct eng *e, const struct nsop *op)
+static int apply_remove(struct eng *e, const struct nsop *op, bool remote)
 {
 	bool want_dir = op->kind == NSOP_RMDIR;
 	char rel[PATH_MAX];
@@ -921,7 +922,7 @@ out:
 			struct eng_ev ev = { .kind = EV_UNLINKED, .in = in,
 					     .from = rel, .dir = want_dir,
 					     .open = open || !last,
-					     .last = last };
+					     .last = last, .remote = remote };
 
 			eng_post(e, &ev);
 		}
@@ -940,7 +941,7 @@ static bool is_ancestor(const struct inode *a, const struct inode *b)
 	return false;
 }
 
-static int apply_rename(struct eng *e, const struct nsop *op)
+static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
 {
 	const char *name = op->name, *newname = op->newname;
 	unsigned flags = op->flags;
@@ -1075,7 +1076,8 @@ out:
 		struct eng_ev ev = { .kind = EV_RENAMED, .in = src,
 				     .from = from, .to = to, .dst = dst,
 				     .open = dst_open,
-				     .exchange = flags & ENG_RENAME_EXCHANGE };
+				     .exchange = flags & ENG_RENAME_EXCHANGE,
+				     .remote = remote };
 
 		eng_post(e, &ev);
 	}
@@ -1091,6 +1093,12 @@ out:
 int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	     struct nsop_out *out)
 {
+	/*
+	 * Only the node that made a name change mirrors it into the persist
+	 * dir the group shares (its proposal's apply has @out).
+	 */
+	bool remote = e->gops && !out;
+
 	if (out)
 		out->index = index;
 	switch (op->kind) {
@@ -1099,12 +1107,12 @@ int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	case NSOP_SYMLINK:
 		return apply_make(e, op, out);
 	case NSOP_LINK:
-		return apply_link(e, op, out);
+		return apply_link(e, op, out, remote);
 	case NSOP_UNLINK:
 	case NSOP_RMDIR:
-		return apply_remove(e, op);
+		return apply_remove(e, op, remote);
 	case NSOP_RENAME:
-		return apply_rename(e, op);
+		return apply_rename(e, op, remote);
 	case NSOP_SETATTR:
 		return apply_setattr(e, op, out);
 	case NSOP_CREATE:
@@ -1116,6 +1124,8 @@ int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 		return file_apply_protect(e, op);
 	case NSOP_LOST:
 		return file_apply_lost(e, op);
+	case NSOP_PERSIST:
+		return file_apply_persist(e, op);
 	}
 	return -EINVAL;
 }

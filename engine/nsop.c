@@ -22,6 +22,7 @@
  *
  * PROTECT: ino u64, gseal u64 (the SEAL's log index), holders u64 (a bit
  * per node that acknowledged a whole copy); flags: the copies (R).
+ * PERSIST: as PROTECT (holders 0): that seal is in the shared persist dir.
  * LOST: nothing more; the proposer (node, inc) is a daemon that started
  * with empty memory.
  *
@@ -68,6 +69,8 @@ const char *nsop_kind_name(enum nsop_kind k)
 		return "protect";
 	case NSOP_LOST:
 		return "lost";
+	case NSOP_PERSIST:
+		return "persist";
 	}
 	return "unknown";
 }
@@ -212,6 +215,7 @@ static void encode_body(struct wbuf *w, const struct nsop *op)
 	case NSOP_LOST:
 		break;
 	case NSOP_PROTECT:
+	case NSOP_PERSIST:
 		w_u64(w, op->ino);
 		w_u64(w, op->gseal);
 		w_u64(w, op->holders);
@@ -462,6 +466,7 @@ int nsop_decode(const void *buf, size_t len, struct nsop *op)
 			r.bad = true;
 		break;
 	case NSOP_PROTECT:
+	case NSOP_PERSIST:
 		op->ino = r_u64(&r);
 		op->gseal = r_u64(&r);
 		op->holders = r_u64(&r);

@@ -41,7 +41,7 @@
 #define LOCK_WAIT_MS 60000
 #define UNMOUNT_TRIES 3
 #define FLUSH_GRACE_MS 500
-#define PARK_PREFIX TMP_DIR "/park."
+#define PARK_PREFIX "park."
 #define FLUSH_TICKETS 64	/* recent flush tickets whose outcome is kept */
 #define BACKOFF_MAX_MS (5 * 60 * 1000)
 
@@ -84,6 +84,14 @@ struct persist {
 	struct eng *e;
 	int dirfd;
 	int lockfd;
+	/*
+	 * Its staging dir and lock file: TMP_DIR and LOCK_FILE, or in a
+	 * group, whose nodes share one persist dir, TMP_DIR/nodeN and
+	 * LOCK_FILE.nodeN: each node writes back what it owns, under a lock
+	 * of its own.
+	 */
+	char tmp[32];
+	char lockname[40];
 
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
@@ -257,9 +265,11 @@ static void queue_inode(struct persist *p, struct inode *in, bool wake)
 
 /* --- where copies are ---------------------------------------------------- */
 
-static void park_path(uint64_t ino, char *buf, size_t size)
+static void park_path(const struct persist *p, uint64_t ino, char *buf,
+		      size_t size)
 {
-	snprintf(buf, size, PARK_PREFIX "%llu", (unsigned long long)ino);
+	snprintf(buf, size, "%s/" PARK_PREFIX "%llu", p->tmp,
+		 (unsigned long long)ino);
 }
 
 int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
@@ -271,7 +281,7 @@ int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
 	case COPY_HOME:
 		return ns_path(&e->ns, in, buf, size);
 	case COPY_PARKED:
-		park_path(in->ino, buf, size);
+		park_path(e->persist, in->ino, buf, size);
 		return 0;
 	case COPY_AWAY:
 		return snprintf(buf, size, "%s", f->away_rel) < (int)size
@@ -414,7 +424,7 @@ static int park_away_owner(struct eng *e, const char *rel)
 
 	if (!owner)
 		return 0;
-	park_path(owner->ino, park, sizeof(park));
+	park_path(p, owner->ino, park, sizeof(park));
 	rc = move_copy(p, rel, park);
 	if (rc == 0)
 		set_copy(e, owner, COPY_PARKED, NULL);
@@ -739,7 +749,7 @@ static int link_name(struct eng *e, struct inode *in, const char *from,
 		rc = make_parents(p->dirfd, to);
 	if (rc < 0)
 		return rc;
-	snprintf(tmp, sizeof(tmp), TMP_DIR "/%llu.link",
+	snprintf(tmp, sizeof(tmp), "%s/%llu.link", p->tmp,
 		 (unsigned long long)in->ino);
 	unlinkat(p->dirfd, tmp, 0);
 	if (linkat(p->dirfd, from, p->dirfd, tmp, 0) < 0)
@@ -810,6 +820,7 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 	struct persist *p = e->persist;
 	char rel[PATH_MAX], sum[PATH_MAX + 16], old[PATH_MAX];
 	bool reg = S_ISREG(in->mode), moved = false;
+	uint64_t tell = 0;
 	struct stat st;
 	int rc;
 
@@ -870,8 +881,9 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		 * park it, and the file would then count as persisted with
 		 * its copy parked (and deleted at unmount).
 		 */
-		if (s)
-			file_snap_persisted_locked(&in->file, &s->fs);
+		if (s && file_snap_persisted_locked(&in->file, &s->fs) &&
+		    e->gops && in->file.owner == e->node)
+			tell = in->file.gseal;
 		pthread_rwlock_unlock(&in->file.lock);
 	} else {
 		/*
@@ -885,6 +897,9 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 	rc = relink_aliases(e, in, rel);
 out:
 	eng_names_unlock(e);
+	/* The other nodes may read it from the persist dir now. */
+	if (tell)
+		e->gops->persisted(e->gctx, in, tell);
 	return rc;
 }
 
@@ -905,7 +920,7 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 		return rc < 0 ? rc : 0;
 	npieces = (uint32_t)((s.fs.size + e->store.chunk_size - 1) >>
 			     e->store.chunk_shift);
-	snprintf(tmp, sizeof(tmp), TMP_DIR "/%llu.%llu",
+	snprintf(tmp, sizeof(tmp), "%s/%llu.%llu", p->tmp,
 		 (unsigned long long)s.ino, (unsigned long long)s.fs.version);
 	snprintf(tmpsum, sizeof(tmpsum), "%s.sum", tmp);
 	crcs = malloc((size_t)(npieces ? npieces : 1) * sizeof(*crcs));
@@ -1065,7 +1080,7 @@ static int persist_node(struct eng *e, struct inode *in)
 		set_error(p, rc, "cannot write back", "a node");
 		return rc;
 	}
-	snprintf(tmp, sizeof(tmp), TMP_DIR "/%llu.node",
+	snprintf(tmp, sizeof(tmp), "%s/%llu.node", p->tmp,
 		 (unsigned long long)in->ino);
 	unlinkat(p->dirfd, tmp, 0);
 	if (S_ISLNK(mode))
@@ -1586,7 +1601,7 @@ static void persist_mirror_unlink(struct eng *e, struct inode *in, const char *r
 			set_copy(e, in, COPY_NONE, NULL);
 		} else {
 			/* Its readers may still need the bytes: park them. */
-			park_path(in->ino, park, sizeof(park));
+			park_path(p, in->ino, park, sizeof(park));
 			rc = move_copy(p, rel, park);
 			if (rc == 0) {
 				set_copy(e, in, COPY_PARKED, NULL);
@@ -1723,7 +1738,7 @@ static void park_stale_below(struct eng *e, struct inode *dir,
 	collect_stale(dir, from, &v, &n, &cap);
 	pthread_rwlock_unlock(&e->ns.lock);
 	for (size_t i = 0; i < n; i++) {
-		park_path(v[i].in->ino, park, sizeof(park));
+		park_path(e->persist, v[i].in->ino, park, sizeof(park));
 		if (v[i].rel && move_copy(e->persist, v[i].rel, park) == 0)
 			set_copy(e, v[i].in, COPY_PARKED, NULL);
 		free(v[i].rel);
@@ -1794,7 +1809,7 @@ static void exchange_files(struct eng *e, struct inode *a, const char *from,
 	for (int i = 0; i < 2; i++) {
 		if (side[i]->file.copy != COPY_HOME)
 			continue;
-		park_path(side[i]->ino, park[i], sizeof(park[i]));
+		park_path(p, side[i]->ino, park[i], sizeof(park[i]));
 		if (move_copy(p, oldp[i], park[i]) == 0) {
 			set_copy(e, side[i], COPY_PARKED, NULL);
 		} else {
@@ -1829,7 +1844,7 @@ static void exchange_paths(struct eng *e, struct inode *a, const char *from,
 	if (have_from && have_to) {
 		if (renameat2(p->dirfd, from, p->dirfd, to, RENAME_EXCHANGE) < 0) {
 			/* NFS has no RENAME_EXCHANGE: three renames. */
-			park_path(a->ino, park, sizeof(park));
+			park_path(p, a->ino, park, sizeof(park));
 			if (renameat(p->dirfd, from, p->dirfd, park) < 0 ||
 			    renameat(p->dirfd, to, p->dirfd, from) < 0 ||
 			    renameat(p->dirfd, park, p->dirfd, to) < 0)
@@ -1934,7 +1949,7 @@ static void persist_forget(struct eng *e, struct inode *in)
 	if (!S_ISREG(in->mode))
 		return;
 	if (f->copy == COPY_PARKED) {
-		park_path(in->ino, park, sizeof(park));
+		park_path(p, in->ino, park, sizeof(park));
 		queue_op(p, park, false);
 	} else if (f->copy == COPY_AWAY) {
 		pthread_mutex_lock(&p->lock);
@@ -1957,6 +1972,9 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 {
 	struct persist *p = ctx;
 
+	/* In a group the node that made a name change mirrors it. */
+	if (ev->remote)
+		return;
 	switch (ev->kind) {
 	case EV_DIRTY:
 		queue_inode(p, ev->in, true);
@@ -2235,7 +2253,8 @@ static int scan_dir(struct eng *e, int dirfd, struct inode *dir, int depth)
 		if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, ".."))
 			continue;
 		if (depth == 0 && (!strcmp(d->d_name, TMP_DIR) ||
-				   !strcmp(d->d_name, LOCK_FILE)))
+				   !strncmp(d->d_name, LOCK_FILE,
+					    strlen(LOCK_FILE))))
 			continue;
 		if (ns_name_reserved(dir, d->d_name))
 			continue;
@@ -2274,7 +2293,7 @@ static int scan_dir(struct eng *e, int dirfd, struct inode *dir, int depth)
 
 static void clean_tmp(struct persist *p)
 {
-	int fd = openat(p->dirfd, TMP_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = openat(p->dirfd, p->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	struct dirent *d;
 	DIR *dp;
 
@@ -2322,7 +2341,7 @@ static int take_dir_lock(struct persist *p, const char *dir)
 
 	/* Read-only: a lock needs no write access, and an fd open for
 	 * writing would keep the persist dir from being remounted. */
-	p->lockfd = openat(p->dirfd, LOCK_FILE, O_RDONLY | O_CREAT | O_CLOEXEC,
+	p->lockfd = openat(p->dirfd, p->lockname, O_RDONLY | O_CREAT | O_CLOEXEC,
 			   0600);
 	if (p->lockfd < 0)
 		return -errno;
@@ -2360,8 +2379,18 @@ int persist_new(struct eng *e, struct persist **out)
 		rft_err("persist dir %s: %s", dir, strerror(-rc));
 		goto fail;
 	}
+	if (e->cfg.node < 0) {
+		snprintf(p->tmp, sizeof(p->tmp), TMP_DIR);
+		snprintf(p->lockname, sizeof(p->lockname), LOCK_FILE);
+	} else {
+		snprintf(p->tmp, sizeof(p->tmp), TMP_DIR "/node%d",
+			 e->cfg.node);
+		snprintf(p->lockname, sizeof(p->lockname),
+			 LOCK_FILE ".node%d", e->cfg.node);
+	}
 	if (faccessat(p->dirfd, ".", W_OK | X_OK, AT_EACCESS) < 0 ||
-	    (mkdirat(p->dirfd, TMP_DIR, 0700) < 0 && errno != EEXIST)) {
+	    (mkdirat(p->dirfd, TMP_DIR, 0700) < 0 && errno != EEXIST) ||
+	    (mkdirat(p->dirfd, p->tmp, 0700) < 0 && errno != EEXIST)) {
 		rc = -errno;
 		rft_err("persist dir %s is not writable: %s", dir,
 			strerror(-rc));

@@ -876,6 +876,7 @@ int main(int argc, char **argv)
 		goto out;
 	o.cfg.mountpoint = o.mountpoint;
 	o.cfg.persist_dir = o.persist_dir;
+	o.cfg.node = grp_wanted(&o.grp) ? o.grp.node : -1;
 	fuse_set_log_func(fuse_log_to_rft);
 
 	rc = eng_new(&o.cfg, &e);

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Persist in a group (issue 8): three daemons share one persist dir.  Each
+# writes back the files it owns, under its own lock and staging dir; name
+# changes are mirrored once, by the node that made them; a lost node's
+# files read back on the others from the persist dir (no --protect); and
+# the whole group stopped and started again on its state dirs reads every
+# file back.
+. "$(dirname "$0")/lib.sh"
+need_fuse
+
+SECRET=$T_TMP/secret
+new_secret "$SECRET"
+read -r P0 P1 P2 <<<"$(free_ports 3)"
+PEERS=127.0.0.1:$P0,127.0.0.1:$P1,127.0.0.1:$P2
+M=("$(new_dir m0)" "$(new_dir m1)" "$(new_dir m2)")
+S=("$T_TMP/state0" "$T_TMP/state1" "$T_TMP/state2")
+PID=("" "" "")
+REF=$(new_dir ref)
+P=$(new_dir persist)
+
+start_node() {
+	local i=$1
+	start_daemon "${M[$i]}" --mem 128M --no-prefault --node "$i" \
+		--peers "$PEERS" --secret-file "$SECRET" --dead-after 2 \
+		--state-dir "${S[$i]}" --persist "$P" --persist-every 0
+	PID[$i]=$DAEMON_PID
+}
+
+for n in 0 1 2; do start_node "$n"; done
+wait_states "${M[0]}" "self up up"
+MIN_COMMIT=2
+wait_agree 30 0 1 2
+
+SIZES="0 100 1048593 5242880"
+mkdir "${M[0]}/ckpt"
+for n in 0 1 2; do
+	for s in $SIZES; do
+		head -c "$s" /dev/urandom >"$REF/rank$n.$s"
+		cp "$REF/rank$n.$s" "${M[$n]}/ckpt/rank$n.$s"
+	done
+done
+for n in 0 1 2; do
+	admin "${M[$n]}" flush --wait >/dev/null || fail "flush --wait on node $n"
+done
+for n in 0 1 2; do
+	for s in $SIZES; do
+		cmp "$REF/rank$n.$s" "$P/ckpt/rank$n.$s" ||
+			fail "persist dir: ckpt/rank$n.$s is not what node $n wrote"
+	done
+	[ -e "$P/.reftfs-lock.node$n" ] || fail "no lock file of node $n in $P"
+done
+[ -e "$P/.reftfs-lock" ] && fail "a group node took the single-node lock"
+log "each node wrote back its own files into the shared persist dir"
+
+# --- name changes are mirrored once, by the node that made them ---------
+mv "${M[2]}/ckpt/rank0.100" "${M[2]}/ckpt/renamed.100"
+mv "$REF/rank0.100" "$REF/renamed.100"
+rm "${M[1]}/ckpt/rank2.0"
+rm "$REF/rank2.0"
+mkdir "${M[0]}/ckpt/sub"
+for n in 0 1 2; do
+	admin "${M[$n]}" flush --wait >/dev/null || fail "flush --wait on node $n"
+done
+[ -e "$P/ckpt/rank0.100" ] && fail "persist dir: rank0.100 still there after rename on node 2"
+cmp "$REF/renamed.100" "$P/ckpt/renamed.100" || fail "persist dir: renamed.100"
+[ -e "$P/ckpt/rank2.0" ] && fail "persist dir: rank2.0 still there after unlink on node 1"
+[ -d "$P/ckpt/sub" ] || fail "persist dir: no ckpt/sub"
+log "rename, unlink and mkdir mirrored into the persist dir"
+
+check_all() {
+	local what=$1 n f
+	shift
+	for n in "$@"; do
+		for f in "$REF"/*; do
+			cmp "$f" "${M[$n]}/ckpt/${f##*/}" ||
+				fail "$what: ${f##*/} differs on node $n"
+		done
+	done
+}
+
+# --- node 1 lost: the others read its files from the persist dir --------
+kill_daemon "${M[1]}" "${PID[1]}"
+wait_states "${M[0]}" "self dead up" 30
+check_all "node 1 dead" 0 2
+log "node 1 SIGKILLed: its files read back on nodes 0 and 2 from the persist dir"
+
+# --- a replacement: its own files from the persist dir too ---------------
+start_node 1
+check_all "replacement node 1" 1 0 2
+log "replacement node 1 reads every file back"
+
+# --- the whole group stopped and started again on its state dirs ---------
+for n in 0 1 2; do stop_daemon "${M[$n]}" "${PID[$n]}"; done
+for n in 0 1 2; do start_node "$n"; done
+wait_states "${M[0]}" "self up up"
+check_all "group restarted" 0 1 2
+log "the group restarted on its state dirs reads every file back from the persist dir"
