@@ -266,6 +266,17 @@ bool eng_in_group(const struct eng *e)
 	return e->gops != NULL;
 }
 
+void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->holder_dead = -1;
+	if (e->gops && e->gops->protect_stats) {
+		e->gops->protect_stats(e->gctx, st);
+		if (st->copies > 1)
+			st->files_unprotected = file_count_unprotected(e);
+	}
+}
+
 int eng_group_ready(struct eng *e, int timeout_ms)
 {
 	return e->gops ? e->gops->ready(e->gctx, timeout_ms) : 0;
@@ -466,6 +477,7 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 	if (!S_ISREG(in->mode))
 		c->ei.mtime = in->mtime;
 	c->ei.tier = "ram";
+	c->ei.owner = -1;
 	if (S_ISREG(in->mode)) {
 		struct file *f = &in->file;
 
@@ -478,6 +490,9 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 		c->ei.chunks = (uint32_t)((f->size + e->store.chunk_size - 1) >>
 					  e->store.chunk_shift);
 		c->ei.chunks_resident = f->resident;
+		c->ei.owner = e->gops ? f->owner : -1;
+		if (e->gops && f->owner >= 0 && f->owner < 64)
+			c->ei.holders = f->holders | 1ULL << f->owner;
 		c->ei.in_persist = f->copy == COPY_HOME && file_persisted(f);
 		if (f->copy != COPY_NONE && file_data_persisted(f)) {
 			uint32_t away = 0;

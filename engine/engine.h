@@ -387,6 +387,29 @@ int eng_group_ready(struct eng *e, int timeout_ms);
 /* true when @e is a node of a group (eng_join_group succeeded). */
 bool eng_in_group(const struct eng *e);
 
+/* Protection of this node's files on peers, and its rebuild. */
+struct eng_protect_stats {
+	unsigned copies;	  /* R of replicate:R; 0: --protect none */
+	uint64_t bw;		  /* --protect-bw, bytes/s; 0: no limit */
+	uint64_t files_pending;	  /* queued or waiting for a retry */
+	uint64_t files_unprotected; /* owned here, sealed, no current
+				       copies on peers */
+	uint64_t files_protected; /* since this daemon started */
+	uint64_t pieces_sent, bytes_sent;
+	uint64_t pieces_held, bytes_held; /* copies held for peers */
+	uint64_t pieces_refused;	  /* peers' pieces not taken */
+	uint64_t retries;
+	bool rebuilding;		  /* the rebuild runs */
+	uint64_t rebuild_files, rebuild_done; /* files of this node */
+	uint64_t rebuild_bytes;
+	uint64_t rebuild_failed;	  /* not back yet: tried again */
+	int holder_dead;		  /* a holder of this node's copies
+					     that is dead; -1: none */
+};
+
+/* Fill @st; zeros (copies 0) without a group or protection. */
+void eng_protect_stats(struct eng *e, struct eng_protect_stats *st);
+
 /* --- state for reftfs-admin (used by the control socket, fs/ctl.c) ----- */
 
 enum eng_state {
@@ -450,6 +473,10 @@ struct eng_entry_info {
 	enum eng_crc_state crc;	  /* files only */
 	uint32_t chunks, chunks_resident;
 	bool in_persist;	  /* a current copy is in the persist dir */
+	int owner;		  /* files in a group: the node that owns
+				     the data; -1 otherwise */
+	uint64_t holders;	  /* ... and the nodes that hold its data
+				     (a bit per node; the owner's included) */
 	const char *tier;	  /* "ram", "ram+persist", "persist", "partial" */
 };
 typedef int (*eng_entry_fn)(void *ctx, const struct eng_entry_info *ei);

@@ -587,6 +587,8 @@ struct eng_group_ops {
 	 * background).  No lock held.
 	 */
 	void (*persisted)(void *ctx, struct inode *in, uint64_t gseal);
+	/* Protection and rebuild figures (see engine.h). */
+	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
 	/* Wait until the namespace caught up with the group (see engine.h). */
 	int (*ready)(void *ctx, int timeout_ms);
 	/* Threads: started by eng_start, stopped by eng_stop (and eng_free). */
@@ -779,6 +781,12 @@ void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
 /* Apply PROTECT (see ns_apply). */
 int file_apply_protect(struct eng *e, const struct nsop *op);
+/*
+ * Files this node owns that are sealed (a close, or a FLUSH, sealed their
+ * current version) and not protected at it (for reftfs-admin protect
+ * --wait).  No lock held.
+ */
+uint64_t file_count_unprotected(struct eng *e);
 /* Apply PERSIST (see ns_apply). */
 int file_apply_persist(struct eng *e, const struct nsop *op);
 /* Apply LOST (see ns_apply): node op->node holds none of its old pieces. */

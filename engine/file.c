@@ -961,6 +961,36 @@ int file_apply_persist(struct eng *e, const struct nsop *op)
 	return rc;
 }
 
+struct count_walk {
+	struct eng *e;
+	uint64_t n;
+};
+
+static int count_unprotected(void *ctx, struct inode *in)
+{
+	struct count_walk *w = ctx;
+	struct file *f = &in->file;
+
+	if (!S_ISREG(in->mode) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	if (f->owner == w->e->node && f->dur.sealed == f->version &&
+	    f->dur.protected_data != f->version)
+		w->n++;
+	pthread_rwlock_unlock(&f->lock);
+	return 0;
+}
+
+uint64_t file_count_unprotected(struct eng *e)
+{
+	struct count_walk w = { e, 0 };
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_walk(&e->ns, count_unprotected, &w);
+	pthread_rwlock_unlock(&e->ns.lock);
+	return w.n;
+}
+
 struct lost_walk {
 	struct eng *e;
 	uint64_t bit;

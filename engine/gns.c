@@ -854,6 +854,13 @@ static int gns_ready(void *ctx, int timeout_ms)
 	return protect_rebuild(g->prot);
 }
 
+static void gns_protect_stats(void *ctx, struct eng_protect_stats *st)
+{
+	struct gns *g = ctx;
+
+	protect_get_stats(g->prot, st);
+}
+
 static int gns_start(void *ctx);
 static void gns_stop(void *ctx);
 static void gns_free(void *ctx);
@@ -863,6 +870,7 @@ static const struct eng_group_ops gns_ops = {
 	.seal = gns_seal,
 	.fetch = gns_fetch,
 	.persisted = gns_persisted,
+	.protect_stats = gns_protect_stats,
 	.ready = gns_ready,
 	.start = gns_start,
 	.stop = gns_stop,

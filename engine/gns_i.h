@@ -13,6 +13,7 @@ struct eng;
 struct grp;
 struct inode;
 struct protect;
+struct eng_protect_stats;
 
 /*
  * Protection of this node's sealed files on peers (protect.c), as --protect
@@ -43,19 +44,7 @@ void protect_node_lost(struct protect *p, int node);
  */
 int protect_rebuild(struct protect *p);
 
-struct protect_stats {
-	unsigned copies;		/* R of replicate:R */
-	uint64_t bw;			/* --protect-bw, bytes/s */
-	uint64_t files_pending;		/* sealed here, not yet protected */
-	uint64_t files_protected;	/* since start */
-	uint64_t pieces_sent, bytes_sent;
-	uint64_t pieces_held, bytes_held; /* received for peers */
-	uint64_t pieces_refused;	/* peers' pieces not taken */
-	uint64_t retries;
-	uint64_t rebuild_files, rebuild_done; /* files of this node */
-	uint64_t rebuild_bytes;
-	uint64_t rebuild_failed;	/* not back yet: tried again later */
-};
-void protect_get_stats(struct protect *p, struct protect_stats *s);
+/* Fill @s (engine.h); nothing without protection. */
+void protect_get_stats(struct protect *p, struct eng_protect_stats *s);
 
 #endif /* RFT_GNS_I_H */

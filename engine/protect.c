@@ -99,6 +99,7 @@ struct protect {
 
 	/* The rebuild after a start with empty memory. */
 	bool rebuilding;	/* its thread was started */
+	bool rebuild_running;	/* and has not finished; lock */
 	pthread_t rebuilder;
 	uint64_t rebuild_files, rebuild_done; /* lock */
 	_Atomic uint64_t rebuild_bytes, rebuild_failed;
@@ -668,6 +669,9 @@ static void *rebuild_main(void *arg)
 	for (size_t i = 0; i < left; i++)
 		ns_unhold(p->e, w.v[i]);
 	free(w.v);
+	pthread_mutex_lock(&p->lock);
+	p->rebuild_running = false;
+	pthread_mutex_unlock(&p->lock);
 	if (left)
 		rft_warn("rebuild: stopped with %zu of %zu files not back",
 			 left, w.n);
@@ -683,9 +687,17 @@ int protect_rebuild(struct protect *p)
 
 	if (!p || p->rebuilding)
 		return 0;
+	pthread_mutex_lock(&p->lock);
+	p->rebuild_running = true;
+	pthread_mutex_unlock(&p->lock);
 	rc = -pthread_create(&p->rebuilder, NULL, rebuild_main, p);
-	if (rc == 0)
+	if (rc == 0) {
 		p->rebuilding = true;
+	} else {
+		pthread_mutex_lock(&p->lock);
+		p->rebuild_running = false;
+		pthread_mutex_unlock(&p->lock);
+	}
 	return rc;
 }
 
@@ -835,16 +847,14 @@ void protect_free(struct protect *p)
 	free(p);
 }
 
-void protect_get_stats(struct protect *p, struct protect_stats *s)
+void protect_get_stats(struct protect *p, struct eng_protect_stats *s)
 {
-	memset(s, 0, sizeof(*s));
+	struct memb_view v;
+
 	if (!p)
 		return;
 	s->copies = (unsigned)p->r;
 	s->bw = p->bw;
-	pthread_mutex_lock(&p->lock);
-	s->files_pending = p->queued;
-	pthread_mutex_unlock(&p->lock);
 	s->files_protected = atomic_load(&p->files_protected);
 	s->pieces_sent = atomic_load(&p->pieces_sent);
 	s->bytes_sent = atomic_load(&p->bytes_sent);
@@ -853,9 +863,18 @@ void protect_get_stats(struct protect *p, struct protect_stats *s)
 	s->pieces_refused = atomic_load(&p->pieces_refused);
 	s->retries = atomic_load(&p->retries);
 	pthread_mutex_lock(&p->lock);
+	s->files_pending = p->queued;
+	s->rebuilding = p->rebuild_running;
 	s->rebuild_files = p->rebuild_files;
 	s->rebuild_done = p->rebuild_done;
 	pthread_mutex_unlock(&p->lock);
 	s->rebuild_bytes = atomic_load(&p->rebuild_bytes);
 	s->rebuild_failed = atomic_load(&p->rebuild_failed);
+	s->holder_dead = -1;
+	memb_get_view(p->memb, &v);
+	for (int k = 0; k < p->nholders; k++)
+		if (v.node[p->holders[k]].state == MEMB_DEAD) {
+			s->holder_dead = p->holders[k];
+			break;
+		}
 }

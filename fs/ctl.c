@@ -654,6 +654,21 @@ enum {
 	GR_LOG_AUTH,
 	GR_LOG_BAD_HS,
 	GR_LOG_UNKNOWN,
+	GR_PROT_COPIES,
+	GR_PROT_UNPROT,
+	GR_PROT_PENDING,
+	GR_PROT_FILES,
+	GR_PROT_BYTES_SENT,
+	GR_PROT_BYTES_HELD,
+	GR_PROT_PIECES_HELD,
+	GR_PROT_REFUSED,
+	GR_PROT_RETRIES,
+	GR_PROT_HOLDER_DEAD,
+	GR_REB_RUNNING,
+	GR_REB_FILES,
+	GR_REB_DONE,
+	GR_REB_FAILED,
+	GR_REB_BYTES,
 	GR_N
 };
 
@@ -707,12 +722,44 @@ static const struct rep_field gr_fields[GR_N] = {
 	[GR_LOG_UNKNOWN] = REP_EXPORT("log_addrs_unknown", REP_COUNT,
 		REP_GAUGE, "reftfs_group_log_addrs_unknown",
 		"Other nodes whose address the registry has not given yet."),
+	/* Protection (--protect replicate:R) and the rebuild. */
+	[GR_PROT_COPIES] = REP_FIELD("protect_copies", REP_COUNT),
+	[GR_PROT_UNPROT] = REP_EXPORT("protect_unprotected", REP_COUNT,
+		REP_GAUGE, "reftfs_protect_unprotected_files",
+		"Files this node owns, sealed, without current copies on "
+		"peers."),
+	[GR_PROT_PENDING] = REP_FIELD("protect_pending", REP_COUNT),
+	[GR_PROT_FILES] = REP_EXPORT("protect_files", REP_COUNT, REP_COUNTER,
+		"reftfs_protect_files_total",
+		"Files this node protected since it started."),
+	[GR_PROT_BYTES_SENT] = REP_EXPORT("protect_bytes_sent", REP_BYTES,
+		REP_COUNTER, "reftfs_protect_bytes_sent_total",
+		"Bytes of copies sent to peers."),
+	[GR_PROT_BYTES_HELD] = REP_EXPORT("protect_bytes_held", REP_BYTES,
+		REP_GAUGE, "reftfs_protect_bytes_held",
+		"Bytes of copies received and held for peers."),
+	[GR_PROT_PIECES_HELD] = REP_FIELD("protect_pieces_held", REP_COUNT),
+	[GR_PROT_REFUSED] = REP_EXPORT("protect_pieces_refused", REP_COUNT,
+		REP_COUNTER, "reftfs_protect_pieces_refused_total",
+		"Peers' pieces not taken (no memory, another seal)."),
+	[GR_PROT_RETRIES] = REP_EXPORT("protect_retries", REP_COUNT,
+		REP_COUNTER, "reftfs_protect_retries_total",
+		"Protections and rebuild rounds tried again."),
+	[GR_PROT_HOLDER_DEAD] = REP_FIELD("protect_holder_dead", REP_INT),
+	[GR_REB_RUNNING] = REP_FIELD("rebuild_running", REP_BOOL),
+	[GR_REB_FILES] = REP_FIELD("rebuild_files", REP_COUNT),
+	[GR_REB_DONE] = REP_FIELD("rebuild_done", REP_COUNT),
+	[GR_REB_FAILED] = REP_EXPORT("rebuild_failed", REP_COUNT, REP_GAUGE,
+		"reftfs_rebuild_files_not_back",
+		"Files the rebuild could not bring back yet."),
+	[GR_REB_BYTES] = REP_FIELD("rebuild_bytes", REP_BYTES),
 };
 
 /* Fill group object @gobj and member table @tbl of @top from the group. */
 static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		       struct rep_obj *gobj, struct rep_obj *top, unsigned tbl)
 {
+	struct eng_protect_stats ps;
 	struct grp_member_info *m;
 	struct grp_info gi;
 	int n, i;
@@ -755,6 +802,24 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		rep_set_u64(gobj, GR_LOG_BAD_HS, gi.log_bad_handshakes);
 		rep_set_u64(gobj, GR_LOG_UNKNOWN,
 			    (uint64_t)gi.log_addrs_unknown);
+	}
+	eng_protect_stats(c->e, &ps);
+	rep_set_u64(gobj, GR_PROT_COPIES, ps.copies);
+	if (ps.copies > 1) {
+		rep_set_u64(gobj, GR_PROT_UNPROT, ps.files_unprotected);
+		rep_set_u64(gobj, GR_PROT_PENDING, ps.files_pending);
+		rep_set_u64(gobj, GR_PROT_FILES, ps.files_protected);
+		rep_set_u64(gobj, GR_PROT_BYTES_SENT, ps.bytes_sent);
+		rep_set_u64(gobj, GR_PROT_BYTES_HELD, ps.bytes_held);
+		rep_set_u64(gobj, GR_PROT_PIECES_HELD, ps.pieces_held);
+		rep_set_u64(gobj, GR_PROT_REFUSED, ps.pieces_refused);
+		rep_set_u64(gobj, GR_PROT_RETRIES, ps.retries);
+		rep_set_int(gobj, GR_PROT_HOLDER_DEAD, ps.holder_dead);
+		rep_set_bool(gobj, GR_REB_RUNNING, ps.rebuilding);
+		rep_set_u64(gobj, GR_REB_FILES, ps.rebuild_files);
+		rep_set_u64(gobj, GR_REB_DONE, ps.rebuild_done);
+		rep_set_u64(gobj, GR_REB_FAILED, ps.rebuild_failed);
+		rep_set_u64(gobj, GR_REB_BYTES, ps.rebuild_bytes);
 	}
 	for (i = 0; i < n; i++) {
 		struct rep_obj *row = rep_row(rep, top, tbl);
@@ -867,6 +932,21 @@ static const struct rep_text group_text[] = {
 	    "refused (authentication), {group.log_bad_handshakes} bad "
 	    "handshakes"),
 	TXT("group.log", "log dir", "{group.log_state_dir}"),
+	TXT("group.enabled&!group.protect_copies", "protection", "none"),
+	TXT("group.protect_copies", "protection",
+	    "replicate:{group.protect_copies}: "
+	    "{group.protect_unprotected} files of this node not protected, "
+	    "{group.protect_files} protected since start, "
+	    "{group.protect_bytes_sent} sent, {group.protect_bytes_held} "
+	    "held for peers, {group.protect_retries} retries"),
+	TXT("group.protect_copies&group.rebuild_running", "rebuild",
+	    "running: {group.rebuild_done}/{group.rebuild_files} files, "
+	    "{group.rebuild_bytes} back, {group.rebuild_failed} not back "
+	    "yet"),
+	TXT("group.protect_copies&!group.rebuild_running&group.rebuild_files",
+	    "rebuild",
+	    "done: {group.rebuild_files} files, {group.rebuild_bytes} "
+	    "back"),
 	TXT("group.enabled", NULL, ""),
 	TABLE("members", &gm_table),
 };
@@ -1205,6 +1285,8 @@ enum {
 	LS_CHUNKS,
 	LS_RESIDENT,
 	LS_IN_PERSIST,
+	LS_OWNER,
+	LS_HOLDERS,
 	LS_N
 };
 
@@ -1233,6 +1315,9 @@ static const struct rep_field ls_fields[LS_N] = {
 	[LS_CHUNKS] = REP_FIELD("chunks", REP_COUNT),
 	[LS_RESIDENT] = REP_FIELD("chunks_resident", REP_COUNT),
 	[LS_IN_PERSIST] = REP_FIELD("in_persist", REP_BOOL),
+	/* In a group: the owner node, and "0,2": the nodes with its data. */
+	[LS_OWNER] = REP_FIELD("owner", REP_INT),
+	[LS_HOLDERS] = REP_FIELD("holders", REP_STRING),
 };
 
 static const struct rep_field ls_root = {
@@ -1245,23 +1330,29 @@ static const struct rep_field ls_root = {
 static const struct rep_col ls_cols[] = {
 	{ "", "STATE", -9, 0 },	   { "  ", "SIZE", 13, 0 },
 	{ "  ", "TIER", -11, 0 },	   { "  ", "CHECKSUM", -10, 0 },
-	{ "  ", "CHUNKS", 13, 0 },	   { "  ", "PATH", 0, 0 },
+	{ "  ", "CHUNKS", 13, 0 },	   { "  ", "NODES", -5, 0 },
+	{ "  ", "PATH", 0, 0 },
 };
 
+/* NODES: the owner, then the other nodes that hold the data ("1+2"). */
 static const struct rep_row_text ls_rows[] = {
+	{ "state&holders", (const char *const[]){ "{state}", "{size:n}",
+						  "{tier}", "{checksum}",
+						  "{chunks_resident}/{chunks}",
+						  "{holders}", "{path}" } },
 	{ "state", (const char *const[]){ "{state}", "{size:n}", "{tier}",
 					  "{checksum}",
-					  "{chunks_resident}/{chunks}",
+					  "{chunks_resident}/{chunks}", "-",
 					  "{path}" } },
 	{ "type=dir",
-	  (const char *const[]){ "dir", "-", "-", "-", "-", "{path}" } },
+	  (const char *const[]){ "dir", "-", "-", "-", "-", "-", "{path}" } },
 	{ NULL,
-	  (const char *const[]){ "{type}", "{size:n}", "-", "-", "-",
+	  (const char *const[]){ "{type}", "{size:n}", "-", "-", "-", "-",
 				 "{path}" } },
 };
 
-static const struct rep_table_text ls_table = { NULL, ls_cols, 6, ls_rows,
-						3 };
+static const struct rep_table_text ls_table = { NULL, ls_cols, 7, ls_rows,
+						4 };
 
 static const struct rep_text ls_text[] = {
 	TABLE(NULL, &ls_table),
@@ -1276,6 +1367,21 @@ static const char *type_name(mode_t mode)
 	if (S_ISLNK(mode))
 		return "symlink";
 	return "other";
+}
+
+/* A group's file: its owner, and "OWNER+N+M" for the nodes with its data. */
+static void ls_set_nodes(struct rep_obj *row, const struct eng_entry_info *ei)
+{
+	char buf[64 * 3 + 8];
+	size_t len;
+
+	rep_set_int(row, LS_OWNER, ei->owner);
+	len = (size_t)snprintf(buf, sizeof(buf), "%d", ei->owner);
+	for (int n = 0; n < 64 && len < sizeof(buf); n++)
+		if (n != ei->owner && (ei->holders & (1ULL << n)))
+			len += (size_t)snprintf(buf + len, sizeof(buf) - len,
+						"+%d", n);
+	rep_set_str(row, LS_HOLDERS, buf);
 }
 
 static int ls_row(void *ctx, const struct eng_entry_info *ei)
@@ -1303,6 +1409,8 @@ static int ls_row(void *ctx, const struct eng_entry_info *ei)
 		rep_set_u64(row, LS_CHUNKS, ei->chunks);
 		rep_set_u64(row, LS_RESIDENT, ei->chunks_resident);
 		rep_set_bool(row, LS_IN_PERSIST, ei->in_persist);
+		if (ei->owner >= 0)
+			ls_set_nodes(row, ei);
 	}
 	return rep_err(rep) ? 1 : 0;
 }
@@ -1528,6 +1636,199 @@ static int cmd_flush(struct ctl_req *r, struct rep_out *o)
 	return CTL_EXIT_OK;
 }
 
+/* --- protect, rebuild ---------------------------------------------------- */
+
+enum group_wait_kind { WAIT_PROTECT, WAIT_REBUILD };
+enum group_wait_state { GW_WAIT, GW_DONE, GW_FAIL };
+
+/*
+ * Where protection (or the rebuild) stands: GW_DONE, GW_WAIT (not yet) or
+ * GW_FAIL (it cannot finish now, and @o says why).  @done and @total are
+ * the progress in files.
+ */
+static enum group_wait_state group_wait_state(struct rep_out *o, enum group_wait_kind k,
+			    const struct eng_protect_stats *ps,
+			    uint64_t *total, uint64_t *done, uint64_t *bytes)
+{
+	if (k == WAIT_PROTECT) {
+		uint64_t left = ps->files_unprotected > ps->files_pending
+					? ps->files_unprotected
+					: ps->files_pending;
+
+		if (left > *total)
+			*total = left;
+		*done = *total - left;
+		*bytes = 0;
+		if (left == 0)
+			return GW_DONE;
+		if (ps->holder_dead >= 0) {
+			rep_out_line(o, 'e',
+				     "protect: %" PRIu64 " files of this node "
+				     "cannot be protected now: node %d, a "
+				     "holder of its copies, is dead (tried "
+				     "again once it is back or replaced)",
+				     left, ps->holder_dead);
+			return GW_FAIL;
+		}
+		return GW_WAIT;
+	}
+	*total = ps->rebuild_files;
+	*done = ps->rebuild_done;
+	*bytes = ps->rebuild_bytes;
+	return ps->rebuilding ? GW_WAIT : GW_DONE;
+}
+
+enum { PW_COPIES, PW_UNPROT, PW_PENDING, PW_PROTECTED, PW_HOLDER_DEAD,
+       PW_FINISHED, PW_N };
+
+static const struct rep_field pw_fields[PW_N] = {
+	[PW_COPIES] = REP_FIELD("copies", REP_COUNT),
+	[PW_UNPROT] = REP_FIELD("unprotected", REP_COUNT),
+	[PW_PENDING] = REP_FIELD("pending", REP_COUNT),
+	[PW_PROTECTED] = REP_FIELD("protected_since_start", REP_COUNT),
+	[PW_HOLDER_DEAD] = REP_FIELD("holder_dead", REP_INT),
+	[PW_FINISHED] = REP_FIELD("finished", REP_BOOL),
+};
+
+enum { RB_RUNNING, RB_FILES, RB_DONE, RB_NOT_BACK, RB_BYTES, RB_FINISHED,
+       RB_N };
+
+static const struct rep_field rb_fields[RB_N] = {
+	[RB_RUNNING] = REP_FIELD("running", REP_BOOL),
+	[RB_FILES] = REP_FIELD("files", REP_COUNT),
+	[RB_DONE] = REP_FIELD("done", REP_COUNT),
+	[RB_NOT_BACK] = REP_FIELD("not_back", REP_COUNT),
+	[RB_BYTES] = REP_FIELD("bytes", REP_BYTES),
+	[RB_FINISHED] = REP_FIELD("finished", REP_BOOL),
+};
+
+static const struct rep_field wait_roots[] = {
+	REP_GROUP("protect", pw_fields, PW_N),
+	REP_GROUP("rebuild", rb_fields, RB_N),
+};
+
+static const struct rep_text protect_text[] = {
+	TXT(NULL, NULL,
+	    "protect: replicate:{copies}, {unprotected} files of this node "
+	    "not protected, {protected_since_start} protected since start"),
+};
+
+static const struct rep_text rebuild_text[] = {
+	TXT("running", NULL,
+	    "rebuild: running, {done}/{files} files back, {bytes}, "
+	    "{not_back} not back yet"),
+	TXT("!running&files", NULL,
+	    "rebuild: done, {files} files, {bytes} brought back"),
+	TXT("!running&!files", NULL,
+	    "rebuild: nothing to bring back (this daemon did not start "
+	    "with empty memory, or its node owned nothing)"),
+};
+
+static void group_wait_report(struct rep_out *o, bool json,
+			      enum group_wait_kind k,
+			      const struct eng_protect_stats *ps, bool done)
+{
+	struct rep *rep = rep_new(&wait_roots[k]);
+	struct rep_obj *top;
+
+	if (!rep) {
+		o->err = -ENOMEM;
+		return;
+	}
+	top = rep_top(rep);
+	if (k == WAIT_PROTECT) {
+		rep_set_u64(top, PW_COPIES, ps->copies);
+		rep_set_u64(top, PW_UNPROT, ps->files_unprotected);
+		rep_set_u64(top, PW_PENDING, ps->files_pending);
+		rep_set_u64(top, PW_PROTECTED, ps->files_protected);
+		rep_set_int(top, PW_HOLDER_DEAD, ps->holder_dead);
+		rep_set_bool(top, PW_FINISHED, done);
+	} else {
+		rep_set_bool(top, RB_RUNNING, ps->rebuilding);
+		rep_set_u64(top, RB_FILES, ps->rebuild_files);
+		rep_set_u64(top, RB_DONE, ps->rebuild_done);
+		rep_set_u64(top, RB_NOT_BACK, ps->rebuild_failed);
+		rep_set_u64(top, RB_BYTES, ps->rebuild_bytes);
+		rep_set_bool(top, RB_FINISHED, done);
+	}
+	if (rep_err(rep))
+		o->err = rep_err(rep);
+	else if (json)
+		rep_json(o, rep);
+	else if (k == WAIT_PROTECT)
+		rep_text(o, rep, protect_text, 1, 0);
+	else
+		rep_text(o, rep, rebuild_text, 3, 0);
+	rep_free(rep);
+}
+
+/* protect / rebuild [--wait]: the state, or progress until finished. */
+static int group_wait(struct ctl_req *r, struct rep_out *o,
+		      enum group_wait_kind k)
+{
+	static const char *const name[] = { "protect", "rebuild" };
+	struct eng_protect_stats ps;
+	uint64_t total = 0, done = 0, bytes = 0, sent_at = 0;
+	uint64_t last[3] = { UINT64_MAX, 0, 0 };
+	enum group_wait_state st;
+	int rc;
+
+	if (!eng_in_group(r->c->e)) {
+		rep_out_line(o, 'e', "%s: not a node of a group (no "
+				     "--peers/--registry)", name[k]);
+		return CTL_EXIT_FAIL;
+	}
+	eng_protect_stats(r->c->e, &ps);
+	if (ps.copies < 2) {
+		rep_out_line(o, 'e', "%s: this node runs --protect none",
+			     name[k]);
+		return CTL_EXIT_FAIL;
+	}
+	for (;;) {
+		st = group_wait_state(o, k, &ps, &total, &done, &bytes);
+		if (st == GW_FAIL)
+			return CTL_EXIT_FAIL;
+		if (!r->wait)
+			break;
+		if (st == GW_DONE || mono_ms() - sent_at >= CTL_BEAT_MS ||
+		    last[0] != done || last[1] != total || last[2] != bytes) {
+			rep_out_line(o, 'p',
+				     "%" PRIu64 " %" PRIu64 " %" PRIu64
+				     " 0 %s",
+				     done, total, bytes, name[k]);
+			if (out_send(r, o))
+				return CTL_GONE;
+			sent_at = mono_ms();
+			last[0] = done;
+			last[1] = total;
+			last[2] = bytes;
+		}
+		if (st == GW_DONE)
+			break;
+		rc = ctl_nap(r, CTL_POLL_MS);
+		if (rc == -ESHUTDOWN) {
+			rep_out_line(o, 'e', "%s: reftfsd is stopping",
+				     name[k]);
+			return CTL_EXIT_FAIL;
+		}
+		if (rc < 0)
+			return CTL_GONE;
+		eng_protect_stats(r->c->e, &ps);
+	}
+	group_wait_report(o, r->json, k, &ps, st == GW_DONE);
+	return CTL_EXIT_OK;
+}
+
+static int cmd_protect(struct ctl_req *r, struct rep_out *o)
+{
+	return group_wait(r, o, WAIT_PROTECT);
+}
+
+static int cmd_rebuild(struct ctl_req *r, struct rep_out *o)
+{
+	return group_wait(r, o, WAIT_REBUILD);
+}
+
 /* --- version, help, dispatch -------------------------------------------- */
 
 enum { VER_VERSION, VER_PROTOCOL, VER_PID, VER_N };
@@ -1582,6 +1883,13 @@ static const struct ctl_cmd ctl_cmds[] = {
 	{ "group", CMD_JSON, "[--json]",
 	  "the sharding group: members, their state, links, counters",
 	  cmd_group },
+	{ "protect", CMD_JSON | CMD_WAIT, "[--wait] [--json]",
+	  "copies of this node's files on peers; --wait until all are",
+	  cmd_protect },
+	{ "rebuild", CMD_JSON | CMD_WAIT, "[--wait] [--json]",
+	  "bringing back this node's files after a start with empty "
+	  "memory; --wait until done",
+	  cmd_rebuild },
 	{ "metrics", CMD_JSON, "[--json]", "Prometheus text exposition",
 	  cmd_metrics },
 	{ "version", CMD_JSON, "[--json]", "daemon version", cmd_version },

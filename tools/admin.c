@@ -61,7 +61,19 @@ static void usage(FILE *f)
 		"                           shows progress until it is done\n"
 		"  group [--json]           the sharding group: members, their "
 		"state,\n"
-		"                           incarnation, links and counters\n"
+		"                           incarnation, links, protection, "
+		"counters\n"
+		"  protect [--wait] [--json]\n"
+		"                           copies of this node's files on "
+		"peers;\n"
+		"                           --wait until every sealed file is "
+		"protected\n"
+		"                           (exit 1 with the reason when it "
+		"cannot be)\n"
+		"  rebuild [--wait] [--json]\n"
+		"                           a replacement bringing back its "
+		"node's files;\n"
+		"                           --wait until it is done\n"
 		"  metrics [--json]         Prometheus text exposition\n"
 		"  version [--json]         versions of %s and reftfsd\n"
 		"\n"
@@ -433,8 +445,13 @@ static int read_line(struct reader *r, char **line)
 	}
 }
 
-/* Flush progress, drawn from "p" records. */
+/*
+ * Progress of flush, protect or rebuild --wait, drawn from "p" records:
+ * "FILES_DONE FILES_TOTAL BYTES_DONE BYTES_TOTAL [WHAT]" (WHAT: flush when
+ * absent, as older daemons send it).
+ */
 struct progress {
+	char what[16];
 	bool tty;	/* redraw one line with \r */
 	bool drawn;	/* tty: a bar is on the current line */
 	bool have;	/* a record arrived */
@@ -455,9 +472,13 @@ static void progress_plain(struct progress *pg)
 		return;
 	}
 	memcpy(pg->shown_v, v, sizeof(v));
-	printf("flush: %" PRIu64 "/%" PRIu64 " files, %s/%s\n", pg->fd,
-	       pg->ft, fmt_bytes(b1, sizeof(b1), pg->bd),
-	       fmt_bytes(b2, sizeof(b2), pg->bt));
+	if (pg->bt)
+		printf("%s: %" PRIu64 "/%" PRIu64 " files, %s/%s\n", pg->what,
+		       pg->fd, pg->ft, fmt_bytes(b1, sizeof(b1), pg->bd),
+		       fmt_bytes(b2, sizeof(b2), pg->bt));
+	else
+		printf("%s: %" PRIu64 "/%" PRIu64 " files, %s\n", pg->what,
+		       pg->fd, pg->ft, fmt_bytes(b1, sizeof(b1), pg->bd));
 	fflush(stdout);
 	pg->shown = true;
 	pg->shown_at = mono_ms();
@@ -480,8 +501,8 @@ static void progress_bar(struct progress *pg)
 	for (i = 0; i < ADM_BAR; i++)
 		bar[i] = i < fill ? '#' : '-';
 	bar[ADM_BAR] = '\0';
-	printf("\rflush %3u%% [%s] %s/%s, %" PRIu64 "/%" PRIu64 " files\033[K",
-	       pct, bar, fmt_bytes(b1, sizeof(b1), pg->bd),
+	printf("\r%s %3u%% [%s] %s/%s, %" PRIu64 "/%" PRIu64 " files\033[K",
+	       pg->what, pct, bar, fmt_bytes(b1, sizeof(b1), pg->bd),
 	       fmt_bytes(b2, sizeof(b2), pg->bt), pg->fd, pg->ft);
 	fflush(stdout);
 	pg->drawn = true;
@@ -490,10 +511,14 @@ static void progress_bar(struct progress *pg)
 static void progress_record(struct progress *pg, const char *text)
 {
 	uint64_t v[4];
+	char what[sizeof(pg->what)] = "flush";
+	int n = sscanf(text,
+		       "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %15s",
+		       &v[0], &v[1], &v[2], &v[3], what);
 
-	if (sscanf(text, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
-		   &v[0], &v[1], &v[2], &v[3]) != 4)
+	if (n != 4 && n != 5)
 		return; /* not for us: a newer daemon's record */
+	memcpy(pg->what, what, sizeof(pg->what));
 	pg->fd = v[0];
 	pg->ft = v[1];
 	pg->bd = v[2];
@@ -571,8 +596,9 @@ static int relay(int fd, const char *where, bool json)
 	free(rd.buf);
 	fflush(stdout);
 	if (rc == -EINTR)
-		fprintf(stderr, "%s: interrupted%s\n", prog,
-			pg.have ? "; reftfsd goes on writing back" : "");
+		fprintf(stderr, "%s: interrupted%s%s\n", prog,
+			pg.have ? "; reftfsd goes on: " : "",
+			pg.have ? pg.what : "");
 	else if (rc == -ETIMEDOUT)
 		fprintf(stderr, "%s: reftfsd at %s sent nothing for %d s\n",
 			prog, where, ADM_IDLE_MS / 1000);
@@ -732,7 +758,7 @@ int main(int argc, char **argv)
 	}
 	mnts_release(&mounts);
 
-	/* Ctrl-C during flush --wait: end the bar's line, say what goes on. */
+	/* Ctrl-C during a --wait: end the bar's line, say what goes on. */
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 

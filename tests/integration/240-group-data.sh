@@ -159,22 +159,54 @@ print(" ".join(sorted({f["state"] for f in json.load(sys.stdin) if f["type"] == 
 	admin "$m" ls /checkpoint-1 | grep -v '^protected' >&2
 	fail "files under /checkpoint-1 on $m: states '$got' after ${secs}s, want protected"
 }
-for n in 0 1 2; do wait_protected "${M[$n]}"; done
-log "every file protected (replicate:2) as every node sees it"
+for n in 0 1 2; do
+	out=$(admin "${M[$n]}" protect --wait) || fail "protect --wait on node $n: $out"
+	grep -q "0 files of this node not protected" <<<"$out" ||
+		fail "protect --wait on node $n: $out"
+done
+for n in 0 1 2; do wait_protected "${M[$n]}" 5; done
+# ls: each rank's files are owned by its node, with a copy on the next
+# node of the ring.
+for n in 0 1 2; do
+	got=$(admin "${M[$n]}" ls /checkpoint-1 --json | "$PY" -c '
+import json, sys
+print(" ".join(sorted({"%s:%s" % (f["path"].split("/")[-1].split(".")[0], f["holders"])
+                       for f in json.load(sys.stdin) if f["path"].split("/")[-1].startswith("rank")})))')
+	expect_eq "$got" "rank0:0+1 rank1:1+2 rank2:2+0" "owners and holders as node $n lists them"
+done
+log "every file protected (replicate:2) as every node sees it, copies on the next node"
 
 # --- node 1 lost: its files come from their replicas ---------------------
 kill_daemon "${M[1]}" "${PID[1]}"
 wait_states "${M[0]}" "self dead up" 30
 check_all "node 1 dead" 0 2
 log "node 1 SIGKILLed: its files read back from replicas on nodes 0 and 2"
+# Node 0's copies go to node 1 (ring placement): what node 0 writes now
+# cannot be protected, and protect --wait says why.
+head -c 300000 /dev/urandom >"$REF/after"
+cp "$REF/after" "${M[0]}/$DIR/after"
+if out=$(admin "${M[0]}" protect --wait 2>&1); then
+	fail "protect --wait on node 0 with its holder dead exited 0: $out"
+fi
+grep -q "node 1, a holder of its copies, is dead" <<<"$out" ||
+	fail "protect --wait on node 0 with its holder dead: $out"
+log "protect --wait with a holder dead: $out"
 
 # --- a replacement with node 1's id and empty memory ---------------------
 start_node 1
 check_all "replacement, before rebuild" 1 0 2
 log "replacement node 1 reads every file back byte-identical"
-for n in 0 1 2; do wait_protected "${M[$n]}"; done
+out=$(admin "${M[1]}" rebuild --wait) || fail "rebuild --wait on node 1: $out"
+grep -q "rebuild: done" <<<"$out" || fail "rebuild --wait on node 1: $out"
+for n in 0 1 2; do
+	admin "${M[$n]}" protect --wait >/dev/null || fail "protect --wait on node $n after the rebuild"
+done
+for n in 0 1 2; do wait_protected "${M[$n]}" 5; done
 check_all "after rebuild" 1 0 2
-log "after the rebuild every file is protected again and reads back on every node"
+for n in 0 1 2; do
+	cmp "$REF/after" "${M[$n]}/$DIR/after" || fail "after differs on node $n"
+done
+log "rebuild --wait, protect --wait: every file protected again and read back on every node"
 
 # --- more losses than replicate:2 tolerates ------------------------------
 # Files node 1 writes now have their copies on nodes 1 and 2 only, and node

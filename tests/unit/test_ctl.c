@@ -146,6 +146,43 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 	return 3;
 }
 
+/*
+ * Protection as the fake engine reports it: replicate:2 with 3 files of
+ * this node to protect, one more protected at each call; a holder dead
+ * when fake_holder_dead >= 0; a rebuild of 4 files that brings one back
+ * per call.  fake_prot_calls counts the calls.
+ */
+static _Atomic bool fake_in_group;
+static _Atomic unsigned fake_copies = 2;
+static _Atomic int fake_holder_dead = -1;
+static _Atomic unsigned fake_prot_calls;
+
+bool eng_in_group(const struct eng *e)
+{
+	(void)e;
+	return fake_in_group;
+}
+
+void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
+{
+	unsigned n = fake_prot_calls++;
+
+	(void)e;
+	memset(st, 0, sizeof(*st));
+	st->holder_dead = fake_holder_dead;
+	st->copies = fake_copies;
+	if (st->copies < 2)
+		return;
+	st->files_unprotected = n < 3 ? 3 - n : 0;
+	st->files_protected = n < 3 ? n : 3;
+	st->bytes_held = 5 << 20;
+	st->bytes_sent = 3 << 20;
+	st->rebuild_files = 4;
+	st->rebuild_done = n < 4 ? n : 4;
+	st->rebuild_bytes = st->rebuild_done << 20;
+	st->rebuilding = n < 4;
+}
+
 /* Names that try to break lines, quotes, terminals and UTF-8. */
 static const char *const ck_names[] = {
 	"step_100",
@@ -224,9 +261,15 @@ int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn,
 		.chunks = 3,
 		.chunks_resident = 3,
 		.tier = "ram",
+		.owner = -1,
 	};
 	int rc;
 
+	/* In a group: owned by node 1, a copy on node 2. */
+	if (fake_in_group) {
+		f.owner = 1;
+		f.holders = 1u << 1 | 1u << 2;
+	}
 	snprintf(fake_last_path, sizeof(fake_last_path), "%s", path);
 	if (!strcmp(path, ""))
 		return fn(ctx, &d);
@@ -307,6 +350,8 @@ static int setup_group(void **state)
 	int rc;
 
 	with_group = true;
+	fake_in_group = true;
+	fake_prot_calls = 0;
 	rc = setup(state);
 	with_group = false;
 	return rc;
@@ -317,6 +362,7 @@ static int teardown(void **state)
 	struct fx *fx = *state;
 	char run[96];
 
+	fake_in_group = false;
 	rfs_ctl_free(fx->c);
 	snprintf(run, sizeof(run), "%s/run", fx->dir);
 	rmdir(run);
@@ -480,7 +526,7 @@ static void test_ls(void **state)
 	assert_non_null(strstr(a, "o sealed "));
 	assert_non_null(strstr(a, " 3145728  ram "));
 	assert_non_null(strstr(a, " ok "));
-	assert_non_null(strstr(a, " 3/3  /step_100/we\"ird\\nname.pt\n"));
+	assert_non_null(strstr(a, " 3/3  -      /step_100/we\"ird\\nname.pt\n"));
 	free(a);
 
 	a = ask(*state, "ls \"/step_100\" --json\n");
@@ -665,6 +711,62 @@ static void test_group_log_registry_waiting(void **state)
 	fake_log_state = 0;
 }
 
+/* protect and rebuild: the state, progress until done, why not. */
+static void test_protect_rebuild(void **state)
+{
+	char *a = ask(*state, "group\n");
+
+	assert_non_null(strstr(a, "replicate:2: 3 files of this node not "
+				  "protected, 0 protected since start, 3.0 MiB "
+				  "sent, 5.0 MiB held for peers"));
+	assert_non_null(strstr(a, "rebuild"));
+	free(a);
+
+	/* ls names each file's owner and the nodes with copies. */
+	a = ask(*state, "ls /step_100\n");
+	assert_non_null(strstr(a, " 3/3  1+2    /step_100/"));
+	free(a);
+	a = ask(*state, "ls /step_100 --json\n");
+	assert_non_null(strstr(a, "\"owner\":1,\"holders\":\"1+2\"}"));
+	free(a);
+
+	fake_prot_calls = 1;
+	a = ask(*state, "protect --wait\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_true(!strncmp(a, "p 0 2 0 0 protect\n", 18));
+	assert_non_null(strstr(a, "p 2 2 0 0 protect\n"
+				  "o protect: replicate:2, 0 files of this "
+				  "node not protected, 3 protected since "
+				  "start\nx 0\n"));
+	free(a);
+
+	fake_prot_calls = 0;
+	a = ask(*state, "rebuild --wait --json\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "p 4 4 4194304 0 rebuild\n"));
+	assert_non_null(strstr(a, "\"running\":false,\"files\":4,\"done\":4"));
+	assert_non_null(strstr(a, "\"finished\":true}"));
+	free(a);
+
+	/* A holder of this node's copies is dead: exit 1, and why. */
+	fake_prot_calls = 0;
+	fake_holder_dead = 2;
+	a = ask(*state, "protect --wait\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "e protect: 3 files of this node cannot be "
+				  "protected now: node 2, a holder of its "
+				  "copies, is dead"));
+	free(a);
+	fake_holder_dead = -1;
+
+	fake_copies = 1;
+	a = ask(*state, "protect --wait\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "this node runs --protect none"));
+	free(a);
+	fake_copies = 2;
+}
+
 static void test_no_group(void **state)
 {
 	char *a = ask(*state, "group\n");
@@ -674,6 +776,10 @@ static void test_no_group(void **state)
 	free(a);
 	a = ask(*state, "status\n");
 	assert_null(strstr(a, "view epoch"));
+	free(a);
+	a = ask(*state, "rebuild --wait\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "rebuild: not a node of a group"));
 	free(a);
 }
 
@@ -1057,6 +1163,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_group_log_registry_waiting,
 						setup_group, teardown),
 		cmocka_unit_test_setup_teardown(test_group_taken_over,
+						setup_group, teardown),
+		cmocka_unit_test_setup_teardown(test_protect_rebuild,
 						setup_group, teardown),
 		cmocka_unit_test_setup_teardown(test_no_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush, setup, teardown),
