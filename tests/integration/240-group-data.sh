@@ -165,6 +165,12 @@ for n in 0 1 2; do
 		fail "protect --wait on node $n: $out"
 done
 for n in 0 1 2; do wait_protected "${M[$n]}" 5; done
+out=$(admin "${M[0]}" metrics)
+for f in "reftfs_protect_unprotected_files 0" "reftfs_rebuild_files_not_back 0"; do
+	grep -Fx "$f" <<<"$out" >/dev/null || fail "metrics: no '$f'"
+done
+grep -E '^reftfs_protect_bytes_held [1-9]' <<<"$out" >/dev/null ||
+	fail "metrics: node 0 holds no bytes for peers"
 # ls: each rank's files are owned by its node, with a copy on the next
 # node of the ring.
 for n in 0 1 2; do
