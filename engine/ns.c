@@ -1201,7 +1201,10 @@ static int prepare(struct eng *e, struct eng_call *c, struct nsop *op,
 		[ENG_CALL_OPEN] = NSOP_OPEN,
 	};
 
-	nsop_init(op, kinds[c->kind]);
+	/* FLUSH is no op of its own (a group's seal is proposed by gns.c). */
+	nsop_init(op, (size_t)c->kind < sizeof(kinds) / sizeof(kinds[0])
+			      ? kinds[c->kind]
+			      : 0);
 	op->node = e->node;
 	op->inc = e->inc;
 	op->parent = c->parent;

@@ -118,7 +118,9 @@ static void w_bytes(struct wbuf *w, const void *src, size_t n)
 		w->p = p;
 		w->cap = cap;
 	}
-	memcpy(w->p + w->len, src, n);
+	/* An empty string may come as NULL: nothing to copy. */
+	if (n)
+		memcpy(w->p + w->len, src, n);
 	w->len += n;
 }
 
