@@ -279,7 +279,16 @@ void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
 
 int eng_group_ready(struct eng *e, int timeout_ms)
 {
-	return e->gops ? e->gops->ready(e->gctx, timeout_ms) : 0;
+	int rc = e->gops ? e->gops->ready(e->gctx, timeout_ms) : 0;
+
+	if (rc == 0)
+		atomic_store(&e->caught_up, true);
+	return rc;
+}
+
+bool eng_group_caught_up(struct eng *e)
+{
+	return !e->gops || atomic_load(&e->caught_up);
 }
 
 const struct eng_config *eng_get_config(struct eng *e)

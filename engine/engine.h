@@ -384,6 +384,12 @@ int eng_join_group(struct eng *e, struct grp *g);
  */
 int eng_group_ready(struct eng *e, int timeout_ms);
 
+/*
+ * true once eng_group_ready() succeeded (this node's namespace is the
+ * group's), or without a group.
+ */
+bool eng_group_caught_up(struct eng *e);
+
 /* true when @e is a node of a group (eng_join_group succeeded). */
 bool eng_in_group(const struct eng *e);
 

@@ -635,6 +635,7 @@ struct eng {
 	uint64_t inc;			/* this daemon's incarnation */
 	const struct eng_group_ops *gops; /* NULL: a single node */
 	void *gctx;
+	_Atomic bool caught_up;	/* eng_group_ready() succeeded once */
 };
 
 struct eng_file {

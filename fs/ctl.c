@@ -42,6 +42,7 @@
 #define CTL_IO_MS 10000	  /* the request line; each blocked send */
 #define CTL_POLL_MS 100	  /* flush --wait: progress poll period */
 #define CTL_BEAT_MS 1000  /* flush --wait: a record at least this often */
+#define CTL_CATCH_UP_MS 30000 /* ls waits this long for a group's log */
 #define CTL_BACKOFF_MS 100 /* accept() failing for lack of resources */
 #define CTL_BUSY_MS 2000  /* a request waits this long for a worker */
 #define CTL_GRACE_MS 500  /* rfs_ctl_free: clients finish their lines */
@@ -1427,6 +1428,22 @@ static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 		rep_out_line(o, 'e', "ls: path too long");
 		return CTL_EXIT_USAGE;
 	}
+	/* A group's node shows its namespace once it is the group's. */
+	for (int i = 0; !eng_group_caught_up(r->c->e); i++) {
+		if (i * CTL_POLL_MS >= CTL_CATCH_UP_MS) {
+			rep_out_line(o, 'e', "ls: this node has not caught up "
+					     "with the group's namespace log "
+					     "(see reftfs-admin group)");
+			return CTL_EXIT_FAIL;
+		}
+		rc = ctl_nap(r, CTL_POLL_MS);
+		if (rc == -ESHUTDOWN) {
+			rep_out_line(o, 'e', "ls: reftfsd is stopping");
+			return CTL_EXIT_FAIL;
+		}
+		if (rc < 0)
+			return CTL_GONE;
+	}
 	rep = rep_new(&ls_root);
 	if (!rep) {
 		o->err = -ENOMEM;
@@ -1648,8 +1665,14 @@ enum group_wait_state { GW_WAIT, GW_DONE, GW_FAIL };
  */
 static enum group_wait_state group_wait_state(struct rep_out *o, enum group_wait_kind k,
 			    const struct eng_protect_stats *ps,
-			    uint64_t *total, uint64_t *done, uint64_t *bytes)
+			    bool caught_up, uint64_t *total, uint64_t *done,
+			    uint64_t *bytes)
 {
+	/* Nothing is known, and no rebuild begun, before it caught up. */
+	if (!caught_up) {
+		*total = *done = *bytes = 0;
+		return GW_WAIT;
+	}
 	if (k == WAIT_PROTECT) {
 		uint64_t left = ps->files_unprotected > ps->files_pending
 					? ps->files_unprotected
@@ -1679,7 +1702,7 @@ static enum group_wait_state group_wait_state(struct rep_out *o, enum group_wait
 }
 
 enum { PW_COPIES, PW_UNPROT, PW_PENDING, PW_PROTECTED, PW_HOLDER_DEAD,
-       PW_FINISHED, PW_N };
+       PW_FINISHED, PW_CAUGHT_UP, PW_N };
 
 static const struct rep_field pw_fields[PW_N] = {
 	[PW_COPIES] = REP_FIELD("copies", REP_COUNT),
@@ -1688,10 +1711,12 @@ static const struct rep_field pw_fields[PW_N] = {
 	[PW_PROTECTED] = REP_FIELD("protected_since_start", REP_COUNT),
 	[PW_HOLDER_DEAD] = REP_FIELD("holder_dead", REP_INT),
 	[PW_FINISHED] = REP_FIELD("finished", REP_BOOL),
+	/* false: this node has not caught up with the group's log yet */
+	[PW_CAUGHT_UP] = REP_FIELD("caught_up", REP_BOOL),
 };
 
 enum { RB_RUNNING, RB_FILES, RB_DONE, RB_NOT_BACK, RB_BYTES, RB_FINISHED,
-       RB_N };
+       RB_CAUGHT_UP, RB_N };
 
 static const struct rep_field rb_fields[RB_N] = {
 	[RB_RUNNING] = REP_FIELD("running", REP_BOOL),
@@ -1700,6 +1725,7 @@ static const struct rep_field rb_fields[RB_N] = {
 	[RB_NOT_BACK] = REP_FIELD("not_back", REP_COUNT),
 	[RB_BYTES] = REP_FIELD("bytes", REP_BYTES),
 	[RB_FINISHED] = REP_FIELD("finished", REP_BOOL),
+	[RB_CAUGHT_UP] = REP_FIELD("caught_up", REP_BOOL),
 };
 
 static const struct rep_field wait_roots[] = {
@@ -1708,25 +1734,32 @@ static const struct rep_field wait_roots[] = {
 };
 
 static const struct rep_text protect_text[] = {
-	TXT(NULL, NULL,
+	TXT("!caught_up", NULL,
+	    "protect: waiting for this node to catch up with the group's "
+	    "namespace log"),
+	TXT("caught_up", NULL,
 	    "protect: replicate:{copies}, {unprotected} files of this node "
 	    "not protected, {protected_since_start} protected since start"),
 };
 
 static const struct rep_text rebuild_text[] = {
-	TXT("running", NULL,
+	TXT("!caught_up", NULL,
+	    "rebuild: waiting for this node to catch up with the group's "
+	    "namespace log (the rebuild starts then)"),
+	TXT("caught_up&running", NULL,
 	    "rebuild: running, {done}/{files} files back, {bytes}, "
 	    "{not_back} not back yet"),
-	TXT("!running&files", NULL,
+	TXT("caught_up&!running&files", NULL,
 	    "rebuild: done, {files} files, {bytes} brought back"),
-	TXT("!running&!files", NULL,
+	TXT("caught_up&!running&!files", NULL,
 	    "rebuild: nothing to bring back (this daemon did not start "
 	    "with empty memory, or its node owned nothing)"),
 };
 
 static void group_wait_report(struct rep_out *o, bool json,
 			      enum group_wait_kind k,
-			      const struct eng_protect_stats *ps, bool done)
+			      const struct eng_protect_stats *ps,
+			      bool caught_up, bool done)
 {
 	struct rep *rep = rep_new(&wait_roots[k]);
 	struct rep_obj *top;
@@ -1743,6 +1776,7 @@ static void group_wait_report(struct rep_out *o, bool json,
 		rep_set_u64(top, PW_PROTECTED, ps->files_protected);
 		rep_set_int(top, PW_HOLDER_DEAD, ps->holder_dead);
 		rep_set_bool(top, PW_FINISHED, done);
+		rep_set_bool(top, PW_CAUGHT_UP, caught_up);
 	} else {
 		rep_set_bool(top, RB_RUNNING, ps->rebuilding);
 		rep_set_u64(top, RB_FILES, ps->rebuild_files);
@@ -1750,15 +1784,16 @@ static void group_wait_report(struct rep_out *o, bool json,
 		rep_set_u64(top, RB_NOT_BACK, ps->rebuild_failed);
 		rep_set_u64(top, RB_BYTES, ps->rebuild_bytes);
 		rep_set_bool(top, RB_FINISHED, done);
+		rep_set_bool(top, RB_CAUGHT_UP, caught_up);
 	}
 	if (rep_err(rep))
 		o->err = rep_err(rep);
 	else if (json)
 		rep_json(o, rep);
 	else if (k == WAIT_PROTECT)
-		rep_text(o, rep, protect_text, 1, 0);
+		rep_text(o, rep, protect_text, 2, 0);
 	else
-		rep_text(o, rep, rebuild_text, 3, 0);
+		rep_text(o, rep, rebuild_text, 4, 0);
 	rep_free(rep);
 }
 
@@ -1771,6 +1806,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 	uint64_t total = 0, done = 0, bytes = 0, sent_at = 0;
 	uint64_t last[3] = { UINT64_MAX, 0, 0 };
 	enum group_wait_state st;
+	bool caught_up;
 	int rc;
 
 	if (!eng_in_group(r->c->e)) {
@@ -1785,7 +1821,9 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 		return CTL_EXIT_FAIL;
 	}
 	for (;;) {
-		st = group_wait_state(o, k, &ps, &total, &done, &bytes);
+		caught_up = eng_group_caught_up(r->c->e);
+		st = group_wait_state(o, k, &ps, caught_up, &total, &done,
+				      &bytes);
 		if (st == GW_FAIL)
 			return CTL_EXIT_FAIL;
 		if (!r->wait)
@@ -1815,7 +1853,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 			return CTL_GONE;
 		eng_protect_stats(r->c->e, &ps);
 	}
-	group_wait_report(o, r->json, k, &ps, st == GW_DONE);
+	group_wait_report(o, r->json, k, &ps, caught_up, st == GW_DONE);
 	return CTL_EXIT_OK;
 }
 

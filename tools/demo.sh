@@ -5,7 +5,12 @@
 #   unmount (write-back), mount again on the same persist dir, show that the
 #   file is there but not yet in RAM, torch.load it and compare every tensor
 #   with a reference copy kept outside the mount; then save step_200, flush,
-#   SIGKILL the daemon, mount again and load step_200.  Prints PASS or FAIL.
+#   SIGKILL the daemon, mount again and load step_200.  Then a sharding
+#   group on this machine: three daemons on loopback ports with
+#   --protect replicate:2, a torch.save on each node, one daemon SIGKILLed
+#   (its memory gone), a replacement started with its id, and the lost
+#   rank's checkpoint loaded back byte-identical from its peers.  Prints
+#   PASS or FAIL.
 # Everything lives in a temp dir and is cleaned up, whatever happens.
 #
 # usage: bash tools/demo.sh
@@ -24,14 +29,16 @@ MNT=$WORK/ckpt         # what training code writes to
 PERSIST=$WORK/nfs      # stands in for shared storage (NFS, Lustre, ...)
 REF=$WORK/ref          # reference copies, outside reftfs
 REF2=$WORK/ref200
-mkdir -p "$MNT" "$PERSIST" "$REF" "$REF2"
+REFG=$WORK/refgroup
+G=("$WORK/node0" "$WORK/node1" "$WORK/node2") # the group's mounts
+mkdir -p "$MNT" "$PERSIST" "$REF" "$REF2" "$REFG" "${G[@]}"
 
-daemon_pid() { # the reftfsd serving $MNT
-	local p arg
+daemon_pid() { # daemon_pid [MNT]: the reftfsd serving MNT (default $MNT)
+	local p arg m=${1:-$MNT}
 	for p in /proc/[0-9]*; do
 		[ "$(cat "$p/comm" 2>/dev/null)" = reftfsd ] || continue
 		while IFS= read -r -d '' arg; do
-			[ "$arg" = "$MNT" ] && { echo "${p#/proc/}"; return 0; }
+			[ "$arg" = "$m" ] && { echo "${p#/proc/}"; return 0; }
 		done <"$p/cmdline" 2>/dev/null
 	done
 	return 0
@@ -46,16 +53,18 @@ wait_exit() { # wait_exit PID SECONDS
 }
 
 cleanup() {
-	local rc=$? pid
+	local rc=$? pid m
 	set +e
-	pid=$(daemon_pid)
-	if grep -q " $MNT " /proc/mounts; then
-		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT"
-	fi
-	if [ -n "$pid" ] && ! wait_exit "$pid" 30; then
-		kill -KILL "$pid"
-	fi
-	grep -q " $MNT " /proc/mounts && fusermount3 -uz "$MNT"
+	for m in "$MNT" "${G[@]}"; do
+		pid=$(daemon_pid "$m")
+		if grep -q " $m " /proc/mounts; then
+			fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"
+		fi
+		if [ -n "$pid" ] && ! wait_exit "$pid" 30; then
+			kill -KILL "$pid"
+		fi
+		grep -q " $m " /proc/mounts && fusermount3 -uz "$m"
+	done
 	grep -q " $WORK/" /proc/mounts || rm -rf "$WORK"
 	exit "$rc"
 }
@@ -120,9 +129,70 @@ pid=$(daemon_pid)
 run fusermount3 -u "$MNT"
 wait_exit "$pid" 120 || result=FAIL
 
+# --- a sharding group on this machine ----------------------------------
+# Three free loopback ports (each daemon's raft takes the port above too).
+read -r P0 P1 P2 <<<"$("$PY" -c '
+import socket
+out, socks = [], []
+while len(out) < 3:
+    s, t = socket.socket(), socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    try:
+        t.bind(("127.0.0.1", p + 1))
+    except OSError:
+        continue
+    socks += [s, t]
+    out.append(p)
+print(*out)')"
+PEERS=127.0.0.1:$P0,127.0.0.1:$P1,127.0.0.1:$P2
+SECRET=$WORK/secret
+(umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$SECRET")
+start_node() { # start_node N
+	run reftfsd "${G[$1]}" --node "$1" --peers "$PEERS" --secret-file "$SECRET" \
+		--state-dir "$WORK/state$1" --protect replicate:2 --mem 1G --dead-after 2
+}
+
+step "12. a sharding group: three daemons on loopback ports, each protecting its files with a copy on the next node (--protect replicate:2)"
+for n in 0 1 2; do start_node "$n" & done
+wait
+
+step "13. each rank saves its own checkpoint on its own node; every node sees the whole tree"
+for n in 0 1 2; do
+	run "$PY" tools/demo_torch.py save "${G[$n]}/step_300/rank$n.pt" "$REFG" "$n"
+done
+for n in 0 1 2; do run reftfs-admin -m "${G[$n]}" protect --wait; done
+run reftfs-admin -m "${G[0]}" group
+run reftfs-admin -m "${G[0]}" ls /step_300
+
+step "14. node 1 fails: its daemon is SIGKILLed, its memory is gone"
+pid=$(daemon_pid "${G[1]}")
+run kill -KILL "$pid"
+wait_exit "$pid" 30 || { echo "reftfsd survived SIGKILL" >&2; exit 1; }
+run fusermount3 -uz "${G[1]}"
+sleep 3   # --dead-after 2: the others declare it dead
+run reftfs-admin -m "${G[0]}" group
+
+step "15. a replacement starts with node 1's id and empty memory, and brings its files back from its peers"
+start_node 1
+run reftfs-admin -m "${G[1]}" rebuild --wait
+run reftfs-admin -m "${G[1]}" ls /step_300
+
+step "16. the lost rank's checkpoint, loaded on its new node and on another, is byte-identical"
+run "$PY" tools/demo_torch.py load "${G[1]}/step_300/rank1.pt" "$REFG" || result=FAIL
+run "$PY" tools/demo_torch.py load "${G[2]}/step_300/rank1.pt" "$REFG" || result=FAIL
+run reftfs-admin -m "${G[1]}" protect --wait || result=FAIL
+
+step "17. unmount the group"
+for n in 0 1 2; do
+	pid=$(daemon_pid "${G[$n]}")
+	run fusermount3 -u "${G[$n]}"
+	wait_exit "$pid" 120 || result=FAIL
+done
+
 echo
 if [ "$result" = PASS ]; then
-	echo "PASS: both checkpoints came back byte-identical: after unmount and mount again, and after the daemon was killed"
+	echo "PASS: every checkpoint came back byte-identical: after unmount and mount again, after the daemon was killed, and in the group from peers after a node was lost"
 else
 	echo "FAIL: the checkpoint did not come back identical (see above)"
 	exit 1

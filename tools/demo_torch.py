@@ -1,7 +1,7 @@
 """The PyTorch side of tools/demo.sh: save a small model into reftfs, load it
 back later and compare with a reference copy kept outside the mount.
 
-usage: demo_torch.py save CKPT_FILE REF_DIR
+usage: demo_torch.py save CKPT_FILE REF_DIR [RANK]
        demo_torch.py load CKPT_FILE REF_DIR
 
 save trains a small MLP for a few steps and torch.saves model + optimizer
@@ -26,8 +26,8 @@ def sha256(path):
     return h.hexdigest()
 
 
-def build():
-    torch.manual_seed(100)
+def build(rank=0):
+    torch.manual_seed(100 + rank)
     model = torch.nn.Sequential(
         torch.nn.Linear(1024, 2048), torch.nn.GELU(),
         torch.nn.Linear(2048, 2048), torch.nn.GELU(),
@@ -57,8 +57,8 @@ def tensors(obj, prefix=""):
             yield from tensors(v, "%s[%d]" % (prefix, i))
 
 
-def save(path, ref_dir):
-    ckpt = build()
+def save(path, ref_dir, rank=0):
+    ckpt = build(rank)
     n = sum(t.numel() * t.element_size() for _, t in tensors(ckpt))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     t = time.perf_counter()
@@ -107,9 +107,12 @@ def load(path, ref_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("save", "load"):
+    if not (len(sys.argv) == 4 or (len(sys.argv) == 5 and
+                                   sys.argv[1] == "save")) or \
+            sys.argv[1] not in ("save", "load"):
         sys.exit(__doc__)
     if sys.argv[1] == "save":
-        save(sys.argv[2], sys.argv[3])
+        save(sys.argv[2], sys.argv[3],
+             int(sys.argv[4]) if len(sys.argv) == 5 else 0)
         sys.exit(0)
     sys.exit(load(sys.argv[2], sys.argv[3]))

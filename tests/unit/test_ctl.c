@@ -157,10 +157,18 @@ static _Atomic unsigned fake_copies = 2;
 static _Atomic int fake_holder_dead = -1;
 static _Atomic unsigned fake_prot_calls;
 
+static _Atomic bool fake_behind; /* not caught up with the log yet */
+
 bool eng_in_group(const struct eng *e)
 {
 	(void)e;
 	return fake_in_group;
+}
+
+bool eng_group_caught_up(struct eng *e)
+{
+	(void)e;
+	return !fake_in_group || !fake_behind;
 }
 
 void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
@@ -745,7 +753,7 @@ static void test_protect_rebuild(void **state)
 	assert_int_equal(frame_check(a), 0);
 	assert_non_null(strstr(a, "p 4 4 4194304 0 rebuild\n"));
 	assert_non_null(strstr(a, "\"running\":false,\"files\":4,\"done\":4"));
-	assert_non_null(strstr(a, "\"finished\":true}"));
+	assert_non_null(strstr(a, "\"finished\":true,\"caught_up\":true}"));
 	free(a);
 
 	/* A holder of this node's copies is dead: exit 1, and why. */
@@ -758,6 +766,17 @@ static void test_protect_rebuild(void **state)
 				  "copies, is dead"));
 	free(a);
 	fake_holder_dead = -1;
+
+	/* Before it caught up with the log: nothing to say yet. */
+	fake_behind = true;
+	a = ask(*state, "rebuild\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "rebuild: waiting for this node to catch up"));
+	free(a);
+	a = ask(*state, "protect --json\n");
+	assert_non_null(strstr(a, "\"finished\":false,\"caught_up\":false}"));
+	free(a);
+	fake_behind = false;
 
 	fake_copies = 1;
 	a = ask(*state, "protect --wait\n");
