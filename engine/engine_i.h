@@ -587,6 +587,14 @@ struct eng_group_ops {
 	 * background).  No lock held.
 	 */
 	void (*persisted)(void *ctx, struct inode *in, uint64_t gseal);
+	/*
+	 * Before a namespace or data read is answered: 0 when this node's
+	 * namespace may be served as it is, else first confirm it with the
+	 * group's log (a daemon that did not run for a while, stopped or
+	 * starved, may have been declared dead and left behind).  -EIO when
+	 * it cannot be confirmed.  No lock held; may sleep.
+	 */
+	int (*fresh)(void *ctx);
 	/* Protection and rebuild figures (see engine.h). */
 	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
 	/* Wait until the namespace caught up with the group (see engine.h). */
@@ -637,6 +645,12 @@ struct eng {
 	void *gctx;
 	_Atomic bool caught_up;	/* eng_group_ready() succeeded once */
 };
+
+/* See eng_group_ops.fresh; 0 at once on a single node. */
+static inline int eng_fresh(struct eng *e)
+{
+	return e->gops && e->gops->fresh ? e->gops->fresh(e->gctx) : 0;
+}
 
 struct eng_file {
 	struct inode *inode;

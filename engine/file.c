@@ -1941,6 +1941,10 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
 	     eng_reply_fn reply, void *ctx)
 {
+	int rc = eng_fresh(e);
+
+	if (rc < 0)
+		return rc;
 	return read_at(e, fp->inode, off < 0 ? 0 : (uint64_t)off, size,
 		       reply, ctx, NULL);
 }

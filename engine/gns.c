@@ -63,6 +63,9 @@ enum {
 #define GNS_WAIT_MAX_MS 10000	/* a peer's wait parked at most this long */
 #define GNS_SEAL_RETRY_MS 1000	/* a seal that did not commit goes again */
 #define GNS_SEND_MS 5000	/* answers handed to the transport */
+#define GNS_TICK_MS 100		/* the ticker's period */
+#define GNS_STALE_MIN_MS 250	/* a gap in the ticks at least this long
+				   (and half of --dead-after) is a freeze */
 
 /* One of this node's proposals. */
 struct gns_req {
@@ -115,9 +118,27 @@ struct gns {
 	struct protect *prot;	/* NULL: --protect none */
 	bool lost_told;		/* this daemon's LOST is in the log */
 
+	/*
+	 * Freshness (gns_fresh): the ticker notes the time every
+	 * GNS_TICK_MS.  A gap of stale_ms or more means this daemon did
+	 * not run (SIGSTOP, a VM pause, starvation) and may have been
+	 * declared dead meanwhile: the group changed names without waiting
+	 * for it, so it confirms with the log (a barrier) before it serves
+	 * again.  One barrier at a time; the others wait for its result.
+	 */
+	unsigned stale_ms;
+	_Atomic uint64_t tick_ms;
+	_Atomic bool stale;
+	pthread_cond_t tick_cv;	/* the ticker: stop */
+	pthread_cond_t synced;	/* a barrier of gns_fresh ended */
+	bool syncing;		/* lock */
+	int sync_rc;		/* lock */
+	uint64_t sync_gen;	/* lock */
+
 	bool started;
 	pthread_t submitters[GNS_SUBMITTERS];
 	pthread_t servers[GNS_SERVERS];
+	pthread_t ticker;
 
 	/* Counters for reports. */
 	_Atomic uint64_t proposed, failed, gets_served, gets_refused;
@@ -861,6 +882,74 @@ static void gns_protect_stats(void *ctx, struct eng_protect_stats *st)
 	protect_get_stats(g->prot, st);
 }
 
+/* --- freshness ------------------------------------------------------------ */
+
+static void *ticker_main(void *arg)
+{
+	struct gns *g = arg;
+
+	pthread_mutex_lock(&g->lock);
+	while (!g->stop) {
+		uint64_t now = now_ms(), prev = atomic_load(&g->tick_ms);
+
+		/* Stale first, then the tick: gns_fresh reads them so. */
+		if (now - prev >= g->stale_ms &&
+		    !atomic_exchange(&g->stale, true)) {
+			rft_warn("this daemon did not run for %llu ms (stopped "
+				 "or starved) and may have been declared dead: "
+				 "it confirms its namespace with the group's "
+				 "log before it serves again",
+				 (unsigned long long)(now - prev));
+		}
+		atomic_store(&g->tick_ms, now);
+		cv_wait_until(g, &g->tick_cv, now + GNS_TICK_MS);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+static int gns_fresh(void *ctx)
+{
+	struct gns *g = ctx;
+	uint64_t tick = atomic_load(&g->tick_ms), gen;
+	int rc;
+
+	if (now_ms() - tick < g->stale_ms && !atomic_load(&g->stale))
+		return 0;
+	atomic_store(&g->stale, true);
+	pthread_mutex_lock(&g->lock);
+	if (g->syncing) {
+		/* Another caller's barrier: its result is ours. */
+		gen = g->sync_gen;
+		while (g->syncing && gen == g->sync_gen)
+			pthread_cond_wait(&g->synced, &g->lock);
+		rc = g->sync_rc;
+		pthread_mutex_unlock(&g->lock);
+		return rc;
+	}
+	g->syncing = true;
+	pthread_mutex_unlock(&g->lock);
+	rc = nslog_barrier(g->log, GNS_LOG_TIMEOUT_MS);
+	if (rc < 0) {
+		rft_warn("cannot confirm this node's namespace with the "
+			 "group's log: %s; answering EIO",
+			 strerror(-rc));
+		rc = -EIO;
+	} else {
+		atomic_store(&g->tick_ms, now_ms());
+		atomic_store(&g->stale, false);
+		rft_info("namespace confirmed with the group's log: serving "
+			 "again");
+	}
+	pthread_mutex_lock(&g->lock);
+	g->sync_rc = rc;
+	g->syncing = false;
+	g->sync_gen++;
+	pthread_cond_broadcast(&g->synced);
+	pthread_mutex_unlock(&g->lock);
+	return rc;
+}
+
 static int gns_start(void *ctx);
 static void gns_stop(void *ctx);
 static void gns_free(void *ctx);
@@ -870,6 +959,7 @@ static const struct eng_group_ops gns_ops = {
 	.seal = gns_seal,
 	.fetch = gns_fetch,
 	.persisted = gns_persisted,
+	.fresh = gns_fresh,
 	.protect_stats = gns_protect_stats,
 	.ready = gns_ready,
 	.start = gns_start,
@@ -887,6 +977,9 @@ static int gns_start(void *ctx)
 				     g);
 	for (int k = 0; k < GNS_SERVERS && rc == 0; k++)
 		rc = -pthread_create(&g->servers[k], NULL, server_main, g);
+	atomic_store(&g->tick_ms, now_ms());
+	if (rc == 0)
+		rc = -pthread_create(&g->ticker, NULL, ticker_main, g);
 	if (rc < 0) {
 		rft_err("cannot start the group namespace threads: %s",
 			strerror(-rc));
@@ -907,11 +1000,13 @@ static void gns_stop(void *ctx)
 	g->stop = true;
 	pthread_cond_broadcast(&g->work);
 	pthread_cond_broadcast(&g->jobs);
+	pthread_cond_broadcast(&g->tick_cv);
 	pthread_mutex_unlock(&g->lock);
 	for (int i = 0; i < GNS_SUBMITTERS; i++)
 		pthread_join(g->submitters[i], NULL);
 	for (int i = 0; i < GNS_SERVERS; i++)
 		pthread_join(g->servers[i], NULL);
+	pthread_join(g->ticker, NULL);
 	g->started = false;
 }
 
@@ -936,6 +1031,8 @@ static void gns_free(void *ctx)
 	pthread_cond_destroy(&g->work);
 	pthread_cond_destroy(&g->jobs);
 	pthread_cond_destroy(&g->applied_cv);
+	pthread_cond_destroy(&g->tick_cv);
+	pthread_cond_destroy(&g->synced);
 	free(g);
 }
 
@@ -981,6 +1078,8 @@ int eng_join_group(struct eng *e, struct grp *grp)
 	g->nodes = grp_nodes(grp);
 	g->inc = grp_incarnation(grp);
 	g->dead_ms = grp_dead_after_ms(grp);
+	g->stale_ms = g->dead_ms / 2 > GNS_STALE_MIN_MS ? g->dead_ms / 2
+							 : GNS_STALE_MIN_MS;
 	pthread_mutex_init(&g->lock, NULL);
 	/* Deadlines are CLOCK_MONOTONIC (cv_wait_until). */
 	pthread_condattr_init(&ca);
@@ -988,6 +1087,8 @@ int eng_join_group(struct eng *e, struct grp *grp)
 	pthread_cond_init(&g->work, &ca);
 	pthread_cond_init(&g->jobs, &ca);
 	pthread_cond_init(&g->applied_cv, &ca);
+	pthread_cond_init(&g->tick_cv, &ca);
+	pthread_cond_init(&g->synced, &ca);
 	pthread_condattr_destroy(&ca);
 	f.ctx = g;
 	r.ctx = g;

@@ -517,7 +517,10 @@ int eng_lookup(struct eng *e, uint64_t parent, const char *name,
 {
 	struct inode *dir;
 	struct dentry *de;
-	int rc;
+	int rc = eng_fresh(e);
+
+	if (rc < 0)
+		return rc;
 
 	/* nlookup changes under the read lock would race: take it for write. */
 	pthread_rwlock_wrlock(&e->ns.lock);
@@ -556,7 +559,10 @@ void eng_forget(struct eng *e, uint64_t ino, uint64_t nlookup)
 int eng_getattr(struct eng *e, uint64_t ino, struct stat *st)
 {
 	struct inode *in;
-	int rc = 0;
+	int rc = eng_fresh(e);
+
+	if (rc < 0)
+		return rc;
 
 	pthread_rwlock_rdlock(&e->ns.lock);
 	in = ns_find(&e->ns, ino);
@@ -1267,8 +1273,10 @@ int eng_call(struct eng *e, struct eng_call *c)
 {
 	struct nsop_out out;
 	struct nsop op;
-	int rc;
+	int rc = eng_fresh(e);
 
+	if (rc < 0)
+		return rc;
 	if (prepare(e, c, &op, &rc) == 0) {
 		if (e->gops) {
 			rc = e->gops->propose(e->gctx, &op, c);
@@ -1380,7 +1388,10 @@ int eng_symlink(struct eng *e, uint64_t parent, const char *name,
 int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
 {
 	struct inode *in;
-	int rc;
+	int rc = eng_fresh(e);
+
+	if (rc < 0)
+		return rc;
 
 	pthread_rwlock_rdlock(&e->ns.lock);
 	in = ns_find(&e->ns, ino);
@@ -1475,8 +1486,10 @@ int eng_opendir(struct eng *e, uint64_t ino, struct eng_dir **dp)
 	struct inode *in;
 	struct eng_dir *d = NULL;
 	size_t i = 0;
-	int rc;
+	int rc = eng_fresh(e);
 
+	if (rc < 0)
+		return rc;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	rc = get_dir(e, ino, &in);
 	if (rc < 0)
