@@ -286,6 +286,17 @@ int eng_group_ready(struct eng *e, int timeout_ms)
 	return rc;
 }
 
+void eng_set_invalidator(struct eng *e, const struct eng_invalidator *inv)
+{
+	e->inval = *inv;
+}
+
+void eng_invalidated(struct eng *e)
+{
+	if (e->gops && e->gops->kick)
+		e->gops->kick(e->gctx);
+}
+
 bool eng_group_caught_up(struct eng *e)
 {
 	return !e->gops || atomic_load(&e->caught_up);

@@ -393,6 +393,29 @@ bool eng_group_caught_up(struct eng *e);
 /* true when @e is a node of a group (eng_join_group succeeded). */
 bool eng_in_group(const struct eng *e);
 
+/*
+ * The kernel's cache of names, kept right when another node of the group
+ * removes or moves a name (fs/ delivers FUSE entry invalidations).  The
+ * kernel keeps a directory under one name only: a directory renamed on
+ * another node and still cached here under its old name cannot be renamed
+ * here under its new one (ESTALE) until that entry is gone.
+ */
+struct eng_invalidator {
+	void *ctx;
+	/*
+	 * @name in directory @parent changed on another node.  Called from
+	 * the log's apply thread: queue it, never block (delivering it may
+	 * wait for a FUSE request that waits for the log).
+	 */
+	void (*entry)(void *ctx, uint64_t parent, const char *name);
+	/* true when everything queued has been delivered. */
+	bool (*idle)(void *ctx);
+};
+/* Before eng_start; @inv is copied. */
+void eng_set_invalidator(struct eng *e, const struct eng_invalidator *inv);
+/* The invalidator has delivered everything it had (from its thread). */
+void eng_invalidated(struct eng *e);
+
 /* Protection of this node's files on peers, and its rebuild. */
 struct eng_protect_stats {
 	unsigned copies;	  /* R of replicate:R; 0: --protect none */

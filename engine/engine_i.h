@@ -595,6 +595,8 @@ struct eng_group_ops {
 	 * it cannot be confirmed.  No lock held; may sleep.
 	 */
 	int (*fresh)(void *ctx);
+	/* fs/ delivered its invalidations: waits for them may end. */
+	void (*kick)(void *ctx);
 	/* Protection and rebuild figures (see engine.h). */
 	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
 	/* Wait until the namespace caught up with the group (see engine.h). */
@@ -644,7 +646,14 @@ struct eng {
 	const struct eng_group_ops *gops; /* NULL: a single node */
 	void *gctx;
 	_Atomic bool caught_up;	/* eng_group_ready() succeeded once */
+	struct eng_invalidator inval; /* fs/'s, or all NULL */
 };
+
+/* Everything queued for the kernel delivered (or nobody to deliver it). */
+static inline bool eng_inval_idle(struct eng *e)
+{
+	return !e->inval.idle || e->inval.idle(e->inval.ctx);
+}
 
 /* See eng_group_ops.fresh; 0 at once on a single node. */
 static inline int eng_fresh(struct eng *e)

@@ -172,7 +172,11 @@ int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
 			/* Bytes past the new end must read as zeros later. */
 			if (s->fill > len)
 				s->fill = len;
-			if (s->crc_len > len)
+			/*
+			 * A piece on peers keeps the checksum of the bytes
+			 * they hold: a fetch checks them, then keeps fill.
+			 */
+			if (s->crc_len > len && s->where != PIECE_PEER)
 				s->crc_len = SLOT_CRC_UNKNOWN;
 			s->flags &= ~SLOT_CLEAN;
 		}
@@ -252,25 +256,34 @@ bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
 }
 
 /*
- * Piece @i (@len bytes, CRC32C @crc) of @in's seal @gseal, which is on
- * other nodes: from its holders, else from the persist dir the group
- * shares when it was written back there.  Checked either way.  No lock
- * held; sleeps.
+ * Piece @i of @in's seal @gseal, which is on other nodes, into @buf as the
+ * file has it now (@len bytes): the holders' piece is @crc_len bytes with
+ * CRC32C @crc, of which the first @fill are the file's (a truncate since
+ * the seal keeps fewer; past them, and past @crc_len, zeros).  From its
+ * holders, else from the persist dir the group shares when it was written
+ * back there.  Checked either way.  No lock held; sleeps.
  */
 static int fetch_piece(struct eng *e, struct inode *in, uint32_t i,
-		       uint32_t len, uint32_t crc, uint64_t gseal,
-		       uint64_t holders, uint8_t *buf,
-		       const struct timespec *deadline)
+		       uint32_t fill, uint32_t len, uint32_t crc,
+		       uint32_t crc_len, uint64_t gseal, uint64_t holders,
+		       uint8_t *buf, const struct timespec *deadline)
 {
 	struct file *f = &in->file;
+	uint32_t have = crc_len != SLOT_CRC_UNKNOWN ? crc_len : len;
+	uint32_t keep = fill < len ? fill : len;
 	struct copy_id cid;
 	char rel[PATH_MAX];
 	int rc, prc;
 
-	rc = e->gops ? e->gops->fetch(e->gctx, in->ino, gseal, holders, i, len,
-				      crc, buf, deadline)
+	rc = e->gops ? e->gops->fetch(e->gctx, in->ino, gseal, holders, i,
+				      have, crc, buf, deadline)
 		     : -EIO;
-	if (rc == 0 || !e->persist)
+	if (rc == 0) {
+		keep = keep < have ? keep : have;
+		memset(buf + keep, 0, len - keep);
+		return 0;
+	}
+	if (!e->persist)
 		return rc;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	pthread_rwlock_rdlock(&f->lock);
@@ -283,8 +296,8 @@ static int fetch_piece(struct eng *e, struct inode *in, uint32_t i,
 	if (prc < 0)
 		return rc;
 	prc = persist_read_piece(e, rel, cid.ino ? &cid : NULL,
-				 (uint64_t)i << e->store.chunk_shift, len, len,
-				 crc, len, buf);
+				 (uint64_t)i << e->store.chunk_shift, keep,
+				 len, crc, crc_len == len ? len : 0, buf);
 	if (prc == 0)
 		atomic_fetch_add(&e->cnt.readthrough_chunks, 1);
 	return prc == 0 ? 0 : rc;
@@ -325,7 +338,8 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	if (rc < 0)
 		return rc;
 	if (want.where == PIECE_PEER)
-		rc = fetch_piece(e, in, i, len, want.crc, gseal, holders,
+		rc = fetch_piece(e, in, i, want.fill, len, want.crc,
+				 want.crc_len, gseal, holders,
 				 store_ptr(&e->store, id), deadline);
 	else
 		rc = persist_read_piece(e, rel, cid,
@@ -347,6 +361,10 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		s->chunk = id;
 		s->where = PIECE_RAM;
 		s->fill = len;
+		/* A truncate since the seal: its checksum is made again. */
+		if (want.where == PIECE_PEER &&
+		    (want.fill < len || want.crc_len != len))
+			s->crc_len = SLOT_CRC_UNKNOWN;
 		s->flags |= SLOT_FRESH |
 			    (want.where == PIECE_PEER ? SLOT_FETCHED
 						      : SLOT_CLEAN);
@@ -1799,7 +1817,8 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 					buf + (size_t)i * cs);
 			else if (want[i].where == PIECE_PEER)
 				rc = fetch_piece(e, in, first + i,
-						 want[i].chunk, want[i].crc,
+						 want[i].fill, want[i].chunk,
+						 want[i].crc, want[i].crc_len,
 						 gseal, holders,
 						 buf + (size_t)i * cs,
 						 deadline);

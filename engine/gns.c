@@ -61,6 +61,7 @@ enum {
 #define GNS_SERVERS 4		/* peers' waits and piece reads at once */
 #define GNS_LOG_TIMEOUT_MS 10000 /* a change not committed by then: EIO */
 #define GNS_WAIT_MAX_MS 10000	/* a peer's wait parked at most this long */
+#define GNS_INVAL_WAIT_MS 500	/* ... for the kernel's names at most this */
 #define GNS_SEAL_RETRY_MS 1000	/* a seal that did not commit goes again */
 #define GNS_SEND_MS 5000	/* answers handed to the transport */
 #define GNS_TICK_MS 100		/* the ticker's period */
@@ -80,6 +81,8 @@ struct gns_req {
 	bool applied;
 	int rc;
 	struct nsop_out out;
+	struct nsop_out reply;	/* has_reply: what the call gets, not out */
+	bool has_reply;
 	uint64_t retry_at_ms;	/* a seal waiting to go again */
 };
 
@@ -90,6 +93,8 @@ struct gns_job {
 	struct peer_frame f;	/* meta points at meta[] */
 	uint8_t meta[32];
 	uint64_t until_ms;	/* a WAIT: answer by then whatever happens */
+	uint64_t inval_ms;	/* ... and once applied, by then even if the
+				   kernel's names are not all updated */
 };
 
 struct gns {
@@ -327,8 +332,12 @@ static int seal_build(struct gns *g, struct gns_req *r)
 			pthread_rwlock_unlock(&f->lock);
 			return -EAGAIN;
 		}
-	if (f->dur.sealed != f->version)
-		file_seal_locked(e, f);
+	/*
+	 * Also when sealed already: a truncate here sealed the file while
+	 * some pieces were on peers, and their checksums are made only now
+	 * that they are here (file_seal_locked redoes only those).
+	 */
+	file_seal_locked(e, f);
 	free(op->pieces);
 	op->pieces = calloc(n ? n : 1, sizeof(*op->pieces));
 	if (!op->pieces) {
@@ -441,7 +450,7 @@ static void finish(struct gns *g, struct gns_req *r, int rc)
 
 	if (c) {
 		if (rc == 0)
-			eng_call_take(c, &r->out);
+			eng_call_take(c, r->has_reply ? &r->reply : &r->out);
 		r->call = NULL;
 		c->done(c, rc);
 	}
@@ -460,6 +469,44 @@ static void seal_retry(struct gns *g, struct gns_req *r)
 	pthread_mutex_unlock(&g->lock);
 }
 
+/*
+ * After this node's truncate of a closed file (SETATTR with a size): the
+ * others kept the old seal's pieces (apply_setattr), so seal the result
+ * now, and finish the truncate's call once that seal is everywhere, as a
+ * last close does.  A file still open for writing here is sealed at its
+ * last close.  true when the seal took the call over.
+ */
+static bool reseal(struct gns *g, struct gns_req *r)
+{
+	struct eng *e = g->e;
+	struct gns_req *s;
+	struct inode *in;
+	bool go = false;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, r->op.ino);
+	if (in && S_ISREG(in->mode)) {
+		pthread_rwlock_rdlock(&in->file.lock);
+		go = in->file.owner == g->self && in->file.writers == 0;
+		pthread_rwlock_unlock(&in->file.lock);
+	}
+	s = go ? calloc(1, sizeof(*s)) : NULL;
+	if (s)
+		in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (!s)
+		return false;
+	nsop_init(&s->op, NSOP_SEAL);
+	s->op.ino = in->ino;
+	s->in = in;
+	s->call = r->call;
+	s->reply = r->out;
+	s->has_reply = true;
+	r->call = NULL;
+	enqueue(g, s);
+	return true;
+}
+
 static void run_req(struct gns *g, struct gns_req *r)
 {
 	uint64_t index = 0;
@@ -467,6 +514,9 @@ static void run_req(struct gns *g, struct gns_req *r)
 
 	if (r->op.kind == NSOP_SEAL) {
 		rc = seal_build(g, r);
+		if (rc < 0)
+			rft_dbg("seal of inode %llu: %s",
+				(unsigned long long)r->op.ino, strerror(-rc));
 		if (rc == 1) {
 			finish(g, r, 0);
 			return req_free(g->e, r);
@@ -482,6 +532,12 @@ static void run_req(struct gns *g, struct gns_req *r)
 	}
 	if (index)
 		wait_visible(g, index);
+	if (rc < 0)
+		rft_dbg("%s of inode %llu: %s", nsop_kind_name(r->op.kind),
+			(unsigned long long)r->op.ino, strerror(-rc));
+	if (r->op.kind == NSOP_SETATTR && (r->op.flags & ENG_SET_SIZE) &&
+	    rc == 0 && index && reseal(g, r))
+		return req_free(g->e, r); /* the seal finishes the call */
 	/* Every live node knows the seal: its copies may go out. */
 	if (r->op.kind == NSOP_SEAL && rc == 0 && index)
 		protect_file(g->prot, r->in, index);
@@ -636,6 +692,7 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	memcpy(j->meta, f->meta, f->meta_len);
 	j->f.meta = j->meta;
 	j->until_ms = now_ms() + GNS_WAIT_MAX_MS;
+	j->inval_ms = now_ms() + GNS_INVAL_WAIT_MS;
 	pthread_mutex_lock(&g->lock);
 	if (g->stop) {
 		pthread_mutex_unlock(&g->lock);
@@ -697,6 +754,10 @@ static void serve_get(struct gns *g, struct gns_job *j)
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc < 0) {
+		rft_dbg("GET of piece %u (%u bytes) of inode %llu at seal %llu "
+			"from node %d: not here",
+			idx, len, (unsigned long long)ino,
+			(unsigned long long)gseal, j->node);
 		atomic_fetch_add(&g->gets_refused, 1);
 		peer_reply_err(g->x, j->node, &j->f, rc, GNS_SEND_MS);
 		return;
@@ -731,11 +792,17 @@ static void *server_main(void *arg)
 	for (;;) {
 		uint64_t now = now_ms(), next = now + 1000;
 		uint64_t applied = atomic_load(&g->applied);
+		bool inval_idle = eng_inval_idle(g->e);
 		struct gns_job *j = NULL, **pp;
 
-		/* A parked wait that is due (applied, or out of time). */
+		/*
+		 * A parked wait that is due: applied, and the kernel's names
+		 * updated (or long enough waited for that), or out of time.
+		 */
 		for (pp = &g->waits; *pp; pp = &(*pp)->next) {
-			if (get64((*pp)->meta) <= applied ||
+			bool done = get64((*pp)->meta) <= applied;
+
+			if ((done && ((*pp)->inval_ms <= now || inval_idle)) ||
 			    (*pp)->until_ms <= now || g->stop) {
 				j = *pp;
 				*pp = j->next;
@@ -743,6 +810,8 @@ static void *server_main(void *arg)
 			}
 			if ((*pp)->until_ms < next)
 				next = (*pp)->until_ms;
+			if (done && (*pp)->inval_ms < next)
+				next = (*pp)->inval_ms;
 		}
 		if (!j && g->j_head) {
 			j = g->j_head;
@@ -750,7 +819,8 @@ static void *server_main(void *arg)
 			if (!g->j_head)
 				g->j_tail = NULL;
 			if (j->f.type == GNS_T_WAIT &&
-			    get64(j->meta) > applied && !g->stop) {
+			    (get64(j->meta) > applied || !inval_idle) &&
+			    !g->stop) {
 				j->next = g->waits;
 				g->waits = j;
 				continue;
@@ -908,6 +978,15 @@ static void *ticker_main(void *arg)
 	return NULL;
 }
 
+static void gns_kick(void *ctx)
+{
+	struct gns *g = ctx;
+
+	pthread_mutex_lock(&g->lock);
+	pthread_cond_broadcast(&g->jobs);
+	pthread_mutex_unlock(&g->lock);
+}
+
 static int gns_fresh(void *ctx)
 {
 	struct gns *g = ctx;
@@ -960,6 +1039,7 @@ static const struct eng_group_ops gns_ops = {
 	.fetch = gns_fetch,
 	.persisted = gns_persisted,
 	.fresh = gns_fresh,
+	.kick = gns_kick,
 	.protect_stats = gns_protect_stats,
 	.ready = gns_ready,
 	.start = gns_start,

@@ -648,7 +648,18 @@ again:
 		in->gid = sa->gid;
 
 	if (f) {
-		if (sa->valid & ENG_SET_SIZE) {
+		if ((sa->valid & ENG_SET_SIZE) && e->gops &&
+		    !(op->node == e->node && op->inc == e->inc)) {
+			/*
+			 * Another node's truncate (or this node's from an
+			 * earlier daemon, replayed): the proposer owns the
+			 * file from now on and seals the result; until its
+			 * SEAL this node keeps the old seal's pieces, which
+			 * the proposer may need to fetch.
+			 */
+			f->owner = op->node;
+			f->remote_writer = true;
+		} else if (sa->valid & ENG_SET_SIZE) {
 			/* Whoever changes a file's data owns it from now on. */
 			f->owner = op->node;
 			rc = file_truncate_locked(e, f, sa->size);
@@ -1096,6 +1107,9 @@ out:
 	return rc;
 }
 
+static int apply_one(struct eng *e, const struct nsop *op, uint64_t index,
+		     struct nsop_out *out, bool remote);
+
 int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	     struct nsop_out *out)
 {
@@ -1104,9 +1118,35 @@ int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	 * dir the group shares (its proposal's apply has @out).
 	 */
 	bool remote = e->gops && !out;
+	int rc;
 
 	if (out)
 		out->index = index;
+	rc = apply_one(e, op, index, out, remote);
+	/*
+	 * Another node removed or moved a name: the kernel here may have it
+	 * cached (a directory's one alias, above all).
+	 */
+	if (rc == 0 && remote && e->inval.entry) {
+		switch (op->kind) {
+		case NSOP_RENAME:
+			e->inval.entry(e->inval.ctx, op->newparent,
+				       op->newname);
+			/* fall through */
+		case NSOP_UNLINK:
+		case NSOP_RMDIR:
+			e->inval.entry(e->inval.ctx, op->parent, op->name);
+			break;
+		default:
+			break;
+		}
+	}
+	return rc;
+}
+
+static int apply_one(struct eng *e, const struct nsop *op, uint64_t index,
+		     struct nsop_out *out, bool remote)
+{
 	switch (op->kind) {
 	case NSOP_MKNOD:
 	case NSOP_MKDIR:

@@ -857,6 +857,7 @@ int main(int argc, char **argv)
 	struct eng *e = NULL;
 	struct rfs_ctl *ctl = NULL;
 	struct grp *grp = NULL;
+	struct rfs_inval *inval = NULL;
 	char fsopts[PATH_MAX + 64], sock[PATH_MAX], err[256];
 	int rc, status = EXIT_SETUP;
 
@@ -941,6 +942,13 @@ int main(int argc, char **argv)
 		rft_log_syslog("reftfsd");
 	if (fuse_daemonize(o.foreground) != 0)
 		goto out_unmount;
+	/* Another node's renames and removals, out of this kernel's cache. */
+	if (grp && ((rc = rfs_inval_new(e, se, &inval)) < 0 ||
+		    (rc = rfs_inval_start(inval)) < 0)) {
+		rft_err("cannot start the name invalidation: %s",
+			strerror(-rc));
+		goto out_unmount;
+	}
 	rc = eng_start(e);
 	if (rc < 0) {
 		rft_err("cannot start the engine: %s", strerror(-rc));
@@ -978,6 +986,8 @@ out_unmount:
 	grp_stop(grp);
 	if (eng_stop(e) < 0)
 		status = 1;
+	rfs_inval_free(inval); /* the engine hands it nothing more */
+	inval = NULL;
 out_signals:
 	fuse_remove_signal_handlers(se);
 out:
@@ -985,6 +995,7 @@ out:
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
 	rfs_ctl_free(ctl);
+	rfs_inval_free(inval);
 	grp_free(grp);
 	eng_free(e);
 	free(o.mountpoint);

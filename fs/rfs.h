@@ -24,6 +24,19 @@ struct rfs {
 extern const struct fuse_lowlevel_ops rfs_oper;
 
 /*
+ * Names another node of the group removed or moved, dropped from the
+ * kernel's cache (inval.c).  rfs_inval_new registers with @e (before
+ * eng_start); rfs_inval_start after fuse_daemonize; rfs_inval_free after
+ * the session is unmounted and the engine stopped.
+ */
+struct rfs_inval;
+int rfs_inval_new(struct eng *e, struct fuse_session *se,
+		  struct rfs_inval **out);
+int rfs_inval_start(struct rfs_inval *q);
+void rfs_inval_stop(struct rfs_inval *q);
+void rfs_inval_free(struct rfs_inval *q);
+
+/*
  * Serve @se with @nthreads workers until it ends; 0, a signal number
  * (stopped by a signal), or -errno.  @max_write is the max_write the init
  * handler sets: receive buffers are sized for it (rfs_loop_bufsize()), so
