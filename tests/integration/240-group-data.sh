@@ -10,22 +10,9 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
-SECRET=$T_TMP/secret
-new_secret "$SECRET"
-read -r P0 P1 P2 <<<"$(free_ports 3)"
-PEERS=127.0.0.1:$P0,127.0.0.1:$P1,127.0.0.1:$P2
-M=("$(new_dir m0)" "$(new_dir m1)" "$(new_dir m2)")
-S=("$T_TMP/state0" "$T_TMP/state1" "$T_TMP/state2")
-PID=("" "" "")
+group_init 3
 REF=$(new_dir ref)
-
-start_node() {
-	local i=$1
-	start_daemon "${M[$i]}" --mem 256M --no-prefault --node "$i" \
-		--peers "$PEERS" --secret-file "$SECRET" --dead-after 2 \
-		--state-dir "${S[$i]}" --protect replicate:2
-	PID[$i]=$DAEMON_PID
-}
+start_node() { group_node "$1" --mem 256M --protect replicate:2; }
 
 start_node 0
 start_node 1

@@ -9,22 +9,9 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
-SECRET=$T_TMP/secret
-new_secret "$SECRET"
-read -r P0 P1 P2 <<<"$(free_ports 3)"
-PEERS=127.0.0.1:$P0,127.0.0.1:$P1,127.0.0.1:$P2
-M=("$(new_dir m0)" "$(new_dir m1)" "$(new_dir m2)")
-PID=("" "" "")
+group_init 3
 REF=$(new_dir ref)
-
-start_node() {
-	local i=$1
-	start_daemon "${M[$i]}" --mem 128M --no-prefault --node "$i" \
-		--peers "$PEERS" --secret-file "$SECRET" --dead-after 2 \
-		--state-dir "$T_TMP/state$i" --protect replicate:2
-	PID[$i]=$DAEMON_PID
-}
-for n in 0 1 2; do start_node "$n"; done
+for n in 0 1 2; do group_node "$n" --mem 128M --protect replicate:2; done
 wait_states "${M[0]}" "self up up"
 MIN_COMMIT=2
 wait_agree 30 0 1 2

@@ -8,23 +8,10 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
-SECRET=$T_TMP/secret
-new_secret "$SECRET"
-read -r P0 P1 P2 <<<"$(free_ports 3)"
-PEERS=127.0.0.1:$P0,127.0.0.1:$P1,127.0.0.1:$P2
-M=("$(new_dir m0)" "$(new_dir m1)" "$(new_dir m2)")
-S=("$T_TMP/state0" "$T_TMP/state1" "$T_TMP/state2")
-PID=("" "" "")
+group_init 3
 REF=$(new_dir ref)
 P=$(new_dir persist)
-
-start_node() {
-	local i=$1
-	start_daemon "${M[$i]}" --mem 128M --no-prefault --node "$i" \
-		--peers "$PEERS" --secret-file "$SECRET" --dead-after 2 \
-		--state-dir "${S[$i]}" --persist "$P" --persist-every 0
-	PID[$i]=$DAEMON_PID
-}
+start_node() { group_node "$1" --mem 128M --persist "$P" --persist-every 0; }
 
 for n in 0 1 2; do start_node "$n"; done
 wait_states "${M[0]}" "self up up"

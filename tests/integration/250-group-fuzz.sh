@@ -10,22 +10,10 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
-SECRET=$T_TMP/secret
-new_secret "$SECRET"
-read -r P0 P1 P2 <<<"$(free_ports 3)"
-PEERS=127.0.0.1:$P0,127.0.0.1:$P1,127.0.0.1:$P2
-M=("$(new_dir m0)" "$(new_dir m1)" "$(new_dir m2)")
-PID=("" "" "")
+group_init 3
 STATE=$T_TMP/model.json
 OPS=${GROUP_FUZZ_OPS:-150}
-
-start_node() {
-	local i=$1
-	start_daemon "${M[$i]}" --mem 512M --no-prefault --node "$i" \
-		--peers "$PEERS" --secret-file "$SECRET" --dead-after 2 \
-		--state-dir "$T_TMP/state$i" --protect replicate:2
-	PID[$i]=$DAEMON_PID
-}
+start_node() { group_node "$1" --mem 512M --protect replicate:2; }
 fuzz() { # fuzz MOUNTS ARGS...
 	local mounts=$1
 	shift

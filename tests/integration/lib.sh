@@ -408,6 +408,36 @@ for s in socks:
 PYEOF
 }
 
+# group_init N: a group of N daemons on loopback, not started: a secret
+# (SECRET), N free ports (PEERS, the --peers list) and mount points (M[],
+# PID[] empty).
+group_init() {
+	local n=$1 i ports
+	SECRET=$T_TMP/secret
+	new_secret "$SECRET"
+	read -r -a ports <<<"$(free_ports "$n")"
+	PEERS=$(printf '127.0.0.1:%s,' "${ports[@]}")
+	PEERS=${PEERS%,}
+	M=()
+	PID=()
+	for ((i = 0; i < n; i++)); do
+		M+=("$(new_dir "m$i")")
+		PID+=("")
+	done
+}
+
+# group_node I [reftfsd options...]: start node I of the group made by
+# group_init (in the foreground, its own state dir, --dead-after 2);
+# sets PID[I].
+group_node() {
+	local i=$1
+	shift
+	start_daemon "${M[$i]}" --no-prefault --node "$i" --peers "$PEERS" \
+		--secret-file "$SECRET" --dead-after 2 \
+		--state-dir "$T_TMP/state$i" "$@"
+	PID[$i]=$DAEMON_PID
+}
+
 # new_secret FILE: a random group secret, mode 0600.
 new_secret() {
 	(umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$1")
