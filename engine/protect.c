@@ -249,15 +249,27 @@ static void *answerer_main(void *arg)
  * be saved up; a piece larger than that goes once a full second's worth is
  * there, and the next waits the longer).
  */
-static void pace(const struct protect *p, struct pacer *b, uint64_t len)
+/*
+ * Wait until --protect-bw lets @len more bytes go (a token bucket that
+ * holds at most one second's worth; a piece larger than that waits for a
+ * full bucket and leaves it in debt).  false when the module stops
+ * meanwhile: the wait ends at once.  No engine lock held.
+ */
+static bool pace(struct protect *p, struct pacer *b, uint64_t len)
 {
 	double bw = (double)p->bw, want;
-	uint64_t now;
+	bool go = true;
 
 	if (!p->bw)
-		return;
+		return true;
+	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		now = now_ms();
+		uint64_t now = now_ms();
+
+		if (p->stop) {
+			go = false;
+			break;
+		}
 		if (!b->at_ms)
 			b->at_ms = now;
 		b->tokens += (double)(now - b->at_ms) * bw / 1e3;
@@ -267,15 +279,13 @@ static void pace(const struct protect *p, struct pacer *b, uint64_t len)
 		want = (double)len < bw ? (double)len : bw;
 		if (b->tokens >= want) {
 			b->tokens -= (double)len;
-			return;
+			break;
 		}
-		double ns = (want - b->tokens) * 1e9 / bw;
-		struct timespec ts = { (time_t)(ns / 1e9),
-				       (long)(ns - (double)(time_t)(ns / 1e9) *
-							  1e9) };
-
-		nanosleep(&ts, NULL);
+		cv_wait_until(p, now + 1 +
+				 (uint64_t)((want - b->tokens) * 1e3 / bw));
 	}
+	pthread_mutex_unlock(&p->lock);
+	return go;
 }
 
 /*
@@ -316,7 +326,8 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 		put32(meta + 16, i);
 		put32(meta + 20, len);
 		put32(meta + 24, s->crc);
-		pace(p, &p->send_pace, len);
+		if (!pace(p, &p->send_pace, len))
+			return -ECANCELED;
 		rc = peer_send(p->x, h, &f, PROT_SEND_MS);
 		if (rc < 0)
 			return rc;
@@ -588,10 +599,10 @@ static int rebuild_file(struct protect *p, struct inode *in)
 	pthread_rwlock_unlock(&f->lock);
 	if (rc < 0)
 		return rc;
-	if (n) {
-		pace(p, &p->rebuild_pace, size);
-		rc = file_load(p->e, in, 0, n - 1, NULL);
-	}
+	if (n)
+		rc = pace(p, &p->rebuild_pace, size)
+			     ? file_load(p->e, in, 0, n - 1, NULL)
+			     : -ECANCELED;
 	if (rc < 0)
 		return rc;
 	/* The owner's own data now: kept, not a cache. */

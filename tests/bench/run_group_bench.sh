@@ -23,7 +23,8 @@ PY=/usr/bin/python3
 GIB=${1:-2}
 ROUNDS=${2:-3}
 SIZE=$((GIB << 30))
-MEM=$((GIB * 2 + 2))G
+MEM_R=$((GIB * 2 + 1))G	# own file + torch.save, or their copies
+MEM_N=$((GIB + 1))G
 [ -x "$REFTFSD" ] || { echo "reftfsd not built: $REFTFSD" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "run as root (drop_caches)" >&2; exit 1; }
 
@@ -63,17 +64,20 @@ print(*out)' "$1"
 SECRET=$WORK/secret
 (umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$SECRET")
 
-# group NAME PROTECT: a group of two daemons, mounts $WORK/NAME0 and NAME1.
+# group NAME PROTECT MEM: a group of two daemons, mounts $WORK/NAME0 and
+# NAME1, memory faulted in before mounting (as pinned RAM would be: a
+# first touch of fresh pages costs more than the copy it serves).
 group() {
-	local name=$1 protect=$2 n p0 p1
+	local name=$1 protect=$2 mem=$3 n p0 p1
 	read -r p0 p1 <<<"$(ports 2)"
+	mkdir -p "$WORK/persist-$name"
 	for n in 0 1; do
 		mkdir -p "$WORK/$name$n"
 		MOUNTS+=("$WORK/$name$n")
 		"$REFTFSD" "$WORK/$name$n" --node "$n" \
 			--peers "127.0.0.1:$p0,127.0.0.1:$p1" \
 			--secret-file "$SECRET" --state-dir "$WORK/state-$name$n" \
-			--protect "$protect" --mem "$MEM" --no-prefault \
+			--protect "$protect" --mem "$mem" --prefault \
 			--persist "$WORK/persist-$name" --persist-every 0 \
 			--dead-after 2 &
 	done
@@ -87,8 +91,8 @@ ms() { date +%s%N | cut -c1-13; }
 ratio() { "$PY" -c "print('%.2f' % ($1 / $2))"; }
 
 echo "== group benchmark: ${GIB} GiB, $ROUNDS rounds, $(nproc) CPUs, $(uname -r)"
-group r replicate:2
-group n none
+group r replicate:2 "$MEM_R"
+group n none "$MEM_N"
 
 # --- 1. replication against a plain TCP stream ----------------------------
 read -r st_s st_gbs <<<"$("$PY" "$SRCDIR/tests/bench/group_bench.py" stream "$SIZE")"
@@ -130,8 +134,8 @@ kill -KILL "$pid"
 fusermount3 -uz "$WORK/r0"
 sleep 3
 "$REFTFSD" "$WORK/r0" --node 0 --peers "$PEERS_r" --secret-file "$SECRET" \
-	--state-dir "$WORK/state-r0" --protect replicate:2 --mem "$MEM" \
-	--no-prefault --persist "$WORK/persist-r" --persist-every 0 \
+	--state-dir "$WORK/state-r0" --protect replicate:2 --mem "$MEM_R" \
+	--prefault --persist "$WORK/persist-r" --persist-every 0 \
 	--dead-after 2 --protect-bw 1M
 # The rebuild, paced to 1 MB/s here, brings back almost nothing meanwhile:
 # the read fetches from the peer.

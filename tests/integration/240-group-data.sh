@@ -201,6 +201,27 @@ for n in 0 1 2; do
 done
 log "rebuild --wait, protect --wait: every file protected again and read back on every node"
 
+# --- a paced rebuild does not hold up an unmount --------------------------
+# With --protect-bw 16K, once a 1 MB file of node 1 is back the rebuild
+# owes a minute before its next file: an unmount meanwhile must not wait.
+kill_daemon "${M[1]}" "${PID[1]}"
+wait_states "${M[0]}" "self dead up" 30
+group_node 1 --mem 256M --protect replicate:2 --protect-bw 16K
+PID[1]=$DAEMON_PID
+for i in $(seq 1 300); do
+	back=$(admin "${M[1]}" rebuild --json | "$PY" -c '
+import json, sys
+print(json.load(sys.stdin)["bytes"])')
+	[ "$back" -ge 1048593 ] && break
+	sleep 0.1
+done
+[ "$back" -ge 1048593 ] || fail "the paced rebuild brought back $back bytes in 30 s"
+log "paced rebuild: $back bytes back; unmounting"
+stop_daemon "${M[1]}" "${PID[1]}" 10
+start_node 1
+admin "${M[1]}" rebuild --wait >/dev/null || fail "rebuild --wait on node 1"
+log "a replacement with a paced rebuild unmounted at once; restarted, it rebuilt"
+
 # --- more losses than replicate:2 tolerates ------------------------------
 # Files node 1 writes now have their copies on nodes 1 and 2 only, and node
 # 0 never read them (what it read it keeps, checked, as a cache).  Both
