@@ -121,11 +121,13 @@ for i in $(seq 1 "$ROUNDS"); do
 	"$ADMIN" -m "$WORK/r0" flush --wait >/dev/null
 done
 best() { printf '%s\n' "$@" | sort -n | head -1; }
-bn=$(best "${tn[@]}")
-br=$(best "${tr[@]}")
-printf '   %-34s %s (best %s s)\n' "--protect none" "${tn[*]}" "$bn"
-printf '   %-34s %s (best %s s)\n' "replicate:2" "${tr[*]}" "$br"
-printf '   ratio replicate/none (best): %sx\n' "$(ratio "$br" "$bn")"
+median() { printf '%s\n' "$@" | sort -n | sed -n "$((($# + 1) / 2))p"; }
+bn=$(best "${tn[@]}") mn=$(median "${tn[@]}")
+br=$(best "${tr[@]}") mr=$(median "${tr[@]}")
+printf '   %-34s %s (best %s s, median %s s)\n' "--protect none" "${tn[*]}" "$bn" "$mn"
+printf '   %-34s %s (best %s s, median %s s)\n' "replicate:2" "${tr[*]}" "$br" "$mr"
+printf '   ratio replicate/none: best %sx, median %sx\n' "$(ratio "$br" "$bn")" \
+	"$(ratio "$mr" "$mn")"
 
 # --- 3. reading a lost node's file ----------------------------------------
 "$ADMIN" -m "$WORK/r0" flush --wait >/dev/null
