@@ -596,6 +596,71 @@ out:
 	return rc;
 }
 
+int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
+		    void *ctx)
+{
+	char buf[PATH_MAX], *save = NULL, *part;
+	struct eng_piece_info *v = NULL;
+	struct inode *in;
+	uint32_t n = 0;
+	int rc = 0;
+
+	if (snprintf(buf, sizeof(buf), "%s", path ? path : "") >=
+	    (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = e->ns.root;
+	for (part = strtok_r(buf, "/", &save); part && rc == 0;
+	     part = strtok_r(NULL, "/", &save)) {
+		struct dentry *de;
+
+		if (!S_ISDIR(in->mode) || !(de = ns_dir_find(&in->dir, part)))
+			rc = -ENOENT;
+		else
+			in = de->inode;
+	}
+	if (rc == 0 && !S_ISREG(in->mode))
+		rc = S_ISDIR(in->mode) ? -EISDIR : -EINVAL;
+	if (rc == 0) {
+		struct file *f = &in->file;
+
+		pthread_rwlock_rdlock(&f->lock);
+		n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
+			       e->store.chunk_shift);
+		v = calloc(n ? n : 1, sizeof(*v));
+		for (uint32_t i = 0; v && i < n; i++) {
+			const struct slot *s = i < f->nslots ? &f->slots[i]
+							     : NULL;
+			uint32_t len = file_piece_len(e, f->size, i);
+
+			v[i].index = i;
+			v[i].len = len;
+			v[i].crc_known = s && s->crc_len == len;
+			v[i].crc = v[i].crc_known ? s->crc : 0;
+			v[i].here = !s || s->where == PIECE_HOLE ? "hole"
+				    : s->where == PIECE_PEER	  ? "peers"
+				    : s->where == PIECE_PERSIST	  ? "persist"
+				    : (s->flags & SLOT_FETCHED)
+					? "ram (fetched)"
+					: "ram";
+			v[i].owner = e->gops ? f->owner : -1;
+			v[i].holders =
+				e->gops && f->owner >= 0 && f->owner < 64
+					? f->holders | 1ULL << f->owner
+					: 0;
+			v[i].seal = e->gops ? f->gseal : 0;
+		}
+		pthread_rwlock_unlock(&f->lock);
+		if (!v)
+			rc = -ENOMEM;
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	for (uint32_t i = 0; rc == 0 && i < n; i++)
+		rc = fn(ctx, &v[i]);
+	free(v);
+	return rc;
+}
+
 int eng_flush_request(struct eng *e, uint64_t *ticket)
 {
 	return persist_flush_request(e, ticket);

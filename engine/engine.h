@@ -516,6 +516,27 @@ typedef int (*eng_entry_fn)(void *ctx, const struct eng_entry_info *ei);
 int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn,
 		  void *ctx);
 
+/* One piece (chunk-sized part) of a file, for reftfs-admin placement. */
+struct eng_piece_info {
+	uint32_t index;
+	uint32_t len;		/* bytes of the file in it */
+	uint32_t crc;		/* CRC32C of those bytes, when crc_known */
+	bool crc_known;
+	const char *here;	/* this node: "ram", "ram (fetched)", "peers",
+				   "persist", "hole" */
+	int owner;		/* in a group, the file's owner; else -1 */
+	uint64_t holders;	/* nodes with the sealed bytes (owner's bit
+				   included); 0 without a group */
+	uint64_t seal;		/* the log index of that seal; 0: none */
+};
+typedef int (*eng_piece_fn)(void *ctx, const struct eng_piece_info *pi);
+/*
+ * Report every piece of the regular file @path (relative to the mount
+ * root).  -ENOENT if absent, -EISDIR / -EINVAL for other types.
+ */
+int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
+		    void *ctx);
+
 struct eng_flush_progress {
 	uint64_t files_total, files_done;
 	uint64_t bytes_total, bytes_done;

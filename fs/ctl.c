@@ -1370,18 +1370,24 @@ static const char *type_name(mode_t mode)
 	return "other";
 }
 
-/* A group's file: its owner, and "OWNER+N+M" for the nodes with its data. */
+/* "OWNER+N+M": a group's file's owner, then the other nodes with its data. */
+static void nodes_text(const struct eng_entry_info *ei, char *buf,
+		       size_t size)
+{
+	size_t len = (size_t)snprintf(buf, size, "%d", ei->owner);
+
+	for (int n = 0; n < 64 && len < size; n++)
+		if (n != ei->owner && (ei->holders & (1ULL << n)))
+			len += (size_t)snprintf(buf + len, size - len, "+%d",
+						n);
+}
+
 static void ls_set_nodes(struct rep_obj *row, const struct eng_entry_info *ei)
 {
 	char buf[64 * 3 + 8];
-	size_t len;
 
 	rep_set_int(row, LS_OWNER, ei->owner);
-	len = (size_t)snprintf(buf, sizeof(buf), "%d", ei->owner);
-	for (int n = 0; n < 64 && len < sizeof(buf); n++)
-		if (n != ei->owner && (ei->holders & (1ULL << n)))
-			len += (size_t)snprintf(buf + len, sizeof(buf) - len,
-						"+%d", n);
+	nodes_text(ei, buf, sizeof(buf));
 	rep_set_str(row, LS_HOLDERS, buf);
 }
 
@@ -1653,6 +1659,124 @@ static int cmd_flush(struct ctl_req *r, struct rep_out *o)
 	return CTL_EXIT_OK;
 }
 
+/* --- placement ----------------------------------------------------------- */
+
+enum { PL_INDEX, PL_SIZE, PL_CRC, PL_HERE, PL_OWNER, PL_NODES, PL_SEAL,
+       PL_N };
+
+static const struct rep_field pl_fields[PL_N] = {
+	[PL_INDEX] = REP_FIELD("piece", REP_COUNT),
+	[PL_SIZE] = REP_FIELD("size", REP_BYTES),
+	/* "1a2b3c4d", or null until the file is sealed */
+	[PL_CRC] = REP_FIELD("crc32c", REP_STRING),
+	[PL_HERE] = REP_FIELD("here", REP_STRING),
+	/* In a group: the owner, and "1+2": the nodes with the bytes. */
+	[PL_OWNER] = REP_FIELD("owner", REP_INT),
+	[PL_NODES] = REP_FIELD("nodes", REP_STRING),
+	[PL_SEAL] = REP_FIELD("seal", REP_COUNT),
+};
+
+static const struct rep_field pl_root = {
+	.key = "pieces",
+	.type = REP_TABLE,
+	.fields = pl_fields,
+	.n = PL_N,
+};
+
+static const struct rep_col pl_cols[] = {
+	{ "", "PIECE", 5, 0 },	     { "  ", "SIZE", 9, 0 },
+	{ "  ", "CRC32C", -8, 0 },   { "  ", "HERE", -13, 0 },
+	{ "  ", "NODES", 0, 0 },
+};
+
+static const struct rep_row_text pl_rows[] = {
+	{ "nodes", (const char *const[]){ "{piece}", "{size:n}", "{crc32c}",
+					  "{here}", "{nodes}" } },
+	{ NULL, (const char *const[]){ "{piece}", "{size:n}", "{crc32c}",
+				       "{here}", "-" } },
+};
+
+static const struct rep_table_text pl_table = { NULL, pl_cols, 5, pl_rows,
+						2 };
+
+static const struct rep_text pl_text[] = {
+	TABLE(NULL, &pl_table),
+};
+
+static int pl_row(void *ctx, const struct eng_piece_info *pi)
+{
+	struct rep *rep = ctx;
+	struct rep_obj *row = rep_row(rep, NULL, 0);
+	struct eng_entry_info ei = { .owner = pi->owner,
+				     .holders = pi->holders };
+	char crc[16];
+
+	if (!row)
+		return 1;
+	rep_set_u64(row, PL_INDEX, pi->index);
+	rep_set_u64(row, PL_SIZE, pi->len);
+	if (pi->crc_known) {
+		snprintf(crc, sizeof(crc), "%08x", pi->crc);
+		rep_set_str(row, PL_CRC, crc);
+	} else {
+		rep_set_str(row, PL_CRC, "-");
+	}
+	rep_set_str(row, PL_HERE, pi->here);
+	if (pi->owner >= 0) {
+		char nodes[64 * 3 + 8];
+
+		rep_set_int(row, PL_OWNER, pi->owner);
+		nodes_text(&ei, nodes, sizeof(nodes));
+		rep_set_str(row, PL_NODES, nodes);
+		rep_set_u64(row, PL_SEAL, pi->seal);
+	}
+	return rep_err(rep) ? 1 : 0;
+}
+
+/* placement PATH: where each piece of a file is, here and in the group. */
+static int cmd_placement(struct ctl_req *r, struct rep_out *o)
+{
+	char rel[RFS_CTL_MAX_LINE + 1];
+	struct rep *rep;
+	int rc;
+
+	if (!r->path) {
+		rep_out_line(o, 'e', "placement: which file? usage: placement "
+				     "PATH [--json]");
+		return CTL_EXIT_USAGE;
+	}
+	if (norm_path(r->path, rel, sizeof(rel)) < 0) {
+		rep_out_line(o, 'e', "placement: path too long");
+		return CTL_EXIT_USAGE;
+	}
+	rep = rep_new(&pl_root);
+	if (!rep) {
+		o->err = -ENOMEM;
+		return CTL_EXIT_FAIL;
+	}
+	rc = eng_list_pieces(r->c->e, rel, pl_row, rep);
+	if (rep_err(rep)) {
+		o->err = rep_err(rep);
+		rep_free(rep);
+		return CTL_EXIT_FAIL;
+	}
+	if (rc < 0) {
+		rep_free(rep);
+		rep_out_begin(o, 'e');
+		rep_out_str(o, "placement: /");
+		rep_out_text(o, rel);
+		rep_out_printf(o, ": %s", err_name(rc));
+		rep_out_end(o);
+		return CTL_EXIT_FAIL;
+	}
+	if (r->json)
+		rep_json(o, rep);
+	else
+		rep_text(o, rep, pl_text, 1, 0);
+	rep_free(rep);
+	return CTL_EXIT_OK;
+}
+
 /* --- protect, rebuild ---------------------------------------------------- */
 
 enum group_wait_kind { WAIT_PROTECT, WAIT_REBUILD };
@@ -1921,6 +2045,9 @@ static const struct ctl_cmd ctl_cmds[] = {
 	{ "group", CMD_JSON, "[--json]",
 	  "the sharding group: members, their state, links, counters",
 	  cmd_group },
+	{ "placement", CMD_JSON | CMD_PATH, "PATH [--json]",
+	  "where each piece of a file is: here, and the nodes that hold it",
+	  cmd_placement },
 	{ "protect", CMD_JSON | CMD_WAIT, "[--wait] [--json]",
 	  "copies of this node's files on peers; --wait until all are",
 	  cmd_protect },

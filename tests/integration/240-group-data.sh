@@ -167,6 +167,13 @@ print(" ".join(sorted({"%s:%s" % (f["path"].split("/")[-1].split(".")[0], f["hol
                        for f in json.load(sys.stdin) if f["path"].split("/")[-1].startswith("rank")})))')
 	expect_eq "$got" "rank0:0+1 rank1:1+2 rank2:2+0" "owners and holders as node $n lists them"
 done
+# placement: every piece of rank 1's 9 MiB file, its checksum, held by 1+2.
+got=$(admin "${M[0]}" placement /checkpoint-1/rank1.9437201 --json | "$PY" -c '
+import json, sys
+p = json.load(sys.stdin)
+print(len(p), sum(x["size"] for x in p), sorted({x["nodes"] for x in p}),
+      all(len(x["crc32c"]) == 8 for x in p))')
+expect_eq "$got" "10 9437201 ['1+2'] True" "placement of rank1.9437201 on node 0"
 log "every file protected (replicate:2) as every node sees it, copies on the next node"
 
 # --- node 1 lost: its files come from their replicas ---------------------

@@ -290,6 +290,32 @@ int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn,
 	return -ENOENT;
 }
 
+/* Two pieces of /step_100/a.pt: one in RAM, one on peers, crc unknown. */
+int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
+		    void *ctx)
+{
+	struct eng_piece_info p[2] = {
+		{ .index = 0, .len = 1 << 20, .crc = 0xdeadbeef,
+		  .crc_known = true, .here = "ram", .owner = -1 },
+		{ .index = 1, .len = 4096, .here = "peers", .owner = -1 },
+	};
+	int rc = 0;
+
+	(void)e;
+	snprintf(fake_last_path, sizeof(fake_last_path), "%s", path);
+	if (strcmp(path, "step_100/a.pt"))
+		return strcmp(path, "step_100") ? -ENOENT : -EISDIR;
+	for (int i = 0; i < 2 && rc == 0; i++) {
+		if (fake_in_group) {
+			p[i].owner = 1;
+			p[i].holders = 1u << 1 | 1u << 2;
+			p[i].seal = 59;
+		}
+		rc = fn(ctx, &p[i]);
+	}
+	return rc;
+}
+
 int eng_flush_request(struct eng *e, uint64_t *ticket)
 {
 	pthread_mutex_lock(&fake_lock);
@@ -736,6 +762,24 @@ static void test_protect_rebuild(void **state)
 	free(a);
 	a = ask(*state, "ls /step_100 --json\n");
 	assert_non_null(strstr(a, "\"owner\":1,\"holders\":\"1+2\"}"));
+	free(a);
+
+	/* placement: each piece, here and on the group's nodes. */
+	a = ask(*state, "placement /step_100/a.pt\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "    0    1048576  deadbeef  ram            1+2\n"));
+	assert_non_null(strstr(a, "    1       4096  -         peers          1+2\n"));
+	free(a);
+	a = ask(*state, "placement /step_100/a.pt --json\n");
+	assert_non_null(strstr(a, "\"here\":\"peers\",\"owner\":1,"
+				  "\"nodes\":\"1+2\",\"seal\":59}"));
+	free(a);
+	a = ask(*state, "placement /step_100\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "placement: /step_100: Is a directory"));
+	free(a);
+	a = ask(*state, "placement\n");
+	assert_int_equal(frame_check(a), 2);
 	free(a);
 
 	fake_prot_calls = 1;
