@@ -385,14 +385,22 @@ expect_metric() {
 # PORT + 1.
 free_ports() {
 	"$PY" - "$1" <<'PYEOF'
-import socket, sys
+import random, socket, sys
+# Below the kernel's ephemeral range: a daemon restarted later on its port
+# must not find it taken by some connection's local end meanwhile.
+lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+pool = range(10000, lo - 1) if lo > 11000 else range(hi + 1, 65000)
 socks, ports = [], []
 while len(ports) < int(sys.argv[1]):
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    p = random.choice(pool)
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        s.close()
+        continue
     socks.append(s)
-    p = s.getsockname()[1]
-    if p >= 65535 or p + 1 in ports or p - 1 in ports:
+    if p + 1 in ports or p - 1 in ports:
         continue
     t = socket.socket()
     try:

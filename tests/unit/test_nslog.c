@@ -226,20 +226,45 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-/* A loopback port nobody listens on now. */
+/*
+ * A loopback port nobody listens on now, below the kernel's ephemeral range
+ * (ip_local_port_range): a node restarted later on the same port must not
+ * find it taken by some connection's local end meanwhile.
+ */
 static int free_port(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+	static unsigned seed;
+	int lo = 32768, hi = 60999;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
 
-	assert_true(fd >= 0);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	port = ntohs(a.sin_port);
-	close(fd);
-	return port;
+	if (f) {
+		if (fscanf(f, "%d %d", &lo, &hi) != 2)
+			lo = 32768;
+		fclose(f);
+	}
+	if (!seed)
+		seed = (unsigned)getpid() ^ (unsigned)now_ms();
+	for (int tries = 0; tries < 1000; tries++) {
+		struct sockaddr_in a = { .sin_family = AF_INET };
+		int fd = socket(AF_INET, SOCK_STREAM, 0), port, rc;
+
+		assert_true(fd >= 0);
+		/* 10000 .. lo - 1; above the range when it starts low. */
+		if (lo > 11000)
+			port = 10000 + (int)(rand_r(&seed) %
+					     (unsigned)(lo - 10000));
+		else
+			port = hi + 1 + (int)(rand_r(&seed) %
+					      (unsigned)(65000 - hi));
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		a.sin_port = htons((uint16_t)port);
+		rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+		close(fd);
+		if (rc == 0)
+			return port;
+	}
+	fail_msg("no free loopback port below %d", lo);
+	return -1;
 }
 
 /* tmpfs when there is one: raft_uv syncs every append. */
