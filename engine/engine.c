@@ -537,29 +537,39 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 	return 0;
 }
 
-int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn, void *ctx)
+/* The inode at @path (relative to the root); ns->lock held.  0 or -errno. */
+static int find_path(struct eng *e, const char *path, struct inode **out)
 {
-	char buf[PATH_MAX], *save = NULL, *part, child[PATH_MAX];
-	struct entry_copy *v = NULL;
-	struct inode *in;
-	size_t n = 0;
-	int rc = 0;
+	char buf[PATH_MAX], *save = NULL, *part;
+	struct inode *in = e->ns.root;
 
 	if (snprintf(buf, sizeof(buf), "%s", path ? path : "") >=
 	    (int)sizeof(buf))
 		return -ENAMETOOLONG;
-	pthread_rwlock_rdlock(&e->ns.lock);
-	in = e->ns.root;
 	for (part = strtok_r(buf, "/", &save); part;
 	     part = strtok_r(NULL, "/", &save)) {
 		struct dentry *de;
 
-		if (!S_ISDIR(in->mode) || !(de = ns_dir_find(&in->dir, part))) {
-			rc = -ENOENT;
-			goto out;
-		}
+		if (!S_ISDIR(in->mode) || !(de = ns_dir_find(&in->dir, part)))
+			return -ENOENT;
 		in = de->inode;
 	}
+	*out = in;
+	return 0;
+}
+
+int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn, void *ctx)
+{
+	char buf[PATH_MAX], child[PATH_MAX];
+	struct entry_copy *v = NULL;
+	struct inode *in;
+	size_t n = 0;
+	int rc;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	rc = find_path(e, path, &in);
+	if (rc < 0)
+		goto out;
 	if (ns_path(&e->ns, in, buf, sizeof(buf)) < 0) {
 		rc = -ENOENT;
 		goto out;
@@ -599,26 +609,13 @@ out:
 int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 		    void *ctx)
 {
-	char buf[PATH_MAX], *save = NULL, *part;
 	struct eng_piece_info *v = NULL;
 	struct inode *in;
 	uint32_t n = 0;
-	int rc = 0;
+	int rc;
 
-	if (snprintf(buf, sizeof(buf), "%s", path ? path : "") >=
-	    (int)sizeof(buf))
-		return -ENAMETOOLONG;
 	pthread_rwlock_rdlock(&e->ns.lock);
-	in = e->ns.root;
-	for (part = strtok_r(buf, "/", &save); part && rc == 0;
-	     part = strtok_r(NULL, "/", &save)) {
-		struct dentry *de;
-
-		if (!S_ISDIR(in->mode) || !(de = ns_dir_find(&in->dir, part)))
-			rc = -ENOENT;
-		else
-			in = de->inode;
-	}
+	rc = find_path(e, path, &in);
 	if (rc == 0 && !S_ISREG(in->mode))
 		rc = S_ISDIR(in->mode) ? -EISDIR : -EINVAL;
 	if (rc == 0) {

@@ -1422,6 +1422,29 @@ static int ls_row(void *ctx, const struct eng_entry_info *ei)
 	return rep_err(rep) ? 1 : 0;
 }
 
+/*
+ * After eng_list_*() filled @rep: 0 when it worked, else an exit code (the
+ * report freed, the error said as "CMD: /REL: reason").
+ */
+static int list_failed(struct rep_out *o, struct rep *rep, int rc,
+		       const char *cmd, const char *rel)
+{
+	if (rep_err(rep)) {
+		o->err = rep_err(rep);
+		rep_free(rep);
+		return CTL_EXIT_FAIL;
+	}
+	if (rc >= 0)
+		return 0;
+	rep_free(rep);
+	rep_out_begin(o, 'e');
+	rep_out_printf(o, "%s: /", cmd);
+	rep_out_text(o, rel);
+	rep_out_printf(o, ": %s", err_name(rc));
+	rep_out_end(o);
+	return CTL_EXIT_FAIL;
+}
+
 static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 {
 	const char *mnt = eng_get_config(r->c->e)->mountpoint;
@@ -1456,18 +1479,7 @@ static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 		return CTL_EXIT_FAIL;
 	}
 	rc = eng_list_path(r->c->e, rel, ls_row, rep);
-	if (rep_err(rep)) {
-		o->err = rep_err(rep);
-		rep_free(rep);
-		return CTL_EXIT_FAIL;
-	}
-	if (rc < 0) {
-		rep_free(rep);
-		rep_out_begin(o, 'e');
-		rep_out_str(o, "ls: /");
-		rep_out_text(o, rel);
-		rep_out_printf(o, ": %s", err_name(rc));
-		rep_out_end(o);
+	if (list_failed(o, rep, rc, "ls", rel)) {
 		/* "ls /mnt/ckpt/step_1" for "ls /step_1": say so. */
 		n = mnt ? strlen(mnt) : 0;
 		if (rc == -ENOENT && n > 1 && r->path &&
@@ -1755,20 +1767,8 @@ static int cmd_placement(struct ctl_req *r, struct rep_out *o)
 		return CTL_EXIT_FAIL;
 	}
 	rc = eng_list_pieces(r->c->e, rel, pl_row, rep);
-	if (rep_err(rep)) {
-		o->err = rep_err(rep);
-		rep_free(rep);
+	if (list_failed(o, rep, rc, "placement", rel))
 		return CTL_EXIT_FAIL;
-	}
-	if (rc < 0) {
-		rep_free(rep);
-		rep_out_begin(o, 'e');
-		rep_out_str(o, "placement: /");
-		rep_out_text(o, rel);
-		rep_out_printf(o, ": %s", err_name(rc));
-		rep_out_end(o);
-		return CTL_EXIT_FAIL;
-	}
 	if (r->json)
 		rep_json(o, rep);
 	else
