@@ -134,7 +134,15 @@
  * Snapshots are taken every snapshot_every entries on the loop thread (the
  * caller's fsm->snapshot must be quick: raft waits meanwhile), keeping the
  * last snapshot_every / 2 entries so that a follower a little behind gets
- * entries, not the whole snapshot.
+ * entries, not the whole snapshot.  A follower further behind is sent the
+ * leader's snapshot, and the leader sends it nothing else until the
+ * follower acknowledges it or the install times out.  libraft loses that
+ * snapshot without a word when the follower is busy with a snapshot of its
+ * own at that moment (it drops the message) or died after the leader's
+ * write; its default timeout of 30 s would then leave the follower behind
+ * for 30 s.  install_ms() makes it 4 election timeouts (2 to 10 s): a resend
+ * that comes while the first is still being installed is dropped the same
+ * way and costs one transfer.
  *
  * The raft link handshake (docs/protocol.md).  raft_uv talks to its peers
  * over TCP at o->addrs[node].  Before raft sees a connection, we run this
@@ -2271,6 +2279,17 @@ static void raft_shut(struct nslog *l)
 	raft_close(&l->raft, raft_closed);
 }
 
+static unsigned clampu(unsigned v, unsigned lo, unsigned hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* How long the leader waits for a follower to acknowledge its snapshot. */
+static unsigned install_ms(const struct nslog *l)
+{
+	return clampu(4 * l->election_ms, 2000, 10000);
+}
+
 /* raft_init with @id, bootstrap the static configuration if asked, start. */
 static int raft_go(struct nslog *l, raft_id id, bool bootstrap)
 {
@@ -2313,6 +2332,7 @@ static int raft_go(struct nslog *l, raft_id id, bool bootstrap)
 	raft_set_heartbeat_timeout(&l->raft, l->heartbeat_ms);
 	raft_set_snapshot_threshold(&l->raft, l->snapshot_every);
 	raft_set_snapshot_trailing(&l->raft, trailing ? trailing : 1);
+	raft_set_install_snapshot_timeout(&l->raft, install_ms(l));
 	/* A node back from a partition does not depose a working leader. */
 	raft_set_pre_vote(&l->raft, true);
 	if (bootstrap) {
@@ -2589,11 +2609,6 @@ static void *loop_main(void *arg)
 }
 
 /* --- requests from peers (transport threads) and answers (worker) --------- */
-
-static unsigned clampu(unsigned v, unsigned lo, unsigned hi)
-{
-	return v < lo ? lo : v > hi ? hi : v;
-}
 
 /* How long one answer may wait for its link. */
 static int answer_ms(const struct nslog *l)

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -229,11 +230,17 @@ static void sleep_ms(int ms)
 /*
  * A loopback port nobody listens on now, below the kernel's ephemeral range
  * (ip_local_port_range): a node restarted later on the same port must not
- * find it taken by some connection's local end meanwhile.
+ * find it taken by some connection's local end meanwhile.  Drawn at random
+ * (seeded by getrandom: two test programs started in the same millisecond
+ * once drew the same ports from a pid ^ time seed) and never handed out
+ * twice in this process (the check binds and closes: a port handed out but
+ * not yet listened on looks free).
  */
 static int free_port(void)
 {
 	static unsigned seed;
+	static int given[256];
+	static int ngiven;
 	int lo = 32768, hi = 60999;
 	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
 
@@ -242,11 +249,12 @@ static int free_port(void)
 			lo = 32768;
 		fclose(f);
 	}
-	if (!seed)
-		seed = (unsigned)getpid() ^ (unsigned)now_ms();
+	if (!seed && getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+		seed = (unsigned)getpid() * 2654435761u ^ (unsigned)now_ms();
 	for (int tries = 0; tries < 1000; tries++) {
 		struct sockaddr_in a = { .sin_family = AF_INET };
 		int fd = socket(AF_INET, SOCK_STREAM, 0), port, rc;
+		bool dup = false;
 
 		assert_true(fd >= 0);
 		/* 10000 .. lo - 1; above the range when it starts low. */
@@ -256,12 +264,20 @@ static int free_port(void)
 		else
 			port = hi + 1 + (int)(rand_r(&seed) %
 					      (unsigned)(65000 - hi));
+		for (int k = 0; k < ngiven && k < 256 && !dup; k++)
+			dup = given[k] == port;
+		if (dup) {
+			close(fd);
+			continue;
+		}
 		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 		a.sin_port = htons((uint16_t)port);
 		rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
 		close(fd);
-		if (rc == 0)
+		if (rc == 0) {
+			given[ngiven++ % 256] = port;
 			return port;
+		}
 	}
 	fail_msg("no free loopback port below %d", lo);
 	return -1;
