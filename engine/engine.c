@@ -658,6 +658,142 @@ int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 	return rc;
 }
 
+/* The regular files eng_verify checks: held, with their paths. */
+struct verify_list {
+	struct inode **in;
+	char **path;
+	size_t n, cap;
+};
+
+/* Collect @in (at @path) and what is under it; ns->lock held for writing. */
+static int verify_collect(struct verify_list *l, struct inode *in,
+			  char *path, size_t len, size_t size)
+{
+	if (S_ISDIR(in->mode)) {
+		int rc = 0;
+
+		for (struct dentry *de = in->dir.first; de && rc == 0;
+		     de = de->next) {
+			size_t n = strlen(de->name) + (len ? 1 : 0);
+
+			if (len + n >= size)
+				return -ENAMETOOLONG;
+			snprintf(path + len, size - len, "%s%s",
+				 len ? "/" : "", de->name);
+			rc = verify_collect(l, de->inode, path, len + n, size);
+			path[len] = 0;
+		}
+		return rc;
+	}
+	if (!S_ISREG(in->mode))
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		struct inode **v = realloc(l->in, cap * sizeof(*v));
+		char **p;
+
+		if (!v)
+			return -ENOMEM;
+		l->in = v;
+		p = realloc(l->path, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->path = p;
+		l->cap = cap;
+	}
+	l->path[l->n] = strdup(path);
+	if (!l->path[l->n])
+		return -ENOMEM;
+	in->holds++;
+	l->in[l->n++] = in;
+	return 0;
+}
+
+/* This node's copy, then each other node with the sealed bytes. */
+static void verify_file(struct eng *e, struct inode *in, const char *path,
+			struct eng_verify_info *vi)
+{
+	struct file *f = &in->file;
+	struct file_snap fs = { 0 };
+	uint64_t gseal = 0, holders = 0;
+	int rc;
+
+	memset(vi, 0, sizeof(*vi));
+	vi->path = path;
+	vi->owner = -1;
+	pthread_rwlock_rdlock(&f->lock);
+	vi->size = f->size;
+	vi->pieces = (uint32_t)((f->size + e->store.chunk_size - 1) >>
+				e->store.chunk_shift);
+	vi->sealed = file_sealed(f);
+	if (e->gops) {
+		vi->owner = f->owner;
+		gseal = f->gseal;
+		holders = f->holders;
+		if (f->owner >= 0 && f->owner < 64)
+			holders |= 1ULL << f->owner;
+	}
+	rc = vi->sealed ? file_verify_take_locked(e, f, 0, &fs) : -EBUSY;
+	pthread_rwlock_unlock(&f->lock);
+	if (!vi->sealed)
+		return;
+	/* This node's copy, or pieces of another's that a reader fetched. */
+	for (uint32_t i = 0; rc == 0 && i < fs.nslots; i++)
+		if (slot_in_ram(&fs.slots[i]))
+			holders |= 1ULL << e->node;
+	if (!e->gops || (holders & (1ULL << e->node)) || rc < 0) {
+		struct eng_verify_copy *vc = &vi->copy[vi->ncopies++];
+
+		vc->node = e->gops ? e->node : -1;
+		vc->rc = rc;
+		if (rc == 0)
+			file_verify_snap(e, &fs, path, vc);
+	}
+	file_snap_drop(e, &fs);
+	if (!e->gops || !gseal)
+		return;
+	for (int n = 0; n < 64 && vi->ncopies < ENG_VERIFY_MAX_COPIES; n++) {
+		struct eng_verify_copy *vc;
+
+		if (n == e->node || !(holders & (1ULL << n)))
+			continue;
+		vc = &vi->copy[vi->ncopies++];
+		e->gops->verify(e->gctx, n, in->ino, gseal, vc);
+	}
+}
+
+int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx)
+{
+	struct verify_list l = { 0 };
+	struct eng_verify_info *vi;
+	char buf[PATH_MAX];
+	struct inode *in;
+	int rc;
+
+	vi = malloc(sizeof(*vi));
+	if (!vi)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&e->ns.lock);
+	rc = find_path(e, path, &in);
+	if (rc == 0 && ns_path(&e->ns, in, buf, sizeof(buf)) < 0)
+		rc = -ENOENT;
+	if (rc == 0)
+		rc = verify_collect(&l, in, buf, strlen(buf), sizeof(buf));
+	pthread_rwlock_unlock(&e->ns.lock);
+	for (size_t i = 0; i < l.n; i++) {
+		if (rc == 0) {
+			verify_file(e, l.in[i], l.path[i], vi);
+			rc = fn(ctx, vi);
+		}
+		ns_unhold(e, l.in[i]);
+		free(l.path[i]);
+	}
+	free(l.in);
+	free(l.path);
+	free(vi);
+	return rc;
+}
+
 int eng_flush_request(struct eng *e, uint64_t *ticket)
 {
 	return persist_flush_request(e, ticket);

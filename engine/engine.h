@@ -537,6 +537,46 @@ typedef int (*eng_piece_fn)(void *ctx, const struct eng_piece_info *pi);
 int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 		    void *ctx);
 
+/*
+ * One copy of a file as reftfs-admin verify found it: the CRC32C of each
+ * piece held in memory there recomputed and compared with the sum the
+ * file's seal recorded.
+ */
+struct eng_verify_copy {
+	int node;		/* the node that holds it; -1 without a group */
+	int rc;			/* 0: checked; else why not: -EHOSTDOWN
+				   (down), -ESTALE (holds another seal),
+				   -ENOENT, -ETIMEDOUT, ... */
+	uint32_t checked;	/* pieces recomputed */
+	uint32_t bad;		/* ... that did not match */
+	uint32_t first_bad;	/* the index of the first of those */
+	uint32_t absent;	/* pieces not in memory there (in the
+				   persist dir, or on peers) */
+	uint64_t bytes;		/* bytes recomputed */
+};
+
+#define ENG_VERIFY_MAX_COPIES 64
+
+struct eng_verify_info {
+	const char *path;	/* relative to the mount root */
+	uint64_t size;
+	uint32_t pieces;
+	bool sealed;		/* false: being written, nothing checked */
+	int owner;		/* in a group; -1 otherwise */
+	unsigned ncopies;	/* this node's first (when it holds one) */
+	struct eng_verify_copy copy[ENG_VERIFY_MAX_COPIES];
+};
+typedef int (*eng_verify_fn)(void *ctx, const struct eng_verify_info *vi);
+/*
+ * Check every regular file at or under @path (relative to the mount root):
+ * this node's copy and, in a group, the copy of each node that holds the
+ * file's sealed bytes (asked over the peer link; the pieces are checked
+ * where they are, not sent).  @fn is called once per file, in no
+ * particular order, with no lock held.  -ENOENT if @path is absent.
+ * Sleeps (the CRCs, the peers).
+ */
+int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx);
+
 struct eng_flush_progress {
 	uint64_t files_total, files_done;
 	uint64_t bytes_total, bytes_done;

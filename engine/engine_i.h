@@ -601,6 +601,12 @@ struct eng_group_ops {
 	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
 	/* Wait until the namespace caught up with the group (see engine.h). */
 	int (*ready)(void *ctx, int timeout_ms);
+	/*
+	 * Ask @node to check its copy of @ino's seal @gseal (eng_verify):
+	 * fills @vc (node and rc too).  No lock held; sleeps.
+	 */
+	void (*verify)(void *ctx, int node, uint64_t ino, uint64_t gseal,
+		       struct eng_verify_copy *vc);
 	/* Threads: started by eng_start, stopped by eng_stop (and eng_free). */
 	int (*start)(void *ctx);
 	void (*stop)(void *ctx);
@@ -803,6 +809,20 @@ int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
 void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
 int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
+/*
+ * reftfs-admin verify of this node's copy of a file: the sealed pieces
+ * it holds in memory, their CRC32C recomputed.  file_verify_take_locked()
+ * pins them (f->lock held, read is enough): -EBUSY while the file is
+ * written, -ESTALE when @gseal (0: any) is not its seal here.
+ * file_verify_snap() checks them with no lock held (then file_snap_drop).
+ * file_verify_ino(): both, for a peer that asks (@ino at @gseal; -ENOENT).
+ */
+int file_verify_take_locked(struct eng *e, struct file *f, uint64_t gseal,
+			    struct file_snap *fs);
+void file_verify_snap(struct eng *e, const struct file_snap *fs,
+		      const char *what, struct eng_verify_copy *vc);
+int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal,
+		    struct eng_verify_copy *vc);
 /* Apply PROTECT (see ns_apply). */
 int file_apply_protect(struct eng *e, const struct nsop *op);
 /*

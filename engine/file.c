@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -909,6 +910,74 @@ int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal)
 	}
 	replica_unlock(e, f);
 	return rc;
+}
+
+int file_verify_take_locked(struct eng *e, struct file *f, uint64_t gseal,
+			    struct file_snap *fs)
+{
+	if (!file_sealed(f))
+		return -EBUSY;
+	if (gseal && f->gseal != gseal)
+		return -ESTALE;
+	return file_snap_take_locked(e, f, fs);
+}
+
+void file_verify_snap(struct eng *e, const struct file_snap *fs,
+		      const char *what, struct eng_verify_copy *vc)
+{
+	uint32_t n = (uint32_t)((fs->size + e->store.chunk_size - 1) >>
+				e->store.chunk_shift);
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot *s = i < fs->nslots ? &fs->slots[i] : NULL;
+		uint32_t len = file_piece_len(e, fs->size, i), have, crc;
+
+		if (!s || s->where == PIECE_HOLE)
+			continue; /* zeros: no bytes to go bad */
+		if (!slot_in_ram(s) || s->crc_len != len) {
+			vc->absent++;
+			continue;
+		}
+		/* Past fill the piece reads as zeros, not the chunk. */
+		have = s->fill < len ? s->fill : len;
+		crc = ers_crc32c(0, store_ptr(&e->store, s->chunk), have);
+		crc = crc_zeros(crc, len - have);
+		vc->checked++;
+		vc->bytes += len;
+		if (crc == s->crc)
+			continue;
+		if (!vc->bad++)
+			vc->first_bad = i;
+		atomic_fetch_add(&e->cnt.crc_errors, 1);
+		rft_warn("verify: %s: piece %u (%u bytes) has CRC32C %08x, "
+			 "its seal says %08x",
+			 what, i, len, crc, s->crc);
+	}
+}
+
+int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal,
+		    struct eng_verify_copy *vc)
+{
+	struct file_snap fs = { 0 };
+	struct inode *in;
+	char what[48];
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		pthread_rwlock_rdlock(&in->file.lock);
+		rc = file_verify_take_locked(e, &in->file, gseal, &fs);
+		pthread_rwlock_unlock(&in->file.lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	vc->rc = rc;
+	if (rc < 0)
+		return rc;
+	snprintf(what, sizeof(what), "inode %llu", (unsigned long long)ino);
+	file_verify_snap(e, &fs, what, vc);
+	file_snap_drop(e, &fs);
+	return 0;
 }
 
 int file_apply_protect(struct eng *e, const struct nsop *op)

@@ -31,6 +31,11 @@
  *   GNS_T_GET   u64 ino, u64 gseal, u32 piece, u32 len.  Answered with the
  *               piece's bytes as bulk (bulk_crc its CRC32C) when this node
  *               holds that sealed version's piece whole, else -ESTALE.
+ *   GNS_T_VERIFY u64 ino, u64 gseal.  This node recomputes the CRC32C of
+ *               each piece of that seal it holds in memory (reftfs-admin
+ *               verify): u32 checked, u32 bad, u32 first bad, u32 absent,
+ *               u64 bytes; -ESTALE (another seal), -EBUSY (being
+ *               written), -ENOENT.
  * Requests are served on GNS_SERVERS threads: transport threads only
  * queue them.
  *
@@ -54,7 +59,8 @@
 enum {
 	GNS_T_WAIT = PEER_T_GNS_FIRST,
 	GNS_T_GET,
-	GNS_T_LAST = GNS_T_GET,
+	GNS_T_VERIFY,
+	GNS_T_LAST = GNS_T_VERIFY,
 };
 
 #define GNS_SUBMITTERS 8	/* namespace changes in flight at once */
@@ -64,6 +70,7 @@ enum {
 #define GNS_INVAL_WAIT_MS 500	/* ... for the kernel's names at most this */
 #define GNS_SEAL_RETRY_MS 1000	/* a seal that did not commit goes again */
 #define GNS_SEND_MS 5000	/* answers handed to the transport */
+#define GNS_VERIFY_MS 60000	/* a peer's check of one file */
 #define GNS_TICK_MS 100		/* the ticker's period */
 #define GNS_STALE_MIN_MS 250	/* a gap in the ticks at least this long
 				   (and half of --dead-after) is a freeze */
@@ -677,11 +684,13 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 {
 	struct gns *g = ctx;
 	struct gns_job *j;
-	uint32_t want = f->type == GNS_T_WAIT ? 8 : 24;
+	uint32_t want = f->type == GNS_T_WAIT	  ? 8
+			: f->type == GNS_T_VERIFY ? 16
+						  : 24;
 
 	if (f->flags & PEER_F_REPLY)
 		return -EPROTO;
-	if ((f->type != GNS_T_WAIT && f->type != GNS_T_GET) ||
+	if (f->type < GNS_T_WAIT || f->type > GNS_T_LAST ||
 	    f->meta_len != want || f->bulk_len)
 		return -EPROTO;
 	j = calloc(1, sizeof(*j));
@@ -784,6 +793,27 @@ static void serve_get(struct gns *g, struct gns_job *j)
 	atomic_fetch_add(&g->gets_served, 1);
 }
 
+/* GNS_T_VERIFY: check this node's copy of a file where it is. */
+static void serve_verify(struct gns *g, struct gns_job *j)
+{
+	struct eng_verify_copy vc = { .node = g->self };
+	uint8_t meta[24];
+	struct peer_frame rep = { .meta = meta, .meta_len = sizeof(meta) };
+	int rc;
+
+	rc = file_verify_ino(g->e, get64(j->meta), get64(j->meta + 8), &vc);
+	if (rc < 0) {
+		peer_reply_err(g->x, j->node, &j->f, rc, GNS_SEND_MS);
+		return;
+	}
+	put32(meta, vc.checked);
+	put32(meta + 4, vc.bad);
+	put32(meta + 8, vc.first_bad);
+	put32(meta + 12, vc.absent);
+	put64(meta + 16, vc.bytes);
+	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
+}
+
 static void *server_main(void *arg)
 {
 	struct gns *g = arg;
@@ -831,8 +861,10 @@ static void *server_main(void *arg)
 			if (!g->stop) {
 				if (j->f.type == GNS_T_WAIT)
 					answer_wait(g, j);
-				else
+				else if (j->f.type == GNS_T_GET)
 					serve_get(g, j);
+				else
+					serve_verify(g, j);
 			}
 			free(j);
 			pthread_mutex_lock(&g->lock);
@@ -901,7 +933,11 @@ static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
 			if (r == 0 && rep.bulk_len == len &&
 			    ers_crc32c(0, buf, len) == crc)
 				return 0;
-			if (r == 0) {
+			/*
+			 * Wrong bytes: the transport's check against the
+			 * CRC the holder sent (-EBADMSG), or ours.
+			 */
+			if (r == 0 || r == -EBADMSG) {
 				rft_warn("piece %u of inode %llu from node %d "
 					 "failed its checksum",
 					 idx, (unsigned long long)ino, n);
@@ -912,6 +948,41 @@ static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
 		}
 	}
 	return rc == -ETIMEDOUT ? rc : -EIO;
+}
+
+/*
+ * eng_verify: ask @node to check its copy.  A node that is down is not
+ * asked; one that does not answer in GNS_VERIFY_MS is reported so.
+ */
+static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
+		       struct eng_verify_copy *vc)
+{
+	struct gns *g = ctx;
+	struct memb_view v;
+	uint8_t meta[16], ans[24];
+	struct peer_frame f = { .type = GNS_T_VERIFY, .meta = meta,
+				.meta_len = sizeof(meta) };
+	struct peer_reply rep = { .meta = ans, .meta_cap = sizeof(ans) };
+
+	memset(vc, 0, sizeof(*vc));
+	vc->node = node;
+	memb_get_view(g->memb, &v);
+	if (node < 0 || node >= g->nodes || v.node[node].state == MEMB_DEAD) {
+		vc->rc = -EHOSTDOWN;
+		return;
+	}
+	put64(meta, ino);
+	put64(meta + 8, gseal);
+	vc->rc = peer_call(g->x, node, &f, &rep, GNS_VERIFY_MS);
+	if (vc->rc == 0 && rep.meta_len != sizeof(ans))
+		vc->rc = -EPROTO;
+	if (vc->rc < 0)
+		return;
+	vc->checked = get32(ans);
+	vc->bad = get32(ans + 4);
+	vc->first_bad = get32(ans + 8);
+	vc->absent = get32(ans + 12);
+	vc->bytes = get64(ans + 16);
 }
 
 /* --- readiness, life ------------------------------------------------------ */
@@ -1042,6 +1113,7 @@ static const struct eng_group_ops gns_ops = {
 	.kick = gns_kick,
 	.protect_stats = gns_protect_stats,
 	.ready = gns_ready,
+	.verify = gns_verify,
 	.start = gns_start,
 	.stop = gns_stop,
 	.free = gns_free,

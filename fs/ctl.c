@@ -1445,6 +1445,34 @@ static int list_failed(struct rep_out *o, struct rep *rep, int rc,
 	return CTL_EXIT_FAIL;
 }
 
+/*
+ * A group's node shows its namespace once it is the group's: wait (at most
+ * CTL_CATCH_UP_MS) until it caught up with the log.  CTL_EXIT_OK, or the
+ * exit code with the reason said.
+ */
+static int wait_caught_up(struct ctl_req *r, struct rep_out *o,
+			  const char *cmd)
+{
+	int rc;
+
+	for (int i = 0; !eng_group_caught_up(r->c->e); i++) {
+		if (i * CTL_POLL_MS >= CTL_CATCH_UP_MS) {
+			rep_out_line(o, 'e', "%s: this node has not caught up "
+					     "with the group's namespace log "
+					     "(see reftfs-admin group)", cmd);
+			return CTL_EXIT_FAIL;
+		}
+		rc = ctl_nap(r, CTL_POLL_MS);
+		if (rc == -ESHUTDOWN) {
+			rep_out_line(o, 'e', "%s: reftfsd is stopping", cmd);
+			return CTL_EXIT_FAIL;
+		}
+		if (rc < 0)
+			return CTL_GONE;
+	}
+	return CTL_EXIT_OK;
+}
+
 static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 {
 	const char *mnt = eng_get_config(r->c->e)->mountpoint;
@@ -1457,22 +1485,9 @@ static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 		rep_out_line(o, 'e', "ls: path too long");
 		return CTL_EXIT_USAGE;
 	}
-	/* A group's node shows its namespace once it is the group's. */
-	for (int i = 0; !eng_group_caught_up(r->c->e); i++) {
-		if (i * CTL_POLL_MS >= CTL_CATCH_UP_MS) {
-			rep_out_line(o, 'e', "ls: this node has not caught up "
-					     "with the group's namespace log "
-					     "(see reftfs-admin group)");
-			return CTL_EXIT_FAIL;
-		}
-		rc = ctl_nap(r, CTL_POLL_MS);
-		if (rc == -ESHUTDOWN) {
-			rep_out_line(o, 'e', "ls: reftfsd is stopping");
-			return CTL_EXIT_FAIL;
-		}
-		if (rc < 0)
-			return CTL_GONE;
-	}
+	rc = wait_caught_up(r, o, "ls");
+	if (rc != CTL_EXIT_OK)
+		return rc;
 	rep = rep_new(&ls_root);
 	if (!rep) {
 		o->err = -ENOMEM;
@@ -1777,6 +1792,199 @@ static int cmd_placement(struct ctl_req *r, struct rep_out *o)
 	return CTL_EXIT_OK;
 }
 
+/* --- verify --------------------------------------------------------------- */
+
+enum { VC_PATH, VC_NODE, VC_RESULT, VC_PIECES, VC_BAD, VC_FIRST_BAD,
+       VC_ABSENT, VC_BYTES, VC_N };
+
+static const struct rep_field vc_fields[VC_N] = {
+	[VC_PATH] = REP_FIELD("path", REP_STRING),
+	/* null without a group */
+	[VC_NODE] = REP_FIELD("node", REP_INT),
+	/* ok, bad, writing (not checked), down, stale (that node holds
+	   another seal), no answer, or why it could not be checked */
+	[VC_RESULT] = REP_FIELD("result", REP_STRING),
+	[VC_PIECES] = REP_FIELD("pieces_checked", REP_COUNT),
+	[VC_BAD] = REP_FIELD("pieces_bad", REP_COUNT),
+	[VC_FIRST_BAD] = REP_FIELD("first_bad_piece", REP_COUNT),
+	[VC_ABSENT] = REP_FIELD("pieces_absent", REP_COUNT),
+	[VC_BYTES] = REP_FIELD("bytes_checked", REP_BYTES),
+};
+
+enum { VF_FILES, VF_WRITING, VF_COPIES, VF_UNCHECKED, VF_PIECES, VF_BAD,
+       VF_BYTES, VF_TABLE, VF_N };
+
+static const struct rep_field vf_fields[VF_N] = {
+	[VF_FILES] = REP_FIELD("files", REP_COUNT),
+	[VF_WRITING] = REP_FIELD("files_writing", REP_COUNT),
+	[VF_COPIES] = REP_FIELD("copies_checked", REP_COUNT),
+	[VF_UNCHECKED] = REP_FIELD("copies_unchecked", REP_COUNT),
+	[VF_PIECES] = REP_FIELD("pieces_checked", REP_COUNT),
+	[VF_BAD] = REP_FIELD("pieces_bad", REP_COUNT),
+	[VF_BYTES] = REP_FIELD("bytes_checked", REP_BYTES),
+	[VF_TABLE] = { .key = "copies", .type = REP_TABLE,
+		       .fields = vc_fields, .n = VC_N },
+};
+
+static const struct rep_field vf_root = REP_GROUP("verify", vf_fields, VF_N);
+
+static const struct rep_col vc_cols[] = {
+	{ "", "NODE", 4, 0 },	  { "  ", "RESULT", -9, 0 },
+	{ "  ", "PIECES", 6, 0 }, { "  ", "BAD", 5, 0 },
+	{ "  ", "ABSENT", 6, 0 }, { "  ", "PATH", 0, 0 },
+};
+
+/* Unset cells (no group, nothing checked) read "-". */
+static const struct rep_row_text vc_rows[] = {
+	{ NULL, (const char *const[]){ "{node}", "{result}",
+				       "{pieces_checked}", "{pieces_bad}",
+				       "{pieces_absent}", "{path}" } },
+};
+
+static const struct rep_table_text vc_table = { "copies", vc_cols, 6,
+						vc_rows, 1 };
+
+static const struct rep_text vf_text[] = {
+	TABLE("copies", &vc_table),
+	TXT(NULL, NULL,
+	    "{files} {files?file|files}: {copies_checked} {copies_checked?"
+	    "copy|copies} checked, {pieces_checked} {pieces_checked?piece|"
+	    "pieces} ({bytes_checked}), {pieces_bad} bad"),
+	TXT("files_writing", NULL,
+	    "{files_writing} {files_writing?file is|files are} being "
+	    "written: not checked"),
+};
+
+struct verify_sum {
+	struct rep *rep;
+	uint64_t files, writing, copies, unchecked, pieces, bad, bytes;
+};
+
+static const char *verify_result(const struct eng_verify_copy *vc)
+{
+	if (vc->rc == 0)
+		return vc->bad ? "bad" : "ok";
+	switch (-vc->rc) {
+	case EBUSY:
+		return "writing";
+	case EHOSTDOWN:
+		return "down";
+	case ESTALE:
+		return "stale";
+	case ETIMEDOUT:
+		return "no answer";
+	case ENOENT:
+		return "gone";
+	default:
+		return err_name(vc->rc);
+	}
+}
+
+static int verify_row(void *ctx, const struct eng_verify_info *vi)
+{
+	struct verify_sum *sum = ctx;
+	char path[PATH_MAX + 2];
+
+	snprintf(path, sizeof(path), "/%s", vi->path);
+	sum->files++;
+	if (!vi->sealed) {
+		struct rep_obj *row = rep_row(sum->rep, rep_top(sum->rep),
+					      VF_TABLE);
+
+		sum->writing++;
+		if (!row)
+			return 1;
+		rep_set_str(row, VC_PATH, path);
+		rep_set_str(row, VC_RESULT, "writing");
+		return rep_err(sum->rep) ? 1 : 0;
+	}
+	for (unsigned i = 0; i < vi->ncopies; i++) {
+		const struct eng_verify_copy *vc = &vi->copy[i];
+		struct rep_obj *row = rep_row(sum->rep, rep_top(sum->rep),
+					      VF_TABLE);
+
+		if (!row)
+			return 1;
+		rep_set_str(row, VC_PATH, path);
+		if (vc->node >= 0)
+			rep_set_int(row, VC_NODE, vc->node);
+		rep_set_str(row, VC_RESULT, verify_result(vc));
+		if (vc->rc < 0) {
+			sum->unchecked++;
+			continue;
+		}
+		sum->copies++;
+		sum->pieces += vc->checked;
+		sum->bad += vc->bad;
+		sum->bytes += vc->bytes;
+		rep_set_u64(row, VC_PIECES, vc->checked);
+		rep_set_u64(row, VC_BAD, vc->bad);
+		if (vc->bad)
+			rep_set_u64(row, VC_FIRST_BAD, vc->first_bad);
+		rep_set_u64(row, VC_ABSENT, vc->absent);
+		rep_set_u64(row, VC_BYTES, vc->bytes);
+	}
+	return rep_err(sum->rep) ? 1 : 0;
+}
+
+/*
+ * verify [PATH]: recompute the CRC32C of every piece of the files under
+ * PATH where it is held: here, and on each node with a copy.  Exit 1 when
+ * a piece is bad or a copy could not be checked.
+ */
+static int cmd_verify(struct ctl_req *r, struct rep_out *o)
+{
+	char rel[RFS_CTL_MAX_LINE + 1];
+	struct verify_sum sum = { 0 };
+	struct rep_obj *top;
+	int rc;
+
+	if (norm_path(r->path ? r->path : "", rel, sizeof(rel)) < 0) {
+		rep_out_line(o, 'e', "verify: path too long");
+		return CTL_EXIT_USAGE;
+	}
+	rc = wait_caught_up(r, o, "verify");
+	if (rc != CTL_EXIT_OK)
+		return rc;
+	sum.rep = rep_new(&vf_root);
+	if (!sum.rep) {
+		o->err = -ENOMEM;
+		return CTL_EXIT_FAIL;
+	}
+	rc = eng_verify(r->c->e, rel, verify_row, &sum);
+	if (list_failed(o, sum.rep, rc, "verify", rel))
+		return CTL_EXIT_FAIL;
+	top = rep_top(sum.rep);
+	rep_set_u64(top, VF_FILES, sum.files);
+	rep_set_u64(top, VF_WRITING, sum.writing);
+	rep_set_u64(top, VF_COPIES, sum.copies);
+	rep_set_u64(top, VF_UNCHECKED, sum.unchecked);
+	rep_set_u64(top, VF_PIECES, sum.pieces);
+	rep_set_u64(top, VF_BAD, sum.bad);
+	rep_set_u64(top, VF_BYTES, sum.bytes);
+	if (rep_err(sum.rep)) {
+		o->err = rep_err(sum.rep);
+		rep_free(sum.rep);
+		return CTL_EXIT_FAIL;
+	}
+	if (r->json)
+		rep_json(o, sum.rep);
+	else
+		rep_text(o, sum.rep, vf_text, 3, 0);
+	rep_free(sum.rep);
+	if (sum.bad)
+		rep_out_line(o, 'e',
+			     "verify: %" PRIu64 " bad %s: their bytes differ "
+			     "from the checksums of their seal",
+			     sum.bad, sum.bad == 1 ? "piece" : "pieces");
+	if (sum.unchecked)
+		rep_out_line(o, 'e',
+			     "verify: %" PRIu64 " %s could not be checked "
+			     "(RESULT says why)",
+			     sum.unchecked, sum.unchecked == 1 ? "copy" : "copies");
+	return sum.bad || sum.unchecked ? CTL_EXIT_FAIL : CTL_EXIT_OK;
+}
+
 /* --- protect, rebuild ---------------------------------------------------- */
 
 enum group_wait_kind { WAIT_PROTECT, WAIT_REBUILD };
@@ -2048,6 +2256,10 @@ static const struct ctl_cmd ctl_cmds[] = {
 	{ "placement", CMD_JSON | CMD_PATH, "PATH [--json]",
 	  "where each piece of a file is: here, and the nodes that hold it",
 	  cmd_placement },
+	{ "verify", CMD_JSON | CMD_PATH, "[PATH] [--json]",
+	  "recompute the checksums of the files under PATH, here and on "
+	  "the nodes with copies",
+	  cmd_verify },
 	{ "protect", CMD_JSON | CMD_WAIT, "[--wait] [--json]",
 	  "copies of this node's files on peers; --wait until all are",
 	  cmd_protect },

@@ -316,6 +316,55 @@ int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 	return rc;
 }
 
+/*
+ * verify: a.pt checked on nodes 1 and 2 (node 2 with a bad piece when
+ * fake_verify_bad), b.pt being written, c.pt's holder down.
+ */
+static _Atomic bool fake_verify_bad;
+
+int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx)
+{
+	struct eng_verify_info *vi = calloc(1, sizeof(*vi));
+	int rc = 0;
+
+	(void)e;
+	assert_non_null(vi);
+	snprintf(fake_last_path, sizeof(fake_last_path), "%s", path);
+	if (strcmp(path, "step_100") && strcmp(path, "")) {
+		free(vi);
+		return -ENOENT;
+	}
+	*vi = (struct eng_verify_info){ .path = "step_100/a.pt",
+					.size = 3 << 20, .pieces = 3,
+					.sealed = true, .owner = 1,
+					.ncopies = 2 };
+	vi->copy[0] = (struct eng_verify_copy){ .node = 1, .checked = 3,
+						.bytes = 3 << 20 };
+	vi->copy[1] = (struct eng_verify_copy){ .node = 2, .checked = 3,
+						.bytes = 3 << 20 };
+	if (fake_verify_bad) {
+		vi->copy[1].bad = 1;
+		vi->copy[1].first_bad = 2;
+	}
+	rc = fn(ctx, vi);
+	if (rc == 0) {
+		*vi = (struct eng_verify_info){ .path = "step_100/b.pt",
+						.owner = 1 };
+		rc = fn(ctx, vi);
+	}
+	if (rc == 0) {
+		*vi = (struct eng_verify_info){ .path = "step_100/c.pt",
+						.size = 4096, .pieces = 1,
+						.sealed = true, .owner = 0,
+						.ncopies = 1 };
+		vi->copy[0] = (struct eng_verify_copy){ .node = 0,
+							.rc = -EHOSTDOWN };
+		rc = fn(ctx, vi);
+	}
+	free(vi);
+	return rc;
+}
+
 int eng_flush_request(struct eng *e, uint64_t *ticket)
 {
 	pthread_mutex_lock(&fake_lock);
@@ -780,6 +829,33 @@ static void test_protect_rebuild(void **state)
 	free(a);
 	a = ask(*state, "placement\n");
 	assert_int_equal(frame_check(a), 2);
+	free(a);
+
+	/* verify: a row per copy; bad pieces and unchecked copies fail. */
+	a = ask(*state, "verify /step_100\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "NODE  RESULT     PIECES    BAD  ABSENT  PATH\n"));
+	assert_non_null(strstr(a, "   1  ok              3      0       0  /step_100/a.pt\n"));
+	assert_non_null(strstr(a, "   -  writing         -      -       -  /step_100/b.pt\n"));
+	assert_non_null(strstr(a, "   0  down            -      -       -  /step_100/c.pt\n"));
+	assert_non_null(strstr(a, "3 files: 2 copies checked, 6 pieces (6.0 MiB), 0 bad"));
+	assert_non_null(strstr(a, "1 file is being written: not checked"));
+	assert_non_null(strstr(a, "verify: 1 copy could not be checked"));
+	assert_null(strstr(a, "bad piece"));
+	free(a);
+	fake_verify_bad = true;
+	a = ask(*state, "verify --json\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "{\"path\":\"/step_100/a.pt\",\"node\":2,"
+				  "\"result\":\"bad\",\"pieces_checked\":3,"
+				  "\"pieces_bad\":1,\"first_bad_piece\":2,"));
+	assert_non_null(strstr(a, "\"pieces_bad\":1,\"bytes_checked\":6291456,"));
+	assert_non_null(strstr(a, "verify: 1 bad piece: their bytes differ"));
+	free(a);
+	fake_verify_bad = false;
+	a = ask(*state, "verify /nope\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "verify: /nope: No such file or directory"));
 	free(a);
 
 	fake_prot_calls = 1;

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# reftfs-admin verify (issue 8): the CRC32C of every piece recomputed where
+# it is held, on this node and on each node with a copy.  A byte of a
+# replica is then really corrupted in its holder's memory (written through
+# /proc/PID/mem, as a memory fault would): verify on any node must find it
+# and exit 1, reads elsewhere must stay right while the owner serves them,
+# and once the owner is gone a read of that piece must fail with EIO,
+# never return the wrong bytes.
+. "$(dirname "$0")/lib.sh"
+need_fuse
+need_root # writes another process's memory
+
+MEM=96 # MiB: the arena is the daemon's one mapping of this size
+group_init 3
+for n in 0 1 2; do group_node "$n" --mem ${MEM}M --protect replicate:2; done
+wait_states "${M[0]}" "self up up"
+MIN_COMMIT=2
+wait_agree 30 0 1 2
+
+REF=$(new_dir ref)
+head -c 3145728 /dev/urandom >"$REF/a"
+head -c 3145728 /dev/urandom >"$REF/b"
+head -c 100000 /dev/urandom >"$REF/small"
+mkdir "${M[0]}/v"
+cp "$REF/a" "${M[0]}/v/a"
+cp "$REF/b" "${M[0]}/v/b"
+cp "$REF/small" "${M[0]}/v/small"
+admin "${M[0]}" protect --wait >/dev/null || fail "protect --wait on node 0"
+
+# Who holds node 0's copies, and the node that holds none.
+H=$(admin "${M[0]}" placement /v/a --json | "$PY" -c '
+import json, sys
+nodes = {p["nodes"] for p in json.load(sys.stdin)}
+assert len(nodes) == 1, nodes
+print(nodes.pop().split("+")[1])')
+T=$((3 - H))
+log "node 0's copies are on node $H; node $T holds none"
+
+# --- all good: every copy checked, exit 0 --------------------------------
+out=$(admin "${M[0]}" verify /v) || fail "verify /v on node 0: exit $?: $out"
+log "$out"
+echo "$out" | grep -Eq "^ +0  ok +3 +0 +0  /v/a$" || fail "node 0's copy of /v/a: $out"
+echo "$out" | grep -Eq "^ +$H  ok +3 +0 +0  /v/a$" || fail "node $H's copy of /v/a: $out"
+echo "$out" | grep -q "3 files: 6 copies checked, 14 pieces" || fail "summary: $out"
+# Asked on the node with no copy, both copies are checked where they are.
+out=$(admin "${M[$T]}" verify /v/a) || fail "verify /v/a on node $T: exit $?: $out"
+echo "$out" | grep -q "1 file: 2 copies checked, 6 pieces" || fail "node $T: $out"
+
+# --- a byte of piece 1 of node H's copies of a and b goes bad ---------------
+for f in a b; do
+	"$PY" "$SRCDIR/tests/integration/poke_mem.py" "${PID[$H]}" \
+		$((MEM << 20)) 1048576 "$REF/$f" 1048576 >/dev/null ||
+		fail "corrupting node $H's copy of $f"
+done
+if out=$(admin "${M[0]}" verify /v 2>&1); then
+	fail "verify on node 0 passed with node $H's copy corrupted: $out"
+fi
+echo "$out" | grep -Eq "^ +$H  bad +3 +1 +0  /v/a$" || fail "node $H's bad copy: $out"
+echo "$out" | grep -Eq "^ +0  ok +3 +0 +0  /v/a$" || fail "node 0's copy: $out"
+echo "$out" | grep -Eq "^ +$H  bad +3 +1 +0  /v/b$" || fail "node $H's bad copy of b: $out"
+echo "$out" | grep -q "verify: 2 bad pieces" || fail "no bad-piece error: $out"
+js=$(admin "${M[$H]}" verify /v/a --json 2>/dev/null) &&
+	fail "verify on node $H passed with its copy corrupted: $js"
+got=$(echo "$js" | "$PY" -c '
+import json, sys
+v = json.load(sys.stdin)
+print([(c["node"], c["result"], c["first_bad_piece"]) for c in v["copies"]],
+      v["pieces_bad"])')
+expect_eq "$got" "[($H, 'bad', 1), (0, 'ok', None)] 1" "verify --json on node $H"
+log "verify found the bad byte in node $H's copy, from node 0 and from node $H"
+
+# Node T reads from the owner first: right bytes.  (It keeps what it read:
+# b is left unread for what follows.)
+cmp "$REF/a" "${M[$T]}/v/a" || fail "/v/a read on node $T while node 0 is up"
+
+# --- the owner is lost: node H's bad piece must not be served -------------
+kill_daemon "${M[0]}" "${PID[0]}"
+wait_states "${M[$T]}" "$(for n in 0 1 2; do
+	if [ "$n" = 0 ]; then printf dead; elif [ "$n" = "$T" ]; then printf self
+	else printf up; fi; [ "$n" != 2 ] && printf ' '; done)" 30
+"$PY" - "${M[$T]}/v/b" "$REF/b" "$REF/small" "${M[$T]}/v/small" <<'PYEOF' ||
+import errno, os, sys
+ref = open(sys.argv[2], "rb").read()
+fd = os.open(sys.argv[1], os.O_RDONLY)
+assert os.pread(fd, 1 << 20, 0) == ref[:1 << 20], "piece 0"
+assert os.pread(fd, 1 << 20, 2 << 20) == ref[2 << 20:], "piece 2"
+try:
+    data = os.pread(fd, 1 << 20, 1 << 20)
+except OSError as e:
+    assert e.errno == errno.EIO, e
+else:
+    sys.exit("piece 1 read %d bytes, %s" %
+             (len(data), "right" if data == ref[1 << 20:2 << 20] else "WRONG"))
+os.close(fd)
+assert open(sys.argv[4], "rb").read() == open(sys.argv[3], "rb").read(), "small"
+PYEOF
+	fail "reads of /v/b on node $T with the owner gone"
+cmp "$REF/a" "${M[$T]}/v/a" || fail "/v/a (read before) on node $T after the loss"
+n=$(admin "${M[$T]}" metrics | awk '/^reftfs_crc_errors_total /{print $2}')
+[ "${n:-0}" -ge 1 ] || fail "node $T counted no checksum error (got '$n')"
+log "owner lost: the bad piece gave EIO on node $T, the good ones their bytes"
