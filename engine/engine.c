@@ -658,6 +658,48 @@ int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 	return rc;
 }
 
+struct copy_bytes {
+	struct eng *e;
+	uint64_t *there, *here;
+};
+
+static int copy_bytes_of(void *ctx, struct inode *in)
+{
+	struct copy_bytes *cb = ctx;
+	struct eng *e = cb->e;
+	struct file *f = &in->file;
+
+	if (!S_ISREG(in->mode) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	if (f->owner == e->node) {
+		for (int n = 0; n < 64; n++)
+			if (n != e->node && (f->holders & (1ULL << n)))
+				cb->there[n] += f->size;
+	} else if (f->owner >= 0 && f->owner < 64) {
+		for (uint32_t i = 0; i < f->nslots; i++)
+			if (slot_in_ram(&f->slots[i]) &&
+			    !(f->slots[i].flags & SLOT_FETCHED))
+				cb->here[f->owner] +=
+					file_piece_len(e, f->size, i);
+	}
+	pthread_rwlock_unlock(&f->lock);
+	return 0;
+}
+
+void eng_copy_bytes(struct eng *e, uint64_t there[64], uint64_t here[64])
+{
+	struct copy_bytes cb = { e, there, here };
+
+	memset(there, 0, 64 * sizeof(*there));
+	memset(here, 0, 64 * sizeof(*here));
+	if (!e->gops)
+		return;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_walk(&e->ns, copy_bytes_of, &cb);
+	pthread_rwlock_unlock(&e->ns.lock);
+}
+
 /* The regular files eng_verify checks: held, with their paths. */
 struct verify_list {
 	struct inode **in;

@@ -439,6 +439,15 @@ struct eng_protect_stats {
 /* Fill @st; zeros (copies 0) without a group or protection. */
 void eng_protect_stats(struct eng *e, struct eng_protect_stats *st);
 
+/*
+ * Copies in a group as this node's namespace has them now, per node id:
+ * @there[n], bytes of this node's files that node n holds copies of;
+ * @here[n], bytes of node n's files whose copies this node holds in
+ * memory (what readers fetched here is a cache, not counted).  Zeros
+ * without a group.  Walks every file: for reftfs-admin group.
+ */
+void eng_copy_bytes(struct eng *e, uint64_t there[64], uint64_t here[64]);
+
 /* --- state for reftfs-admin (used by the control socket, fs/ctl.c) ----- */
 
 enum eng_state {

@@ -576,6 +576,8 @@ enum {
 	GM_AUTH,
 	GM_BAD,
 	GM_CRC,
+	GM_THERE,
+	GM_HERE,
 	GM_N
 };
 
@@ -626,6 +628,12 @@ static const struct rep_field gm_fields[GM_N] = {
 	[GM_CRC] = REP_EXPORT("crc_errors", REP_COUNT, REP_COUNTER,
 		"reftfs_peer_crc_errors_total",
 		"Frames whose CRC32C did not match."),
+	[GM_THERE] = REP_EXPORT("copies_there_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_peer_copies_there_bytes",
+		"Bytes of this node's files the peer holds copies of."),
+	[GM_HERE] = REP_EXPORT("copies_here_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_peer_copies_here_bytes",
+		"Bytes of the peer's files this node holds copies of."),
 };
 
 enum {
@@ -761,6 +769,7 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		       struct rep_obj *gobj, struct rep_obj *top, unsigned tbl)
 {
 	struct eng_protect_stats ps;
+	uint64_t there[64], here[64];
 	struct grp_member_info *m;
 	struct grp_info gi;
 	int n, i;
@@ -822,6 +831,7 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		rep_set_u64(gobj, GR_REB_FAILED, ps.rebuild_failed);
 		rep_set_u64(gobj, GR_REB_BYTES, ps.rebuild_bytes);
 	}
+	eng_copy_bytes(c->e, there, here);
 	for (i = 0; i < n; i++) {
 		struct rep_obj *row = rep_row(rep, top, tbl);
 
@@ -847,6 +857,10 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		rep_set_u64(row, GM_AUTH, m[i].auth_failed);
 		rep_set_u64(row, GM_BAD, m[i].bad_frames);
 		rep_set_u64(row, GM_CRC, m[i].crc_errors);
+		if (m[i].id >= 0 && m[i].id < 64) {
+			rep_set_u64(row, GM_THERE, there[m[i].id]);
+			rep_set_u64(row, GM_HERE, here[m[i].id]);
+		}
 	}
 	rep_set_u64(gobj, GR_UP, up);
 	free(m);
@@ -873,24 +887,27 @@ static const struct rep_col gm_cols[] = {
 	{ "  ", "STATE", -8, 0 },   { "  ", "INCARNATION", 19, 0 },
 	{ "  ", "HEARD", 9, 0 },    { "  ", "LINK", -4, 0 },
 	{ "  ", "IN", 10, 0 },	    { "  ", "OUT", 10, 0 },
+	{ "  ", "OURS THERE", 10, 0 }, { "  ", "THEIRS HERE", 11, 0 },
 	{ "  ", "DROPPED", 0, 0 },
 };
 
 static const struct rep_row_text gm_rows[] = {
 	{ "state=self",
 	  (const char *const[]){ "{node}", "{address}", "{state}",
-				 "{incarnation:n}", "", "", "", "", "" } },
+				 "{incarnation:n}", "", "", "", "", "", "",
+				 "" } },
 	{ NULL,
 	  (const char *const[]){ "{node}", "{address}", "{state}",
 				 "{incarnation:n}", "{heard_ms_ago}ms",
 				 "{link_up?up|down}", "{bytes_in}",
-				 "{bytes_out}",
+				 "{bytes_out}", "{copies_there_bytes}",
+				 "{copies_here_bytes}",
 				 "{auth_failed} auth, {bad_frames} bad, "
 				 "{crc_errors} crc" } },
 };
 
 static const struct rep_table_text gm_table = {
-	"members", gm_cols, 9, gm_rows, 2
+	"members", gm_cols, 11, gm_rows, 2
 };
 
 static const struct rep_text group_text[] = {

@@ -36,6 +36,17 @@ print(nodes.pop().split("+")[1])')
 T=$((3 - H))
 log "node 0's copies are on node $H; node $T holds none"
 
+# group: the bytes of node 0's files node H holds, seen from both ends.
+copies() { # MNT NODE FIELD
+	admin "$1" group --json | "$PY" -c '
+import json, sys
+print([m for m in json.load(sys.stdin)["members"] if m["node"] == sys.argv[1]][0][sys.argv[2]])' "$2" "$3"
+}
+want=$((2 * 3145728 + 100000))
+expect_eq "$(copies "${M[0]}" "$H" copies_there_bytes)" $want "node 0: node $H's copies"
+expect_eq "$(copies "${M[$H]}" 0 copies_here_bytes)" $want "node $H: node 0's copies here"
+expect_eq "$(copies "${M[0]}" "$T" copies_there_bytes)" 0 "node 0: node $T's copies"
+
 # --- all good: every copy checked, exit 0 --------------------------------
 out=$(admin "${M[0]}" verify /v) || fail "verify /v on node 0: exit $?: $out"
 log "$out"

@@ -365,6 +365,16 @@ int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx)
 	return rc;
 }
 
+/* Node 0 holds 5 MiB of this node's files, this node 2 MiB of node 2's. */
+void eng_copy_bytes(struct eng *e, uint64_t there[64], uint64_t here[64])
+{
+	(void)e;
+	memset(there, 0, 64 * sizeof(*there));
+	memset(here, 0, 64 * sizeof(*here));
+	there[0] = 5 << 20;
+	here[2] = 2 << 20;
+}
+
 int eng_flush_request(struct eng *e, uint64_t *ticket)
 {
 	pthread_mutex_lock(&fake_lock);
@@ -685,6 +695,9 @@ static void test_group(void **state)
 	assert_non_null(strstr(a, "leader: node 2; this node follows"));
 	assert_non_null(strstr(a, "raft on 127.0.0.1:7072, 5 links refused"));
 	assert_non_null(strstr(a, "/var/lib/reftfs/g0/node1"));
+	/* OURS THERE, THEIRS HERE: the copies each peer and this node hold. */
+	assert_non_null(strstr(a, "   5.0 MiB          0 B  "));
+	assert_non_null(strstr(a, "       0 B      2.0 MiB  "));
 	free(a);
 
 	a = ask(*state, "group --json\n");
@@ -715,6 +728,8 @@ static void test_group(void **state)
 	assert_non_null(strstr(a, "reftfs_group_log_commit_index 17\n"));
 	assert_non_null(strstr(a, "reftfs_group_log_auth_failed_total 5\n"));
 	assert_non_null(strstr(a, "reftfs_group_taken_over 0\n"));
+	assert_non_null(strstr(a, "reftfs_peer_copies_there_bytes{peer=\"0\"} 5242880\n"));
+	assert_non_null(strstr(a, "reftfs_peer_copies_here_bytes{peer=\"2\"} 2097152\n"));
 	free(a);
 }
 
