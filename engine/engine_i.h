@@ -238,6 +238,8 @@ struct file {
 				   writing: not sealed here; lock */
 	uint64_t seal_sent;	/* the owner: last version whose SEAL it
 				   proposed; lock */
+	/* Read-ahead: pieces below this were queued already (file_ahead). */
+	_Atomic uint32_t ahead_next;
 };
 
 /* The derived properties; f->lock held (read is enough). */
@@ -380,6 +382,10 @@ struct fetcher {
 	pthread_cond_t work;	/* a job was queued, or stop */
 	struct fetch_job *head, *tail; /* protected by lock */
 	unsigned queued;	/* protected by lock */
+	/* Read-ahead, taken only when no read waits; at most
+	   2 * nthreads queued. */
+	struct fetch_job *ahead_head, *ahead_tail; /* protected by lock */
+	unsigned ahead_queued;	/* protected by lock */
 	bool stop;		/* protected by lock */
 	bool running;
 	unsigned nthreads;
@@ -395,6 +401,11 @@ void fetch_stop(struct eng *e);
  */
 int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
 		eng_reply_fn reply, void *ctx);
+/*
+ * Queue read-ahead of piece @idx of @in (file_load_ahead) behind every
+ * read; dropped when enough read-ahead is queued already.  No lock held.
+ */
+void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx);
 bool fetch_expired(const struct timespec *deadline);
 /*
  * On a fetch thread: bring what the read needs into RAM (or read it
@@ -864,6 +875,18 @@ uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx);
  * the persist dir, or peers (until @deadline; NULL: cfg->fetch_timeout_ms
  * from now).  Called without any lock; sleeps.
  */
+/*
+ * Read-ahead: queue the pieces after [.., @last] that a sequential reader
+ * will want next and that are elsewhere (a window of one piece per fetch
+ * thread, each queued once).  No lock held.
+ */
+void file_ahead(struct eng *e, struct inode *in, uint32_t last);
+/*
+ * Bring piece @i of @in into memory for read-ahead: like file_load, but
+ * only into a free chunk (never waits for memory).  No lock held; sleeps.
+ */
+int file_load_ahead(struct eng *e, struct inode *in, uint32_t i,
+		    const struct timespec *deadline);
 int file_load(struct eng *e, struct inode *in, uint32_t first,
 	      uint32_t last, const struct timespec *deadline);
 

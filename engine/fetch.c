@@ -8,6 +8,15 @@
  * storage or a network, and a slow source holds up only the threads that
  * read from it.  The queued read holds its inode, not its handle, so it
  * outlives neither more nor less than the file it reads.
+ *
+ * Read-ahead.  A reader that goes through a file from peers or the persist
+ * dir would otherwise wait one round trip per piece, one piece at a time.
+ * file_ahead() queues the next pieces (one per fetch thread) as the reader
+ * reaches them; they are fetched in parallel into free memory, and the
+ * reader then finds them here.  Read-ahead jobs wait behind every read
+ * (a thread takes one only when no read is queued) and are dropped, not
+ * queued, beyond two per thread: they never delay a reader, and never
+ * wait for memory.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,7 +30,7 @@ struct fetch_job {
 	struct inode *in;	/* held (in->holds) until the job is done */
 	uint64_t pos;
 	size_t size;
-	eng_reply_fn reply;
+	eng_reply_fn reply;	/* NULL: read-ahead of piece pos */
 	void *ctx;
 	struct timespec deadline; /* CLOCK_MONOTONIC */
 };
@@ -51,6 +60,14 @@ static void job_run(struct eng *e, struct fetch_job *job, bool stopping)
 {
 	int rc;
 
+	if (!job->reply) {
+		if (!stopping)
+			file_load_ahead(e, job->in, (uint32_t)job->pos,
+					&job->deadline);
+		ns_unhold(e, job->in);
+		free(job);
+		return;
+	}
 	if (stopping)
 		rc = -ESHUTDOWN;
 	else if (fetch_expired(&job->deadline))
@@ -75,15 +92,23 @@ static void *fetch_main(void *arg)
 
 	pthread_mutex_lock(&fe->lock);
 	for (;;) {
-		while (!fe->head && !fe->stop)
+		while (!fe->head && !fe->ahead_head && !fe->stop)
 			pthread_cond_wait(&fe->work, &fe->lock);
-		job = fe->head;
-		if (!job)
+		if (fe->head) {
+			job = fe->head;
+			fe->head = job->next;
+			if (!fe->head)
+				fe->tail = NULL;
+			fe->queued--;
+		} else if (fe->ahead_head) {
+			job = fe->ahead_head;
+			fe->ahead_head = job->next;
+			if (!fe->ahead_head)
+				fe->ahead_tail = NULL;
+			fe->ahead_queued--;
+		} else {
 			break; /* stopping, and nothing left to answer */
-		fe->head = job->next;
-		if (!fe->head)
-			fe->tail = NULL;
-		fe->queued--;
+		}
 		stopping = fe->stop;
 		pthread_mutex_unlock(&fe->lock);
 		job_run(e, job, stopping);
@@ -130,6 +155,44 @@ int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
 	pthread_mutex_unlock(&fe->lock);
 	atomic_fetch_add(&e->cnt.fetch_reads, 1);
 	return 0;
+}
+
+void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx)
+{
+	struct fetcher *fe = &e->fetcher;
+	struct fetch_job *job;
+
+	pthread_mutex_lock(&fe->lock);
+	if (!fe->running || fe->stop || fe->ahead_queued >= 2 * fe->nthreads) {
+		pthread_mutex_unlock(&fe->lock);
+		return;
+	}
+	pthread_mutex_unlock(&fe->lock);
+	job = calloc(1, sizeof(*job));
+	if (!job)
+		return;
+	job->in = in;
+	job->pos = idx;
+	monotonic_after(&job->deadline, e->cfg.fetch_timeout_ms);
+	/* The reader's open handle keeps @in alive until this hold. */
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	pthread_mutex_lock(&fe->lock);
+	if (!fe->running || fe->stop) {
+		pthread_mutex_unlock(&fe->lock);
+		ns_unhold(e, in);
+		free(job);
+		return;
+	}
+	if (fe->ahead_tail)
+		fe->ahead_tail->next = job;
+	else
+		fe->ahead_head = job;
+	fe->ahead_tail = job;
+	fe->ahead_queued++;
+	pthread_cond_signal(&fe->work);
+	pthread_mutex_unlock(&fe->lock);
 }
 
 int fetch_start(struct eng *e)

@@ -310,7 +310,7 @@ static int fetch_piece(struct eng *e, struct inode *in, uint32_t i,
  */
 static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		      const struct copy_id *cid, uint32_t i,
-		      const struct timespec *deadline)
+		      const struct timespec *deadline, bool ahead)
 {
 	struct file *f = &in->file;
 	struct slot want;
@@ -335,7 +335,9 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	 * it to free this very file's older pieces, and other readers need
 	 * not wait for the persist dir or a peer.
 	 */
-	rc = store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+	/* Read-ahead takes free memory only: it never waits for it. */
+	rc = ahead ? store_try_alloc(&e->store, &id)
+		   : store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
 	if (rc < 0)
 		return rc;
 	if (want.where == PIECE_PEER)
@@ -398,8 +400,9 @@ static bool any_persisted(struct file *f, uint32_t first, uint32_t last)
 	return any;
 }
 
-int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last,
-	      const struct timespec *deadline)
+static int load_range(struct eng *e, struct inode *in, uint32_t first,
+		      uint32_t last, const struct timespec *deadline,
+		      bool ahead)
 {
 	struct copy_id cid = { 0, 0 };
 	char rel[PATH_MAX];
@@ -433,7 +436,7 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last,
 		}
 		for (uint32_t i = first; i <= last; i++) {
 			rc = load_piece(e, in, persisted ? rel : NULL, &cid, i,
-					deadline);
+					deadline, ahead);
 			if (rc < 0)
 				break;
 		}
@@ -441,6 +444,43 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last,
 			rc = 0;
 	}
 	return rc;
+}
+
+int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last,
+	      const struct timespec *deadline)
+{
+	return load_range(e, in, first, last, deadline, false);
+}
+
+int file_load_ahead(struct eng *e, struct inode *in, uint32_t i,
+		    const struct timespec *deadline)
+{
+	return load_range(e, in, i, i, deadline, true);
+}
+
+void file_ahead(struct eng *e, struct inode *in, uint32_t last)
+{
+	struct file *f = &in->file;
+	uint32_t want[ENG_FETCH_THREADS_MAX], n = 0;
+	uint32_t k = e->fetcher.nthreads, from, to, cur;
+
+	if (!k)
+		return;
+	to = last + 1 + k; /* the window: [last + 1, to) */
+	cur = atomic_load(&f->ahead_next);
+	if (cur >= to && cur <= to + k)
+		return; /* queued up to the window already */
+	/* Far behind or far ahead of the reader: start again at it. */
+	from = cur > last && cur < to ? cur : last + 1;
+	if (!atomic_compare_exchange_strong(&f->ahead_next, &cur, to))
+		return; /* another reader of the file queued it */
+	pthread_rwlock_rdlock(&f->lock);
+	for (uint32_t i = from; i < to && i < f->nslots; i++)
+		if (slot_remote(&f->slots[i]))
+			want[n++] = i;
+	pthread_rwlock_unlock(&f->lock);
+	for (uint32_t i = 0; i < n; i++)
+		fetch_queue_ahead(e, in, want[i]);
 }
 
 /* --- open and close ----------------------------------------------------- */
@@ -1930,6 +1970,7 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 	uint32_t cs = e->store.chunk_size;
 	uint64_t end;
 	uint32_t first, last;
+	bool ahead = false;
 	int cnt = 0, rc;
 
 	file_wait_writes(e, f); /* replied writes are visible to reads */
@@ -1959,9 +2000,12 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 		for (uint32_t i = first; i <= last && i < f->nslots; i++)
 			if (slot_remote(&f->slots[i]))
 				missing = true;
+		/* Some pieces are elsewhere (or holes): read ahead. */
+		ahead = f->resident < f->nslots;
 		if (!missing)
 			break;
 		pthread_rwlock_unlock(&f->lock);
+		file_ahead(e, in, last);
 		if (!deadline)
 			return fetch_queue(e, in, pos, size, reply, ctx);
 		if (fetch_expired(deadline))
@@ -2015,6 +2059,9 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 	 * unlinked and freed by another thread before this one goes on.
 	 */
 	pthread_rwlock_unlock(&f->lock);
+	/* Before the reply: after it the file may be gone. */
+	if (ahead)
+		file_ahead(e, in, last);
 	reply(ctx, iov, cnt, 0);
 	for (uint32_t k = 0; k < npins; k++)
 		store_put(&e->store, pins[k]);

@@ -68,9 +68,9 @@ state=$(json_get "$T_TMP/ls_open.json" open.bin state)
 # verify: every piece's CRC32C recomputed; a file being written is named,
 # not checked, and fails nothing.
 out=$(admin "$MNT" verify /step_1) || fail "verify /step_1: exit $?: $out"
-echo "$out" | grep -Eq '^ +-  ok +3 +0 +0  /step_1/a.bin$' || fail "verify of a.bin: $out"
-echo "$out" | grep -Eq '^ +-  writing .*  /step_1/open.bin$' || fail "verify of open.bin: $out"
-echo "$out" | grep -q '3 files: 2 copies checked, 4 pieces' || fail "verify summary: $out"
+grep -Eq '^ +-  ok +3 +0 +0  /step_1/a.bin$' <<<"$out" || fail "verify of a.bin: $out"
+grep -Eq '^ +-  writing .*  /step_1/open.bin$' <<<"$out" || fail "verify of open.bin: $out"
+grep -q '3 files: 2 copies checked, 4 pieces' <<<"$out" || fail "verify summary: $out"
 kill "$writer"
 wait "$writer" 2>/dev/null || true
 for i in $(seq 1 50); do

@@ -50,12 +50,12 @@ expect_eq "$(copies "${M[0]}" "$T" copies_there_bytes)" 0 "node 0: node $T's cop
 # --- all good: every copy checked, exit 0 --------------------------------
 out=$(admin "${M[0]}" verify /v) || fail "verify /v on node 0: exit $?: $out"
 log "$out"
-echo "$out" | grep -Eq "^ +0  ok +3 +0 +0  /v/a$" || fail "node 0's copy of /v/a: $out"
-echo "$out" | grep -Eq "^ +$H  ok +3 +0 +0  /v/a$" || fail "node $H's copy of /v/a: $out"
-echo "$out" | grep -q "3 files: 6 copies checked, 14 pieces" || fail "summary: $out"
+grep -Eq "^ +0  ok +3 +0 +0  /v/a$" <<<"$out" || fail "node 0's copy of /v/a: $out"
+grep -Eq "^ +$H  ok +3 +0 +0  /v/a$" <<<"$out" || fail "node $H's copy of /v/a: $out"
+grep -q "3 files: 6 copies checked, 14 pieces" <<<"$out" || fail "summary: $out"
 # Asked on the node with no copy, both copies are checked where they are.
 out=$(admin "${M[$T]}" verify /v/a) || fail "verify /v/a on node $T: exit $?: $out"
-echo "$out" | grep -q "1 file: 2 copies checked, 6 pieces" || fail "node $T: $out"
+grep -q "1 file: 2 copies checked, 6 pieces" <<<"$out" || fail "node $T: $out"
 
 # --- a byte of piece 1 of node H's copies of a and b goes bad ---------------
 for f in a b; do
@@ -66,10 +66,10 @@ done
 if out=$(admin "${M[0]}" verify /v 2>&1); then
 	fail "verify on node 0 passed with node $H's copy corrupted: $out"
 fi
-echo "$out" | grep -Eq "^ +$H  bad +3 +1 +0  /v/a$" || fail "node $H's bad copy: $out"
-echo "$out" | grep -Eq "^ +0  ok +3 +0 +0  /v/a$" || fail "node 0's copy: $out"
-echo "$out" | grep -Eq "^ +$H  bad +3 +1 +0  /v/b$" || fail "node $H's bad copy of b: $out"
-echo "$out" | grep -q "verify: 2 bad pieces" || fail "no bad-piece error: $out"
+grep -Eq "^ +$H  bad +3 +1 +0  /v/a$" <<<"$out" || fail "node $H's bad copy: $out"
+grep -Eq "^ +0  ok +3 +0 +0  /v/a$" <<<"$out" || fail "node 0's copy: $out"
+grep -Eq "^ +$H  bad +3 +1 +0  /v/b$" <<<"$out" || fail "node $H's bad copy of b: $out"
+grep -q "verify: 2 bad pieces" <<<"$out" || fail "no bad-piece error: $out"
 js=$(admin "${M[$H]}" verify /v/a --json 2>/dev/null) &&
 	fail "verify on node $H passed with its copy corrupted: $js"
 got=$(echo "$js" | "$PY" -c '
@@ -79,6 +79,21 @@ print([(c["node"], c["result"], c["first_bad_piece"]) for c in v["copies"]],
       v["pieces_bad"])')
 expect_eq "$got" "[($H, 'bad', 1), (0, 'ok', None)] 1" "verify --json on node $H"
 log "verify found the bad byte in node $H's copy, from node 0 and from node $H"
+
+# Read-ahead: a read of c's first 64 KiB on node T brings the next four
+# pieces (one per fetch thread) behind it, and no more.
+head -c 7340032 /dev/urandom >"$REF/c"
+cp "$REF/c" "${M[0]}/c"
+dd if="${M[$T]}/c" of=/dev/null bs=64k count=1 status=none || fail "read of c on node $T"
+for i in $(seq 1 50); do
+	here=$(admin "${M[$T]}" placement /c --json | "$PY" -c '
+import json, sys
+print(" ".join(p["here"].split()[0] for p in json.load(sys.stdin)))')
+	[ "$here" = "ram ram ram ram ram peers peers" ] && break
+	sleep 0.1
+done
+expect_eq "$here" "ram ram ram ram ram peers peers" "c's pieces on node $T after a 64 KiB read"
+cmp "$REF/c" "${M[$T]}/c" || fail "c read on node $T"
 
 # Node T reads from the owner first: right bytes.  (It keeps what it read:
 # b is left unread for what follows.)
