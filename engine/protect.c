@@ -683,6 +683,7 @@ static void *rebuild_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	p->rebuild_running = false;
 	pthread_mutex_unlock(&p->lock);
+	memb_set_rebuilding(p->memb, false);
 	if (left)
 		rft_warn("rebuild: stopped with %zu of %zu files not back",
 			 left, w.n);
@@ -701,6 +702,8 @@ int protect_rebuild(struct protect *p)
 	pthread_mutex_lock(&p->lock);
 	p->rebuild_running = true;
 	pthread_mutex_unlock(&p->lock);
+	/* The others show this node "rebuilding" until it is done. */
+	memb_set_rebuilding(p->memb, true);
 	rc = -pthread_create(&p->rebuilder, NULL, rebuild_main, p);
 	if (rc == 0) {
 		p->rebuilding = true;
@@ -708,6 +711,7 @@ int protect_rebuild(struct protect *p)
 		pthread_mutex_lock(&p->lock);
 		p->rebuild_running = false;
 		pthread_mutex_unlock(&p->lock);
+		memb_set_rebuilding(p->memb, false);
 	}
 	return rc;
 }

@@ -581,7 +581,7 @@ enum {
 	GM_N
 };
 
-#define NMEMBER_STATES (GRP_MEMBER_DEAD + 1)
+#define NMEMBER_STATES (GRP_MEMBER_REBUILDING + 1)
 
 static const char *member_state_of(unsigned s)
 {
@@ -837,7 +837,8 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 
 		if (!row)
 			break;
-		if (m[i].state == GRP_MEMBER_UP)
+		if (m[i].state == GRP_MEMBER_UP ||
+		    m[i].state == GRP_MEMBER_REBUILDING)
 			up++;
 		snprintf(id, sizeof(id), "%d", m[i].id);
 		rep_set_str(row, GM_NODE, id);

@@ -700,6 +700,7 @@ const char *grp_member_state_name(enum grp_member_state s)
 	case GRP_MEMBER_UP: return "up";
 	case GRP_MEMBER_SUSPECT: return "suspect";
 	case GRP_MEMBER_DEAD: return "dead";
+	case GRP_MEMBER_REBUILDING: return "rebuilding";
 	}
 	return "?";
 }
@@ -782,6 +783,8 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 			continue;
 		}
 		mi->state = member_state(mn->state);
+		if (mi->state == GRP_MEMBER_UP && mn->rebuilding)
+			mi->state = GRP_MEMBER_REBUILDING;
 		mi->incarnation = mn->incarnation;
 		mi->heard_ms_ago = mn->last_heard_ms && now > mn->last_heard_ms
 					   ? now - mn->last_heard_ms

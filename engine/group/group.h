@@ -77,6 +77,8 @@ enum grp_member_state {
 	GRP_MEMBER_UP,
 	GRP_MEMBER_SUSPECT,
 	GRP_MEMBER_DEAD,
+	GRP_MEMBER_REBUILDING,	/* up, and bringing its node's files back
+				   (it started with empty memory) */
 };
 const char *grp_member_state_name(enum grp_member_state s);
 

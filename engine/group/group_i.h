@@ -451,6 +451,8 @@ struct memb_node {
 	uint64_t incarnation;	/* 0 while unknown */
 	uint64_t last_heard_ms;	/* CLOCK_MONOTONIC ms of the last heartbeat */
 	uint64_t since_ms;	/* when it entered this state */
+	bool rebuilding;	/* its last heartbeat said so (this node: set
+				   by memb_set_rebuilding) */
 };
 
 struct memb_view {
@@ -502,6 +504,13 @@ void memb_free(struct memb *m);
 
 /* A copy of the current view. */
 void memb_get_view(struct memb *m, struct memb_view *out);
+
+/*
+ * This daemon brings its node's files back (it started with empty memory)
+ * or is done: said in its heartbeats from the next one on, and shown by
+ * the others as the state "rebuilding".
+ */
+void memb_set_rebuilding(struct memb *m, bool on);
 
 /*
  * Called on the membership thread after each change, with no lock held:

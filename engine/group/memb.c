@@ -17,7 +17,8 @@
  *  16  epoch     u64  the sender's view epoch
  *  24  life      u32  how many times the sender learned it was declared
  *                     dead (see "Rejoining" below)
- *  28  flags     u32  0
+ *  28  flags     u32  HB_F_REBUILDING: the sender's daemon started with
+ *                     empty memory and is bringing its node's files back
  *  32  nodes entries of 16 bytes, one per node id, the sender's view:
  *       0  inc    u64  0 while unknown
  *       8  life   u32  that node's life as the sender last heard it
@@ -106,6 +107,7 @@
 #define HB_HDR_LEN 32
 #define HB_ENT_LEN 16
 #define HB_F_DEMAND 0x1
+#define HB_F_REBUILDING 0x1	/* in the header's flags */
 #define HB_MAX_LEN (HB_HDR_LEN + HB_ENT_LEN * GRP_MAX_NODES)
 
 #define ADDR_MAX sizeof(((struct memb_node *)0)->addr)
@@ -128,6 +130,7 @@ struct hb {
 	uint64_t inc;
 	uint64_t epoch;
 	uint32_t life;
+	uint32_t flags;
 	struct hb_entry e[GRP_MAX_NODES];
 };
 
@@ -259,6 +262,7 @@ static uint32_t hb_encode(struct memb *m)
 	put64(b + 8, m->inc);
 	put64(b + 16, m->view.epoch);
 	put32(b + 24, m->life);
+	put32(b + 28, m->view.node[m->self].rebuilding ? HB_F_REBUILDING : 0);
 	for (i = 0; i < m->nodes; i++) {
 		n = &m->view.node[i];
 		e = b + HB_HDR_LEN + HB_ENT_LEN * i;
@@ -281,8 +285,10 @@ static int hb_decode(const struct memb *m, int node, const struct peer_frame *f,
 	    f->meta_len != HB_HDR_LEN + HB_ENT_LEN * (uint32_t)m->nodes)
 		return -EPROTO;
 	if (get16(b) != MEMB_HB_VERSION || get16(b + 2) != m->nodes ||
-	    get32(b + 4) != (uint32_t)node || get32(b + 28) != 0)
+	    get32(b + 4) != (uint32_t)node ||
+	    (get32(b + 28) & ~(uint32_t)HB_F_REBUILDING))
 		return -EPROTO;
+	hb->flags = get32(b + 28);
 	hb->sender = node;
 	hb->inc = get64(b + 8);
 	hb->epoch = get64(b + 16);
@@ -329,6 +335,7 @@ static int memb_deliver(void *ctx, int node, const struct peer_frame *f,
 	p->slot.inc = hb.inc;
 	p->slot.epoch = hb.epoch;
 	p->slot.life = hb.life;
+	p->slot.flags = hb.flags;
 	memcpy(p->slot.e, hb.e, sizeof(hb.e[0]) * (size_t)m->nodes);
 	p->arrival = now_ms();
 	p->fresh = true;
@@ -387,6 +394,7 @@ static void apply_hb(struct memb *m, const struct hb *hb, uint64_t arrival)
 
 	if (hb->inc == p->prev_inc)
 		return;	/* a late frame of a daemon already replaced */
+	n->rebuilding = hb->flags & HB_F_REBUILDING;
 	if (n->incarnation != hb->inc) {
 		if (n->incarnation) {
 			p->prev_inc = n->incarnation;
@@ -444,6 +452,13 @@ self:
 	}
 }
 
+void memb_set_rebuilding(struct memb *m, bool on)
+{
+	pthread_mutex_lock(&m->lock);
+	m->view.node[m->self].rebuilding = on;
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* Apply every parked heartbeat.  Under lock. */
 static void apply_slots(struct memb *m)
 {
@@ -459,6 +474,7 @@ static void apply_slots(struct memb *m)
 		m->work.inc = m->p[i].slot.inc;
 		m->work.epoch = m->p[i].slot.epoch;
 		m->work.life = m->p[i].slot.life;
+		m->work.flags = m->p[i].slot.flags;
 		memcpy(m->work.e, m->p[i].slot.e,
 		       sizeof(m->work.e[0]) * (size_t)m->nodes);
 		apply_hb(m, &m->work, arrival);

@@ -223,10 +223,13 @@ print(json.load(sys.stdin)["bytes"])')
 	sleep 0.1
 done
 [ "$back" -ge 1048593 ] || fail "the paced rebuild brought back $back bytes in 30 s"
-log "paced rebuild: $back bytes back; unmounting"
+# The others see it rebuilding (its heartbeats say so).
+wait_states "${M[0]}" "self rebuilding up" 10
+log "paced rebuild: $back bytes back, node 0 sees node 1 rebuilding; unmounting"
 stop_daemon "${M[1]}" "${PID[1]}" 10
 start_node 1
 admin "${M[1]}" rebuild --wait >/dev/null || fail "rebuild --wait on node 1"
+wait_states "${M[0]}" "self up up" 10
 log "a replacement with a paced rebuild unmounted at once; restarted, it rebuilt"
 
 # --- more losses than replicate:2 tolerates ------------------------------

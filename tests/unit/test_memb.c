@@ -283,6 +283,15 @@ static void test_all_up(void **state)
 	/* Heartbeats keep them up in a quiet net. */
 	sleep_ms(2 * DEAD_MS);
 	assert_true(WAIT_FOR(all_up(c), WAIT_MS));
+	/* A node's rebuild is in its heartbeats: the others see it. */
+	memb_set_rebuilding(c->node[3].m, true);
+	assert_true(WAIT_FOR((memb_get_view(c->node[1].m, &v),
+			      v.node[3].rebuilding && !v.node[2].rebuilding),
+			     WAIT_MS));
+	memb_set_rebuilding(c->node[3].m, false);
+	assert_true(WAIT_FOR((memb_get_view(c->node[1].m, &v),
+			      !v.node[3].rebuilding),
+			     WAIT_MS));
 	for (i = 0; i < 5; i++)
 		assert_int_equal(count(&c->node[i], &c->node[i].self_dead), 0);
 	check_callbacks(c);
@@ -615,6 +624,9 @@ static void test_bad_frames(void **state)
 	b[32 + 13] = 0x80;				/* unknown flag */
 	SEND_BAD();
 	hb_make(b, 2, 1, 9, 0);
+	b[28] = 0x2;					/* unknown header flag */
+	SEND_BAD();
+	hb_make(b, 2, 1, 9, 0);
 	f.type = PEER_T_MEMB_FIRST + 1;			/* not ours (yet) */
 	SEND_BAD();
 	f.type = PEER_T_MEMB_FIRST;
@@ -633,6 +645,16 @@ static void test_bad_frames(void **state)
 	assert_true(WAIT_FOR((memb_get_view(m, &v),
 			      v.node[1].state == MEMB_UP &&
 				      v.node[1].incarnation == 9),
+			     WAIT_MS));
+	assert_false(v.node[1].rebuilding);
+	/* HB_F_REBUILDING: the sender is bringing its files back. */
+	b[28] = 0x1;
+	assert_int_equal(peer_send(raw, 0, &f, 1000), 0);
+	assert_true(WAIT_FOR((memb_get_view(m, &v), v.node[1].rebuilding),
+			     WAIT_MS));
+	b[28] = 0;
+	assert_int_equal(peer_send(raw, 0, &f, 1000), 0);
+	assert_true(WAIT_FOR((memb_get_view(m, &v), !v.node[1].rebuilding),
 			     WAIT_MS));
 	/* Its view says node 0 (inc 7, life 0) is dead, must rejoin. */
 	b[32 + 12] = MEMB_DEAD;
