@@ -154,6 +154,16 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	e->start_time = time(NULL);
 	pthread_mutex_init(&e->names_lock, NULL);
 	pthread_mutex_init(&e->handles_lock, NULL);
+	pthread_mutex_init(&e->loads.lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		/* Waits end at fetch deadlines, which are CLOCK_MONOTONIC. */
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&e->loads.done, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	if (getrandom(&e->id_seed, sizeof(e->id_seed), 0) !=
 	    (ssize_t)sizeof(e->id_seed))
 		e->id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -258,6 +268,8 @@ void eng_free(struct eng *e)
 	free(e->mountpoint);
 	pthread_mutex_destroy(&e->names_lock);
 	pthread_mutex_destroy(&e->handles_lock);
+	pthread_mutex_destroy(&e->loads.lock);
+	pthread_cond_destroy(&e->loads.done);
 	free(e);
 }
 

@@ -392,6 +392,23 @@ struct fetcher {
 	pthread_t threads[ENG_FETCH_THREADS_MAX];
 };
 
+/*
+ * Pieces being brought into memory now (load_piece in file.c), so that a
+ * second reader of the same piece waits for the first instead of fetching
+ * it again (read-ahead and its reader often meet on a piece).  A leaf
+ * lock; nobody holds a namespace or file lock while waiting on @done.
+ */
+#define ENG_LOADS_MAX 64
+struct loads {
+	pthread_mutex_t lock;
+	pthread_cond_t done;	/* a load ended */
+	struct load_key {
+		const struct inode *in;
+		uint32_t idx;
+	} k[ENG_LOADS_MAX];	/* lock */
+	unsigned n;		/* lock */
+};
+
 int fetch_start(struct eng *e);
 void fetch_stop(struct eng *e);
 /*
@@ -645,6 +662,7 @@ struct eng {
 	struct eng_counters cnt;
 	struct copier copier;
 	struct fetcher fetcher;
+	struct loads loads;
 	pthread_mutex_t names_lock; /* see the lock order above */
 	pthread_mutex_t handles_lock; /* a leaf */
 	struct eng_file *handles;	/* open handles; handles_lock */

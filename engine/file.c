@@ -308,6 +308,65 @@ static int fetch_piece(struct eng *e, struct inode *in, uint32_t i,
  * Load one piece from where it is (the persist dir, or the group's holders
  * of the file's sealed version); no lock held.  1 if it was not elsewhere.
  */
+/*
+ * Piece @i of @in is about to be loaded by this thread: 0 when it is now
+ * registered as ours (loads_end() after), 1 when another thread was
+ * loading it (read-ahead: at once; otherwise once that load ended: the
+ * caller looks again), -ETIMEDOUT past @deadline.  No lock held.
+ */
+static int loads_begin(struct eng *e, const struct inode *in, uint32_t i,
+		       const struct timespec *deadline, bool ahead)
+{
+	struct loads *l = &e->loads;
+	bool waited = false;
+
+	pthread_mutex_lock(&l->lock);
+	for (;;) {
+		bool busy = false;
+
+		for (unsigned k = 0; k < l->n && !busy; k++)
+			busy = l->k[k].in == in && l->k[k].idx == i;
+		if (!busy)
+			break;
+		if (ahead) {
+			pthread_mutex_unlock(&l->lock);
+			return 1;
+		}
+		if (deadline && fetch_expired(deadline)) {
+			pthread_mutex_unlock(&l->lock);
+			return -ETIMEDOUT;
+		}
+		if (deadline)
+			pthread_cond_timedwait(&l->done, &l->lock, deadline);
+		else
+			pthread_cond_wait(&l->done, &l->lock);
+		waited = true;
+	}
+	if (waited) {
+		pthread_mutex_unlock(&l->lock);
+		return 1;
+	}
+	/* A full table only costs a duplicate fetch. */
+	if (l->n < ENG_LOADS_MAX)
+		l->k[l->n++] = (struct load_key){ in, i };
+	pthread_mutex_unlock(&l->lock);
+	return 0;
+}
+
+static void loads_end(struct eng *e, const struct inode *in, uint32_t i)
+{
+	struct loads *l = &e->loads;
+
+	pthread_mutex_lock(&l->lock);
+	for (unsigned k = 0; k < l->n; k++)
+		if (l->k[k].in == in && l->k[k].idx == i) {
+			l->k[k] = l->k[--l->n];
+			break;
+		}
+	pthread_cond_broadcast(&l->done);
+	pthread_mutex_unlock(&l->lock);
+}
+
 static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		      const struct copy_id *cid, uint32_t i,
 		      const struct timespec *deadline, bool ahead)
@@ -324,6 +383,17 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		pthread_rwlock_unlock(&f->lock);
 		return 1;
 	}
+	pthread_rwlock_unlock(&f->lock);
+	rc = loads_begin(e, in, i, deadline, ahead);
+	if (rc != 0)
+		return rc;
+	pthread_rwlock_rdlock(&f->lock);
+	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
+	    (f->slots[i].where == PIECE_PERSIST && !rel)) {
+		pthread_rwlock_unlock(&f->lock);
+		loads_end(e, in, i);
+		return 1; /* the load before ours brought it */
+	}
 	want = f->slots[i];
 	len = file_piece_len(e, f->size, i);
 	gseal = f->gseal;
@@ -338,8 +408,10 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	/* Read-ahead takes free memory only: it never waits for it. */
 	rc = ahead ? store_try_alloc(&e->store, &id)
 		   : store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
-	if (rc < 0)
+	if (rc < 0) {
+		loads_end(e, in, i);
 		return rc;
+	}
 	if (want.where == PIECE_PEER)
 		rc = fetch_piece(e, in, i, want.fill, len, want.crc,
 				 want.crc_len, gseal, holders,
@@ -383,6 +455,7 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 				 len);
 	}
 	pthread_rwlock_unlock(&f->lock);
+	loads_end(e, in, i);
 	if (id != RFT_NO_CHUNK)
 		store_put(&e->store, id); /* failed, or changed meanwhile */
 	return rc;

@@ -81,9 +81,11 @@ expect_eq "$got" "[($H, 'bad', 1), (0, 'ok', None)] 1" "verify --json on node $H
 log "verify found the bad byte in node $H's copy, from node 0 and from node $H"
 
 # Read-ahead: a read of c's first 64 KiB on node T brings the next four
-# pieces (one per fetch thread) behind it, and no more.
+# pieces (one per fetch thread) behind it, and no more; and no piece is
+# fetched twice (a reader that meets read-ahead on a piece waits for it).
 head -c 7340032 /dev/urandom >"$REF/c"
 cp "$REF/c" "${M[0]}/c"
+out0=$(copies "${M[0]}" "$T" bytes_out)
 dd if="${M[$T]}/c" of=/dev/null bs=64k count=1 status=none || fail "read of c on node $T"
 for i in $(seq 1 50); do
 	here=$(admin "${M[$T]}" placement /c --json | "$PY" -c '
@@ -94,6 +96,9 @@ print(" ".join(p["here"].split()[0] for p in json.load(sys.stdin)))')
 done
 expect_eq "$here" "ram ram ram ram ram peers peers" "c's pieces on node $T after a 64 KiB read"
 cmp "$REF/c" "${M[$T]}/c" || fail "c read on node $T"
+sent=$(($(copies "${M[0]}" "$T" bytes_out) - out0))
+[ "$sent" -ge 7340032 ] && [ "$sent" -lt $((7340032 + 524288)) ] ||
+	fail "node 0 sent node $T $sent bytes for a 7 MiB file read once"
 
 # Node T reads from the owner first: right bytes.  (It keeps what it read:
 # b is left unread for what follows.)
