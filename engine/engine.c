@@ -763,13 +763,41 @@ static int verify_collect(struct verify_list *l, struct inode *in,
 	return 0;
 }
 
+/*
+ * verify --repair of this node's copy (@vc, its bad pieces @bad from
+ * snapshot @fs): a file this node owns gets its bad pieces back from a
+ * holder whose copy is good (@good_copy); of another node's file only the
+ * copies a reader fetched are dropped (the next read fetches them again,
+ * checked); a holder's copy is put right by the owner's verify --repair.
+ */
+static void repair_here(struct eng *e, struct inode *in, bool owner,
+			bool good_copy, const struct file_snap *fs,
+			const uint32_t *bad, struct eng_verify_copy *vc)
+{
+	if (owner && !good_copy) {
+		vc->repair_rc = -ENODATA; /* no good copy to repair from */
+		return;
+	}
+	vc->repaired = file_drop_pieces(e, in, fs, bad, vc->bad, !owner);
+	if (!owner) {
+		vc->repair_rc = vc->repaired == vc->bad ? 0 : -EOPNOTSUPP;
+		return;
+	}
+	vc->repair_rc = e->gops->repair(e->gctx, in);
+	if (vc->repair_rc < 0)
+		vc->repaired = 0;
+}
+
 /* This node's copy, then each other node with the sealed bytes. */
 static void verify_file(struct eng *e, struct inode *in, const char *path,
-			struct eng_verify_info *vi)
+			bool repair, struct eng_verify_info *vi)
 {
 	struct file *f = &in->file;
 	struct file_snap fs = { 0 };
+	struct eng_verify_copy *here = NULL;
 	uint64_t gseal = 0, holders = 0;
+	uint32_t *bad = NULL;
+	bool owner = false, good_copy = false, resend = false;
 	int rc;
 
 	memset(vi, 0, sizeof(*vi));
@@ -782,6 +810,7 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	vi->sealed = file_sealed(f);
 	if (e->gops) {
 		vi->owner = f->owner;
+		owner = f->owner == e->node;
 		gseal = f->gseal;
 		holders = f->holders;
 		if (f->owner >= 0 && f->owner < 64)
@@ -791,32 +820,59 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	pthread_rwlock_unlock(&f->lock);
 	if (!vi->sealed)
 		return;
+	/* Repair needs the group (a good copy elsewhere) and protection. */
+	repair = repair && e->gops && rc == 0;
+	if (repair)
+		bad = malloc((fs.nslots ? fs.nslots : 1) * sizeof(*bad));
 	/* This node's copy, or pieces of another's that a reader fetched. */
 	for (uint32_t i = 0; rc == 0 && i < fs.nslots; i++)
 		if (slot_in_ram(&fs.slots[i]))
 			holders |= 1ULL << e->node;
 	if (!e->gops || (holders & (1ULL << e->node)) || rc < 0) {
-		struct eng_verify_copy *vc = &vi->copy[vi->ncopies++];
-
-		vc->node = e->gops ? e->node : -1;
-		vc->rc = rc;
+		here = &vi->copy[vi->ncopies++];
+		here->node = e->gops ? e->node : -1;
+		here->rc = rc;
 		if (rc == 0)
-			file_verify_snap(e, &fs, path, vc);
+			file_verify_snap(e, &fs, path, here, bad);
 	}
-	file_snap_drop(e, &fs);
-	if (!e->gops || !gseal)
-		return;
-	for (int n = 0; n < 64 && vi->ncopies < ENG_VERIFY_MAX_COPIES; n++) {
+	for (int n = 0; gseal && n < 64 && vi->ncopies < ENG_VERIFY_MAX_COPIES;
+	     n++) {
 		struct eng_verify_copy *vc;
 
 		if (n == e->node || !(holders & (1ULL << n)))
 			continue;
 		vc = &vi->copy[vi->ncopies++];
-		e->gops->verify(e->gctx, n, in->ino, gseal, vc);
+		/* The owner has a holder drop its bad pieces, to resend. */
+		e->gops->verify(e->gctx, n, in->ino, gseal, repair && owner,
+				vc);
+		if (vc->rc == 0 && !vc->bad)
+			good_copy = true;
+		if (vc->rc == 0 && vc->bad && repair && owner) {
+			vc->repaired = vc->bad;
+			resend = true;
+		}
 	}
+	if (here && bad && here->bad) {
+		repair_here(e, in, owner, good_copy, &fs, bad, here);
+		/* A repair here protects the file again, holders included. */
+		if (owner && here->repair_rc == 0)
+			resend = false;
+	}
+	/* Only the holders' copies were bad: send them again. */
+	if (resend) {
+		rc = e->gops->repair(e->gctx, in);
+		for (unsigned k = 0; rc < 0 && k < vi->ncopies; k++)
+			if (vi->copy[k].repaired && &vi->copy[k] != here) {
+				vi->copy[k].repaired = 0;
+				vi->copy[k].repair_rc = rc;
+			}
+	}
+	free(bad);
+	file_snap_drop(e, &fs);
 }
 
-int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx)
+int eng_verify(struct eng *e, const char *path, bool repair, eng_verify_fn fn,
+	       void *ctx)
 {
 	struct verify_list l = { 0 };
 	struct eng_verify_info *vi;
@@ -836,7 +892,7 @@ int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx)
 	pthread_rwlock_unlock(&e->ns.lock);
 	for (size_t i = 0; i < l.n; i++) {
 		if (rc == 0) {
-			verify_file(e, l.in[i], l.path[i], vi);
+			verify_file(e, l.in[i], l.path[i], repair, vi);
 			rc = fn(ctx, vi);
 		}
 		ns_unhold(e, l.in[i]);

@@ -562,6 +562,14 @@ struct eng_verify_copy {
 	uint32_t absent;	/* pieces not in memory there (in the
 				   persist dir, or on peers) */
 	uint64_t bytes;		/* bytes recomputed */
+	/*
+	 * With repair: bad pieces put right (this node's: dropped and read
+	 * back checked from a good copy; a holder's: dropped there and sent
+	 * again by this node, the owner, in the background: protect --wait
+	 * follows it), and the repair's -errno (0: none needed, or done).
+	 */
+	uint32_t repaired;
+	int repair_rc;
 };
 
 #define ENG_VERIFY_MAX_COPIES 64
@@ -582,9 +590,12 @@ typedef int (*eng_verify_fn)(void *ctx, const struct eng_verify_info *vi);
  * file's sealed bytes (asked over the peer link; the pieces are checked
  * where they are, not sent).  @fn is called once per file, in no
  * particular order, with no lock held.  -ENOENT if @path is absent.
- * Sleeps (the CRCs, the peers).
+ * With @repair, bad pieces are put right where a good copy allows (see
+ * eng_verify_copy.repaired): on this node for the files it owns, and for
+ * copies a reader fetched.  Sleeps (the CRCs, the peers).
  */
-int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx);
+int eng_verify(struct eng *e, const char *path, bool repair, eng_verify_fn fn,
+	       void *ctx);
 
 struct eng_flush_progress {
 	uint64_t files_total, files_done;

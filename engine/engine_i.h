@@ -634,7 +634,14 @@ struct eng_group_ops {
 	 * fills @vc (node and rc too).  No lock held; sleeps.
 	 */
 	void (*verify)(void *ctx, int node, uint64_t ino, uint64_t gseal,
-		       struct eng_verify_copy *vc);
+		       bool repair, struct eng_verify_copy *vc);
+	/*
+	 * verify --repair: bring back the pieces of @in (owned here) that are
+	 * not in memory (dropped as bad) from its holders, checked, and send
+	 * its copies again (holders that dropped bad pieces get them anew).
+	 * 0 or -errno (-EOPNOTSUPP without protection).  No lock held.
+	 */
+	int (*repair)(void *ctx, struct inode *in);
 	/* Threads: started by eng_start, stopped by eng_stop (and eng_free). */
 	int (*start)(void *ctx);
 	void (*stop)(void *ctx);
@@ -843,15 +850,28 @@ int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
  * it holds in memory, their CRC32C recomputed.  file_verify_take_locked()
  * pins them (f->lock held, read is enough): -EBUSY while the file is
  * written, -ESTALE when @gseal (0: any) is not its seal here.
- * file_verify_snap() checks them with no lock held (then file_snap_drop).
- * file_verify_ino(): both, for a peer that asks (@ino at @gseal; -ENOENT).
+ * file_verify_snap() checks them with no lock held (then file_snap_drop),
+ * the indexes of bad ones into @bad (room for every piece) unless NULL.
+ * file_verify_ino(): both, for node @from that asks (@ino at @gseal;
+ * -ENOENT); with @repair, and @from the file's owner, the bad pieces of
+ * this node's copy are dropped for the owner to send again.
  */
 int file_verify_take_locked(struct eng *e, struct file *f, uint64_t gseal,
 			    struct file_snap *fs);
 void file_verify_snap(struct eng *e, const struct file_snap *fs,
-		      const char *what, struct eng_verify_copy *vc);
-int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal,
-		    struct eng_verify_copy *vc);
+		      const char *what, struct eng_verify_copy *vc,
+		      uint32_t *bad);
+int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
+		    bool repair, struct eng_verify_copy *vc);
+/*
+ * verify --repair: drop pieces @idx[0..@n) of @in that verify found bad in
+ * snapshot @fs, where they still hold what it saw (with @cache_only, only
+ * copies a reader fetched): they read as elsewhere from now on, fetched
+ * checked from the holders.  Returns how many went.  No lock held.
+ */
+uint32_t file_drop_pieces(struct eng *e, struct inode *in,
+			  const struct file_snap *fs, const uint32_t *idx,
+			  uint32_t n, bool cache_only);
 /* Apply PROTECT (see ns_apply). */
 int file_apply_protect(struct eng *e, const struct nsop *op);
 /*

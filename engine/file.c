@@ -1036,7 +1036,8 @@ int file_verify_take_locked(struct eng *e, struct file *f, uint64_t gseal,
 }
 
 void file_verify_snap(struct eng *e, const struct file_snap *fs,
-		      const char *what, struct eng_verify_copy *vc)
+		      const char *what, struct eng_verify_copy *vc,
+		      uint32_t *bad)
 {
 	uint32_t n = (uint32_t)((fs->size + e->store.chunk_size - 1) >>
 				e->store.chunk_shift);
@@ -1059,6 +1060,8 @@ void file_verify_snap(struct eng *e, const struct file_snap *fs,
 		vc->bytes += len;
 		if (crc == s->crc)
 			continue;
+		if (bad)
+			bad[vc->bad] = i;
 		if (!vc->bad++)
 			vc->first_bad = i;
 		atomic_fetch_add(&e->cnt.crc_errors, 1);
@@ -1068,28 +1071,68 @@ void file_verify_snap(struct eng *e, const struct file_snap *fs,
 	}
 }
 
-int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal,
-		    struct eng_verify_copy *vc)
+uint32_t file_drop_pieces(struct eng *e, struct inode *in,
+			  const struct file_snap *fs, const uint32_t *idx,
+			  uint32_t n, bool cache_only)
+{
+	struct file *f = &in->file;
+	uint32_t dropped = 0;
+
+	pthread_rwlock_wrlock(&f->lock);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = idx[k];
+		struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
+
+		/* Only what verify saw: not rewritten, not moved since. */
+		if (!s || i >= fs->nslots || !slot_in_ram(s) ||
+		    s->chunk != fs->slots[i].chunk ||
+		    s->crc != fs->slots[i].crc || f->version != fs->version ||
+		    (cache_only && !(s->flags & SLOT_FETCHED)))
+			continue;
+		store_put(&e->store, s->chunk);
+		s->chunk = 0;
+		s->where = PIECE_PEER;
+		s->flags = 0;
+		f->resident--;
+		dropped++;
+	}
+	pthread_rwlock_unlock(&f->lock);
+	return dropped;
+}
+
+int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
+		    bool repair, struct eng_verify_copy *vc)
 {
 	struct file_snap fs = { 0 };
 	struct inode *in;
+	uint32_t *bad = NULL;
 	char what[48];
 	int rc = -ENOENT;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	pthread_rwlock_wrlock(&e->ns.lock);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode)) {
 		pthread_rwlock_rdlock(&in->file.lock);
 		rc = file_verify_take_locked(e, &in->file, gseal, &fs);
+		/* Only the owner has a holder's copy dropped to send it again. */
+		repair = repair && in->file.owner == from && from != e->node;
 		pthread_rwlock_unlock(&in->file.lock);
+		if (rc == 0)
+			in->holds++;
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	vc->rc = rc;
 	if (rc < 0)
 		return rc;
+	if (repair)
+		bad = malloc((fs.nslots ? fs.nslots : 1) * sizeof(*bad));
 	snprintf(what, sizeof(what), "inode %llu", (unsigned long long)ino);
-	file_verify_snap(e, &fs, what, vc);
+	file_verify_snap(e, &fs, what, vc, bad);
+	if (bad && vc->bad)
+		file_drop_pieces(e, in, &fs, bad, vc->bad, false);
+	free(bad);
 	file_snap_drop(e, &fs);
+	ns_unhold(e, in);
 	return 0;
 }
 

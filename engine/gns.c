@@ -31,11 +31,13 @@
  *   GNS_T_GET   u64 ino, u64 gseal, u32 piece, u32 len.  Answered with the
  *               piece's bytes as bulk (bulk_crc its CRC32C) when this node
  *               holds that sealed version's piece whole, else -ESTALE.
- *   GNS_T_VERIFY u64 ino, u64 gseal.  This node recomputes the CRC32C of
- *               each piece of that seal it holds in memory (reftfs-admin
- *               verify): u32 checked, u32 bad, u32 first bad, u32 absent,
- *               u64 bytes; -ESTALE (another seal), -EBUSY (being
- *               written), -ENOENT.
+ *   GNS_T_VERIFY u64 ino, u64 gseal, u32 flags (GNS_VERIFY_REPAIR), u32
+ *               0.  This node recomputes the CRC32C of each piece of that
+ *               seal it holds in memory (reftfs-admin verify): u32
+ *               checked, u32 bad, u32 first bad, u32 absent, u64 bytes;
+ *               -ESTALE (another seal), -EBUSY (being written), -ENOENT.
+ *               With REPAIR from the file's owner, the bad pieces are
+ *               dropped here, for the owner to send again.
  * Requests are served on GNS_SERVERS threads: transport threads only
  * queue them.
  *
@@ -71,6 +73,7 @@ enum {
 #define GNS_SEAL_RETRY_MS 1000	/* a seal that did not commit goes again */
 #define GNS_SEND_MS 5000	/* answers handed to the transport */
 #define GNS_VERIFY_MS 60000	/* a peer's check of one file */
+#define GNS_VERIFY_REPAIR 0x1
 #define GNS_TICK_MS 100		/* the ticker's period */
 #define GNS_STALE_MIN_MS 250	/* a gap in the ticks at least this long
 				   (and half of --dead-after) is a freeze */
@@ -685,9 +688,7 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 {
 	struct gns *g = ctx;
 	struct gns_job *j;
-	uint32_t want = f->type == GNS_T_WAIT	  ? 8
-			: f->type == GNS_T_VERIFY ? 16
-						  : 24;
+	uint32_t want = f->type == GNS_T_WAIT ? 8 : 24;
 
 	if (f->flags & PEER_F_REPLY)
 		return -EPROTO;
@@ -802,7 +803,14 @@ static void serve_verify(struct gns *g, struct gns_job *j)
 	struct peer_frame rep = { .meta = meta, .meta_len = sizeof(meta) };
 	int rc;
 
-	rc = file_verify_ino(g->e, get64(j->meta), get64(j->meta + 8), &vc);
+	if (get32(j->meta + 16) & ~(uint32_t)GNS_VERIFY_REPAIR ||
+	    get32(j->meta + 20)) {
+		peer_reply_err(g->x, j->node, &j->f, -EINVAL, GNS_SEND_MS);
+		return;
+	}
+	rc = file_verify_ino(g->e, get64(j->meta), get64(j->meta + 8),
+			     j->node, get32(j->meta + 16) & GNS_VERIFY_REPAIR,
+			     &vc);
 	if (rc < 0) {
 		peer_reply_err(g->x, j->node, &j->f, rc, GNS_SEND_MS);
 		return;
@@ -956,11 +964,11 @@ static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
  * asked; one that does not answer in GNS_VERIFY_MS is reported so.
  */
 static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
-		       struct eng_verify_copy *vc)
+		       bool repair, struct eng_verify_copy *vc)
 {
 	struct gns *g = ctx;
 	struct memb_view v;
-	uint8_t meta[16], ans[24];
+	uint8_t meta[24], ans[24];
 	struct peer_frame f = { .type = GNS_T_VERIFY, .meta = meta,
 				.meta_len = sizeof(meta) };
 	struct peer_reply rep = { .meta = ans, .meta_cap = sizeof(ans) };
@@ -974,6 +982,8 @@ static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
 	}
 	put64(meta, ino);
 	put64(meta + 8, gseal);
+	put32(meta + 16, repair ? GNS_VERIFY_REPAIR : 0);
+	put32(meta + 20, 0);
 	vc->rc = peer_call(g->x, node, &f, &rep, GNS_VERIFY_MS);
 	if (vc->rc == 0 && rep.meta_len != sizeof(ans))
 		vc->rc = -EPROTO;
@@ -1015,6 +1025,13 @@ static int gns_ready(void *ctx, int timeout_ms)
 		return rc;
 	g->lost_told = true;
 	return protect_rebuild(g->prot);
+}
+
+static int gns_repair(void *ctx, struct inode *in)
+{
+	struct gns *g = ctx;
+
+	return protect_repair(g->prot, in);
 }
 
 static void gns_protect_stats(void *ctx, struct eng_protect_stats *st)
@@ -1115,6 +1132,7 @@ static const struct eng_group_ops gns_ops = {
 	.protect_stats = gns_protect_stats,
 	.ready = gns_ready,
 	.verify = gns_verify,
+	.repair = gns_repair,
 	.start = gns_start,
 	.stop = gns_stop,
 	.free = gns_free,

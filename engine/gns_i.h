@@ -44,6 +44,14 @@ void protect_node_lost(struct protect *p, int node);
  */
 int protect_rebuild(struct protect *p);
 
+/*
+ * reftfs-admin verify --repair of @in (owned here): its pieces that are not
+ * in memory come back from their holders, checked, and its copies are sent
+ * again.  0, -ESTALE (not this node's any more), -EOPNOTSUPP without
+ * protection, -errno.  No lock held; sleeps.
+ */
+int protect_repair(struct protect *p, struct inode *in);
+
 /* Fill @s (engine.h); nothing without protection. */
 void protect_get_stats(struct protect *p, struct eng_protect_stats *s);
 

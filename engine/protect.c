@@ -582,7 +582,12 @@ void protect_node_lost(struct protect *p, int node)
  * -ESTALE when the file is gone or was sealed again meanwhile (nothing
  * left to bring back: its new data is being written here).
  */
-static int rebuild_file(struct protect *p, struct inode *in)
+/*
+ * Bring back what of @in (owned here) is not in memory, from its holders,
+ * then protect it again.  @b: the calling thread's pacer (the rebuild's),
+ * NULL for none (verify --repair: a few pieces, on the caller's thread).
+ */
+static int rebuild_file(struct protect *p, struct inode *in, struct pacer *b)
 {
 	struct file *f = &in->file;
 	uint64_t gseal, size;
@@ -600,9 +605,8 @@ static int rebuild_file(struct protect *p, struct inode *in)
 	if (rc < 0)
 		return rc;
 	if (n)
-		rc = pace(p, &p->rebuild_pace, size)
-			     ? file_load(p->e, in, 0, n - 1, NULL)
-			     : -ECANCELED;
+		rc = !b || pace(p, b, size) ? file_load(p->e, in, 0, n - 1, NULL)
+					    : -ECANCELED;
 	if (rc < 0)
 		return rc;
 	/* The owner's own data now: kept, not a cache. */
@@ -611,8 +615,14 @@ static int rebuild_file(struct protect *p, struct inode *in)
 		f->slots[k].flags &= (uint8_t)~SLOT_FETCHED;
 	pthread_rwlock_unlock(&f->lock);
 	protect_file(p, in, gseal);
-	atomic_fetch_add(&p->rebuild_bytes, size);
+	if (b)
+		atomic_fetch_add(&p->rebuild_bytes, size);
 	return 0;
+}
+
+int protect_repair(struct protect *p, struct inode *in)
+{
+	return p ? rebuild_file(p, in, NULL) : -EOPNOTSUPP;
 }
 
 /*
@@ -648,7 +658,7 @@ static void *rebuild_main(void *arg)
 			pthread_mutex_lock(&p->lock);
 			stop = p->stop;
 			pthread_mutex_unlock(&p->lock);
-			rc = stop ? -ECANCELED : rebuild_file(p, in);
+			rc = stop ? -ECANCELED : rebuild_file(p, in, &p->rebuild_pace);
 			if (rc < 0 && rc != -ESTALE) {
 				/* Kept for the next round. */
 				if (!stop && backoff == PROT_RETRY_MIN_MS)

@@ -139,6 +139,7 @@ static uint64_t mono_ms(void)
 
 #define CMD_JSON (1u << 0) /* takes --json */
 #define CMD_WAIT (1u << 1) /* takes --wait */
+#define CMD_REPAIR (1u << 3) /* takes --repair */
 #define CMD_PATH (1u << 2) /* takes one optional PATH */
 
 struct ctl_req;
@@ -157,7 +158,7 @@ struct ctl_req {
 	int fd;
 	bool eof; /* the client shut its side: stop polling it for input */
 	const struct ctl_cmd *cmd;
-	bool json, wait;
+	bool json, wait, repair;
 	const char *path; /* ls: NULL for the root */
 };
 
@@ -1813,24 +1814,29 @@ static int cmd_placement(struct ctl_req *r, struct rep_out *o)
 /* --- verify --------------------------------------------------------------- */
 
 enum { VC_PATH, VC_NODE, VC_RESULT, VC_PIECES, VC_BAD, VC_FIRST_BAD,
-       VC_ABSENT, VC_BYTES, VC_N };
+       VC_ABSENT, VC_BYTES, VC_REPAIRED, VC_REPAIR_ERR, VC_N };
 
 static const struct rep_field vc_fields[VC_N] = {
 	[VC_PATH] = REP_FIELD("path", REP_STRING),
 	/* null without a group */
 	[VC_NODE] = REP_FIELD("node", REP_INT),
-	/* ok, bad, writing (not checked), down, stale (that node holds
-	   another seal), no answer, or why it could not be checked */
+	/* ok, bad, repaired (here: read back from a good copy), resending
+	   (a holder's bad pieces dropped, sent again: protect --wait),
+	   writing (not checked), down, stale (that node holds another
+	   seal), no answer, or why it could not be checked */
 	[VC_RESULT] = REP_FIELD("result", REP_STRING),
 	[VC_PIECES] = REP_FIELD("pieces_checked", REP_COUNT),
 	[VC_BAD] = REP_FIELD("pieces_bad", REP_COUNT),
 	[VC_FIRST_BAD] = REP_FIELD("first_bad_piece", REP_COUNT),
 	[VC_ABSENT] = REP_FIELD("pieces_absent", REP_COUNT),
 	[VC_BYTES] = REP_FIELD("bytes_checked", REP_BYTES),
+	[VC_REPAIRED] = REP_FIELD("pieces_repaired", REP_COUNT),
+	/* why bad pieces were not repaired, with --repair */
+	[VC_REPAIR_ERR] = REP_FIELD("repair_error", REP_STRING),
 };
 
 enum { VF_FILES, VF_WRITING, VF_COPIES, VF_UNCHECKED, VF_PIECES, VF_BAD,
-       VF_BYTES, VF_TABLE, VF_N };
+       VF_REPAIRED, VF_BYTES, VF_TABLE, VF_N };
 
 static const struct rep_field vf_fields[VF_N] = {
 	[VF_FILES] = REP_FIELD("files", REP_COUNT),
@@ -1839,6 +1845,7 @@ static const struct rep_field vf_fields[VF_N] = {
 	[VF_UNCHECKED] = REP_FIELD("copies_unchecked", REP_COUNT),
 	[VF_PIECES] = REP_FIELD("pieces_checked", REP_COUNT),
 	[VF_BAD] = REP_FIELD("pieces_bad", REP_COUNT),
+	[VF_REPAIRED] = REP_FIELD("pieces_repaired", REP_COUNT),
 	[VF_BYTES] = REP_FIELD("bytes_checked", REP_BYTES),
 	[VF_TABLE] = { .key = "copies", .type = REP_TABLE,
 		       .fields = vc_fields, .n = VC_N },
@@ -1868,6 +1875,9 @@ static const struct rep_text vf_text[] = {
 	    "{files} {files?file|files}: {copies_checked} {copies_checked?"
 	    "copy|copies} checked, {pieces_checked} {pieces_checked?piece|"
 	    "pieces} ({bytes_checked}), {pieces_bad} bad"),
+	TXT("pieces_repaired", NULL,
+	    "{pieces_repaired} bad {pieces_repaired?piece|pieces} put right "
+	    "(copies sent again go out in the background: protect --wait)"),
 	TXT("files_writing", NULL,
 	    "{files_writing} {files_writing?file is|files are} being "
 	    "written: not checked"),
@@ -1875,11 +1885,15 @@ static const struct rep_text vf_text[] = {
 
 struct verify_sum {
 	struct rep *rep;
-	uint64_t files, writing, copies, unchecked, pieces, bad, bytes;
+	int self; /* this node; -1 without a group */
+	uint64_t files, writing, copies, unchecked, pieces, bad, repaired;
+	uint64_t bytes;
 };
 
-static const char *verify_result(const struct eng_verify_copy *vc)
+static const char *verify_result(const struct eng_verify_copy *vc, int self)
 {
+	if (vc->rc == 0 && vc->bad && vc->repaired == vc->bad)
+		return vc->node == self ? "repaired" : "resending";
 	if (vc->rc == 0)
 		return vc->bad ? "bad" : "ok";
 	switch (-vc->rc) {
@@ -1926,7 +1940,7 @@ static int verify_row(void *ctx, const struct eng_verify_info *vi)
 		rep_set_str(row, VC_PATH, path);
 		if (vc->node >= 0)
 			rep_set_int(row, VC_NODE, vc->node);
-		rep_set_str(row, VC_RESULT, verify_result(vc));
+		rep_set_str(row, VC_RESULT, verify_result(vc, sum->self));
 		if (vc->rc < 0) {
 			sum->unchecked++;
 			continue;
@@ -1934,7 +1948,18 @@ static int verify_row(void *ctx, const struct eng_verify_info *vi)
 		sum->copies++;
 		sum->pieces += vc->checked;
 		sum->bad += vc->bad;
+		sum->repaired += vc->repaired;
 		sum->bytes += vc->bytes;
+		if (vc->bad && vc->repaired)
+			rep_set_u64(row, VC_REPAIRED, vc->repaired);
+		if (vc->repair_rc < 0)
+			rep_set_str(row, VC_REPAIR_ERR,
+				    vc->repair_rc == -ENODATA
+					    ? "no good copy to repair from"
+				    : vc->repair_rc == -EOPNOTSUPP
+					    ? "a copy held for the owner: "
+					      "repair it there"
+					    : err_name(vc->repair_rc));
 		rep_set_u64(row, VC_PIECES, vc->checked);
 		rep_set_u64(row, VC_BAD, vc->bad);
 		if (vc->bad)
@@ -1969,7 +1994,8 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 		o->err = -ENOMEM;
 		return CTL_EXIT_FAIL;
 	}
-	rc = eng_verify(r->c->e, rel, verify_row, &sum);
+	sum.self = r->c->g ? eng_get_config(r->c->e)->node : -1;
+	rc = eng_verify(r->c->e, rel, r->repair, verify_row, &sum);
 	if (list_failed(o, sum.rep, rc, "verify", rel))
 		return CTL_EXIT_FAIL;
 	top = rep_top(sum.rep);
@@ -1979,6 +2005,7 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(top, VF_UNCHECKED, sum.unchecked);
 	rep_set_u64(top, VF_PIECES, sum.pieces);
 	rep_set_u64(top, VF_BAD, sum.bad);
+	rep_set_u64(top, VF_REPAIRED, sum.repaired);
 	rep_set_u64(top, VF_BYTES, sum.bytes);
 	if (rep_err(sum.rep)) {
 		o->err = rep_err(sum.rep);
@@ -1988,19 +2015,26 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 	if (r->json)
 		rep_json(o, sum.rep);
 	else
-		rep_text(o, sum.rep, vf_text, 3, 0);
+		rep_text(o, sum.rep, vf_text,
+			 (unsigned)(sizeof(vf_text) / sizeof(vf_text[0])), 0);
 	rep_free(sum.rep);
-	if (sum.bad)
+	if (sum.bad > sum.repaired)
 		rep_out_line(o, 'e',
 			     "verify: %" PRIu64 " bad %s: their bytes differ "
-			     "from the checksums of their seal",
-			     sum.bad, sum.bad == 1 ? "piece" : "pieces");
+			     "from the checksums of their seal%s",
+			     sum.bad - sum.repaired,
+			     sum.bad - sum.repaired == 1 ? "piece" : "pieces",
+			     r->repair ? " (not repaired: see repair_error "
+					 "in --json)"
+				       : "; --repair puts them right where a "
+					 "good copy is");
 	if (sum.unchecked)
 		rep_out_line(o, 'e',
 			     "verify: %" PRIu64 " %s could not be checked "
 			     "(RESULT says why)",
 			     sum.unchecked, sum.unchecked == 1 ? "copy" : "copies");
-	return sum.bad || sum.unchecked ? CTL_EXIT_FAIL : CTL_EXIT_OK;
+	return sum.bad > sum.repaired || sum.unchecked ? CTL_EXIT_FAIL
+							: CTL_EXIT_OK;
 }
 
 /* --- protect, rebuild ---------------------------------------------------- */
@@ -2274,9 +2308,10 @@ static const struct ctl_cmd ctl_cmds[] = {
 	{ "placement", CMD_JSON | CMD_PATH, "PATH [--json]",
 	  "where each piece of a file is: here, and the nodes that hold it",
 	  cmd_placement },
-	{ "verify", CMD_JSON | CMD_PATH, "[PATH] [--json]",
+	{ "verify", CMD_JSON | CMD_PATH | CMD_REPAIR,
+	  "[PATH] [--repair] [--json]",
 	  "recompute the checksums of the files under PATH, here and on "
-	  "the nodes with copies",
+	  "the nodes with copies; --repair puts bad pieces right",
 	  cmd_verify },
 	{ "protect", CMD_JSON | CMD_WAIT, "[--wait] [--json]",
 	  "copies of this node's files on peers; --wait until all are",
@@ -2337,6 +2372,9 @@ static int parse_args(struct ctl_req *r, int argc, char **argv,
 				r->json = true;
 			else if (!strcmp(a, "--wait") && (cmd->opts & CMD_WAIT))
 				r->wait = true;
+			else if (!strcmp(a, "--repair") &&
+				 (cmd->opts & CMD_REPAIR))
+				r->repair = true;
 			else
 				return usage_error(o, cmd, "unknown option", a);
 		} else if ((cmd->opts & CMD_PATH) && !r->path) {

@@ -104,6 +104,34 @@ sent=$(($(copies "${M[0]}" "$T" bytes_out) - out0))
 # b is left unread for what follows.)
 cmp "$REF/a" "${M[$T]}/v/a" || fail "/v/a read on node $T while node 0 is up"
 
+# --- verify --repair ------------------------------------------------------
+# On the holder its copy is the owner's to put right: reported, not fixed.
+js=$(admin "${M[$H]}" verify --repair /v/a --json 2>/dev/null) &&
+	fail "verify --repair on node $H passed: $js"
+got=$(echo "$js" | "$PY" -c '
+import json, sys
+c = [c for c in json.load(sys.stdin)["copies"] if c["node"] == int(sys.argv[1])][0]
+print(c["result"], "/", c["repair_error"])' "$H")
+expect_eq "$got" "bad / a copy held for the owner: repair it there" "verify --repair on node $H"
+# A byte of the owner's own copy of small goes bad too.
+"$PY" "$SRCDIR/tests/integration/poke_mem.py" "${PID[0]}" $((MEM << 20)) \
+	1048576 "$REF/small" 0 >/dev/null || fail "corrupting node 0's small"
+out=$(admin "${M[0]}" verify /v/small 2>&1) && fail "verify of small passed: $out"
+grep -Eq "^ +0  bad +1 +1 +0  /v/small$" <<<"$out" || fail "node 0's bad small: $out"
+# On the owner: node H's bad piece of a is dropped there and sent again;
+# the owner's bad piece of small is read back from node H's good copy.
+out=$(admin "${M[0]}" verify --repair /v/a 2>&1) || fail "verify --repair /v/a: $out"
+grep -Eq "^ +$H  resending +3 +1 +0  /v/a$" <<<"$out" || fail "repair of a: $out"
+out=$(admin "${M[0]}" verify --repair /v/small 2>&1) || fail "verify --repair /v/small: $out"
+grep -Eq "^ +0  repaired +1 +1 +0  /v/small$" <<<"$out" || fail "repair of small: $out"
+admin "${M[0]}" protect --wait >/dev/null || fail "protect --wait after the repairs"
+for n in 0 "$H"; do
+	out=$(admin "${M[$n]}" verify /v/a 2>&1) || fail "verify /v/a on node $n after repair: $out"
+	out=$(admin "${M[$n]}" verify /v/small 2>&1) || fail "verify /v/small on node $n after repair: $out"
+done
+cmp "$REF/small" "${M[0]}/v/small" || fail "small read on node 0 after its repair"
+log "verify --repair: node $H's copy of a sent again, node 0's small read back"
+
 # --- the owner is lost: node H's bad piece must not be served -------------
 kill_daemon "${M[0]}" "${PID[0]}"
 wait_states "${M[$T]}" "$(for n in 0 1 2; do

@@ -322,7 +322,8 @@ int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
  */
 static _Atomic bool fake_verify_bad;
 
-int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx)
+int eng_verify(struct eng *e, const char *path, bool repair, eng_verify_fn fn,
+	       void *ctx)
 {
 	struct eng_verify_info *vi = calloc(1, sizeof(*vi));
 	int rc = 0;
@@ -345,6 +346,8 @@ int eng_verify(struct eng *e, const char *path, eng_verify_fn fn, void *ctx)
 	if (fake_verify_bad) {
 		vi->copy[1].bad = 1;
 		vi->copy[1].first_bad = 2;
+		/* This node (1) owns it: node 2's copy is sent again. */
+		vi->copy[1].repaired = repair;
 	}
 	rc = fn(ctx, vi);
 	if (rc == 0) {
@@ -864,8 +867,14 @@ static void test_protect_rebuild(void **state)
 	assert_non_null(strstr(a, "{\"path\":\"/step_100/a.pt\",\"node\":2,"
 				  "\"result\":\"bad\",\"pieces_checked\":3,"
 				  "\"pieces_bad\":1,\"first_bad_piece\":2,"));
-	assert_non_null(strstr(a, "\"pieces_bad\":1,\"bytes_checked\":6291456,"));
+	assert_non_null(strstr(a, "\"pieces_bad\":1,\"pieces_repaired\":0,\"bytes_checked\":6291456,"));
 	assert_non_null(strstr(a, "verify: 1 bad piece: their bytes differ"));
+	free(a);
+	a = ask(*state, "verify /step_100 --repair\n");
+	assert_int_equal(frame_check(a), 1); /* c.pt's holder is down */
+	assert_non_null(strstr(a, "   2  resending       3      1       0  /step_100/a.pt\n"));
+	assert_non_null(strstr(a, "1 bad piece put right"));
+	assert_null(strstr(a, "bad piece:"));
 	free(a);
 	fake_verify_bad = false;
 	a = ask(*state, "verify /nope\n");
