@@ -238,6 +238,51 @@ int ers_update(const struct ers_codec *c, size_t len, int data_index,
 	return 0;
 }
 
+int ers_update_row(const struct ers_codec *c, size_t len, int data_index,
+		   int row, const uint8_t *delta, uint8_t *parity_row)
+{
+	unsigned char *d[1];
+	uint8_t coef[1];
+	int k, rc;
+
+	if (!c || !delta || !parity_row) {
+		ers_set_error("update_row: NULL codec or buffer");
+		return -EINVAL;
+	}
+	k = c->s.k;
+	if (data_index < 0 || data_index >= k || row < 0 || row >= c->s.m) {
+		ers_set_error("update_row: data index %d (0..%d) or row %d "
+			      "(0..%d) out of range",
+			      data_index, k - 1, row, c->s.m - 1);
+		return -EINVAL;
+	}
+	if (len == 0)
+		return 0;
+	if (c->s.kind != ERS_RS) {
+		const uint8_t *s[2] = { parity_row, delta };
+
+		return do_xor(c, len, 2, s, parity_row);
+	}
+	if (c->be) {
+		uint8_t *p[1] = { parity_row };
+
+		coef[0] = c->matrix[(k + row) * k + data_index];
+		rc = c->be->ops->gf_update(c->be, len, 1, coef, delta, p);
+		return rc ? backend_failed(c, rc) : 0;
+	}
+	/* ISA-L's tables are k * 32 bytes per parity row, rows in order. */
+	for (size_t off = 0; off < len; off += ISAL_PIECE) {
+		size_t n = len - off < ISAL_PIECE ? len - off : ISAL_PIECE;
+
+		d[0] = parity_row + off;
+		ec_encode_data_update((int)n, k, 1, data_index,
+				      (unsigned char *)c->tbls +
+					      (size_t)row * (size_t)k * 32,
+				      (unsigned char *)delta + off, d);
+	}
+	return 0;
+}
+
 /*
  * Rows that rebuild the lost members from the k intact members in @surv:
  * invert the generator rows of the survivors (which maps survivors back to

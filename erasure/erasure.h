@@ -215,6 +215,17 @@ int ers_update(const struct ers_codec *c, size_t len, int data_index,
 	       const uint8_t *delta, uint8_t *const *parity);
 
 /*
+ * ers_update for one parity row: add to @parity_row (row @row of the
+ * stripe's parity, 0 <= row < m, @len bytes, in place) the contribution
+ * of @delta to data slot @data_index.  What a node that holds one parity
+ * row of a stripe does as the stripe's data chunks arrive; the same bytes
+ * as row @row of ers_update(), without computing the other rows.
+ * Returns 0, -EINVAL, -EIO.
+ */
+int ers_update_row(const struct ers_codec *c, size_t len, int data_index,
+		   int row, const uint8_t *delta, uint8_t *parity_row);
+
+/*
  * Rebuild lost chunks. @chunks holds k + m pointers to @len-byte buffers
  * in stripe member order (data slots 0..k-1, then parity rows 0..m-1).
  * @lost lists @nlost distinct member indices whose buffers are outputs;

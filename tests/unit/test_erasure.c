@@ -416,6 +416,101 @@ static void test_incremental(void **state)
 	}
 }
 
+/*
+ * A node that holds one parity row folds each data chunk into it as it
+ * arrives (ers_update_row), in any order, each row on its own: every row
+ * equals that row of ers_encode; an overwrite's delta and an unlink keep
+ * it so.  Bad rows and slots are refused.
+ */
+static void test_update_row(void **state)
+{
+	uint64_t st = 11;
+
+	(void)state;
+	for (size_t si = 0; si < NSCHEMES; si++) {
+		const struct ers_scheme *s = &schemes[si];
+		struct ers_codec *c = codec_for(s);
+
+		for (size_t li = 0; li < NLENS; li++) {
+			size_t len = lens[li];
+			struct t_stripe *t =
+				t_stripe_new(s->k, s->m, len, li & 1);
+			uint8_t *row = malloc(len ? len : 1);
+			uint8_t *delta = malloc(len ? len : 1);
+			int order[ERS_MAX_K];
+
+			assert_non_null(row);
+			assert_non_null(delta);
+			for (int j = 0; j < s->k; j++)
+				t_fill(&st, t->chunk[j], len);
+			assert_int_equal(ers_encode(c, len, t_data(t),
+						    t_parity(t)),
+					 0);
+			for (int r = 0; r < s->m; r++) {
+				for (int j = 0; j < s->k; j++)
+					order[j] = j;
+				for (int j = s->k - 1; j > 0; j--) {
+					int x = (int)(t_rand(&st) %
+						      (uint64_t)(j + 1));
+					int tmp = order[j];
+
+					order[j] = order[x];
+					order[x] = tmp;
+				}
+				memset(row, 0, len);
+				for (int j = 0; j < s->k; j++)
+					assert_int_equal(
+						ers_update_row(c, len, order[j],
+							       r,
+							       t->chunk[order[j]],
+							       row),
+						0);
+				assert_memory_equal(row, t->chunk[s->k + r],
+						    len);
+				/* Overwrite of slot 0: old ^ new. */
+				memcpy(delta, t->chunk[0], len);
+				ers_xor_into(len, delta, t->chunk[s->k - 1]);
+				assert_int_equal(ers_update_row(c, len, 0, r,
+								delta, row),
+						 0);
+				/* ... is a full encode with slot 0 = k-1's. */
+				{
+					struct t_stripe *u = t_stripe_new(
+						s->k, s->m, len, li & 1);
+
+					for (int j = 0; j < s->k; j++)
+						memcpy(u->chunk[j],
+						       t->chunk[j ? j : s->k - 1],
+						       len);
+					assert_int_equal(
+						ers_encode(c, len, t_data(u),
+							   t_parity(u)),
+						0);
+					assert_memory_equal(
+						row, u->chunk[s->k + r], len);
+					t_stripe_free(u);
+				}
+			}
+			assert_int_equal(ers_update_row(c, 64, 0, s->m,
+							delta, row),
+					 -EINVAL);
+			assert_int_equal(ers_update_row(c, 64, s->k, 0,
+							delta, row),
+					 -EINVAL);
+			assert_int_equal(ers_update_row(c, 64, 0, -1, delta,
+							row),
+					 -EINVAL);
+			assert_int_equal(ers_update_row(c, 64, 0, 0, NULL,
+							row),
+					 -EINVAL);
+			free(row);
+			free(delta);
+			t_stripe_free(t);
+		}
+		ers_codec_free(c);
+	}
+}
+
 static void test_bad_arguments(void **state)
 {
 	struct ers_scheme rs = { ERS_RS, 4, 2 };
@@ -517,6 +612,7 @@ int main(void)
 		cmocka_unit_test(test_decode_wide_sampled),
 		cmocka_unit_test(test_decode_refuses),
 		cmocka_unit_test(test_incremental),
+		cmocka_unit_test(test_update_row),
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_codec_new),
 	};
