@@ -51,6 +51,7 @@
 #ifndef RFT_ERASURE_H
 #define RFT_ERASURE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -321,6 +322,66 @@ int ers_layout_chunk(const struct ers_layout *l, uint64_t stripe, int slot,
  */
 uint64_t ers_layout_stripes(const struct ers_layout *l, int node,
 			    uint64_t nchunks);
+
+/* ------------------------------------------------------------------------
+ * A parity holder's stripe (issue 9): its parity row and the members folded
+ * into it.  Pure bookkeeping over the caller's row buffer (no locks, no
+ * allocation): a member is an opaque @id (the caller's name for a chunk
+ * version) with its CRC32C and length, in one data slot; an empty slot
+ * reads as zeros.
+ */
+struct ers_stripe_member {
+	uint64_t id;
+	uint32_t crc;
+	uint32_t len;	/* bytes folded; the rest of the slot is zeros */
+	bool in;
+};
+
+struct ers_stripe {
+	const struct ers_codec *c;
+	int k, row;
+	size_t len;		/* bytes of a chunk, of the row */
+	uint8_t *parity;	/* the caller's row of @len bytes */
+	int members;		/* slots with a member */
+	struct ers_stripe_member member[ERS_MAX_K];
+};
+
+/*
+ * Start an empty stripe: parity row @row (0..m-1) of @c's scheme in
+ * @parity (@len bytes, zeroed here).  0 or -EINVAL.
+ */
+int ers_stripe_init(struct ers_stripe *st, const struct ers_codec *c, int row,
+		    size_t len, uint8_t *parity);
+
+/*
+ * Fold member @id (CRC @crc) with @data (@dlen <= len bytes, the rest
+ * zeros) into data slot @slot.  0 folded; 1 that member is folded there
+ * already (nothing done: a chunk sent twice); -EEXIST another member holds
+ * the slot (unfold or replace it first); -EINVAL; -EIO from the codec.
+ */
+int ers_stripe_fold(struct ers_stripe *st, int slot, uint64_t id,
+		    uint32_t crc, const uint8_t *data, size_t dlen);
+
+/*
+ * Take member @id out of @slot, given the bytes it was folded with (@data,
+ * @dlen as folded): the slot reads zeros again.  0; -ENOENT when the slot
+ * does not hold that member (as folded); -EINVAL; -EIO.
+ */
+int ers_stripe_unfold(struct ers_stripe *st, int slot, uint64_t id,
+		      const uint8_t *data, size_t dlen);
+
+/*
+ * Member @old_id of @slot becomes member @id (CRC @crc, @dlen bytes) by one
+ * fold of @delta = old XOR new (both zero-padded to @dlen, which must cover
+ * the old member's length).  0; -ENOENT; -EINVAL; -EIO.
+ */
+int ers_stripe_replace(struct ers_stripe *st, int slot, uint64_t old_id,
+		       uint64_t id, uint32_t crc, const uint8_t *delta,
+		       size_t dlen);
+
+/* Does @slot hold member @id with CRC @crc? */
+bool ers_stripe_holds(const struct ers_stripe *st, int slot, uint64_t id,
+		      uint32_t crc);
 
 /* ------------------------------------------------------------------------
  * Replica placement (replicate:r), after Gemini (SOSP '23).
