@@ -125,7 +125,8 @@ int ers_scheme_format(const struct ers_scheme *s, char *buf, size_t size);
 
 /*
  * Size @s to a group of @nodes nodes: xor gets k = nodes - 1; rs and xor
- * must then have k + m == nodes (one chunk per node per stripe);
+ * must then have k + m <= nodes (at most one chunk per node per stripe;
+ * with fewer, the members of a stripe rotate over the group);
  * replicate:r needs r <= nodes. Returns 0 or -EINVAL.
  */
 int ers_scheme_fit(struct ers_scheme *s, int nodes);
@@ -279,7 +280,7 @@ int ers_decode_ref(const struct ers_scheme *s, size_t len, const int *lost,
  */
 
 struct ers_layout {
-	int nodes; /* N = k + m */
+	int nodes; /* N >= k + m */
 	int k;
 	int m;
 };
@@ -287,14 +288,17 @@ struct ers_layout {
 /*
  * Fill @l for scheme @s over a group of @nodes nodes (xor with k = 0 is
  * sized to the group). Returns 0, or -EINVAL for replicate (no stripes: see
- * ers_replica_holders) or when k + m != nodes.
+ * ers_replica_holders) or when k + m > nodes.  In a group larger than
+ * k + m each stripe has k + m members and the other nodes sit it out, in
+ * turn: the same rule, (n + s) mod N, with members k + m .. N - 1 absent.
  */
 int ers_layout_init(struct ers_layout *l, const struct ers_scheme *s,
 		    int nodes);
 
 /*
  * Member index of @node in @stripe: 0..k-1 = data slot, k..k+m-1 = parity
- * row (member - k). Returns the index or -EINVAL.
+ * row (member - k). Returns the index, -ENOENT when @node is not a member
+ * of @stripe (N > k + m), or -EINVAL.
  */
 int ers_layout_member(const struct ers_layout *l, uint64_t stripe, int node);
 

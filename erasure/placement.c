@@ -12,7 +12,7 @@
 
 static int layout_ok(const struct ers_layout *l)
 {
-	return l && l->k >= 1 && l->m >= 1 && l->nodes == l->k + l->m;
+	return l && l->k >= 1 && l->m >= 1 && l->nodes >= l->k + l->m;
 }
 
 int ers_layout_init(struct ers_layout *l, const struct ers_scheme *s,
@@ -42,17 +42,21 @@ int ers_layout_init(struct ers_layout *l, const struct ers_scheme *s,
 
 int ers_layout_member(const struct ers_layout *l, uint64_t stripe, int node)
 {
+	int u;
+
 	if (!layout_ok(l) || node < 0 || node >= l->nodes)
 		return -EINVAL;
-	return (int)(((uint64_t)node + stripe % (uint64_t)l->nodes) %
-		     (uint64_t)l->nodes);
+	u = (int)(((uint64_t)node + stripe % (uint64_t)l->nodes) %
+		  (uint64_t)l->nodes);
+	/* A group larger than k + m: the rest sit this stripe out. */
+	return u < l->k + l->m ? u : -ENOENT;
 }
 
 int ers_layout_node(const struct ers_layout *l, uint64_t stripe, int member)
 {
 	int n;
 
-	if (!layout_ok(l) || member < 0 || member >= l->nodes)
+	if (!layout_ok(l) || member < 0 || member >= l->k + l->m)
 		return -EINVAL;
 	n = l->nodes;
 	return (int)(((uint64_t)member + (uint64_t)n - stripe % (uint64_t)n) %
@@ -83,7 +87,7 @@ int ers_layout_locate(const struct ers_layout *l, int node, uint64_t chunk,
 		t = (uint64_t)r;
 		u = node + r;
 	} else if (node < k) {
-		t = (uint64_t)(r + l->m);
+		t = (uint64_t)(r + n - k);
 		u = r - (k - node);
 	} else {
 		t = (uint64_t)(n - node + r);
@@ -111,7 +115,7 @@ int ers_layout_chunk(const struct ers_layout *l, uint64_t stripe, int slot,
 	nd = ((slot - t) % n + n) % n;
 	/* The rank of t among nd's data stripes, inverting locate above. */
 	if (nd < k)
-		r = t < k - nd ? t : t - l->m;
+		r = t < k - nd ? t : t - (n - k);
 	else
 		r = t - (n - nd);
 	*node = nd;

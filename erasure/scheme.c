@@ -184,9 +184,10 @@ int ers_scheme_fit(struct ers_scheme *s, int nodes)
 	rc = ers_scheme_check(&t);
 	if (rc)
 		return rc;
-	if (t.kind == ERS_REPLICATE ? t.m + 1 > nodes : t.k + t.m != nodes) {
+	if (t.kind == ERS_REPLICATE ? t.m + 1 > nodes : t.k + t.m > nodes) {
 		ers_set_error("scheme needs %d nodes, group has %d",
-			      t.k + t.m, nodes);
+			      t.kind == ERS_REPLICATE ? t.m + 1 : t.k + t.m,
+			      nodes);
 		return -EINVAL;
 	}
 	*s = t;

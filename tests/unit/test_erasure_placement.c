@@ -64,12 +64,19 @@ static void test_scheme_strings(void **state)
 
 	/* Fitting to a group. */
 	assert_int_equal(ers_scheme_fit(&s, 6), 0);
-	assert_int_equal(ers_scheme_fit(&s, 7), -EINVAL);
+	assert_int_equal(ers_scheme_fit(&s, 5), -EINVAL);
+	/* A larger group: stripes of k + m rotate over it. */
+	assert_int_equal(ers_scheme_fit(&s, 7), 0);
+	assert_int_equal(s.k, 4);
+	assert_int_equal(s.m, 2);
 	assert_int_equal(ers_scheme_parse("xor", &s), 0);
 	assert_int_equal(ers_scheme_fit(&s, 1), -EINVAL);
 	assert_int_equal(ers_scheme_fit(&s, 4), 0);
 	assert_int_equal(s.k, 3);
-	assert_int_equal(ers_scheme_fit(&s, 5), -EINVAL);
+	/* Sized once: xor:3 then fits any group of 4 or more. */
+	assert_int_equal(ers_scheme_fit(&s, 3), -EINVAL);
+	assert_int_equal(ers_scheme_fit(&s, 5), 0);
+	assert_int_equal(s.k, 3);
 	assert_int_equal(ers_scheme_parse("replicate:3", &s), 0);
 	assert_int_equal(ers_scheme_fit(&s, 2), -EINVAL);
 	assert_int_equal(ers_scheme_fit(&s, 3), 0);
@@ -148,15 +155,16 @@ static void test_layout_bijection_and_rotation(void **state)
 {
 	(void)state;
 	for (int n = 2; n <= 16; n++) {
-		for (int m = 1; m <= 8 && m < n; m++) {
-			struct ers_scheme s = { ERS_RS, n - m, m };
+	    for (int m = 1; m <= 8 && m < n; m++) {
+		/* Every k that fits: k + m = N, and smaller stripes. */
+		for (int k = n - m; k >= 1; k -= k > 4 ? 3 : 1) {
+			struct ers_scheme s = { ERS_RS, k, m };
 			struct ers_layout l;
-			int k = n - m;
 			int periods = 3;
 			uint64_t nstripes = (uint64_t)periods * n;
 			uint8_t *hit = calloc(nstripes * k, 1);
 
-			if (m == 1 && n - 1 <= ERS_MAX_K)
+			if (m == 1 && k <= ERS_MAX_K)
 				s.kind = n & 1 ? ERS_XOR : ERS_RS;
 			assert_non_null(hit);
 			assert_int_equal(ers_layout_init(&l, &s, n), 0);
@@ -202,26 +210,38 @@ static void test_layout_bijection_and_rotation(void **state)
 				assert_int_equal(hit[c], 1);
 			free(hit);
 
-			/* Holders per stripe and parity per node. */
+			/*
+			 * Per node, in any N consecutive stripes: k data, m
+			 * parity, and out of N - k - m of them.
+			 */
 			for (int node = 0; node < n; node++) {
 				for (uint64_t base = 0; base < nstripes;
 				     base += 1 + base % 3) {
-					int par = 0;
+					int par = 0, data = 0, out = 0;
 
 					for (uint64_t st = base;
 					     st < base + (uint64_t)n; st++) {
 						int mem = ers_layout_member(
 							&l, st, node);
 
+						assert_true(mem == -ENOENT ||
+							    (mem >= 0 &&
+							     mem < k + m));
 						par += mem >= k;
+						data += mem >= 0 && mem < k;
+						out += mem == -ENOENT;
 					}
 					assert_int_equal(par, m);
+					assert_int_equal(data, k);
+					assert_int_equal(out, n - k - m);
 				}
 			}
+			/* Each stripe: k + m distinct nodes, the rest out. */
 			for (uint64_t st = 0; st < nstripes; st++) {
-				int seen[ERS_MAX_K + ERS_MAX_M] = { 0 };
+				int seen[ERS_MAX_K + ERS_MAX_M + 16] = { 0 };
+				int in = 0;
 
-				for (int mem = 0; mem < n; mem++) {
+				for (int mem = 0; mem < k + m; mem++) {
 					int nd = ers_layout_node(&l, st, mem);
 
 					assert_true(nd >= 0 && nd < n);
@@ -231,8 +251,14 @@ static void test_layout_bijection_and_rotation(void **state)
 								 &l, st, nd),
 							 mem);
 				}
+				assert_int_equal(ers_layout_node(&l, st, k + m),
+						 -EINVAL);
+				for (int nd = 0; nd < n; nd++)
+					in += ers_layout_member(&l, st, nd) >= 0;
+				assert_int_equal(in, k + m);
 			}
 		}
+	    }
 	}
 }
 
@@ -246,6 +272,11 @@ static void test_layout_errors(void **state)
 
 	(void)state;
 	assert_int_equal(ers_layout_init(&l, &s, 5), -EINVAL);
+	assert_int_equal(ers_layout_init(&l, &s, 7), 0);
+	/* Node 6 of 7 sits stripe 0 out: members are (n + s) mod 7 < 6. */
+	assert_int_equal(ers_layout_member(&l, 0, 6), -ENOENT);
+	assert_int_equal(ers_layout_member(&l, 1, 6), 0);
+	assert_int_equal(ers_layout_node(&l, 0, 6), -EINVAL);
 	assert_int_equal(ers_layout_init(&l, &s, 6), 0);
 	assert_int_equal(ers_layout_member(&l, 0, 6), -EINVAL);
 	assert_int_equal(ers_layout_member(&l, 0, -1), -EINVAL);
