@@ -847,10 +847,9 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 				vc);
 		if (vc->rc == 0 && !vc->bad)
 			good_copy = true;
-		if (vc->rc == 0 && vc->bad && repair && owner) {
-			vc->repaired = vc->bad;
+		/* Its bad pieces dropped there: send them again. */
+		if (vc->rc == 0 && vc->repaired)
 			resend = true;
-		}
 	}
 	if (here && bad && here->bad) {
 		repair_here(e, in, owner, good_copy, &fs, bad, here);

@@ -1129,7 +1129,8 @@ int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
 	snprintf(what, sizeof(what), "inode %llu", (unsigned long long)ino);
 	file_verify_snap(e, &fs, what, vc, bad);
 	if (bad && vc->bad)
-		file_drop_pieces(e, in, &fs, bad, vc->bad, false);
+		vc->repaired = file_drop_pieces(e, in, &fs, bad, vc->bad,
+						false);
 	free(bad);
 	file_snap_drop(e, &fs);
 	ns_unhold(e, in);

@@ -34,10 +34,11 @@
  *   GNS_T_VERIFY u64 ino, u64 gseal, u32 flags (GNS_VERIFY_REPAIR), u32
  *               0.  This node recomputes the CRC32C of each piece of that
  *               seal it holds in memory (reftfs-admin verify): u32
- *               checked, u32 bad, u32 first bad, u32 absent, u64 bytes;
- *               -ESTALE (another seal), -EBUSY (being written), -ENOENT.
- *               With REPAIR from the file's owner, the bad pieces are
- *               dropped here, for the owner to send again.
+ *               checked, u32 bad, u32 first bad, u32 absent, u64 bytes,
+ *               u32 dropped, u32 0; -ESTALE (another seal), -EBUSY (being
+ *               written), -ENOENT.  With REPAIR from the file's owner, the
+ *               bad pieces are dropped here (dropped: how many), for the
+ *               owner to send again.
  * Requests are served on GNS_SERVERS threads: transport threads only
  * queue them.
  *
@@ -799,7 +800,7 @@ static void serve_get(struct gns *g, struct gns_job *j)
 static void serve_verify(struct gns *g, struct gns_job *j)
 {
 	struct eng_verify_copy vc = { .node = g->self };
-	uint8_t meta[24];
+	uint8_t meta[32];
 	struct peer_frame rep = { .meta = meta, .meta_len = sizeof(meta) };
 	int rc;
 
@@ -820,6 +821,8 @@ static void serve_verify(struct gns *g, struct gns_job *j)
 	put32(meta + 8, vc.first_bad);
 	put32(meta + 12, vc.absent);
 	put64(meta + 16, vc.bytes);
+	put32(meta + 24, vc.repaired);
+	put32(meta + 28, 0);
 	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
 }
 
@@ -968,7 +971,7 @@ static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
 {
 	struct gns *g = ctx;
 	struct memb_view v;
-	uint8_t meta[24], ans[24];
+	uint8_t meta[24], ans[32];
 	struct peer_frame f = { .type = GNS_T_VERIFY, .meta = meta,
 				.meta_len = sizeof(meta) };
 	struct peer_reply rep = { .meta = ans, .meta_cap = sizeof(ans) };
@@ -994,6 +997,7 @@ static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
 	vc->first_bad = get32(ans + 8);
 	vc->absent = get32(ans + 12);
 	vc->bytes = get64(ans + 16);
+	vc->repaired = get32(ans + 24); /* dropped there, to send again */
 }
 
 /* --- readiness, life ------------------------------------------------------ */
