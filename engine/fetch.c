@@ -118,81 +118,77 @@ static void *fetch_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Hold @job->in and queue @job, on the read-ahead list with @ahead.  0, or
+ * -ESHUTDOWN when the threads are stopping (the job freed, nothing held).
+ */
+static int enqueue(struct eng *e, struct fetch_job *job, bool ahead)
+{
+	struct fetcher *fe = &e->fetcher;
+	struct fetch_job **head = ahead ? &fe->ahead_head : &fe->head;
+	struct fetch_job **tail = ahead ? &fe->ahead_tail : &fe->tail;
+
+	job->next = NULL;
+	monotonic_after(&job->deadline, e->cfg.fetch_timeout_ms);
+	/* The caller's open handle keeps the inode alive until this hold. */
+	pthread_rwlock_wrlock(&e->ns.lock);
+	job->in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	pthread_mutex_lock(&fe->lock);
+	if (!fe->running || fe->stop) {
+		pthread_mutex_unlock(&fe->lock);
+		ns_unhold(e, job->in);
+		free(job);
+		return -ESHUTDOWN;
+	}
+	if (*tail)
+		(*tail)->next = job;
+	else
+		*head = job;
+	*tail = job;
+	if (ahead)
+		fe->ahead_queued++;
+	else
+		fe->queued++;
+	pthread_cond_signal(&fe->work);
+	pthread_mutex_unlock(&fe->lock);
+	return 0;
+}
+
 int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
 		eng_reply_fn reply, void *ctx)
 {
-	struct fetcher *fe = &e->fetcher;
-	struct fetch_job *job = malloc(sizeof(*job));
+	struct fetch_job *job = calloc(1, sizeof(*job));
+	int rc;
 
 	if (!job)
 		return -ENOMEM;
-	job->next = NULL;
 	job->in = in;
 	job->pos = pos;
 	job->size = size;
 	job->reply = reply;
 	job->ctx = ctx;
-	monotonic_after(&job->deadline, e->cfg.fetch_timeout_ms);
-
-	/* The caller's open handle keeps @in alive until this hold. */
-	pthread_rwlock_wrlock(&e->ns.lock);
-	in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
-	pthread_mutex_lock(&fe->lock);
-	if (!fe->running || fe->stop) {
-		pthread_mutex_unlock(&fe->lock);
-		ns_unhold(e, in);
-		free(job);
-		return -ESHUTDOWN;
-	}
-	if (fe->tail)
-		fe->tail->next = job;
-	else
-		fe->head = job;
-	fe->tail = job;
-	fe->queued++;
-	pthread_cond_signal(&fe->work);
-	pthread_mutex_unlock(&fe->lock);
-	atomic_fetch_add(&e->cnt.fetch_reads, 1);
-	return 0;
+	rc = enqueue(e, job, false);
+	if (rc == 0)
+		atomic_fetch_add(&e->cnt.fetch_reads, 1);
+	return rc;
 }
 
 void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx)
 {
 	struct fetcher *fe = &e->fetcher;
 	struct fetch_job *job;
+	bool full;
 
 	pthread_mutex_lock(&fe->lock);
-	if (!fe->running || fe->stop || fe->ahead_queued >= 2 * fe->nthreads) {
-		pthread_mutex_unlock(&fe->lock);
-		return;
-	}
+	full = !fe->running || fe->stop ||
+	       fe->ahead_queued >= 2 * fe->nthreads;
 	pthread_mutex_unlock(&fe->lock);
-	job = calloc(1, sizeof(*job));
-	if (!job)
+	if (full || !(job = calloc(1, sizeof(*job))))
 		return;
 	job->in = in;
 	job->pos = idx;
-	monotonic_after(&job->deadline, e->cfg.fetch_timeout_ms);
-	/* The reader's open handle keeps @in alive until this hold. */
-	pthread_rwlock_wrlock(&e->ns.lock);
-	in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
-	pthread_mutex_lock(&fe->lock);
-	if (!fe->running || fe->stop) {
-		pthread_mutex_unlock(&fe->lock);
-		ns_unhold(e, in);
-		free(job);
-		return;
-	}
-	if (fe->ahead_tail)
-		fe->ahead_tail->next = job;
-	else
-		fe->ahead_head = job;
-	fe->ahead_tail = job;
-	fe->ahead_queued++;
-	pthread_cond_signal(&fe->work);
-	pthread_mutex_unlock(&fe->lock);
+	enqueue(e, job, true);
 }
 
 int fetch_start(struct eng *e)

@@ -1492,6 +1492,21 @@ static int wait_caught_up(struct ctl_req *r, struct rep_out *o,
 	return CTL_EXIT_OK;
 }
 
+/*
+ * The PATH argument of @cmd ("" for none) normalised into @rel, once this
+ * node caught up with the group's namespace.  CTL_EXIT_OK, or the exit
+ * code with the reason said.
+ */
+static int path_ready(struct ctl_req *r, struct rep_out *o, const char *cmd,
+		      char *rel, size_t size)
+{
+	if (norm_path(r->path ? r->path : "", rel, size) < 0) {
+		rep_out_line(o, 'e', "%s: path too long", cmd);
+		return CTL_EXIT_USAGE;
+	}
+	return wait_caught_up(r, o, cmd);
+}
+
 static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 {
 	const char *mnt = eng_get_config(r->c->e)->mountpoint;
@@ -1500,11 +1515,7 @@ static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 	size_t n;
 	int rc;
 
-	if (norm_path(r->path ? r->path : "", rel, sizeof(rel)) < 0) {
-		rep_out_line(o, 'e', "ls: path too long");
-		return CTL_EXIT_USAGE;
-	}
-	rc = wait_caught_up(r, o, "ls");
+	rc = path_ready(r, o, "ls", rel, sizeof(rel));
 	if (rc != CTL_EXIT_OK)
 		return rc;
 	rep = rep_new(&ls_root);
@@ -1982,11 +1993,7 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 	struct rep_obj *top;
 	int rc;
 
-	if (norm_path(r->path ? r->path : "", rel, sizeof(rel)) < 0) {
-		rep_out_line(o, 'e', "verify: path too long");
-		return CTL_EXIT_USAGE;
-	}
-	rc = wait_caught_up(r, o, "verify");
+	rc = path_ready(r, o, "verify", rel, sizeof(rel));
 	if (rc != CTL_EXIT_OK)
 		return rc;
 	sum.rep = rep_new(&vf_root);

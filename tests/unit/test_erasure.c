@@ -301,6 +301,20 @@ static void test_decode_refuses(void **state)
 	}
 }
 
+/* @order[0..n) = 0..n-1 in a random order. */
+static void shuffle(uint64_t *st, int *order, int n)
+{
+	for (int j = 0; j < n; j++)
+		order[j] = j;
+	for (int j = n - 1; j > 0; j--) {
+		int x = (int)(t_rand(st) % (uint64_t)(j + 1));
+		int tmp = order[j];
+
+		order[j] = order[x];
+		order[x] = tmp;
+	}
+}
+
 /*
  * Parity built by ers_update from zero, chunks arriving in random order,
  * equals ers_encode; an overwrite (delta = old ^ new) and an unlink
@@ -333,17 +347,9 @@ static void test_incremental(void **state)
 				assert_non_null(inc[r]);
 				assert_non_null(ref[r]);
 			}
-			for (j = 0; j < s->k; j++) {
+			for (j = 0; j < s->k; j++)
 				t_fill(&st, t->chunk[j], len);
-				order[j] = j;
-			}
-			for (j = s->k - 1; j > 0; j--) {
-				int x = (int)(t_rand(&st) % (uint64_t)(j + 1));
-				int tmp = order[j];
-
-				order[j] = order[x];
-				order[x] = tmp;
-			}
+			shuffle(&st, order, s->k);
 			/* Arrival in any order. */
 			for (j = 0; j < s->k; j++) {
 				int d = order[j];
@@ -447,16 +453,7 @@ static void test_update_row(void **state)
 						    t_parity(t)),
 					 0);
 			for (int r = 0; r < s->m; r++) {
-				for (int j = 0; j < s->k; j++)
-					order[j] = j;
-				for (int j = s->k - 1; j > 0; j--) {
-					int x = (int)(t_rand(&st) %
-						      (uint64_t)(j + 1));
-					int tmp = order[j];
-
-					order[j] = order[x];
-					order[x] = tmp;
-				}
+				shuffle(&st, order, s->k);
 				memset(row, 0, len);
 				for (int j = 0; j < s->k; j++)
 					assert_int_equal(
