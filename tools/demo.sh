@@ -187,6 +187,8 @@ step "16. the lost rank's checkpoint, loaded on its new node and on another, is 
 run "$PY" tools/demo_torch.py load "${G[1]}/step_300/rank1.pt" "$REFG" || result=FAIL
 run "$PY" tools/demo_torch.py load "${G[2]}/step_300/rank1.pt" "$REFG" || result=FAIL
 run reftfs-admin -m "${G[1]}" protect --wait || result=FAIL
+# Every copy's checksums, recomputed on the node that holds it.
+run reftfs-admin -m "${G[1]}" verify /step_300 || result=FAIL
 
 step "17. unmount the group"
 for n in 0 1 2; do
