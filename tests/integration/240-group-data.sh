@@ -74,24 +74,9 @@ log "makedirs(exist_ok) from 3 nodes at once, 10 O_EXCL races: one winner each"
 
 # --- each rank writes its files on its own node --------------------------
 SIZES="0 100 4096 1048593 9437201"
-for n in 0 1 2; do
-	for s in $SIZES; do
-		head -c "$s" /dev/urandom >"$REF/rank$n.$s"
-		cp "$REF/rank$n.$s" "${M[$n]}/tmp-checkpoint-1/rank$n.$s"
-	done
-done
-check_all() {
-	local what=$1 n r s
-	shift
-	for n in "$@"; do
-		for r in 0 1 2; do
-			for s in $SIZES; do
-				cmp "$REF/rank$r.$s" "${M[$n]}/$DIR/rank$r.$s" ||
-					fail "$what: rank$r.$s differs on node $n"
-			done
-		done
-	done
-}
+write_ranks tmp-checkpoint-1
+# Every rank's files on the nodes given, under $DIR (it is renamed).
+check_all() { check_ranks "$1" "$DIR" "${@:2}"; }
 # torch.save of each rank's state dict on its own node; torch.load of
 # every rank's file on every node equals the reference saved outside.
 if "$PY" -c 'import torch' 2>/dev/null; then

@@ -20,12 +20,7 @@ wait_agree 30 0 1 2
 
 SIZES="0 100 1048593 5242880"
 mkdir "${M[0]}/ckpt"
-for n in 0 1 2; do
-	for s in $SIZES; do
-		head -c "$s" /dev/urandom >"$REF/rank$n.$s"
-		cp "$REF/rank$n.$s" "${M[$n]}/ckpt/rank$n.$s"
-	done
-done
+write_ranks ckpt
 for n in 0 1 2; do
 	admin "${M[$n]}" flush --wait >/dev/null || fail "flush --wait on node $n"
 done

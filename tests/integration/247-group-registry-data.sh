@@ -35,24 +35,8 @@ wait_agree 30 0 1 2
 
 SIZES="100 1048593 3145728"
 mkdir "${M[0]}/ckpt"
-for n in 0 1 2; do
-	for s in $SIZES; do
-		head -c "$s" /dev/urandom >"$REF/rank$n.$s"
-		cp "$REF/rank$n.$s" "${M[$n]}/ckpt/rank$n.$s"
-	done
-done
-check_all() {
-	local what=$1 n r s
-	shift
-	for n in "$@"; do
-		for r in 0 1 2; do
-			for s in $SIZES; do
-				cmp "$REF/rank$r.$s" "${M[$n]}/ckpt/rank$r.$s" ||
-					fail "$what: rank$r.$s differs on node $n"
-			done
-		done
-	done
-}
+write_ranks ckpt
+check_all() { check_ranks "$1" ckpt "${@:2}"; }
 check_all "written" 0 1 2
 for n in 0 1 2; do
 	admin "${M[$n]}" protect --wait >/dev/null || fail "protect --wait on node $n"
@@ -61,10 +45,7 @@ log "every rank's files on every node, protected"
 
 stop_memcached
 SIZES="$SIZES 2000000"
-for n in 0 1 2; do
-	head -c 2000000 /dev/urandom >"$REF/rank$n.2000000"
-	cp "$REF/rank$n.2000000" "${M[$n]}/ckpt/rank$n.2000000"
-done
+write_ranks ckpt 2000000
 check_all "memcached gone" 0 1 2
 for n in 0 1 2; do
 	admin "${M[$n]}" protect --wait >/dev/null || fail "protect --wait on node $n without memcached"

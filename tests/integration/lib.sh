@@ -379,6 +379,36 @@ expect_metric() {
 
 # --- groups ---------------------------------------------------------------
 
+# write_ranks DIR [SIZE...]: each node N of the group (M[]) writes
+# $REF/rankN.SIZE, random bytes, as DIR/rankN.SIZE on its own mount, for
+# each SIZE (default: $SIZES).
+write_ranks() {
+	local dir=$1 n s
+	shift
+	for n in "${!M[@]}"; do
+		for s in ${@:-$SIZES}; do
+			head -c "$s" /dev/urandom >"$REF/rank$n.$s"
+			cp "$REF/rank$n.$s" "${M[$n]}/$dir/rank$n.$s"
+		done
+	done
+}
+
+# check_ranks WHAT DIR NODE...: every rank's files of write_ranks (sizes
+# $SIZES) read byte-identical under DIR on each NODE's mount, else fail
+# naming WHAT.
+check_ranks() {
+	local what=$1 dir=$2 n r s
+	shift 2
+	for n in "$@"; do
+		for r in "${!M[@]}"; do
+			for s in $SIZES; do
+				cmp "$REF/rank$r.$s" "${M[$n]}/$dir/rank$r.$s" ||
+					fail "$what: rank$r.$s differs on node $n"
+			done
+		done
+	done
+}
+
 # free_ports N: print N TCP ports on 127.0.0.1 that were free a moment ago
 # (each bound to port 0 and released; a daemon then binds it for good),
 # each with the port above it free too: a group's namespace log listens on
