@@ -284,7 +284,7 @@ void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
 	st->holder_dead = -1;
 	if (e->gops && e->gops->protect_stats) {
 		e->gops->protect_stats(e->gctx, st);
-		if (st->copies > 1)
+		if (st->scheme[0])
 			st->files_unprotected = file_count_unprotected(e);
 	}
 }

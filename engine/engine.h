@@ -418,7 +418,7 @@ void eng_invalidated(struct eng *e);
 
 /* Protection of this node's files on peers, and its rebuild. */
 struct eng_protect_stats {
-	unsigned copies;	  /* R of replicate:R; 0: --protect none */
+	unsigned copies;	  /* R of replicate:R; 0: none, xor, rs */
 	uint64_t bw;		  /* --protect-bw, bytes/s; 0: no limit */
 	uint64_t files_pending;	  /* queued or waiting for a retry */
 	uint64_t files_unprotected; /* owned here, sealed, no current
@@ -434,6 +434,13 @@ struct eng_protect_stats {
 	uint64_t rebuild_failed;	  /* not back yet: tried again */
 	int holder_dead;		  /* a holder of this node's copies
 					     that is dead; -1: none */
+	char scheme[32];		  /* "replicate:2", "xor:2", "rs:4+2";
+					     "" for none */
+	/* xor, rs:K+M: */
+	uint64_t parity_rows, parity_bytes; /* rows held for the group */
+	uint64_t parity_folds, parity_unfolds, parity_refused;
+	uint64_t pieces_rebuilt, bytes_rebuilt; /* reconstructed reads */
+	uint64_t rebuilds_failed;
 };
 
 /* Fill @st; zeros (copies 0) without a group or protection. */

@@ -238,6 +238,18 @@ struct file {
 				   writing: not sealed here; lock */
 	uint64_t seal_sent;	/* the owner: last version whose SEAL it
 				   proposed; lock */
+	/*
+	 * Erasure-coded protection (parity.c): gseal's scheme (a
+	 * parity_code(), 0 for none or replicas), and where its pieces sit
+	 * in the stripe space: piece i is the owner's chunk number
+	 * chunk_base + i of checkpoint stripe_ckpt.  Set by the SEAL's
+	 * apply, the same on every node.  parity_holders: the nodes whose
+	 * parity rows hold gseal's pieces (from PROTECT).  lock.
+	 */
+	uint32_t scheme;
+	uint64_t stripe_ckpt;
+	uint64_t chunk_base;
+	uint64_t parity_holders;
 	/* Read-ahead: pieces below this were queued already (file_ahead). */
 	_Atomic uint32_t ahead_next;
 };
@@ -334,6 +346,18 @@ struct inode {
 	};
 };
 
+/*
+ * A checkpoint's stripe space under one scheme: the next chunk number of
+ * each node in it.  Advanced by SEAL applies only, so every node numbers
+ * every piece alike (ns->lock).
+ */
+struct stripe_space {
+	struct stripe_space *next;
+	uint64_t ckpt;		/* the top-level directory's inode number */
+	uint32_t scheme;
+	uint64_t next_chunk[64];
+};
+
 struct ns {
 	pthread_rwlock_t lock;
 	struct inode **table;	/* by inode number */
@@ -343,6 +367,7 @@ struct ns {
 	uint64_t next_ckpt_seq;
 	uint64_t nfiles, ndirs;
 	struct inode *root;
+	struct stripe_space *spaces; /* lock */
 };
 
 /* --- the copier: asynchronous write copies ----------------------------- */
@@ -580,6 +605,15 @@ int nsop_decode(const void *buf, size_t len, struct nsop *op);
 int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	     struct nsop_out *out);
 
+/* One piece of a sealed file as the group names it (the fetch gop). */
+struct eng_piece {
+	uint64_t ino, gseal, holders;
+	uint32_t idx, len, crc;
+	int owner;
+	uint32_t scheme;	/* 0, or the seal's parity_code() */
+	uint64_t stripe_ckpt, chunk_base;
+};
+
 /*
  * What a group adds to the engine (set by eng_join_group, gns.c).  The
  * engine's own files call it through these pointers only, so that the
@@ -601,13 +635,13 @@ struct eng_group_ops {
 	 */
 	int (*seal)(void *ctx, struct inode *in, struct eng_call *c);
 	/*
-	 * Read piece @idx (@len bytes, CRC32C @crc) of @in's sealed version
-	 * @gseal from one of @holders into @buf, checked: 0, -EIO when no
-	 * holder gave the right bytes, -ETIMEDOUT past @deadline.  No lock
-	 * held; sleeps.
+	 * Read piece @p->idx (@p->len bytes, CRC32C @p->crc) of a file's
+	 * sealed version @p->gseal from one of @p->holders into @buf,
+	 * checked; when none has it and the seal is erasure-coded, rebuilt
+	 * from its stripe.  0, -EIO when no holder gave the right bytes,
+	 * -ETIMEDOUT past @deadline.  No lock held; sleeps.
 	 */
-	int (*fetch)(void *ctx, uint64_t ino, uint64_t gseal, uint64_t holders,
-		     uint32_t idx, uint32_t len, uint32_t crc, uint8_t *buf,
+	int (*fetch)(void *ctx, const struct eng_piece *p, uint8_t *buf,
 		     const struct timespec *deadline);
 	/*
 	 * @in (owned here) is in the persist dir the group shares at its
@@ -845,6 +879,14 @@ int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
 void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
 int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
+/*
+ * Piece @idx of @ino's seal @gseal, @len bytes with CRC32C @crc, copied
+ * into @buf from this node's memory (its owner's data, a copy held or
+ * fetched): 0, -ENOENT when not here whole, -EIO when it fails its check.
+ * Takes ns->lock and the file's lock (read) briefly.
+ */
+int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		    uint32_t len, uint32_t crc, uint8_t *buf);
 /*
  * reftfs-admin verify of this node's copy of a file: the sealed pieces
  * it holds in memory, their CRC32C recomputed.  file_verify_take_locked()

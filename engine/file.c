@@ -264,21 +264,23 @@ bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
  * holders, else from the persist dir the group shares when it was written
  * back there.  Checked either way.  No lock held; sleeps.
  */
-static int fetch_piece(struct eng *e, struct inode *in, uint32_t i,
+static int fetch_piece(struct eng *e, struct inode *in, struct eng_piece *pc,
 		       uint32_t fill, uint32_t len, uint32_t crc,
-		       uint32_t crc_len, uint64_t gseal, uint64_t holders,
-		       uint8_t *buf, const struct timespec *deadline)
+		       uint32_t crc_len, uint8_t *buf,
+		       const struct timespec *deadline)
 {
 	struct file *f = &in->file;
 	uint32_t have = crc_len != SLOT_CRC_UNKNOWN ? crc_len : len;
 	uint32_t keep = fill < len ? fill : len;
+	uint64_t gseal = pc->gseal;
+	uint32_t i = pc->idx;
 	struct copy_id cid;
 	char rel[PATH_MAX];
 	int rc, prc;
 
-	rc = e->gops ? e->gops->fetch(e->gctx, in->ino, gseal, holders, i,
-				      have, crc, buf, deadline)
-		     : -EIO;
+	pc->len = have;
+	pc->crc = crc;
+	rc = e->gops ? e->gops->fetch(e->gctx, pc, buf, deadline) : -EIO;
 	if (rc == 0) {
 		keep = keep < have ? keep : have;
 		memset(buf + keep, 0, len - keep);
@@ -372,8 +374,9 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		      const struct timespec *deadline, bool ahead)
 {
 	struct file *f = &in->file;
+	struct eng_piece pc;
 	struct slot want;
-	uint64_t gseal, holders;
+	uint64_t gseal;
 	uint32_t len, id;
 	int rc;
 
@@ -397,7 +400,11 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	want = f->slots[i];
 	len = file_piece_len(e, f->size, i);
 	gseal = f->gseal;
-	holders = f->holders;
+	pc = (struct eng_piece){ .ino = in->ino, .gseal = f->gseal,
+				 .holders = f->holders, .idx = i,
+				 .owner = f->owner, .scheme = f->scheme,
+				 .stripe_ckpt = f->stripe_ckpt,
+				 .chunk_base = f->chunk_base };
 	pthread_rwlock_unlock(&f->lock);
 
 	/*
@@ -413,9 +420,9 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		return rc;
 	}
 	if (want.where == PIECE_PEER)
-		rc = fetch_piece(e, in, i, want.fill, len, want.crc,
-				 want.crc_len, gseal, holders,
-				 store_ptr(&e->store, id), deadline);
+		rc = fetch_piece(e, in, &pc, want.fill, len, want.crc,
+				 want.crc_len, store_ptr(&e->store, id),
+				 deadline);
 	else
 		rc = persist_read_piece(e, rel, cid,
 					(uint64_t)i << e->store.chunk_shift,
@@ -877,10 +884,41 @@ static int take_remote_seal(struct eng *e, struct file *f,
 	return 0;
 }
 
+/*
+ * The first of @n chunk numbers of node @node in @in's checkpoint under
+ * scheme @scheme, taken now (ns->lock held for writing).  Stripes never
+ * span checkpoints: files at the top level share the root's space.
+ * -ENOMEM when a new space cannot be made (the seal then fails here).
+ */
+static int take_chunks(struct eng *e, struct inode *in, uint32_t scheme,
+		       int node, uint32_t n, uint64_t *ckpt, uint64_t *base)
+{
+	struct inode *c = ns_checkpoint_of(&e->ns, in);
+	struct stripe_space *sp;
+
+	*ckpt = c ? c->ino : e->ns.root->ino;
+	for (sp = e->ns.spaces; sp; sp = sp->next)
+		if (sp->ckpt == *ckpt && sp->scheme == scheme)
+			break;
+	if (!sp) {
+		sp = calloc(1, sizeof(*sp));
+		if (!sp)
+			return -ENOMEM;
+		sp->ckpt = *ckpt;
+		sp->scheme = scheme;
+		sp->next = e->ns.spaces;
+		e->ns.spaces = sp;
+	}
+	*base = sp->next_chunk[node];
+	sp->next_chunk[node] += n;
+	return 0;
+}
+
 int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 {
 	struct inode *in;
 	struct file *f;
+	uint64_t ckpt = 0, base = 0;
 	bool kick = false;
 	int rc = 0;
 
@@ -901,6 +939,19 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 	}
 	f = &in->file;
 	pthread_rwlock_wrlock(&f->lock);
+	/*
+	 * An erasure-coded seal takes the next chunk numbers of its owner in
+	 * its checkpoint's stripe space, whatever this node does with it
+	 * below: every node numbers alike.
+	 */
+	if (op->node == f->owner && op->flags && op->node >= 0 &&
+	    op->node < 64 &&
+	    take_chunks(e, in, op->flags, op->node, op->npieces, &ckpt,
+			&base) < 0) {
+		pthread_rwlock_unlock(&f->lock);
+		rc = -ENOMEM;
+		goto out;
+	}
 	if (op->node != f->owner) {
 		/* Another node took the file over since: its seal counts. */
 		rc = -ESTALE;
@@ -909,6 +960,10 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 		if (f->version == op->version) {
 			f->gseal = index;
 			f->holders = 1ULL << e->node;
+			f->scheme = op->flags;
+			f->stripe_ckpt = ckpt;
+			f->chunk_base = base;
+			f->parity_holders = 0;
 		}
 	} else {
 		/*
@@ -920,6 +975,10 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 		if (rc == 0) {
 			f->gseal = index;
 			f->holders = op->node == e->node ? 0 : 1ULL << op->node;
+			f->scheme = op->flags;
+			f->stripe_ckpt = ckpt;
+			f->chunk_base = base;
+			f->parity_holders = 0;
 			f->remote_writer = false;
 			in->mtime = op->mtime;
 			in->ctime = op->now;
@@ -1023,6 +1082,38 @@ int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal)
 	}
 	replica_unlock(e, f);
 	return rc;
+}
+
+int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		    uint32_t len, uint32_t crc, uint8_t *buf)
+{
+	uint32_t chunk = RFT_NO_CHUNK, fill = 0;
+	struct inode *in;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		struct file *f = &in->file;
+
+		pthread_rwlock_rdlock(&f->lock);
+		if (f->gseal == gseal && f->dur.sealed == f->version &&
+		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
+		    f->slots[idx].crc == crc &&
+		    len == file_piece_len(e, f->size, idx)) {
+			chunk = f->slots[idx].chunk;
+			fill = f->slots[idx].fill < len ? f->slots[idx].fill
+							: len;
+			store_get(&e->store, chunk);
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (chunk == RFT_NO_CHUNK)
+		return -ENOENT;
+	memcpy(buf, store_ptr(&e->store, chunk), fill);
+	memset(buf + fill, 0, len - fill);
+	store_put(&e->store, chunk);
+	return ers_crc32c(0, buf, len) == crc ? 0 : -EIO;
 }
 
 int file_verify_take_locked(struct eng *e, struct file *f, uint64_t gseal,
@@ -1150,7 +1241,11 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 		pthread_rwlock_wrlock(&f->lock);
 		/* Copies of an older seal protect nothing now. */
 		if (f->gseal == op->gseal) {
-			f->holders |= op->holders;
+			/* Parity holders hold rows, not the file's bytes. */
+			if (f->scheme)
+				f->parity_holders |= op->holders;
+			else
+				f->holders |= op->holders;
 			/* This node's data is that seal's unless rewritten. */
 			if (f->dur.sealed == f->version) {
 				f->dur.protected_data = f->version;
@@ -1248,9 +1343,13 @@ static int lost_one(void *ctx, struct inode *in)
 	if (!S_ISREG(in->mode))
 		return 0;
 	pthread_rwlock_wrlock(&f->lock);
-	if (f->holders & w->bit) {
+	if ((f->holders | f->parity_holders) & w->bit) {
 		f->holders &= ~w->bit;
-		/* Its copies are fewer now: protected again once re-sent. */
+		f->parity_holders &= ~w->bit;
+		/*
+		 * Its copies (or parity rows) are fewer now: protected again
+		 * once re-sent.
+		 */
 		f->dur.protected_data = 0;
 	}
 	pthread_rwlock_unlock(&f->lock);
@@ -1972,7 +2071,7 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 {
 	struct file *f = &in->file;
 	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
-	uint64_t gseal = 0, holders = 0;
+	struct eng_piece pc = { 0 };
 	char rel[PATH_MAX] = "";
 	struct copy_id cid;
 	struct slot *want = NULL;
@@ -2006,8 +2105,12 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 			want = calloc(n, sizeof(*want));
 			nalloc = n;
 		}
-		gseal = f->gseal;
-		holders = f->holders;
+		pc = (struct eng_piece){ .ino = in->ino, .gseal = f->gseal,
+					 .holders = f->holders,
+					 .owner = f->owner,
+					 .scheme = f->scheme,
+					 .stripe_ckpt = f->stripe_ckpt,
+					 .chunk_base = f->chunk_base };
 		if (!buf || !want) {
 			rc = -ENOMEM;
 		} else if (f->copy != COPY_NONE) {
@@ -2041,13 +2144,14 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 					want[i].fill, want[i].chunk,
 					want[i].crc, want[i].crc_len,
 					buf + (size_t)i * cs);
-			else if (want[i].where == PIECE_PEER)
-				rc = fetch_piece(e, in, first + i,
-						 want[i].fill, want[i].chunk,
-						 want[i].crc, want[i].crc_len,
-						 gseal, holders,
+			else if (want[i].where == PIECE_PEER) {
+				pc.idx = first + i;
+				rc = fetch_piece(e, in, &pc, want[i].fill,
+						 want[i].chunk, want[i].crc,
+						 want[i].crc_len,
 						 buf + (size_t)i * cs,
 						 deadline);
+			}
 		if (rc != -ENOENT)
 			break;
 		/* The copy moved meanwhile: let the name change finish. */

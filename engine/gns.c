@@ -370,6 +370,8 @@ static int seal_build(struct gns *g, struct gns_req *r)
 	op->version = f->version;
 	op->size = f->size;
 	op->chunk_size = e->store.chunk_size;
+	/* xor, rs: the seal's pieces take chunk numbers in its stripes. */
+	op->flags = protect_seal_code(g->prot);
 	op->mtime = in->mtime;
 	f->seal_sent = f->version;
 	pthread_rwlock_unlock(&f->lock);
@@ -656,6 +658,10 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 	if (op.kind == NSOP_LOST && rc == 0 &&
 	    !(op.node == g->self && op.inc == g->inc))
 		protect_node_lost(g->prot, op.node);
+	/* A file sealed or taken over by another node: its old parity goes. */
+	if ((op.kind == NSOP_SEAL || op.kind == NSOP_OPEN) &&
+	    !(op.node == g->self && op.inc == g->inc))
+		protect_changed(g->prot, op.ino);
 	if (rc < 0)
 		rft_dbg("entry %llu (%s by node %d): %s",
 			(unsigned long long)index, nsop_kind_name(op.kind),
@@ -899,23 +905,14 @@ static void *server_main(void *arg)
  * heard every peer's heartbeat; asking one costs at most the failure
  * detector's timeout).  Every byte checked against @crc.
  */
-static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
-		     uint64_t holders, uint32_t idx, uint32_t len,
-		     uint32_t crc, uint8_t *buf,
-		     const struct timespec *deadline)
+static int fetch_from(struct gns *g, uint64_t ino, uint64_t gseal,
+		      uint64_t holders, uint32_t idx, uint32_t len,
+		      uint32_t crc, uint8_t *buf, uint64_t until)
 {
-	struct gns *g = ctx;
 	struct memb_view v;
 	uint8_t meta[24];
-	uint64_t until;
 	int rc = -EIO;
 
-	if (deadline) {
-		until = (uint64_t)deadline->tv_sec * 1000 +
-			(uint64_t)deadline->tv_nsec / 1000000;
-	} else {
-		until = now_ms() + g->e->cfg.fetch_timeout_ms;
-	}
 	put64(meta, ino);
 	put64(meta + 8, gseal);
 	put32(meta + 16, idx);
@@ -960,6 +957,50 @@ static int gns_fetch(void *ctx, uint64_t ino, uint64_t gseal,
 		}
 	}
 	return rc == -ETIMEDOUT ? rc : -EIO;
+}
+
+/* A stripe member's piece, for a reconstructing read (parity_get_fn). */
+static int get_member(void *ctx, int node, uint64_t ino, uint64_t gseal,
+		      uint32_t idx, uint32_t len, uint32_t crc, uint8_t *buf,
+		      const struct timespec *deadline)
+{
+	struct gns *g = ctx;
+
+	if (file_piece_copy(g->e, ino, gseal, idx, len, crc, buf) == 0)
+		return 0;
+	if (node == g->self)
+		return -EIO;
+	return fetch_from(g, ino, gseal, 1ULL << node, idx, len, crc, buf,
+			  (uint64_t)deadline->tv_sec * 1000 +
+				  (uint64_t)deadline->tv_nsec / 1000000);
+}
+
+/*
+ * A piece of a sealed file: from its holders; when none has it and the
+ * seal is erasure-coded, rebuilt from the rest of its stripe.
+ */
+static int gns_fetch(void *ctx, const struct eng_piece *pc, uint8_t *buf,
+		     const struct timespec *deadline)
+{
+	struct gns *g = ctx;
+	struct timespec d;
+	uint64_t until;
+	int rc, prc;
+
+	if (deadline) {
+		until = (uint64_t)deadline->tv_sec * 1000 +
+			(uint64_t)deadline->tv_nsec / 1000000;
+	} else {
+		until = now_ms() + g->e->cfg.fetch_timeout_ms;
+	}
+	rc = fetch_from(g, pc->ino, pc->gseal, pc->holders, pc->idx, pc->len,
+			pc->crc, buf, until);
+	if (rc != -EIO || !pc->scheme)
+		return rc;
+	d.tv_sec = (time_t)(until / 1000);
+	d.tv_nsec = (long)(until % 1000) * 1000000L;
+	prc = protect_reconstruct(g->prot, pc, buf, &d, get_member, g);
+	return prc == 0 || prc == -ETIMEDOUT ? prc : rc;
 }
 
 /*

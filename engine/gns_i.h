@@ -7,13 +7,16 @@
 #ifndef RFT_GNS_I_H
 #define RFT_GNS_I_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 struct eng;
 struct grp;
 struct inode;
 struct protect;
 struct eng_protect_stats;
+struct eng_piece;
 
 /*
  * Protection of this node's sealed files on peers (protect.c), as --protect
@@ -54,5 +57,101 @@ int protect_repair(struct protect *p, struct inode *in);
 
 /* Fill @s (engine.h); nothing without protection. */
 void protect_get_stats(struct protect *p, struct eng_protect_stats *s);
+
+/*
+ * A piece the group lost (its owner and its copies gone): rebuilt from its
+ * stripe when the seal is erasure-coded (parity.c), into @buf, checked.
+ * 0, -EIO, -ETIMEDOUT; -EOPNOTSUPP when there is no parity to use.
+ */
+typedef int parity_get_fn(void *ctx, int node, uint64_t ino, uint64_t gseal,
+			  uint32_t idx, uint32_t len, uint32_t crc,
+			  uint8_t *buf, const struct timespec *deadline);
+int protect_reconstruct(struct protect *p, const struct eng_piece *pc,
+			uint8_t *buf, const struct timespec *deadline,
+			parity_get_fn *get, void *get_ctx);
+/* The scheme a SEAL proposed here carries (nsop flags): 0 for none. */
+uint32_t protect_seal_code(const struct protect *p);
+/*
+ * A file changed hands or seals in the log (its apply here): a seal of it
+ * folded by this node that is no longer its own is taken out of the rows.
+ * No lock held.
+ */
+void protect_changed(struct protect *p, uint64_t ino);
+
+/* --- erasure-coded protection (parity.c), used by protect.c ------------ */
+
+struct parity;
+struct peer_xport;
+struct peer_frame;
+struct memb;
+struct file_snap;
+struct ers_scheme;
+
+/* Frame types of the data range (PEER_T_DATA_FIRST on). */
+enum {
+	PROT_T_PUT = 80,	/* protect.c: a replica's piece */
+	PROT_T_DONE,		/* protect.c: has a holder every piece? */
+	PAR_T_FOLD,		/* parity.c: fold a piece into a row */
+	PAR_T_UNFOLD,		/* parity.c: take it out again */
+	PAR_T_DONE,		/* parity.c: are a seal's pieces folded? */
+	PAR_T_GET,		/* parity.c: a row and its members */
+	PROT_T_LAST = PAR_T_GET,
+};
+
+#define PAR_SEND_MS 10000	/* one piece handed to the link, one answer */
+
+/* A seal as the stripes know it. */
+struct par_seal {
+	uint64_t ino, gseal, ckpt, base;
+	uint32_t npieces;
+};
+
+/* A scheme as SEAL and PROTECT carry it: kind << 16 | k << 8 | m. */
+uint32_t parity_code(const struct ers_scheme *s);
+int parity_scheme(uint32_t code, struct ers_scheme *s);
+
+/* xor or rs:K+M over @nodes nodes (sized here).  0 or -errno. */
+int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
+	       int self, int nodes, const struct ers_scheme *s,
+	       struct parity **out);
+/* Gives every row back to the store. */
+void parity_free(struct parity *par);
+uint32_t parity_seal_code(const struct parity *par);
+
+/* A holder, on a transport thread (never sleeps). */
+void *parity_rx_dest(struct parity *par, int node, const struct peer_frame *f,
+		     void **cookie);
+int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
+		   void *cookie, int bulk_rc);
+/* PAR_T_DONE's answer. */
+int parity_rx_done(struct parity *par, int node, const struct peer_frame *f);
+/* PAR_T_GET's answer: malloc()ed meta and bulk, or -errno. */
+int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
+		  uint8_t **meta, uint32_t *meta_len, uint8_t **bulk,
+		  uint32_t *bulk_len);
+
+/* The owner: the nodes holding rows of @n pieces from chunk @base on. */
+uint64_t parity_holders_of(const struct parity *par, int owner, uint64_t base,
+			   uint32_t n);
+/*
+ * Fold (or unfold) the pieces of @ps (their bytes in @fs) that @h holds a
+ * row for; @pace (may be NULL) before each.  0 or -errno.
+ */
+int parity_send(struct parity *par, int h, const struct par_seal *ps,
+		const struct file_snap *fs, bool unfold, uint8_t *bounce,
+		bool (*pace)(void *ctx, uint64_t len), void *pace_ctx,
+		uint64_t *pieces, uint64_t *bytes);
+/*
+ * Has @h folded every piece of @ps it holds a row for (@gone: taken every
+ * one out)?  0, -EAGAIN, or -errno from the link.
+ */
+int parity_ask(struct parity *par, int h, const struct par_seal *ps,
+	       bool gone);
+
+/* parity_get_fn: read a member's piece from @node (this node too), checked. */
+int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
+			 uint8_t *buf, const struct timespec *deadline,
+			 parity_get_fn *get, void *get_ctx);
+void parity_get_stats(struct parity *par, struct eng_protect_stats *s);
 
 #endif /* RFT_GNS_I_H */

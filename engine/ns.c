@@ -348,6 +348,12 @@ void ns_fini(struct eng *e)
 	}
 	free(ns->table);
 	ns->table = NULL;
+	while (ns->spaces) {
+		struct stripe_space *sp = ns->spaces;
+
+		ns->spaces = sp->next;
+		free(sp);
+	}
 	pthread_rwlock_destroy(&ns->lock);
 }
 

@@ -40,11 +40,6 @@
 #include "group_i.h"
 #include "gns_i.h"
 
-enum {
-	PROT_T_PUT = PEER_T_DATA_FIRST,
-	PROT_T_DONE,
-};
-
 #define PROT_SEND_MS 10000	/* one piece handed to the link */
 #define PROT_RETRY_MIN_MS 1000
 #define PROT_RETRY_MAX_MS 30000
@@ -69,7 +64,26 @@ struct prot_ans {
 	int node;
 	struct peer_frame req;	/* meta unused */
 	int rc;
+	uint8_t *meta, *bulk;	/* malloc()ed, the answer's (PAR_T_GET) */
+	uint32_t meta_len, bulk_len;
 };
+
+/*
+ * xor, rs: a seal of a file owned here whose pieces are folded into the
+ * holders' rows (or may be: a fold was sent).  Its pieces stay pinned
+ * (@fs) until they are taken out again, when the file is rewritten,
+ * unlinked or taken over: parity is never left counting bytes nobody has.
+ * Only the sender thread adds or removes one.
+ */
+struct folded {
+	struct folded *next;
+	struct inode *in;	/* held */
+	struct par_seal ps;
+	struct file_snap fs;
+	uint64_t holders;	/* nodes with rows of its stripes */
+};
+
+#define PROT_FOLDED_BUCKETS 1024
 
 struct protect {
 	struct eng *e;
@@ -77,8 +91,11 @@ struct protect {
 	struct memb *memb;
 	struct nslog *log;
 	int self, nodes, r;
-	int holders[ERS_MAX_M];
+	int holders[64];	/* replicate: R - 1; xor, rs: every other */
 	int nholders;
+	struct parity *par;	/* xor, rs; NULL for replicate:R */
+	char scheme[32];
+	struct folded **folded;	/* by ino; lock */
 	uint64_t bw;		/* bytes/s; 0: no limit */
 	struct pacer send_pace;	/* the sender thread's */
 	struct pacer rebuild_pace; /* the rebuild thread's */
@@ -153,6 +170,30 @@ static void cv_wait_until(struct protect *p, uint64_t until)
 
 /* --- holders: receiving ------------------------------------------------- */
 
+/* Hand answer @a to @node's request @f to the answerer thread. */
+static int queue_answer(struct protect *p, int node, const struct peer_frame *f,
+			struct prot_ans *a)
+{
+	a->node = node;
+	a->req = *f;
+	a->req.meta = NULL;
+	a->req.meta_len = 0;
+	a->req.bulk = NULL;
+	pthread_mutex_lock(&p->lock);
+	a->next = p->ans;
+	p->ans = a;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+static void ans_free(struct prot_ans *a)
+{
+	free(a->meta);
+	free(a->bulk);
+	free(a);
+}
+
 static void *rx_bulk_dest(void *ctx, int node, const struct peer_frame *f,
 			  void **cookie)
 {
@@ -160,6 +201,8 @@ static void *rx_bulk_dest(void *ctx, int node, const struct peer_frame *f,
 	const uint8_t *m = f->meta;
 	uint32_t chunk;
 
+	if ((f->type == PAR_T_FOLD || f->type == PAR_T_UNFOLD) && p->par)
+		return parity_rx_dest(p->par, node, f, cookie);
 	if (f->type != PROT_T_PUT || f->meta_len != 28 ||
 	    f->bulk_len != get32(m + 20) || f->bulk_crc != get32(m + 24))
 		return NULL;
@@ -177,6 +220,25 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	const uint8_t *m = f->meta;
 	struct prot_ans *a;
 
+	if (f->flags & PEER_F_REPLY)
+		return -EPROTO;
+	if (f->type >= PAR_T_FOLD && f->type <= PAR_T_GET) {
+		if (!p->par)
+			return -EPROTO; /* this node runs no parity */
+		if (f->type == PAR_T_FOLD || f->type == PAR_T_UNFOLD)
+			return parity_rx_fold(p->par, node, f, cookie,
+					      bulk_rc);
+		a = calloc(1, sizeof(*a));
+		if (!a)
+			return 0; /* the asker times out */
+		/* Never sleeps: par->lock is a leaf no thread waits under. */
+		a->rc = f->type == PAR_T_DONE
+				? parity_rx_done(p->par, node, f)
+				: parity_rx_get(p->par, node, f, &a->meta,
+						&a->meta_len, &a->bulk,
+						&a->bulk_len);
+		return queue_answer(p, node, f, a);
+	}
 	if (f->type == PROT_T_PUT) {
 		if (f->meta_len != 28)
 			return cookie ? 0 : -EPROTO;
@@ -199,18 +261,9 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return 0; /* the owner times out and tries again */
-	a->node = node;
-	a->req = *f;
-	a->req.meta = NULL;
-	a->req.meta_len = 0;
 	/* Never sleeps: the checking takes locks no thread sleeps under. */
 	a->rc = file_replica_complete(p->e, get64(m), get64(m + 8));
-	pthread_mutex_lock(&p->lock);
-	a->next = p->ans;
-	p->ans = a;
-	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->lock);
-	return 0;
+	return queue_answer(p, node, f, a);
 }
 
 static void *answerer_main(void *arg)
@@ -231,11 +284,17 @@ static void *answerer_main(void *arg)
 			peer_reply_err(p->x, a->node, &a->req, a->rc,
 				       PROT_SEND_MS);
 		} else {
-			struct peer_frame rep = { 0 };
+			struct peer_frame rep = { .meta = a->meta,
+						  .meta_len = a->meta_len,
+						  .bulk = a->bulk,
+						  .bulk_len = a->bulk_len };
 
+			if (a->bulk_len)
+				rep.bulk_crc = ers_crc32c(0, a->bulk,
+							  a->bulk_len);
 			peer_reply(p->x, a->node, &a->req, &rep, PROT_SEND_MS);
 		}
-		free(a);
+		ans_free(a);
 		pthread_mutex_lock(&p->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -341,7 +400,7 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 
 /* Tell the group where the copies are: PROTECT through the log. */
 static int announce(struct protect *p, uint64_t ino, uint64_t gseal,
-		    uint64_t holders)
+		    uint64_t holders, uint32_t flags)
 {
 	struct nsop op;
 	void *buf = NULL;
@@ -354,7 +413,7 @@ static int announce(struct protect *p, uint64_t ino, uint64_t gseal,
 	op.ino = ino;
 	op.gseal = gseal;
 	op.holders = holders;
-	op.flags = (uint32_t)p->r;
+	op.flags = flags;
 	rc = nsop_encode(&op, &buf, &len);
 	if (rc == 0)
 		rc = nslog_submit(p->log, buf, len, 10000, &result);
@@ -409,7 +468,190 @@ static int run_job(struct protect *p, struct prot_job *j, uint8_t *bounce)
 	file_snap_drop(e, &fs);
 	if (first_err)
 		return first_err;
-	rc = announce(p, j->in->ino, j->gseal, j->acked | (1ULL << p->self));
+	rc = announce(p, j->in->ino, j->gseal, j->acked | (1ULL << p->self),
+		      (uint32_t)p->r);
+	if (rc == 0 || rc == -ESTALE || rc == -ENOENT) {
+		if (rc == 0)
+			atomic_fetch_add(&p->files_protected, 1);
+		return 0;
+	}
+	return rc;
+}
+
+/* --- the owner: folding (xor, rs) ----------------------------------------- */
+
+static size_t folded_bucket(uint64_t ino)
+{
+	return (size_t)(ino * 0x9E3779B97F4A7C15ULL >> 40) % PROT_FOLDED_BUCKETS;
+}
+
+static struct folded *folded_find(struct protect *p, const struct inode *in)
+{
+	struct folded *fo;
+
+	pthread_mutex_lock(&p->lock);
+	fo = p->folded[folded_bucket(in->ino)];
+	while (fo && fo->in != in)
+		fo = fo->next;
+	pthread_mutex_unlock(&p->lock);
+	return fo;
+}
+
+static void folded_add(struct protect *p, struct folded *fo)
+{
+	size_t b = folded_bucket(fo->in->ino);
+
+	pthread_rwlock_wrlock(&p->e->ns.lock);
+	fo->in->holds++;
+	pthread_rwlock_unlock(&p->e->ns.lock);
+	pthread_mutex_lock(&p->lock);
+	fo->next = p->folded[b];
+	p->folded[b] = fo;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Forget @fo (its pieces unpinned); NULL unlinks nothing (protect_free). */
+static void folded_free(struct protect *p, struct folded *fo, bool unlink)
+{
+	if (unlink) {
+		struct folded **pp = &p->folded[folded_bucket(fo->in->ino)];
+
+		pthread_mutex_lock(&p->lock);
+		while (*pp != fo)
+			pp = &(*pp)->next;
+		*pp = fo->next;
+		pthread_mutex_unlock(&p->lock);
+	}
+	file_snap_drop(p->e, &fo->fs);
+	ns_unhold(p->e, fo->in);
+	free(fo);
+}
+
+static bool pace_send(void *ctx, uint64_t len)
+{
+	struct protect *p = ctx;
+
+	return pace(p, &p->send_pace, len);
+}
+
+/*
+ * Fold (@gone false) or take out (@gone true) @fo's pieces at every live
+ * holder not in *@acked; holders that confirm join *@acked.  A dead
+ * holder's rows went with it (a replacement starts empty): skipped when
+ * taking out, an error when folding.  0 when every holder confirmed.
+ */
+static int fold_at(struct protect *p, struct folded *fo, bool gone,
+		   uint64_t *acked, uint8_t *bounce)
+{
+	struct memb_view v;
+	uint64_t pieces = 0, bytes = 0;
+	int first_err = 0;
+
+	memb_get_view(p->memb, &v);
+	for (int h = 0; h < p->nodes; h++) {
+		int rc;
+
+		if (!(fo->holders & (1ULL << h)) || (*acked & (1ULL << h)))
+			continue;
+		if (v.node[h].state != MEMB_UP) {
+			if (gone && v.node[h].state == MEMB_DEAD)
+				continue;
+			first_err = first_err ? first_err : -EHOSTDOWN;
+			continue;
+		}
+		/* Ask first: after a loss most holders have them already. */
+		rc = parity_ask(p->par, h, &fo->ps, gone);
+		if (rc == -EAGAIN) {
+			rc = parity_send(p->par, h, &fo->ps, &fo->fs, gone,
+					 bounce, pace_send, p, &pieces,
+					 &bytes);
+			if (rc == 0)
+				rc = parity_ask(p->par, h, &fo->ps, gone);
+		}
+		if (rc == 0)
+			*acked |= 1ULL << h;
+		else if (!first_err)
+			first_err = rc;
+	}
+	atomic_fetch_add(&p->pieces_sent, pieces);
+	atomic_fetch_add(&p->bytes_sent, bytes);
+	return first_err;
+}
+
+/*
+ * A job under xor or rs: take the pieces of a seal that is no longer the
+ * file's out of the rows first (a rewrite, an unlink, another owner), then
+ * fold the current seal's in and announce it.  0 when done, -errno to
+ * try again.
+ */
+static int run_parity_job(struct protect *p, struct prot_job *j,
+			  uint8_t *bounce)
+{
+	struct eng *e = p->e;
+	struct file *f = &j->in->file;
+	struct folded *fo = folded_find(p, j->in);
+	uint32_t code = parity_seal_code(p->par);
+	uint64_t acked = 0;
+	bool current;
+	int rc;
+
+	pthread_rwlock_rdlock(&f->lock);
+	current = f->owner == p->self && f->gseal &&
+		  f->dur.sealed == f->version && j->in->nlink > 0 &&
+		  f->scheme == code;
+	if (fo && (!current || fo->ps.gseal != f->gseal)) {
+		pthread_rwlock_unlock(&f->lock);
+		rc = fold_at(p, fo, true, &acked, bounce);
+		if (rc < 0)
+			return rc;
+		folded_free(p, fo, true);
+		fo = NULL;
+		acked = 0;
+		pthread_rwlock_rdlock(&f->lock);
+		current = f->owner == p->self && f->gseal &&
+			  f->dur.sealed == f->version && j->in->nlink > 0 &&
+			  f->scheme == code;
+	}
+	if (!current || f->gseal != j->gseal) {
+		pthread_rwlock_unlock(&f->lock);
+		return 0; /* a newer seal has a job of its own */
+	}
+	if (!fo) {
+		uint64_t n = (f->size + e->store.chunk_size - 1) >>
+			     e->store.chunk_shift;
+
+		for (uint32_t i = 0; i < f->nslots; i++)
+			if (slot_remote(&f->slots[i])) {
+				/* Not all here (a rebuild brings it, then asks). */
+				pthread_rwlock_unlock(&f->lock);
+				return 0;
+			}
+		fo = calloc(1, sizeof(*fo));
+		if (!fo) {
+			pthread_rwlock_unlock(&f->lock);
+			return -ENOMEM;
+		}
+		fo->in = j->in;
+		fo->ps = (struct par_seal){ j->in->ino, f->gseal,
+					    f->stripe_ckpt, f->chunk_base,
+					    (uint32_t)n };
+		rc = file_snap_take_locked(e, f, &fo->fs);
+		pthread_rwlock_unlock(&f->lock);
+		if (rc < 0) {
+			free(fo);
+			return rc;
+		}
+		fo->holders = parity_holders_of(p->par, p->self, fo->ps.base,
+						fo->ps.npieces);
+		/* Recorded before any fold goes: its bytes stay pinned. */
+		folded_add(p, fo);
+	} else {
+		pthread_rwlock_unlock(&f->lock);
+	}
+	rc = fold_at(p, fo, false, &acked, bounce);
+	if (rc < 0)
+		return rc;
+	rc = announce(p, j->in->ino, j->gseal, fo->holders, code);
 	if (rc == 0 || rc == -ESTALE || rc == -ENOENT) {
 		if (rc == 0)
 			atomic_fetch_add(&p->files_protected, 1);
@@ -459,7 +701,9 @@ static void *sender_main(void *arg)
 		if (!p->head)
 			p->tail = NULL;
 		pthread_mutex_unlock(&p->lock);
-		rc = bounce ? run_job(p, j, bounce) : -ENOMEM;
+		rc = !bounce	? -ENOMEM
+		     : p->par	? run_parity_job(p, j, bounce)
+				: run_job(p, j, bounce);
 		pthread_mutex_lock(&p->lock);
 		if (rc == 0 || p->stop) {
 			p->queued--;
@@ -498,6 +742,8 @@ static bool holds_for(const struct protect *p, int node, int owner)
 {
 	int h[ERS_MAX_M];
 
+	if (p->par)
+		return node != owner; /* rows rotate over the whole group */
 	if (p->r < 2 || owner < 0 || owner >= p->nodes ||
 	    ers_replica_holders(ERS_REPLICA_RING, p->nodes, p->r, owner, h) < 0)
 		return false;
@@ -519,6 +765,13 @@ static int collect(void *ctx, struct inode *in)
 	pthread_rwlock_rdlock(&f->lock);
 	want = f->owner == w->p->self && f->gseal &&
 	       (w->node < 0 || holds_for(w->p, w->node, w->p->self));
+	/*
+	 * xor, rs: every node may hold rows of this node's stripes; LOST
+	 * left unprotected the files whose rows @node held.
+	 */
+	if (want && w->node >= 0 && w->p->par)
+		want = f->dur.sealed == f->version &&
+		       f->dur.protected_data != f->version;
 	if (want && w->node < 0) {
 		/*
 		 * Rebuild: what is not here, and what is here but no longer
@@ -756,6 +1009,55 @@ void protect_file(struct protect *p, struct inode *in, uint64_t gseal)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/*
+ * xor, rs: a file owned here that lost its last name (an unlink, a rename
+ * over it) has its pieces taken out of the rows.  Under the names lock
+ * only: a job is queued.
+ */
+static void on_unlink(struct eng *e, const struct eng_ev *ev, void *ctx)
+{
+	struct protect *p = ctx;
+	struct inode *in = ev->kind == EV_UNLINKED && ev->last ? ev->in
+			   : ev->kind == EV_RENAMED		 ? ev->dst
+								 : NULL;
+
+	(void)e;
+	if (in && S_ISREG(in->mode) && folded_find(p, in))
+		protect_file(p, in, 0);
+}
+
+void protect_changed(struct protect *p, uint64_t ino)
+{
+	struct inode *in;
+
+	if (!p || !p->par)
+		return;
+	pthread_rwlock_wrlock(&p->e->ns.lock);
+	in = ns_find(&p->e->ns, ino);
+	if (in)
+		in->holds++;
+	pthread_rwlock_unlock(&p->e->ns.lock);
+	if (!in)
+		return;
+	if (S_ISREG(in->mode) && folded_find(p, in))
+		protect_file(p, in, 0);
+	ns_unhold(p->e, in);
+}
+
+int protect_reconstruct(struct protect *p, const struct eng_piece *pc,
+			uint8_t *buf, const struct timespec *deadline,
+			parity_get_fn *get, void *get_ctx)
+{
+	if (!p || !p->par || !pc->scheme)
+		return -EOPNOTSUPP;
+	return parity_rebuild_piece(p->par, pc, buf, deadline, get, get_ctx);
+}
+
+uint32_t protect_seal_code(const struct protect *p)
+{
+	return p ? parity_seal_code(p->par) : 0;
+}
+
 int protect_new(struct eng *e, struct grp *g, struct protect **out)
 {
 	const struct peer_rx rx = { .bulk_dest = rx_bulk_dest,
@@ -779,9 +1081,28 @@ int protect_new(struct eng *e, struct grp *g, struct protect **out)
 	p->log = grp_log(g);
 	p->self = grp_self(g);
 	p->nodes = grp_nodes(g);
-	p->r = s.m + 1;
+	p->r = s.kind == ERS_REPLICATE ? s.m + 1 : 1;
 	p->bw = grp_protect_bw(g);
-	if (p->r > 1) {
+	if (s.kind != ERS_REPLICATE) {
+		p->folded = calloc(PROT_FOLDED_BUCKETS, sizeof(*p->folded));
+		rc = p->folded ? parity_new(e, p->x, p->memb, p->self,
+					     p->nodes, &s, &p->par)
+			       : -ENOMEM;
+		if (rc == 0)
+			rc = eng_listen(e, on_unlink, p);
+		if (rc < 0) {
+			parity_free(p->par);
+			free(p->folded);
+			free(p);
+			return rc;
+		}
+		ers_scheme_fit(&s, p->nodes); /* checked by parity_new */
+		ers_scheme_format(&s, p->scheme, sizeof(p->scheme));
+		/* Every other node may hold rows: all are "holders". */
+		for (int n = 0; n < p->nodes; n++)
+			if (n != p->self)
+				p->holders[p->nholders++] = n;
+	} else if (p->r > 1) {
 		rc = ers_replica_holders(ERS_REPLICA_RING, p->nodes, p->r,
 					 p->self, p->holders);
 		if (rc < 0) {
@@ -865,8 +1186,17 @@ void protect_free(struct protect *p)
 		struct prot_ans *a = p->ans;
 
 		p->ans = a->next;
-		free(a);
+		ans_free(a);
 	}
+	for (size_t b = 0; p->folded && b < PROT_FOLDED_BUCKETS; b++)
+		while (p->folded[b]) {
+			struct folded *fo = p->folded[b];
+
+			p->folded[b] = fo->next;
+			folded_free(p, fo, false);
+		}
+	free(p->folded);
+	parity_free(p->par);
 	pthread_mutex_destroy(&p->lock);
 	pthread_cond_destroy(&p->cv);
 	free(p);
@@ -878,7 +1208,12 @@ void protect_get_stats(struct protect *p, struct eng_protect_stats *s)
 
 	if (!p)
 		return;
-	s->copies = (unsigned)p->r;
+	s->copies = p->par ? 0 : (unsigned)p->r;
+	if (p->par)
+		snprintf(s->scheme, sizeof(s->scheme), "%s", p->scheme);
+	else
+		snprintf(s->scheme, sizeof(s->scheme), "replicate:%d", p->r);
+	parity_get_stats(p->par, s);
 	s->bw = p->bw;
 	s->files_protected = atomic_load(&p->files_protected);
 	s->pieces_sent = atomic_load(&p->pieces_sent);

@@ -665,6 +665,14 @@ enum {
 	GR_LOG_BAD_HS,
 	GR_LOG_UNKNOWN,
 	GR_PROT_COPIES,
+	GR_PROT_ON,
+	GR_PROT_SCHEME,
+	GR_PAR_ROWS,
+	GR_PAR_BYTES,
+	GR_PAR_REFUSED,
+	GR_PAR_REBUILT,
+	GR_PAR_REBUILT_BYTES,
+	GR_PAR_REBUILD_FAILED,
 	GR_PROT_UNPROT,
 	GR_PROT_PENDING,
 	GR_PROT_FILES,
@@ -734,6 +742,26 @@ static const struct rep_field gr_fields[GR_N] = {
 		"Other nodes whose address the registry has not given yet."),
 	/* Protection (--protect replicate:R) and the rebuild. */
 	[GR_PROT_COPIES] = REP_FIELD("protect_copies", REP_COUNT),
+	[GR_PROT_ON] = REP_FIELD("protect_on", REP_BOOL),
+	[GR_PROT_SCHEME] = REP_FIELD("protect_scheme", REP_STRING),
+	/* xor, rs:K+M: parity rows held, reads rebuilt from stripes. */
+	[GR_PAR_ROWS] = REP_FIELD("parity_rows", REP_COUNT),
+	[GR_PAR_BYTES] = REP_EXPORT("parity_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_parity_bytes",
+		"Bytes of parity rows this node holds for the group."),
+	[GR_PAR_REFUSED] = REP_EXPORT("parity_refused", REP_COUNT,
+		REP_COUNTER, "reftfs_parity_folds_refused_total",
+		"Peers' pieces not folded in (no memory, malformed)."),
+	[GR_PAR_REBUILT] = REP_EXPORT("parity_rebuilt_pieces", REP_COUNT,
+		REP_COUNTER, "reftfs_parity_rebuilt_pieces_total",
+		"Pieces read by decoding their stripe (owner gone)."),
+	[GR_PAR_REBUILT_BYTES] = REP_EXPORT("parity_rebuilt_bytes", REP_BYTES,
+		REP_COUNTER, "reftfs_parity_rebuilt_bytes_total",
+		"Bytes read by decoding their stripe."),
+	[GR_PAR_REBUILD_FAILED] = REP_EXPORT("parity_rebuild_failed",
+		REP_COUNT, REP_COUNTER,
+		"reftfs_parity_rebuild_failures_total",
+		"Stripe decodes that failed (too many losses, wrong bytes)."),
 	[GR_PROT_UNPROT] = REP_EXPORT("protect_unprotected", REP_COUNT,
 		REP_GAUGE, "reftfs_protect_unprotected_files",
 		"Files this node owns, sealed, without current copies on "
@@ -816,7 +844,18 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 	}
 	eng_protect_stats(c->e, &ps);
 	rep_set_u64(gobj, GR_PROT_COPIES, ps.copies);
-	if (ps.copies > 1) {
+	rep_set_bool(gobj, GR_PROT_ON, ps.scheme[0] != '\0');
+	if (ps.scheme[0])
+		rep_set_str(gobj, GR_PROT_SCHEME, ps.scheme);
+	if (ps.scheme[0] && !ps.copies) {
+		rep_set_u64(gobj, GR_PAR_ROWS, ps.parity_rows);
+		rep_set_u64(gobj, GR_PAR_BYTES, ps.parity_bytes);
+		rep_set_u64(gobj, GR_PAR_REFUSED, ps.parity_refused);
+		rep_set_u64(gobj, GR_PAR_REBUILT, ps.pieces_rebuilt);
+		rep_set_u64(gobj, GR_PAR_REBUILT_BYTES, ps.bytes_rebuilt);
+		rep_set_u64(gobj, GR_PAR_REBUILD_FAILED, ps.rebuilds_failed);
+	}
+	if (ps.scheme[0]) {
 		rep_set_u64(gobj, GR_PROT_UNPROT, ps.files_unprotected);
 		rep_set_u64(gobj, GR_PROT_PENDING, ps.files_pending);
 		rep_set_u64(gobj, GR_PROT_FILES, ps.files_protected);
@@ -952,18 +991,23 @@ static const struct rep_text group_text[] = {
 	    "refused (authentication), {group.log_bad_handshakes} bad "
 	    "handshakes"),
 	TXT("group.log", "log dir", "{group.log_state_dir}"),
-	TXT("group.enabled&!group.protect_copies", "protection", "none"),
-	TXT("group.protect_copies", "protection",
-	    "replicate:{group.protect_copies}: "
+	TXT("group.enabled&!group.protect_on", "protection", "none"),
+	TXT("group.protect_on", "protection",
+	    "{group.protect_scheme}: "
 	    "{group.protect_unprotected} files of this node not protected, "
 	    "{group.protect_files} protected since start, "
 	    "{group.protect_bytes_sent} sent, {group.protect_bytes_held} "
 	    "held for peers, {group.protect_retries} retries"),
-	TXT("group.protect_copies&group.rebuild_running", "rebuild",
+	TXT("group.protect_on&!group.protect_copies", "parity",
+	    "{group.parity_bytes} in {group.parity_rows} "
+	    "{group.parity_rows?row|rows} held for the group, "
+	    "{group.parity_rebuilt_bytes} read by decoding stripes, "
+	    "{group.parity_rebuild_failed} decodes failed"),
+	TXT("group.protect_on&group.rebuild_running", "rebuild",
 	    "running: {group.rebuild_done}/{group.rebuild_files} files, "
 	    "{group.rebuild_bytes} back, {group.rebuild_failed} not back "
 	    "yet"),
-	TXT("group.protect_copies&!group.rebuild_running&group.rebuild_files",
+	TXT("group.protect_on&!group.rebuild_running&group.rebuild_files",
 	    "rebuild",
 	    "done: {group.rebuild_files} files, {group.rebuild_bytes} "
 	    "back"),
@@ -2206,7 +2250,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 		return CTL_EXIT_FAIL;
 	}
 	eng_protect_stats(r->c->e, &ps);
-	if (ps.copies < 2) {
+	if (!ps.scheme[0]) {
 		rep_out_line(o, 'e', "%s: this node runs --protect none",
 			     name[k]);
 		return CTL_EXIT_FAIL;

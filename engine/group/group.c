@@ -175,7 +175,7 @@ static int count_addrs(const char *list, const char *opt, bool raft, char *err,
 
 /*
  * --protect for a group of @nodes: "none", or "replicate:R" with R from 1
- * to the group's size.  xor and rs:K+M are parsed but not offered yet.
+ * to the group's size, "xor" or "xor:K", "rs:K+M" with k + m nodes at most.
  */
 static int check_protect(const struct grp_config *c, int nodes, char *err,
 			 size_t errlen)
@@ -187,11 +187,16 @@ static int check_protect(const struct grp_config *c, int nodes, char *err,
 	if (ers_scheme_parse(c->protect, &s) < 0)
 		return fail(err, errlen, "--protect '%s': %s", c->protect,
 			    ers_last_error());
-	if (s.kind != ERS_REPLICATE)
-		return fail(err, errlen,
-			    "--protect '%s': erasure-coded protection (xor, "
-			    "rs:K+M) is not built yet; use replicate:R",
-			    c->protect);
+	if (s.kind != ERS_REPLICATE) {
+		int k = s.k;
+
+		if (ers_scheme_fit(&s, nodes) < 0)
+			return fail(err, errlen,
+				    "--protect %s needs %d nodes (k + m), the "
+				    "group has %d",
+				    c->protect, k ? k + s.m : s.m + 1, nodes);
+		return 0;
+	}
 	if (s.m + 1 > nodes)
 		return fail(err, errlen,
 			    "--protect %s needs %d nodes, the group has %d",

@@ -154,6 +154,7 @@ int grp_get_info(struct grp *g, struct grp_info *info,
  */
 static _Atomic bool fake_in_group;
 static _Atomic unsigned fake_copies = 2;
+static _Atomic bool fake_parity;
 static _Atomic int fake_holder_dead = -1;
 static _Atomic unsigned fake_prot_calls;
 
@@ -179,8 +180,19 @@ void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
 	memset(st, 0, sizeof(*st));
 	st->holder_dead = fake_holder_dead;
 	st->copies = fake_copies;
+	if (fake_parity) {
+		/* xor across 3 nodes: rows held, a read rebuilt. */
+		st->copies = 0;
+		snprintf(st->scheme, sizeof(st->scheme), "xor:2");
+		st->parity_rows = 3;
+		st->parity_bytes = 3 << 20;
+		st->pieces_rebuilt = 2;
+		st->bytes_rebuilt = 2 << 20;
+		return;
+	}
 	if (st->copies < 2)
 		return;
+	snprintf(st->scheme, sizeof(st->scheme), "replicate:%u", st->copies);
 	st->files_unprotected = n < 3 ? 3 - n : 0;
 	st->files_protected = n < 3 ? n : 3;
 	st->bytes_held = 5 << 20;
@@ -928,6 +940,20 @@ static void test_protect_rebuild(void **state)
 	assert_non_null(strstr(a, "this node runs --protect none"));
 	free(a);
 	fake_copies = 2;
+
+	/* xor: the scheme, the parity rows held, the reads decoded. */
+	fake_parity = true;
+	a = ask(*state, "group\n");
+	assert_non_null(strstr(a, "xor:2: 0 files of this node not protected"));
+	assert_non_null(strstr(a, "3.0 MiB in 3 rows held for the "
+				  "group, 2.0 MiB read by decoding stripes, 0 "
+				  "decodes failed"));
+	free(a);
+	a = ask(*state, "metrics\n");
+	assert_non_null(strstr(a, "reftfs_parity_bytes 3145728\n"));
+	assert_non_null(strstr(a, "reftfs_parity_rebuilt_pieces_total 2\n"));
+	free(a);
+	fake_parity = false;
 }
 
 static void test_no_group(void **state)

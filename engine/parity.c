@@ -1,0 +1,798 @@
+/*
+ * parity.c - erasure-coded protection across the group: --protect xor and
+ * rs:K+M (issue 9).
+ *
+ * Stripes.  When a file's SEAL is applied, its pieces take the next chunk
+ * numbers of its owner in its checkpoint's stripe space (file.c,
+ * take_chunks: every node numbers alike, from the log order).  Piece i is
+ * the owner's chunk number chunk_base + i, and ers_layout_locate() names
+ * its stripe and data slot; the stripe's parity rows sit on the nodes
+ * ers_layout_node() gives, rotating from stripe to stripe.  The owner
+ * keeps its data whole and local.
+ *
+ * Folding.  The owner sends each piece to the parity holders of its
+ * stripe (PAR_T_FOLD).  A holder keeps one row per stripe it holds parity
+ * for (an arena chunk, counted against its --mem) and folds each piece in
+ * as it comes, in any order (ers_stripe_fold: XOR, or ISA-L's update for
+ * one row); a repeat is a no-op.  PAR_T_DONE then asks whether every piece
+ * of that seal in the holder's stripes is folded in.  When every holder
+ * says so, the owner appends PROTECT (protect.c).  A seal that is
+ * replaced (a rewrite) or unlinked is taken out again by the same bytes
+ * (PAR_T_UNFOLD), which the owner keeps pinned until then.
+ *
+ * Reconstructing reads.  A piece whose owner is gone is rebuilt from its
+ * stripe: the holders' rows (PAR_T_GET gives a row and the members folded
+ * into it) and the other members' pieces from their owners, decoded
+ * (ers_decode), then checked against the piece's CRC32C: never wrong bytes.
+ *
+ * Frames (docs/protocol.md, "Parity frames"), meta little-endian:
+ *   PAR_T_FOLD, PAR_T_UNFOLD
+ *       u64 ckpt, u64 stripe, u64 ino, u64 gseal, u32 scheme, u32 slot,
+ *       u32 piece, u32 len, u32 crc, u32 0; bulk: the piece (len bytes, 0
+ *       for a hole).  No answer: the DONE that follows tells.
+ *   PAR_T_DONE
+ *       u64 ino, u64 gseal, u64 ckpt, u64 chunk_base, u32 npieces, u32
+ *       scheme, u32 flags (PAR_DONE_GONE: are they all out again?), u32 0.
+ *       Answered 0, or -EAGAIN when some are not (yet) folded (or out).
+ *   PAR_T_GET
+ *       u64 ckpt, u64 stripe, u32 scheme, u32 0.  Answered with u32 k, u32
+ *       row, then per data slot u64 ino, u64 gseal, u32 piece, u32 len,
+ *       u32 crc, u32 in (0/1); bulk: the row.  -ENOENT: no member here.
+ *
+ * Locks: par->lock (a leaf) guards the stripe table; folds and copies of a
+ * row happen under it, never a wait.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_i.h"
+#include "erasure.h"
+#include "group.h"
+#include "group_i.h"
+#include "gns_i.h"
+
+#define PAR_BUCKETS 16384
+#define PAR_DONE_GONE 0x1
+#define PAR_FOLD_META 56
+#define PAR_DONE_META 48
+#define PAR_GET_META 24
+#define PAR_MEMBER_META 32
+
+/* One stripe this node holds a parity row of. */
+struct pstripe {
+	struct pstripe *next;
+	uint64_t ckpt, stripe;
+	uint32_t chunk;		/* the row, an arena chunk */
+	struct ers_stripe st;	/* id of a member: its gseal */
+	struct {
+		uint64_t ino;
+		uint32_t piece;
+	} who[ERS_MAX_K];
+};
+
+struct parity {
+	struct eng *e;
+	struct peer_xport *x;
+	struct memb *memb;
+	int self, nodes;
+	struct ers_scheme s;
+	struct ers_layout l;
+	struct ers_codec *c;
+	uint32_t code;
+
+	pthread_mutex_t lock;
+	struct pstripe **tab;	/* lock */
+	uint64_t rows;		/* lock */
+
+	_Atomic uint64_t folds, unfolds, refused, rebuilt, rebuilt_bytes;
+	_Atomic uint64_t rebuild_failed;
+};
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 0; i < 4; i++)
+		v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+uint32_t parity_code(const struct ers_scheme *s)
+{
+	if (s->kind != ERS_XOR && s->kind != ERS_RS)
+		return 0;
+	return (uint32_t)s->kind << 16 | (uint32_t)s->k << 8 | (uint32_t)s->m;
+}
+
+int parity_scheme(uint32_t code, struct ers_scheme *s)
+{
+	s->kind = (enum ers_kind)(code >> 16);
+	s->k = (int)(code >> 8 & 0xff);
+	s->m = (int)(code & 0xff);
+	if ((s->kind != ERS_XOR && s->kind != ERS_RS) || code >> 24)
+		return -EINVAL;
+	return ers_scheme_check(s);
+}
+
+/* --- the stripe table ------------------------------------------------------ */
+
+static size_t bucket(uint64_t ckpt, uint64_t stripe)
+{
+	uint64_t h = ckpt * 0x9E3779B97F4A7C15ULL ^ stripe * 0xC2B2AE3D27D4EB4FULL;
+
+	return (size_t)(h >> 32) % PAR_BUCKETS;
+}
+
+static struct pstripe *find(struct parity *par, uint64_t ckpt,
+			    uint64_t stripe)
+{
+	struct pstripe *ps = par->tab[bucket(ckpt, stripe)];
+
+	while (ps && (ps->ckpt != ckpt || ps->stripe != stripe))
+		ps = ps->next;
+	return ps;
+}
+
+/* par->lock held.  NULL when memory for the row is short. */
+static struct pstripe *find_or_make(struct parity *par, uint64_t ckpt,
+				    uint64_t stripe, int row)
+{
+	struct pstripe *ps = find(par, ckpt, stripe);
+	struct eng *e = par->e;
+	size_t b;
+
+	if (ps)
+		return ps;
+	ps = calloc(1, sizeof(*ps));
+	if (!ps)
+		return NULL;
+	if (store_try_alloc(&e->store, &ps->chunk) < 0) {
+		free(ps);
+		return NULL;
+	}
+	ers_stripe_init(&ps->st, par->c, row, e->store.chunk_size,
+			store_ptr(&e->store, ps->chunk));
+	ps->ckpt = ckpt;
+	ps->stripe = stripe;
+	b = bucket(ckpt, stripe);
+	ps->next = par->tab[b];
+	par->tab[b] = ps;
+	par->rows++;
+	return ps;
+}
+
+/* par->lock held: a stripe with no member left gives its row back. */
+static void drop_if_empty(struct parity *par, struct pstripe *ps)
+{
+	struct pstripe **pp = &par->tab[bucket(ps->ckpt, ps->stripe)];
+
+	if (ps->st.members)
+		return;
+	while (*pp != ps)
+		pp = &(*pp)->next;
+	*pp = ps->next;
+	store_put(&par->e->store, ps->chunk);
+	free(ps);
+	par->rows--;
+}
+
+/* This node's parity row in @stripe, or -1 when it holds none there. */
+static int my_row(const struct parity *par, uint64_t stripe)
+{
+	int mi = ers_layout_member(&par->l, stripe, par->self);
+
+	return mi >= par->l.k ? mi - par->l.k : -1;
+}
+
+/* --- a holder: receiving ---------------------------------------------------- */
+
+/* Is @f a well-formed fold of a piece @node owns, for a row held here? */
+static bool fold_ok(struct parity *par, int node, const struct peer_frame *f,
+		    int *row)
+{
+	const uint8_t *m = f->meta;
+	uint64_t stripe, chunk;
+	int owner;
+
+	if (f->meta_len != PAR_FOLD_META || get32(m + 32) != par->code ||
+	    get32(m + 52) || f->bulk_len != get32(m + 44) ||
+	    f->bulk_len > par->e->store.chunk_size ||
+	    (f->bulk_len && f->bulk_crc != get32(m + 48)))
+		return false;
+	stripe = get64(m + 8);
+	if (get32(m + 36) >= (uint32_t)par->l.k ||
+	    ers_layout_chunk(&par->l, stripe, (int)get32(m + 36), &owner,
+			     &chunk) < 0 ||
+	    owner != node)
+		return false;
+	*row = my_row(par, stripe);
+	return *row >= 0;
+}
+
+void *parity_rx_dest(struct parity *par, int node, const struct peer_frame *f,
+		     void **cookie)
+{
+	uint32_t chunk;
+	int row;
+
+	if (!fold_ok(par, node, f, &row) ||
+	    store_try_alloc(&par->e->store, &chunk) < 0)
+		return NULL;
+	*cookie = (void *)(uintptr_t)((uint64_t)chunk + 1);
+	return store_ptr(&par->e->store, chunk);
+}
+
+int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
+		   void *cookie, int bulk_rc)
+{
+	const uint8_t *m = f->meta;
+	uint32_t chunk = cookie ? (uint32_t)((uintptr_t)cookie - 1)
+				: RFT_NO_CHUNK;
+	static const uint8_t none[1];
+	const uint8_t *data = cookie ? f->bulk : none;
+	struct pstripe *ps;
+	int row, slot, rc = 0;
+
+	if (!fold_ok(par, node, f, &row)) {
+		if (chunk != RFT_NO_CHUNK)
+			store_put(&par->e->store, chunk);
+		return f->meta_len == PAR_FOLD_META ? 0 : -EPROTO;
+	}
+	if ((f->bulk_len && !cookie) || bulk_rc) {
+		/* No room to receive it, or it came wrong: DONE tells. */
+		atomic_fetch_add(&par->refused, 1);
+		if (chunk != RFT_NO_CHUNK)
+			store_put(&par->e->store, chunk);
+		return 0;
+	}
+	slot = (int)get32(m + 36);
+	pthread_mutex_lock(&par->lock);
+	if (f->type == PAR_T_FOLD) {
+		ps = find_or_make(par, get64(m), get64(m + 8), row);
+		rc = ps ? ers_stripe_fold(&ps->st, slot, get64(m + 24),
+					  get32(m + 48), data, f->bulk_len)
+			: -ENOSPC;
+		if (rc == 0) {
+			ps->who[slot].ino = get64(m + 16);
+			ps->who[slot].piece = get32(m + 40);
+			atomic_fetch_add(&par->folds, 1);
+		}
+	} else {
+		ps = find(par, get64(m), get64(m + 8));
+		rc = ps ? ers_stripe_unfold(&ps->st, slot, get64(m + 24), data,
+					    f->bulk_len)
+			: -ENOENT;
+		if (rc == 0) {
+			atomic_fetch_add(&par->unfolds, 1);
+			drop_if_empty(par, ps);
+		}
+	}
+	pthread_mutex_unlock(&par->lock);
+	if (rc < 0 && rc != -ENOENT) {
+		atomic_fetch_add(&par->refused, 1);
+		rft_dbg("%s of piece %u of inode %llu into stripe %llu: %s",
+			f->type == PAR_T_FOLD ? "fold" : "unfold",
+			get32(m + 40), (unsigned long long)get64(m + 16),
+			(unsigned long long)get64(m + 8), strerror(-rc));
+	}
+	if (chunk != RFT_NO_CHUNK)
+		store_put(&par->e->store, chunk);
+	return 0;
+}
+
+int parity_rx_done(struct parity *par, int node, const struct peer_frame *f)
+{
+	const uint8_t *m = f->meta;
+	uint64_t ino = get64(m), gseal = get64(m + 8), ckpt = get64(m + 16);
+	uint64_t base = get64(m + 24);
+	uint32_t n = get32(m + 32), flags = get32(m + 40);
+	bool gone = flags & PAR_DONE_GONE;
+	int rc = 0;
+
+	if (f->meta_len != PAR_DONE_META || get32(m + 36) != par->code ||
+	    flags & ~(uint32_t)PAR_DONE_GONE || get32(m + 44) || f->bulk_len)
+		return -EINVAL;
+	pthread_mutex_lock(&par->lock);
+	for (uint32_t i = 0; i < n && rc == 0; i++) {
+		struct pstripe *ps;
+		uint64_t stripe;
+		int slot;
+		bool in;
+
+		if (ers_layout_locate(&par->l, node, base + i, &stripe,
+				      &slot) < 0) {
+			rc = -EINVAL;
+			break;
+		}
+		if (my_row(par, stripe) < 0)
+			continue;
+		ps = find(par, ckpt, stripe);
+		in = ps && ps->st.member[slot].in &&
+		     ps->st.member[slot].id == gseal &&
+		     ps->who[slot].ino == ino;
+		if (in == gone)
+			rc = -EAGAIN;
+	}
+	pthread_mutex_unlock(&par->lock);
+	return rc;
+}
+
+int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
+		  uint8_t **meta, uint32_t *meta_len, uint8_t **bulk,
+		  uint32_t *bulk_len)
+{
+	const uint8_t *m = f->meta;
+	size_t mlen = 8 + (size_t)par->l.k * PAR_MEMBER_META;
+	uint32_t len = par->e->store.chunk_size;
+	struct pstripe *ps;
+	uint8_t *a, *b;
+
+	(void)node;
+	if (f->meta_len != PAR_GET_META || get32(m + 16) != par->code ||
+	    get32(m + 20) || f->bulk_len)
+		return -EINVAL;
+	a = malloc(mlen);
+	b = malloc(len);
+	if (!a || !b) {
+		free(a);
+		free(b);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&par->lock);
+	ps = find(par, get64(m), get64(m + 8));
+	if (ps) {
+		put32(a, (uint32_t)par->l.k);
+		put32(a + 4, (uint32_t)ps->st.row);
+		for (int s = 0; s < par->l.k; s++) {
+			uint8_t *w = a + 8 + (size_t)s * PAR_MEMBER_META;
+			const struct ers_stripe_member *mb = &ps->st.member[s];
+
+			put64(w, mb->in ? ps->who[s].ino : 0);
+			put64(w + 8, mb->in ? mb->id : 0);
+			put32(w + 16, mb->in ? ps->who[s].piece : 0);
+			put32(w + 20, mb->in ? mb->len : 0);
+			put32(w + 24, mb->in ? mb->crc : 0);
+			put32(w + 28, mb->in);
+		}
+		memcpy(b, ps->st.parity, len);
+	}
+	pthread_mutex_unlock(&par->lock);
+	if (!ps) {
+		free(a);
+		free(b);
+		return -ENOENT;
+	}
+	*meta = a;
+	*meta_len = (uint32_t)mlen;
+	*bulk = b;
+	*bulk_len = len;
+	return 0;
+}
+
+/* --- the owner: sending ------------------------------------------------------ */
+
+uint32_t parity_seal_code(const struct parity *par)
+{
+	return par ? par->code : 0;
+}
+
+uint64_t parity_holders_of(const struct parity *par, int owner, uint64_t base,
+			   uint32_t n)
+{
+	uint64_t mask = 0, all = par->nodes >= 64 ? ~0ULL
+						  : (1ULL << par->nodes) - 1;
+
+	for (uint32_t i = 0; i < n && mask != (all & ~(1ULL << owner)); i++) {
+		uint64_t stripe;
+		int slot;
+
+		if (ers_layout_locate(&par->l, owner, base + i, &stripe,
+				      &slot) < 0)
+			break;
+		for (int r = 0; r < par->l.m; r++) {
+			int h = ers_layout_node(&par->l, stripe, par->l.k + r);
+
+			if (h >= 0)
+				mask |= 1ULL << h;
+		}
+	}
+	return mask;
+}
+
+int parity_send(struct parity *par, int h, const struct par_seal *ps,
+		const struct file_snap *fs, bool unfold, uint8_t *bounce,
+		bool (*pace)(void *ctx, uint64_t len), void *pace_ctx,
+		uint64_t *pieces, uint64_t *bytes)
+{
+	struct eng *e = par->e;
+	uint8_t meta[PAR_FOLD_META];
+
+	for (uint32_t i = 0; i < ps->npieces; i++) {
+		const struct slot *s = i < fs->nslots ? &fs->slots[i] : NULL;
+		uint32_t len = file_piece_len(e, fs->size, i);
+		struct peer_frame f = { .type = unfold ? PAR_T_UNFOLD
+						       : PAR_T_FOLD,
+					.meta = meta, .meta_len = sizeof(meta) };
+		uint64_t stripe;
+		int slot, rc;
+
+		if (ers_layout_locate(&par->l, par->self, ps->base + i,
+				      &stripe, &slot) < 0)
+			return -EINVAL;
+		if (ers_layout_member(&par->l, stripe, h) < par->l.k)
+			continue; /* @h holds no row of this stripe */
+		if (s && slot_in_ram(s)) {
+			f.bulk = store_ptr(&e->store, s->chunk);
+			if (s->fill < len) {
+				/* Past fill the piece reads as zeros. */
+				memcpy(bounce, f.bulk, s->fill);
+				memset(bounce + s->fill, 0, len - s->fill);
+				f.bulk = bounce;
+			}
+			f.bulk_len = len;
+			f.bulk_crc = s->crc;
+		} else if (s && s->where != PIECE_HOLE) {
+			return -EAGAIN; /* not all here: a rebuild brings it */
+		}
+		/* A hole folds as zeros: in its slot, adding nothing. */
+		put64(meta, ps->ckpt);
+		put64(meta + 8, stripe);
+		put64(meta + 16, ps->ino);
+		put64(meta + 24, ps->gseal);
+		put32(meta + 32, par->code);
+		put32(meta + 36, (uint32_t)slot);
+		put32(meta + 40, i);
+		put32(meta + 44, f.bulk_len);
+		put32(meta + 48, f.bulk_len ? s->crc : 0);
+		put32(meta + 52, 0);
+		if (pace && !pace(pace_ctx, f.bulk_len))
+			return -ECANCELED;
+		rc = peer_send(par->x, h, &f, PAR_SEND_MS);
+		if (rc < 0)
+			return rc;
+		(*pieces)++;
+		*bytes += f.bulk_len;
+	}
+	return 0;
+}
+
+int parity_ask(struct parity *par, int h, const struct par_seal *ps,
+	       bool gone)
+{
+	uint8_t meta[PAR_DONE_META];
+	struct peer_frame f = { .type = PAR_T_DONE, .meta = meta,
+				.meta_len = sizeof(meta) };
+	struct peer_reply rep = { 0 };
+
+	put64(meta, ps->ino);
+	put64(meta + 8, ps->gseal);
+	put64(meta + 16, ps->ckpt);
+	put64(meta + 24, ps->base);
+	put32(meta + 32, ps->npieces);
+	put32(meta + 36, par->code);
+	put32(meta + 40, gone ? PAR_DONE_GONE : 0);
+	put32(meta + 44, 0);
+	return peer_call(par->x, h, &f, &rep, PAR_SEND_MS);
+}
+
+/* --- reconstructing reads ----------------------------------------------------- */
+
+struct member_info {
+	uint64_t ino, gseal;
+	uint32_t piece, len, crc;
+	bool in;
+};
+
+static uint64_t deadline_ms(const struct timespec *d)
+{
+	return (uint64_t)d->tv_sec * 1000 + (uint64_t)d->tv_nsec / 1000000;
+}
+
+static int left_ms(const struct timespec *deadline)
+{
+	struct timespec now;
+	uint64_t n, d = deadline_ms(deadline);
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	n = deadline_ms(&now);
+	return d > n ? (int)(d - n) : 0;
+}
+
+/* Row @r of @stripe from its holder @h, and the members folded into it. */
+static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
+		   int r, uint8_t *row, struct member_info *mi,
+		   const struct timespec *deadline)
+{
+	size_t alen = 8 + (size_t)par->l.k * PAR_MEMBER_META;
+	uint8_t meta[PAR_GET_META], *ans = malloc(alen);
+	struct peer_frame f = { .type = PAR_T_GET, .meta = meta,
+				.meta_len = sizeof(meta) };
+	struct peer_reply rep = { .meta = ans, .meta_cap = (uint32_t)alen,
+				  .bulk = row,
+				  .bulk_cap = par->e->store.chunk_size };
+	int left = left_ms(deadline), rc;
+
+	if (!ans)
+		return -ENOMEM;
+	if (left <= 0) {
+		free(ans);
+		return -ETIMEDOUT;
+	}
+	put64(meta, ckpt);
+	put64(meta + 8, stripe);
+	put32(meta + 16, par->code);
+	put32(meta + 20, 0);
+	rc = peer_call(par->x, h, &f, &rep, left);
+	if (rc == 0 && (rep.meta_len != alen ||
+			get32(ans) != (uint32_t)par->l.k ||
+			get32(ans + 4) != (uint32_t)r ||
+			rep.bulk_len != par->e->store.chunk_size))
+		rc = -EPROTO;
+	for (int s = 0; rc == 0 && s < par->l.k; s++) {
+		const uint8_t *w = ans + 8 + (size_t)s * PAR_MEMBER_META;
+
+		mi[s] = (struct member_info){ get64(w), get64(w + 8),
+					      get32(w + 16), get32(w + 20),
+					      get32(w + 24), get32(w + 28) };
+	}
+	free(ans);
+	return rc;
+}
+
+static bool same_members(const struct member_info *a,
+			 const struct member_info *b, int k)
+{
+	for (int s = 0; s < k; s++)
+		if (a[s].in != b[s].in ||
+		    (a[s].in && (a[s].ino != b[s].ino ||
+				 a[s].gseal != b[s].gseal ||
+				 a[s].piece != b[s].piece ||
+				 a[s].len != b[s].len || a[s].crc != b[s].crc)))
+			return false;
+	return true;
+}
+
+int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
+			 uint8_t *buf, const struct timespec *deadline,
+			 parity_get_fn *get, void *get_ctx)
+{
+	struct eng *e = par->e;
+	int k = par->l.k, m = par->l.m, lost[ERS_MAX_K + ERS_MAX_M];
+	uint32_t clen = e->store.chunk_size;
+	struct member_info mi[ERS_MAX_K], other[ERS_MAX_K];
+	uint8_t *chunks[ERS_MAX_K + ERS_MAX_M] = { 0 }, *mem;
+	bool have[ERS_MAX_K + ERS_MAX_M] = { 0 }, known = false;
+	struct memb_view v;
+	uint64_t stripe;
+	int slot, nlost = 0, lost_data = 0, rows = 0, rc;
+
+	if (pc->scheme != par->code || pc->len > clen)
+		return -EIO;
+	rc = ers_layout_locate(&par->l, pc->owner, pc->chunk_base + pc->idx,
+			       &stripe, &slot);
+	if (rc < 0)
+		return -EIO;
+	mem = malloc((size_t)(k + m) * clen);
+	if (!mem)
+		return -ENOMEM;
+	for (int i = 0; i < k + m; i++)
+		chunks[i] = mem + (size_t)i * clen;
+	memb_get_view(par->memb, &v);
+
+	/* The rows, as many as it takes: first one, more if members are lost. */
+	for (int r = 0; r < m; r++) {
+		int h = ers_layout_node(&par->l, stripe, k + r);
+
+		if (h < 0 || h == pc->owner || v.node[h].state == MEMB_DEAD)
+			continue;
+		if (h == par->self) {
+			struct pstripe *ps;
+
+			pthread_mutex_lock(&par->lock);
+			ps = find(par, pc->stripe_ckpt, stripe);
+			if (ps) {
+				memcpy(chunks[k + r], ps->st.parity, clen);
+				for (int s = 0; s < k; s++)
+					other[s] = (struct member_info){
+						ps->who[s].ino,
+						ps->st.member[s].id,
+						ps->who[s].piece,
+						ps->st.member[s].len,
+						ps->st.member[s].crc,
+						ps->st.member[s].in };
+			}
+			pthread_mutex_unlock(&par->lock);
+			rc = ps ? 0 : -ENOENT;
+		} else {
+			rc = get_row(par, h, pc->stripe_ckpt, stripe, r,
+				     chunks[k + r], other, deadline);
+		}
+		if (rc < 0) {
+			rft_dbg("stripe %llu: row %d from node %d: %s",
+				(unsigned long long)stripe, r, h,
+				strerror(-rc));
+			if (rc == -ETIMEDOUT)
+				goto out;
+			continue;
+		}
+		/* Every row used must be of the same members. */
+		if (known && !same_members(mi, other, k))
+			continue;
+		if (!known)
+			memcpy(mi, other, sizeof(mi));
+		known = true;
+		have[k + r] = true;
+		rows++;
+		if (rows == 1) {
+			/* The target itself must be folded in, as sealed. */
+			if (!mi[slot].in || mi[slot].ino != pc->ino ||
+			    mi[slot].gseal != pc->gseal ||
+			    mi[slot].piece != pc->idx ||
+			    mi[slot].crc != pc->crc) {
+				rc = -EIO;
+				goto out;
+			}
+			/* The other members, from their owners. */
+			for (int s = 0; s < k; s++) {
+				int node;
+				uint64_t chunk;
+
+				if (s == slot)
+					continue;
+				if (!mi[s].in || !mi[s].len) {
+					memset(chunks[s], 0, clen);
+					have[s] = true;
+					continue;
+				}
+				if (ers_layout_chunk(&par->l, stripe, s, &node,
+						     &chunk) < 0 ||
+				    v.node[node].state == MEMB_DEAD) {
+					lost_data++;
+					continue;
+				}
+				rc = get(get_ctx, node, mi[s].ino, mi[s].gseal,
+					 mi[s].piece, mi[s].len, mi[s].crc,
+					 chunks[s], deadline);
+				if (rc == -ETIMEDOUT)
+					goto out;
+				if (rc < 0) {
+					lost_data++;
+					continue;
+				}
+				memset(chunks[s] + mi[s].len, 0,
+				       clen - mi[s].len);
+				have[s] = true;
+			}
+		}
+		if (rows > lost_data)
+			break; /* enough: one row per lost data member */
+	}
+	rc = -EIO;
+	if (!known || rows <= lost_data)
+		goto out;
+	for (int i = 0; i < k + m; i++)
+		if (!have[i])
+			lost[nlost++] = i;
+	if (nlost > m)
+		goto out;
+	rc = ers_decode(par->c, clen, lost, nlost, chunks);
+	if (rc < 0)
+		goto out;
+	if (ers_crc32c(0, chunks[slot], pc->len) != pc->crc) {
+		rft_warn("piece %u of inode %llu rebuilt from stripe %llu "
+			 "failed its checksum",
+			 pc->idx, (unsigned long long)pc->ino,
+			 (unsigned long long)stripe);
+		atomic_fetch_add(&e->cnt.crc_errors, 1);
+		rc = -EIO;
+		goto out;
+	}
+	memcpy(buf, chunks[slot], pc->len);
+	atomic_fetch_add(&par->rebuilt, 1);
+	atomic_fetch_add(&par->rebuilt_bytes, pc->len);
+	rc = 0;
+out:
+	if (rc < 0)
+		atomic_fetch_add(&par->rebuild_failed, 1);
+	free(mem);
+	return rc;
+}
+
+/* --- the module ---------------------------------------------------------------- */
+
+int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
+	       int self, int nodes, const struct ers_scheme *s,
+	       struct parity **out)
+{
+	struct parity *par;
+	int rc;
+
+	*out = NULL;
+	par = calloc(1, sizeof(*par));
+	if (!par)
+		return -ENOMEM;
+	par->tab = calloc(PAR_BUCKETS, sizeof(*par->tab));
+	if (!par->tab) {
+		free(par);
+		return -ENOMEM;
+	}
+	par->e = e;
+	par->x = x;
+	par->memb = memb;
+	par->self = self;
+	par->nodes = nodes;
+	par->s = *s;
+	rc = ers_scheme_fit(&par->s, nodes);
+	if (rc == 0)
+		rc = ers_layout_init(&par->l, &par->s, nodes);
+	if (rc == 0)
+		rc = ers_codec_new(&par->s, NULL, &par->c);
+	if (rc < 0) {
+		rft_err("--protect: %s", ers_last_error());
+		free(par->tab);
+		free(par);
+		return rc;
+	}
+	par->code = parity_code(&par->s);
+	pthread_mutex_init(&par->lock, NULL);
+	*out = par;
+	return 0;
+}
+
+void parity_free(struct parity *par)
+{
+	if (!par)
+		return;
+	for (size_t b = 0; b < PAR_BUCKETS; b++)
+		while (par->tab[b]) {
+			struct pstripe *ps = par->tab[b];
+
+			par->tab[b] = ps->next;
+			store_put(&par->e->store, ps->chunk);
+			free(ps);
+		}
+	free(par->tab);
+	ers_codec_free(par->c);
+	pthread_mutex_destroy(&par->lock);
+	free(par);
+}
+
+void parity_get_stats(struct parity *par, struct eng_protect_stats *s)
+{
+	if (!par)
+		return;
+	pthread_mutex_lock(&par->lock);
+	s->parity_rows = par->rows;
+	pthread_mutex_unlock(&par->lock);
+	s->parity_bytes = s->parity_rows * par->e->store.chunk_size;
+	s->parity_folds = atomic_load(&par->folds);
+	s->parity_unfolds = atomic_load(&par->unfolds);
+	s->parity_refused = atomic_load(&par->refused);
+	s->pieces_rebuilt = atomic_load(&par->rebuilt);
+	s->bytes_rebuilt = atomic_load(&par->rebuilt_bytes);
+	s->rebuilds_failed = atomic_load(&par->rebuild_failed);
+}
