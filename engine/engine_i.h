@@ -472,6 +472,10 @@ int file_read_fetch(struct eng *e, struct inode *in, uint64_t pos,
  *                lock, the inodes held: listeners may do I/O.
  *   EV_FREED     an inode is being freed; under ns->lock for writing:
  *                listeners take leaf locks only.
+ *   EV_EVICTED   pieces of a file this node owns were evicted (they are
+ *                in the persist dir); under ns->lock (read): listeners
+ *                take leaf locks only.  A tier that keeps them pinned
+ *                lets them go.
  */
 enum eng_ev_kind {
 	EV_DIRTY,
@@ -479,6 +483,7 @@ enum eng_ev_kind {
 	EV_UNLINKED,
 	EV_RENAMED,
 	EV_FREED,
+	EV_EVICTED,
 };
 
 struct eng_ev {

@@ -26,6 +26,8 @@ static void evict_tree(struct evict *ev, struct inode *dir)
 {
 	for (struct dentry *de = dir->dir.first; de; de = de->next) {
 		struct inode *in = de->inode;
+		uint32_t n;
+		bool tell;
 
 		if (!ev->count_only && ev->freed >= ev->want)
 			return;
@@ -51,8 +53,16 @@ static void evict_tree(struct evict *ev, struct inode *dir)
 		/* Never wait on a file someone is reading or writing. */
 		if (pthread_rwlock_trywrlock(&in->file.lock) != 0)
 			continue;
-		ev->freed += file_evict_locked(ev->e, &in->file);
+		n = file_evict_locked(ev->e, &in->file);
+		/* Parity (xor, rs) keeps its own pieces pinned until told. */
+		tell = n && in->file.scheme && in->file.owner == ev->e->node;
 		pthread_rwlock_unlock(&in->file.lock);
+		ev->freed += n;
+		if (tell) {
+			struct eng_ev e = { .kind = EV_EVICTED, .in = in };
+
+			eng_post(ev->e, &e);
+		}
 	}
 }
 

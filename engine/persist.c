@@ -1993,6 +1993,8 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 	case EV_FREED:
 		persist_forget(e, ev->in);
 		break;
+	case EV_EVICTED:
+		break;
 	}
 }
 

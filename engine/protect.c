@@ -77,6 +77,8 @@ struct prot_ans {
  */
 struct folded {
 	struct folded *next;
+	struct folded *enext;	/* on p->evicted; lock */
+	bool evicted;		/* on p->evicted; lock */
 	struct inode *in;	/* held */
 	struct par_seal ps;
 	struct file_snap fs;
@@ -96,6 +98,7 @@ struct protect {
 	struct parity *par;	/* xor, rs; NULL for replicate:R */
 	char scheme[32];
 	struct folded **folded;	/* by ino; lock */
+	struct folded *evicted;	/* their pieces evicted: to take out; lock */
 	uint64_t bw;		/* bytes/s; 0: no limit */
 	struct pacer send_pace;	/* the sender thread's */
 	struct pacer rebuild_pace; /* the rebuild thread's */
@@ -520,6 +523,11 @@ static void folded_free(struct protect *p, struct folded *fo, bool unlink)
 		while (*pp != fo)
 			pp = &(*pp)->next;
 		*pp = fo->next;
+		for (pp = &p->evicted; *pp; pp = &(*pp)->enext)
+			if (*pp == fo) {
+				*pp = fo->enext;
+				break;
+			}
 		pthread_mutex_unlock(&p->lock);
 	}
 	file_snap_drop(p->e, &fo->fs);
@@ -592,14 +600,20 @@ static int run_parity_job(struct protect *p, struct prot_job *j,
 	struct folded *fo = folded_find(p, j->in);
 	uint32_t code = parity_seal_code(p->par);
 	uint64_t acked = 0;
-	bool current;
+	bool current, away = false;
 	int rc;
 
 	pthread_rwlock_rdlock(&f->lock);
 	current = f->owner == p->self && f->gseal &&
 		  f->dur.sealed == f->version && j->in->nlink > 0 &&
 		  f->scheme == code;
-	if (fo && (!current || fo->ps.gseal != f->gseal)) {
+	/*
+	 * Evicted pieces (the file is persisted) leave the rows too, so
+	 * that their memory goes: the persist dir is its copy now.
+	 */
+	for (uint32_t i = 0; fo && current && i < f->nslots && !away; i++)
+		away = slot_remote(&f->slots[i]);
+	if (fo && (!current || fo->ps.gseal != f->gseal || away)) {
 		pthread_rwlock_unlock(&f->lock);
 		rc = fold_at(p, fo, true, &acked, bounce);
 		if (rc < 0)
@@ -691,6 +705,17 @@ static void *sender_main(void *arg)
 				next = j->at_ms < next ? j->at_ms : next;
 				pp = &j->next;
 			}
+		}
+		if (p->evicted) {
+			struct folded *fo = p->evicted;
+
+			p->evicted = fo->enext;
+			fo->evicted = false;
+			/* Records are freed by this thread only: @fo stays. */
+			pthread_mutex_unlock(&p->lock);
+			protect_file(p, fo->in, 0);
+			pthread_mutex_lock(&p->lock);
+			continue;
 		}
 		j = p->head;
 		if (!j) {
@@ -1011,10 +1036,11 @@ void protect_file(struct protect *p, struct inode *in, uint64_t gseal)
 
 /*
  * xor, rs: a file owned here that lost its last name (an unlink, a rename
- * over it) has its pieces taken out of the rows.  Under the names lock
- * only: a job is queued.
+ * over it) has its pieces taken out of the rows (under the names lock
+ * only: a job is queued); so has one whose pieces were evicted (under
+ * ns->lock: the sender queues the job).
  */
-static void on_unlink(struct eng *e, const struct eng_ev *ev, void *ctx)
+static void on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 {
 	struct protect *p = ctx;
 	struct inode *in = ev->kind == EV_UNLINKED && ev->last ? ev->in
@@ -1022,6 +1048,23 @@ static void on_unlink(struct eng *e, const struct eng_ev *ev, void *ctx)
 								 : NULL;
 
 	(void)e;
+	if (ev->kind == EV_EVICTED) {
+		/* Under ns->lock: p->lock only; the sender queues the job. */
+		struct folded *fo;
+
+		pthread_mutex_lock(&p->lock);
+		fo = p->folded[folded_bucket(ev->in->ino)];
+		while (fo && fo->in != ev->in)
+			fo = fo->next;
+		if (fo && !fo->evicted) {
+			fo->evicted = true;
+			fo->enext = p->evicted;
+			p->evicted = fo;
+			pthread_cond_broadcast(&p->cv);
+		}
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
 	if (in && S_ISREG(in->mode) && folded_find(p, in))
 		protect_file(p, in, 0);
 }
@@ -1089,7 +1132,7 @@ int protect_new(struct eng *e, struct grp *g, struct protect **out)
 					     p->nodes, &s, &p->par)
 			       : -ENOMEM;
 		if (rc == 0)
-			rc = eng_listen(e, on_unlink, p);
+			rc = eng_listen(e, on_event, p);
 		if (rc < 0) {
 			parity_free(p->par);
 			free(p->folded);
