@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine_i.h"
+#include "erasure.h"
 
 void eng_config_defaults(struct eng_config *cfg)
 {
@@ -361,21 +362,42 @@ void eng_names_unlock(struct eng *e)
 
 /* --- reporting ---------------------------------------------------------- */
 
+struct count {
+	struct eng *e;
+	uint64_t logical;
+	uint64_t own, copies, cached; /* chunks in RAM */
+};
+
 static int count_bytes(void *ctx, struct inode *in)
 {
-	uint64_t *v = ctx;
+	struct count *c = ctx;
+	struct file *f = &in->file;
 
-	if (S_ISREG(in->mode) && in->nlink > 0) {
-		pthread_rwlock_rdlock(&in->file.lock);
-		v[0] += in->file.size;
-		pthread_rwlock_unlock(&in->file.lock);
+	if (!S_ISREG(in->mode))
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	if (in->nlink > 0)
+		c->logical += f->size;
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		const struct slot *sl = &f->slots[i];
+
+		if (!slot_in_ram(sl))
+			continue;
+		if (f->owner == c->e->node)
+			c->own++;
+		else if (sl->flags & SLOT_FETCHED)
+			c->cached++;
+		else
+			c->copies++;
 	}
+	pthread_rwlock_unlock(&f->lock);
 	return 0;
 }
 
 void eng_get_stats(struct eng *e, struct eng_stats *s)
 {
-	uint64_t bytes = 0;
+	struct count c = { .e = e };
+	struct eng_protect_stats ps;
 	uint32_t nfree = store_free_count(&e->store);
 
 	memset(s, 0, sizeof(*s));
@@ -392,9 +414,14 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	for (struct dentry *de = e->ns.root->dir.first; de; de = de->next)
 		if (S_ISDIR(de->inode->mode))
 			s->checkpoints++;
-	ns_walk(&e->ns, count_bytes, &bytes);
+	ns_walk(&e->ns, count_bytes, &c);
 	pthread_rwlock_unlock(&e->ns.lock);
-	s->bytes_logical = bytes;
+	s->bytes_logical = c.logical;
+	s->mem_own = c.own * s->chunk_size;
+	s->mem_copies = c.copies * s->chunk_size;
+	s->mem_cached = c.cached * s->chunk_size;
+	eng_protect_stats(e, &ps);
+	s->mem_parity = ps.parity_bytes;
 
 	s->write_ops = atomic_load(&e->cnt.write_ops);
 	s->write_bytes = atomic_load(&e->cnt.write_bytes);
@@ -618,6 +645,31 @@ out:
 	return rc;
 }
 
+/* xor, rs: piece @i's stripe, data slot and the nodes of its members. */
+static void stripe_of(const struct file *f, uint32_t i,
+		      struct eng_piece_info *pi)
+{
+	struct ers_layout l;
+	uint64_t stripe;
+	int slot;
+
+	if (!f->scheme || stripe_layout(f->scheme, &l) < 0 ||
+	    ers_layout_locate(&l, f->owner, f->chunk_base + i, &stripe,
+			      &slot) < 0)
+		return;
+	pi->striped = true;
+	pi->stripe = stripe;
+	pi->slot = slot;
+	for (int x = 0; x < l.k + l.m; x++) {
+		int n = ers_layout_node(&l, stripe, x);
+
+		if (n >= 0 && x < l.k)
+			pi->data_nodes |= 1ULL << n;
+		else if (n >= 0)
+			pi->parity_nodes |= 1ULL << n;
+	}
+}
+
 int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 		    void *ctx)
 {
@@ -658,6 +710,7 @@ int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 					? f->holders | 1ULL << f->owner
 					: 0;
 			v[i].seal = e->gops ? f->gseal : 0;
+			stripe_of(f, i, &v[i]);
 		}
 		pthread_rwlock_unlock(&f->lock);
 		if (!v)

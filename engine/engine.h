@@ -477,6 +477,12 @@ const char *eng_crc_state_name(enum eng_crc_state s);
 struct eng_stats {
 	uint64_t mem_budget, mem_used; /* bytes of arena */
 	uint64_t mem_prefaulted;       /* bytes faulted in ahead of use */
+	/* What the used chunks hold (their sum may be below mem_used:
+	   pieces pinned by write-back or protection, chunks in flight). */
+	uint64_t mem_own;	/* this node's files */
+	uint64_t mem_copies;	/* copies held for other nodes' files */
+	uint64_t mem_cached;	/* other nodes' pieces fetched by readers */
+	uint64_t mem_parity;	/* parity rows held for the group */
 	uint64_t chunk_size, chunks_total, chunks_used, chunks_evictable;
 	uint64_t files, dirs, bytes_logical, bytes_resident;
 	uint64_t checkpoints;
@@ -544,6 +550,12 @@ struct eng_piece_info {
 	uint64_t holders;	/* nodes with the sealed bytes (owner's bit
 				   included); 0 without a group */
 	uint64_t seal;		/* the log index of that seal; 0: none */
+	/* xor, rs: the piece's stripe in its checkpoint, its data slot,
+	   the nodes of the stripe's data slots and of its parity rows. */
+	bool striped;
+	uint64_t stripe;
+	int slot;
+	uint64_t data_nodes, parity_nodes;
 };
 typedef int (*eng_piece_fn)(void *ctx, const struct eng_piece_info *pi);
 /*

@@ -240,7 +240,7 @@ struct file {
 				   proposed; lock */
 	/*
 	 * Erasure-coded protection (parity.c): gseal's scheme (a
-	 * parity_code(), 0 for none or replicas), and where its pieces sit
+	 * stripe_code(), 0 for none or replicas), and where its pieces sit
 	 * in the stripe space: piece i is the owner's chunk number
 	 * chunk_base + i of checkpoint stripe_ckpt.  Set by the SEAL's
 	 * apply, the same on every node.  parity_holders: the nodes whose
@@ -610,12 +610,23 @@ int nsop_decode(const void *buf, size_t len, struct nsop *op);
 int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	     struct nsop_out *out);
 
+/*
+ * An erasure-coded seal's scheme as SEAL and PROTECT entries carry it (their
+ * flags) and files keep it: nodes << 24 | kind << 16 | k << 8 | m, so that
+ * a seal's stripe layout follows from it alone; 0 for none or replicas.
+ * stripe_layout(): the layout of @code, 0 or -EINVAL.
+ */
+struct ers_scheme;
+struct ers_layout;
+uint32_t stripe_code(const struct ers_scheme *s, int nodes);
+int stripe_layout(uint32_t code, struct ers_layout *l);
+
 /* One piece of a sealed file as the group names it (the fetch gop). */
 struct eng_piece {
 	uint64_t ino, gseal, holders;
 	uint32_t idx, len, crc;
 	int owner;
-	uint32_t scheme;	/* 0, or the seal's parity_code() */
+	uint32_t scheme;	/* 0, or the seal's stripe_code() */
 	uint64_t stripe_ckpt, chunk_base;
 };
 

@@ -884,6 +884,26 @@ static int take_remote_seal(struct eng *e, struct file *f,
 	return 0;
 }
 
+uint32_t stripe_code(const struct ers_scheme *s, int nodes)
+{
+	if ((s->kind != ERS_XOR && s->kind != ERS_RS) || nodes < 1 ||
+	    nodes > 64)
+		return 0;
+	return (uint32_t)nodes << 24 | (uint32_t)s->kind << 16 |
+	       (uint32_t)s->k << 8 | (uint32_t)s->m;
+}
+
+int stripe_layout(uint32_t code, struct ers_layout *l)
+{
+	struct ers_scheme s = { (enum ers_kind)(code >> 16 & 0xff),
+				(int)(code >> 8 & 0xff), (int)(code & 0xff) };
+
+	if ((s.kind != ERS_XOR && s.kind != ERS_RS) ||
+	    ers_scheme_check(&s) < 0)
+		return -EINVAL;
+	return ers_layout_init(l, &s, (int)(code >> 24));
+}
+
 /*
  * The first of @n chunk numbers of node @node in @in's checkpoint under
  * scheme @scheme, taken now (ns->lock held for writing).  Stripes never
@@ -1241,11 +1261,19 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 		pthread_rwlock_wrlock(&f->lock);
 		/* Copies of an older seal protect nothing now. */
 		if (f->gseal == op->gseal) {
-			/* Parity holders hold rows, not the file's bytes. */
-			if (f->scheme)
+			/*
+			 * Parity holders hold rows, not the file's bytes: of
+			 * them only the owner (its bit is there: it has its
+			 * data again after a rebuild) is a holder of bytes.
+			 */
+			if (f->scheme) {
 				f->parity_holders |= op->holders;
-			else
+				if (f->owner >= 0 && f->owner < 64)
+					f->holders |= op->holders &
+						      1ULL << f->owner;
+			} else {
 				f->holders |= op->holders;
+			}
 			/* This node's data is that seal's unless rewritten. */
 			if (f->dur.sealed == f->version) {
 				f->dur.protected_data = f->version;

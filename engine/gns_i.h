@@ -106,9 +106,6 @@ struct par_seal {
 	uint32_t npieces;
 };
 
-/* A scheme as SEAL and PROTECT carry it: kind << 16 | k << 8 | m. */
-uint32_t parity_code(const struct ers_scheme *s);
-int parity_scheme(uint32_t code, struct ers_scheme *s);
 
 /* xor or rs:K+M over @nodes nodes (sized here).  0 or -errno. */
 int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,

@@ -121,23 +121,6 @@ static uint64_t get64(const uint8_t *p)
 	return v;
 }
 
-uint32_t parity_code(const struct ers_scheme *s)
-{
-	if (s->kind != ERS_XOR && s->kind != ERS_RS)
-		return 0;
-	return (uint32_t)s->kind << 16 | (uint32_t)s->k << 8 | (uint32_t)s->m;
-}
-
-int parity_scheme(uint32_t code, struct ers_scheme *s)
-{
-	s->kind = (enum ers_kind)(code >> 16);
-	s->k = (int)(code >> 8 & 0xff);
-	s->m = (int)(code & 0xff);
-	if ((s->kind != ERS_XOR && s->kind != ERS_RS) || code >> 24)
-		return -EINVAL;
-	return ers_scheme_check(s);
-}
-
 /* --- the stripe table ------------------------------------------------------ */
 
 static size_t bucket(uint64_t ckpt, uint64_t stripe)
@@ -757,7 +740,7 @@ int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
 		free(par);
 		return rc;
 	}
-	par->code = parity_code(&par->s);
+	par->code = stripe_code(&par->s, nodes);
 	pthread_mutex_init(&par->lock, NULL);
 	*out = par;
 	return 0;

@@ -665,7 +665,9 @@ static int run_parity_job(struct protect *p, struct prot_job *j,
 	rc = fold_at(p, fo, false, &acked, bounce);
 	if (rc < 0)
 		return rc;
-	rc = announce(p, j->in->ino, j->gseal, fo->holders, code);
+	/* The owner's bit too: LOST of this node makes it unprotected. */
+	rc = announce(p, j->in->ino, j->gseal, fo->holders | 1ULL << p->self,
+		      code);
 	if (rc == 0 || rc == -ESTALE || rc == -ENOENT) {
 		if (rc == 0)
 			atomic_fetch_add(&p->files_protected, 1);

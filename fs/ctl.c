@@ -381,6 +381,10 @@ enum {
 	MEM_CHUNKS,
 	MEM_CHUNKS_USED,
 	MEM_EVICTABLE,
+	MEM_OWN,
+	MEM_COPIES,
+	MEM_CACHED,
+	MEM_PARITY,
 	MEM_N
 };
 
@@ -402,6 +406,18 @@ static const struct rep_field mem_fields[MEM_N] = {
 	[MEM_EVICTABLE] = REP_EXPORT("chunks_evictable", REP_COUNT, REP_GAUGE,
 		"reftfs_chunks_evictable",
 		"Chunks in use that could be evicted now."),
+	[MEM_OWN] = REP_EXPORT("data_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_data_bytes",
+		"Arena memory holding this node's files."),
+	[MEM_COPIES] = REP_EXPORT("copies_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_copies_bytes",
+		"Arena memory holding copies of other nodes' files."),
+	[MEM_CACHED] = REP_EXPORT("cached_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_cached_bytes",
+		"Arena memory holding other nodes' pieces fetched by readers."),
+	[MEM_PARITY] = REP_EXPORT("parity_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_parity_bytes",
+		"Arena memory holding parity rows for the group."),
 };
 
 enum { NS_CKPTS, NS_FILES, NS_DIRS, NS_LOGICAL, NS_RESIDENT, NS_N };
@@ -1130,6 +1146,10 @@ static const struct rep_text status_text[] = {
 	    "{memory.chunk_size_bytes} each; {memory.chunks_used} of "
 	    "{memory.chunks_total} in use, {memory.chunks_evictable} "
 	    "evictable"),
+	TXT(NULL, "holding",
+	    "{memory.data_bytes} this node's data, {memory.copies_bytes} "
+	    "copies for peers, {memory.parity_bytes} parity, "
+	    "{memory.cached_bytes} fetched by readers"),
 	TXT(NULL, "contents",
 	    "{namespace.checkpoints} checkpoint{namespace.checkpoints?|s}, "
 	    "{namespace.files} file{namespace.files?|s}, {namespace.dirs} "
@@ -1251,6 +1271,10 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, MEM_CHUNKS, st.chunks_total);
 	rep_set_u64(g, MEM_CHUNKS_USED, st.chunks_used);
 	rep_set_u64(g, MEM_EVICTABLE, st.chunks_evictable);
+	rep_set_u64(g, MEM_OWN, st.mem_own);
+	rep_set_u64(g, MEM_COPIES, st.mem_copies);
+	rep_set_u64(g, MEM_CACHED, st.mem_cached);
+	rep_set_u64(g, MEM_PARITY, st.mem_parity);
 
 	g = rep_obj(top, ST_NS);
 	rep_set_u64(g, NS_CKPTS, st.checkpoints);
@@ -1763,7 +1787,7 @@ static int cmd_flush(struct ctl_req *r, struct rep_out *o)
 /* --- placement ----------------------------------------------------------- */
 
 enum { PL_INDEX, PL_SIZE, PL_CRC, PL_HERE, PL_OWNER, PL_NODES, PL_SEAL,
-       PL_N };
+       PL_STRIPE, PL_SLOT, PL_DATA, PL_PARITY, PL_N };
 
 static const struct rep_field pl_fields[PL_N] = {
 	[PL_INDEX] = REP_FIELD("piece", REP_COUNT),
@@ -1775,6 +1799,12 @@ static const struct rep_field pl_fields[PL_N] = {
 	[PL_OWNER] = REP_FIELD("owner", REP_INT),
 	[PL_NODES] = REP_FIELD("nodes", REP_STRING),
 	[PL_SEAL] = REP_FIELD("seal", REP_COUNT),
+	/* xor, rs: its stripe, data slot, and the nodes of the stripe's
+	   data slots ("0,1") and parity rows ("2"). */
+	[PL_STRIPE] = REP_FIELD("stripe", REP_COUNT),
+	[PL_SLOT] = REP_FIELD("slot", REP_COUNT),
+	[PL_DATA] = REP_FIELD("stripe_data_nodes", REP_STRING),
+	[PL_PARITY] = REP_FIELD("stripe_parity_nodes", REP_STRING),
 };
 
 static const struct rep_field pl_root = {
@@ -1791,6 +1821,11 @@ static const struct rep_col pl_cols[] = {
 };
 
 static const struct rep_row_text pl_rows[] = {
+	{ "stripe_parity_nodes",
+	  (const char *const[]){ "{piece}", "{size:n}", "{crc32c}", "{here}",
+				 "{nodes}  stripe {stripe} slot {slot}: data "
+				 "{stripe_data_nodes}, parity "
+				 "{stripe_parity_nodes}" } },
 	{ "nodes", (const char *const[]){ "{piece}", "{size:n}", "{crc32c}",
 					  "{here}", "{nodes}" } },
 	{ NULL, (const char *const[]){ "{piece}", "{size:n}", "{crc32c}",
@@ -1798,11 +1833,23 @@ static const struct rep_row_text pl_rows[] = {
 };
 
 static const struct rep_table_text pl_table = { NULL, pl_cols, 5, pl_rows,
-						2 };
+						3 };
 
 static const struct rep_text pl_text[] = {
 	TABLE(NULL, &pl_table),
 };
+
+/* "0,2,5": the nodes of @mask. */
+static void node_list(uint64_t mask, char *buf, size_t size)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (int n = 0; n < 64 && len + 4 < size; n++)
+		if (mask & (1ULL << n))
+			len += (size_t)snprintf(buf + len, size - len, "%s%d",
+						len ? "," : "", n);
+}
 
 static int pl_row(void *ctx, const struct eng_piece_info *pi)
 {
@@ -1830,6 +1877,16 @@ static int pl_row(void *ctx, const struct eng_piece_info *pi)
 		nodes_text(&ei, nodes, sizeof(nodes));
 		rep_set_str(row, PL_NODES, nodes);
 		rep_set_u64(row, PL_SEAL, pi->seal);
+	}
+	if (pi->striped) {
+		char nodes[64 * 3 + 8];
+
+		rep_set_u64(row, PL_STRIPE, pi->stripe);
+		rep_set_u64(row, PL_SLOT, (uint64_t)pi->slot);
+		node_list(pi->data_nodes, nodes, sizeof(nodes));
+		rep_set_str(row, PL_DATA, nodes);
+		node_list(pi->parity_nodes, nodes, sizeof(nodes));
+		rep_set_str(row, PL_PARITY, nodes);
 	}
 	return rep_err(rep) ? 1 : 0;
 }
@@ -2123,9 +2180,10 @@ static enum group_wait_state group_wait_state(struct rep_out *o, enum group_wait
 			rep_out_line(o, 'e',
 				     "protect: %" PRIu64 " files of this node "
 				     "cannot be protected now: node %d, a "
-				     "holder of its copies, is dead (tried "
+				     "holder of its %s, is dead (tried "
 				     "again once it is back or replaced)",
-				     left, ps->holder_dead);
+				     left, ps->holder_dead,
+				     ps->copies ? "copies" : "parity rows");
 			return GW_FAIL;
 		}
 		return GW_WAIT;
@@ -2136,11 +2194,12 @@ static enum group_wait_state group_wait_state(struct rep_out *o, enum group_wait
 	return ps->rebuilding ? GW_WAIT : GW_DONE;
 }
 
-enum { PW_COPIES, PW_UNPROT, PW_PENDING, PW_PROTECTED, PW_HOLDER_DEAD,
-       PW_FINISHED, PW_CAUGHT_UP, PW_N };
+enum { PW_COPIES, PW_SCHEME, PW_UNPROT, PW_PENDING, PW_PROTECTED,
+       PW_HOLDER_DEAD, PW_FINISHED, PW_CAUGHT_UP, PW_N };
 
 static const struct rep_field pw_fields[PW_N] = {
 	[PW_COPIES] = REP_FIELD("copies", REP_COUNT),
+	[PW_SCHEME] = REP_FIELD("scheme", REP_STRING),
 	[PW_UNPROT] = REP_FIELD("unprotected", REP_COUNT),
 	[PW_PENDING] = REP_FIELD("pending", REP_COUNT),
 	[PW_PROTECTED] = REP_FIELD("protected_since_start", REP_COUNT),
@@ -2173,7 +2232,7 @@ static const struct rep_text protect_text[] = {
 	    "protect: waiting for this node to catch up with the group's "
 	    "namespace log"),
 	TXT("caught_up", NULL,
-	    "protect: replicate:{copies}, {unprotected} files of this node "
+	    "protect: {scheme}, {unprotected} files of this node "
 	    "not protected, {protected_since_start} protected since start"),
 };
 
@@ -2206,6 +2265,7 @@ static void group_wait_report(struct rep_out *o, bool json,
 	top = rep_top(rep);
 	if (k == WAIT_PROTECT) {
 		rep_set_u64(top, PW_COPIES, ps->copies);
+		rep_set_str(top, PW_SCHEME, ps->scheme);
 		rep_set_u64(top, PW_UNPROT, ps->files_unprotected);
 		rep_set_u64(top, PW_PENDING, ps->files_pending);
 		rep_set_u64(top, PW_PROTECTED, ps->files_protected);

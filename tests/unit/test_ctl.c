@@ -851,7 +851,9 @@ static void test_protect_rebuild(void **state)
 	free(a);
 	a = ask(*state, "placement /step_100/a.pt --json\n");
 	assert_non_null(strstr(a, "\"here\":\"peers\",\"owner\":1,"
-				  "\"nodes\":\"1+2\",\"seal\":59}"));
+				  "\"nodes\":\"1+2\",\"seal\":59,\"stripe\":null,"
+				  "\"slot\":null,\"stripe_data_nodes\":null,"
+				  "\"stripe_parity_nodes\":null}"));
 	free(a);
 	a = ask(*state, "placement /step_100\n");
 	assert_int_equal(frame_check(a), 1);
