@@ -107,9 +107,12 @@ struct par_seal {
 };
 
 
-/* xor or rs:K+M over @nodes nodes (sized here).  0 or -errno. */
+/*
+ * xor or rs:K+M over @nodes nodes (sized here), folding with codec
+ * @backend (enum ers_backend_kind).  0 or -errno.
+ */
 int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
-	       int self, int nodes, const struct ers_scheme *s,
+	       int self, int nodes, const struct ers_scheme *s, int backend,
 	       struct parity **out);
 /* Gives every row back to the store. */
 void parity_free(struct parity *par);

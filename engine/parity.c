@@ -708,10 +708,12 @@ out:
 /* --- the module ---------------------------------------------------------------- */
 
 int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
-	       int self, int nodes, const struct ers_scheme *s,
+	       int self, int nodes, const struct ers_scheme *s, int backend,
 	       struct parity **out)
 {
+	struct ers_codec_opts opts = { .backend = backend };
 	struct parity *par;
+	char name[32];
 	int rc;
 
 	*out = NULL;
@@ -733,7 +735,7 @@ int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
 	if (rc == 0)
 		rc = ers_layout_init(&par->l, &par->s, nodes);
 	if (rc == 0)
-		rc = ers_codec_new(&par->s, NULL, &par->c);
+		rc = ers_codec_new(&par->s, &opts, &par->c);
 	if (rc < 0) {
 		rft_err("--protect: %s", ers_last_error());
 		free(par->tab);
@@ -741,6 +743,10 @@ int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
 		return rc;
 	}
 	par->code = stripe_code(&par->s, nodes);
+	ers_scheme_format(&par->s, name, sizeof(name));
+	rft_info("protection %s across %d nodes: parity rows folded with the "
+		 "%s codec",
+		 name, nodes, ers_codec_backend_name(par->c));
 	pthread_mutex_init(&par->lock, NULL);
 	*out = par;
 	return 0;

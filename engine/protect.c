@@ -1131,7 +1131,8 @@ int protect_new(struct eng *e, struct grp *g, struct protect **out)
 	if (s.kind != ERS_REPLICATE) {
 		p->folded = calloc(PROT_FOLDED_BUCKETS, sizeof(*p->folded));
 		rc = p->folded ? parity_new(e, p->x, p->memb, p->self,
-					     p->nodes, &s, &p->par)
+					     p->nodes, &s, grp_codec(g),
+					     &p->par)
 			       : -ENOMEM;
 		if (rc == 0)
 			rc = eng_listen(e, on_event, p);

@@ -94,8 +94,11 @@ static void usage(FILE *out)
 		"                        /var/lib/reftfs/GROUP/nodeID as root, else\n"
 		"                        $XDG_STATE_HOME/reftfs/GROUP/nodeID); its raft\n"
 		"                        listens on the peer PORT + 1\n"
-		"  --protect SCHEME      none (default) or replicate:R: every sealed\n"
-		"                        file is also held by R-1 peers\n"
+		"  --protect SCHEME      none (default); replicate:R: every sealed\n"
+		"                        file is also held by R-1 peers; xor, xor:K or\n"
+		"                        rs:K+M: parity on other nodes (K+M <= nodes)\n"
+		"  --codec auto|isal|gpu the parity codec (default auto: the GPU when\n"
+		"                        one is usable, else ISA-L; same bytes)\n"
 		"  --protect-bw SIZE     bytes per second protection may send (default\n"
 		"                        0: no limit)\n"
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
@@ -307,8 +310,16 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 			return bad("out of memory");
 	} else if (!strcmp(key, "protect")) {
 		if (!val || !*val)
-			return bad("--protect needs none or replicate:R");
+			return bad("--protect needs none, replicate:R, xor or "
+				   "rs:K+M");
 		if (!(o->grp.protect = keep_str(o, val)))
+			return bad("out of memory");
+	} else if (!strcmp(key, "codec")) {
+		if (!val || (strcmp(val, "auto") && strcmp(val, "isal") &&
+			     strcmp(val, "gpu")))
+			return bad("bad --codec '%s': want auto, isal or gpu",
+				   val ? val : "");
+		if (!(o->grp.codec = keep_str(o, val)))
 			return bad("out of memory");
 	} else if (!strcmp(key, "protect-bw")) {
 		if (val && !strcmp(val, "0"))
@@ -413,6 +424,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "state-dir", required_argument, NULL, 'Y' },
 		{ "protect", required_argument, NULL, 'T' },
 		{ "protect-bw", required_argument, NULL, 'B' },
+		{ "codec", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -485,6 +497,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'Y': name = "state-dir"; break;
 		case 'T': name = "protect"; break;
 		case 'B': name = "protect-bw"; break;
+		case 'G': name = "codec"; break;
 		default:
 			return bad("cannot parse the options");
 		}

@@ -187,6 +187,13 @@ static int check_protect(const struct grp_config *c, int nodes, char *err,
 	if (ers_scheme_parse(c->protect, &s) < 0)
 		return fail(err, errlen, "--protect '%s': %s", c->protect,
 			    ers_last_error());
+	if (c->codec && strcmp(c->codec, "auto") && strcmp(c->codec, "isal") &&
+	    strcmp(c->codec, "gpu"))
+		return fail(err, errlen, "--codec '%s': want auto, isal or gpu",
+			    c->codec);
+	if (c->codec && !strcmp(c->codec, "gpu") &&
+	    ers_backend_probe(ERS_BACKEND_GPU) < 0)
+		return fail(err, errlen, "--codec gpu: %s", ers_last_error());
 	if (s.kind != ERS_REPLICATE) {
 		int k = s.k;
 
@@ -297,6 +304,15 @@ int grp_protect(const struct grp *g, struct ers_scheme *s)
 uint64_t grp_protect_bw(const struct grp *g)
 {
 	return g->cfg.protect_bw;
+}
+
+int grp_codec(const struct grp *g)
+{
+	const char *c = g->cfg.codec;
+
+	return !c || !strcmp(c, "auto") ? ERS_BACKEND_AUTO
+	       : !strcmp(c, "gpu")	? ERS_BACKEND_GPU
+					: ERS_BACKEND_ISAL;
 }
 
 int grp_state_dir_default(const char *name, int node, char *buf, size_t len)

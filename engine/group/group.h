@@ -31,6 +31,7 @@ struct grp_config {
 	const char *state_dir;	/* --state-dir; NULL: grp_state_dir_default */
 	const char *protect;	/* --protect: "none" or "replicate:R" */
 	uint64_t protect_bw;	/* --protect-bw bytes/s; 0: unlimited */
+	const char *codec;	/* --codec auto|isal|gpu (xor, rs); NULL: auto */
 };
 
 #define GRP_DEAD_AFTER_DEFAULT_MS 5000

@@ -710,6 +710,8 @@ struct ers_scheme;
 int grp_protect(const struct grp *g, struct ers_scheme *s);
 /* --protect-bw in bytes/s; 0: unlimited. */
 uint64_t grp_protect_bw(const struct grp *g);
+/* --codec: an enum ers_backend_kind (AUTO without the option). */
+int grp_codec(const struct grp *g);
 /*
  * The state machine the namespace log applies its entries to (copied);
  * before grp_start().  0 or -EBUSY.

@@ -42,6 +42,15 @@ cp "$SECRET" "$T_TMP/secret.644"
 chmod 644 "$T_TMP/secret.644"
 expect_setup_error "mode 0644" --node 0 --peers "$PEERS" \
 	--secret-file "$T_TMP/secret.644"
+# Schemes that do not fit the group, an unknown codec.
+expect_setup_error "needs 6 nodes" --node 0 --peers "$PEERS" \
+	--secret-file "$SECRET" --protect rs:4+2
+expect_setup_error "needs 5 nodes" --node 0 --peers "$PEERS" \
+	--secret-file "$SECRET" --protect replicate:5
+expect_setup_error "bad --codec 'cuda'" --node 0 --peers "$PEERS" \
+	--secret-file "$SECRET" --protect xor --codec cuda
+expect_setup_error "--protect 'rs:0+1'" --node 0 --peers "$PEERS" \
+	--secret-file "$SECRET" --protect rs:0+1
 is_mounted "$T_TMP/unused" && fail "a refused daemon mounted"
 log "bad group options and a readable secret file: exit 2, not mounted"
 
