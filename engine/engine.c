@@ -848,9 +848,11 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	struct file *f = &in->file;
 	struct file_snap fs = { 0 };
 	struct eng_verify_copy *here = NULL;
+	struct eng_piece pc = { 0 };
 	uint64_t gseal = 0, holders = 0;
 	uint32_t *bad = NULL;
 	bool owner = false, good_copy = false, resend = false;
+	bool is_protected = false;
 	int rc;
 
 	memset(vi, 0, sizeof(*vi));
@@ -868,6 +870,12 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 		holders = f->holders;
 		if (f->owner >= 0 && f->owner < 64)
 			holders |= 1ULL << f->owner;
+		pc = (struct eng_piece){ .ino = in->ino, .gseal = f->gseal,
+					 .owner = f->owner,
+					 .scheme = f->scheme,
+					 .stripe_ckpt = f->stripe_ckpt,
+					 .chunk_base = f->chunk_base };
+		is_protected = f->dur.protected_data == f->version;
 	}
 	rc = vi->sealed ? file_verify_take_locked(e, f, 0, &fs) : -EBUSY;
 	pthread_rwlock_unlock(&f->lock);
@@ -921,6 +929,10 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	}
 	free(bad);
 	file_snap_drop(e, &fs);
+	/* Its stripes' parity against their members (a sealed seal's). */
+	if (pc.scheme && gseal && e->gops->scrub && is_protected)
+		e->gops->scrub(e->gctx, &pc, vi->pieces, vi);
+	vi->striped = pc.scheme != 0;
 }
 
 int eng_verify(struct eng *e, const char *path, bool repair, eng_verify_fn fn,

@@ -601,6 +601,15 @@ struct eng_verify_info {
 	int owner;		/* in a group; -1 otherwise */
 	unsigned ncopies;	/* this node's first (when it holds one) */
 	struct eng_verify_copy copy[ENG_VERIFY_MAX_COPIES];
+	/*
+	 * xor, rs (scrub): the parity rows of the stripes its pieces are in,
+	 * each encoded anew from the stripe's members and compared; bad: a
+	 * row that does not match, or lacks the file's piece; unchecked: its
+	 * holder down, a member not readable.
+	 */
+	bool striped;
+	uint32_t rows_checked, rows_bad, rows_unchecked;
+	uint64_t first_bad_stripe;
 };
 typedef int (*eng_verify_fn)(void *ctx, const struct eng_verify_info *vi);
 /*

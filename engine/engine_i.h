@@ -686,6 +686,13 @@ struct eng_group_ops {
 	void (*verify)(void *ctx, int node, uint64_t ino, uint64_t gseal,
 		       bool repair, struct eng_verify_copy *vc);
 	/*
+	 * verify's scrub of @pc's seal (erasure-coded): the parity rows of
+	 * the stripes of its @npieces pieces, into @vi's rows_* counts.  No
+	 * lock held; sleeps.
+	 */
+	void (*scrub)(void *ctx, const struct eng_piece *pc, uint32_t npieces,
+		      struct eng_verify_info *vi);
+	/*
 	 * verify --repair: bring back the pieces of @in (owned here) that are
 	 * not in memory (dropped as bad) from its holders, checked, and send
 	 * its copies again (holders that dropped bad pieces get them anew).

@@ -1003,6 +1003,14 @@ static int gns_fetch(void *ctx, const struct eng_piece *pc, uint8_t *buf,
 	return prc == 0 || prc == -ETIMEDOUT ? prc : rc;
 }
 
+static void gns_scrub(void *ctx, const struct eng_piece *pc, uint32_t npieces,
+		      struct eng_verify_info *vi)
+{
+	struct gns *g = ctx;
+
+	protect_scrub(g->prot, pc, npieces, get_member, g, vi);
+}
+
 /*
  * eng_verify: ask @node to check its copy.  A node that is down is not
  * asked; one that does not answer in GNS_VERIFY_MS is reported so.
@@ -1177,6 +1185,7 @@ static const struct eng_group_ops gns_ops = {
 	.protect_stats = gns_protect_stats,
 	.ready = gns_ready,
 	.verify = gns_verify,
+	.scrub = gns_scrub,
 	.repair = gns_repair,
 	.start = gns_start,
 	.stop = gns_stop,

@@ -69,6 +69,11 @@ typedef int parity_get_fn(void *ctx, int node, uint64_t ino, uint64_t gseal,
 int protect_reconstruct(struct protect *p, const struct eng_piece *pc,
 			uint8_t *buf, const struct timespec *deadline,
 			parity_get_fn *get, void *get_ctx);
+/* verify's scrub of an erasure-coded seal's stripes (parity_scrub). */
+struct eng_verify_info;
+void protect_scrub(struct protect *p, const struct eng_piece *pc,
+		   uint32_t npieces, parity_get_fn *get, void *get_ctx,
+		   struct eng_verify_info *vi);
 /* The scheme a SEAL proposed here carries (nsop flags): 0 for none. */
 uint32_t protect_seal_code(const struct protect *p);
 /*
@@ -153,5 +158,14 @@ int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
 			 uint8_t *buf, const struct timespec *deadline,
 			 parity_get_fn *get, void *get_ctx);
 void parity_get_stats(struct parity *par, struct eng_protect_stats *s);
+/*
+ * verify's scrub of the stripes of @npieces pieces of @pc's seal: each
+ * live holder's row against the row encoded anew from its members; counts
+ * into @vi's rows_* fields.  Sleeps (the members, the rows).
+ */
+struct eng_verify_info;
+void parity_scrub(struct parity *par, const struct eng_piece *pc,
+		  uint32_t npieces, parity_get_fn *get, void *get_ctx,
+		  struct eng_verify_info *vi);
 
 #endif /* RFT_GNS_I_H */

@@ -705,6 +705,157 @@ out:
 	return rc;
 }
 
+/*
+ * Scrub one stripe: every live holder's row against the row encoded anew
+ * from the members it names (fetched from their owners, checked), and
+ * the row must name piece @pc->idx of @pc's seal.
+ */
+static void scrub_stripe(struct parity *par, const struct eng_piece *pc,
+			 uint64_t stripe, int slot, uint8_t *mem,
+			 const struct memb_view *v,
+			 const struct timespec *deadline, parity_get_fn *get,
+			 void *get_ctx, struct eng_verify_info *vi)
+{
+	int k = par->l.k, m = par->l.m;
+	uint32_t clen = par->e->store.chunk_size;
+	uint8_t *data[ERS_MAX_K], *enc[ERS_MAX_M], *row = mem;
+	struct member_info mi[ERS_MAX_K], first[ERS_MAX_K];
+	bool encoded = false;
+
+	for (int s = 0; s < k; s++)
+		data[s] = mem + (size_t)(1 + s) * clen;
+	for (int r = 0; r < m; r++)
+		enc[r] = mem + (size_t)(1 + k + r) * clen;
+	for (int r = 0; r < m; r++) {
+		int h = ers_layout_node(&par->l, stripe, k + r), rc;
+
+		if (h < 0)
+			continue;
+		if (v->node[h].state == MEMB_DEAD) {
+			vi->rows_unchecked++;
+			continue;
+		}
+		if (h == par->self) {
+			struct pstripe *ps;
+
+			pthread_mutex_lock(&par->lock);
+			ps = find(par, pc->stripe_ckpt, stripe);
+			if (ps) {
+				memcpy(row, ps->st.parity, clen);
+				for (int x = 0; x < k; x++)
+					mi[x] = (struct member_info){
+						ps->who[x].ino,
+						ps->st.member[x].id,
+						ps->who[x].piece,
+						ps->st.member[x].len,
+						ps->st.member[x].crc,
+						ps->st.member[x].in };
+			}
+			pthread_mutex_unlock(&par->lock);
+			rc = ps ? 0 : -ENOENT;
+		} else {
+			rc = get_row(par, h, pc->stripe_ckpt, stripe, r, row, mi,
+				     deadline);
+		}
+		if (rc == -ENOENT || (rc == 0 && (!mi[slot].in ||
+						  mi[slot].gseal != pc->gseal ||
+						  mi[slot].ino != pc->ino))) {
+			/* The row does not hold this piece as sealed. */
+			if (!vi->rows_bad++)
+				vi->first_bad_stripe = stripe;
+			rft_warn("scrub: stripe %llu row %d on node %d lacks "
+				 "piece %u of inode %llu",
+				 (unsigned long long)stripe, r, h, pc->idx,
+				 (unsigned long long)pc->ino);
+			continue;
+		}
+		if (rc < 0) {
+			vi->rows_unchecked++;
+			continue;
+		}
+		if (encoded && !same_members(first, mi, k)) {
+			vi->rows_unchecked++; /* changing under us */
+			continue;
+		}
+		for (int x = 0; x < k && !encoded; x++) {
+			int node;
+			uint64_t chunk;
+
+			if (!mi[x].in || !mi[x].len) {
+				memset(data[x], 0, clen);
+				continue;
+			}
+			rc = ers_layout_chunk(&par->l, stripe, x, &node,
+					      &chunk);
+			if (rc == 0)
+				rc = get(get_ctx, node, mi[x].ino, mi[x].gseal,
+					 mi[x].piece, mi[x].len, mi[x].crc,
+					 data[x], deadline);
+			if (rc < 0)
+				break;
+			memset(data[x] + mi[x].len, 0, clen - mi[x].len);
+		}
+		if (!encoded) {
+			if (rc < 0 || ers_encode(par->c, clen,
+						 (const uint8_t *const *)data,
+						 enc) < 0) {
+				vi->rows_unchecked++;
+				continue;
+			}
+			memcpy(first, mi, sizeof(first));
+			encoded = true;
+		}
+		vi->rows_checked++;
+		if (memcmp(enc[r], row, clen)) {
+			if (!vi->rows_bad++)
+				vi->first_bad_stripe = stripe;
+			atomic_fetch_add(&par->e->cnt.crc_errors, 1);
+			rft_warn("scrub: stripe %llu row %d on node %d does not "
+				 "match its members",
+				 (unsigned long long)stripe, r, h);
+		}
+	}
+}
+
+void parity_scrub(struct parity *par, const struct eng_piece *pc,
+		  uint32_t npieces, parity_get_fn *get, void *get_ctx,
+		  struct eng_verify_info *vi)
+{
+	uint32_t clen = par->e->store.chunk_size;
+	uint8_t *mem;
+	struct memb_view v;
+	struct timespec deadline;
+
+	vi->striped = true;
+	if (pc->scheme != par->code) {
+		vi->rows_unchecked += npieces;
+		return;
+	}
+	mem = malloc((size_t)(1 + par->l.k + par->l.m) * clen);
+	if (!mem) {
+		vi->rows_unchecked += npieces;
+		return;
+	}
+	memb_get_view(par->memb, &v);
+	for (uint32_t i = 0; i < npieces; i++) {
+		struct eng_piece p = *pc;
+		uint64_t stripe;
+		int slot;
+
+		p.idx = i;
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += 30;
+		if (ers_layout_locate(&par->l, pc->owner, pc->chunk_base + i,
+				      &stripe, &slot) < 0) {
+			vi->rows_unchecked++;
+			continue;
+		}
+		scrub_stripe(par, &p, stripe, slot, mem, &v, &deadline, get,
+			     get_ctx, vi);
+	}
+	free(mem);
+}
+
 /* --- the module ---------------------------------------------------------------- */
 
 int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,

@@ -1098,6 +1098,14 @@ int protect_reconstruct(struct protect *p, const struct eng_piece *pc,
 	return parity_rebuild_piece(p->par, pc, buf, deadline, get, get_ctx);
 }
 
+void protect_scrub(struct protect *p, const struct eng_piece *pc,
+		   uint32_t npieces, parity_get_fn *get, void *get_ctx,
+		   struct eng_verify_info *vi)
+{
+	if (p && p->par)
+		parity_scrub(p->par, pc, npieces, get, get_ctx, vi);
+}
+
 uint32_t protect_seal_code(const struct protect *p)
 {
 	return p ? parity_seal_code(p->par) : 0;

@@ -1948,7 +1948,8 @@ static const struct rep_field vc_fields[VC_N] = {
 };
 
 enum { VF_FILES, VF_WRITING, VF_COPIES, VF_UNCHECKED, VF_PIECES, VF_BAD,
-       VF_REPAIRED, VF_BYTES, VF_TABLE, VF_N };
+       VF_REPAIRED, VF_BYTES, VF_STRIPED, VF_ROWS, VF_ROWS_BAD,
+       VF_ROWS_UNCHECKED, VF_TABLE, VF_N };
 
 static const struct rep_field vf_fields[VF_N] = {
 	[VF_FILES] = REP_FIELD("files", REP_COUNT),
@@ -1959,6 +1960,12 @@ static const struct rep_field vf_fields[VF_N] = {
 	[VF_BAD] = REP_FIELD("pieces_bad", REP_COUNT),
 	[VF_REPAIRED] = REP_FIELD("pieces_repaired", REP_COUNT),
 	[VF_BYTES] = REP_FIELD("bytes_checked", REP_BYTES),
+	/* xor, rs: parity rows of the files' stripes encoded anew from
+	   their members and compared (scrub); null without parity */
+	[VF_STRIPED] = REP_FIELD("parity_scrubbed", REP_BOOL),
+	[VF_ROWS] = REP_FIELD("parity_rows_checked", REP_COUNT),
+	[VF_ROWS_BAD] = REP_FIELD("parity_rows_bad", REP_COUNT),
+	[VF_ROWS_UNCHECKED] = REP_FIELD("parity_rows_unchecked", REP_COUNT),
 	[VF_TABLE] = { .key = "copies", .type = REP_TABLE,
 		       .fields = vc_fields, .n = VC_N },
 };
@@ -1987,6 +1994,10 @@ static const struct rep_text vf_text[] = {
 	    "{files} {files?file|files}: {copies_checked} {copies_checked?"
 	    "copy|copies} checked, {pieces_checked} {pieces_checked?piece|"
 	    "pieces} ({bytes_checked}), {pieces_bad} bad"),
+	TXT("parity_scrubbed", NULL,
+	    "parity: {parity_rows_checked} {parity_rows_checked?row|rows} "
+	    "matched against their stripes' members, {parity_rows_bad} bad, "
+	    "{parity_rows_unchecked} not checked"),
 	TXT("pieces_repaired", NULL,
 	    "{pieces_repaired} bad {pieces_repaired?piece|pieces} put right "
 	    "(copies sent again go out in the background: protect --wait)"),
@@ -2000,6 +2011,8 @@ struct verify_sum {
 	int self; /* this node; -1 without a group */
 	uint64_t files, writing, copies, unchecked, pieces, bad, repaired;
 	uint64_t bytes;
+	bool striped;
+	uint64_t rows, rows_bad, rows_unchecked;
 };
 
 static const char *verify_result(const struct eng_verify_copy *vc, int self)
@@ -2079,6 +2092,27 @@ static int verify_row(void *ctx, const struct eng_verify_info *vi)
 		rep_set_u64(row, VC_ABSENT, vc->absent);
 		rep_set_u64(row, VC_BYTES, vc->bytes);
 	}
+	if (vi->striped) {
+		sum->striped = true;
+		sum->rows += vi->rows_checked;
+		sum->rows_bad += vi->rows_bad;
+		sum->rows_unchecked += vi->rows_unchecked;
+	}
+	if (vi->rows_bad || vi->rows_unchecked) {
+		/* A row for the file's parity: the first bad stripe. */
+		struct rep_obj *row = rep_row(sum->rep, rep_top(sum->rep),
+					      VF_TABLE);
+
+		if (!row)
+			return 1;
+		rep_set_str(row, VC_PATH, path);
+		rep_set_str(row, VC_RESULT, vi->rows_bad ? "parity bad"
+							 : "parity unchecked");
+		rep_set_u64(row, VC_PIECES, vi->rows_checked);
+		rep_set_u64(row, VC_BAD, vi->rows_bad);
+		if (vi->rows_bad)
+			rep_set_u64(row, VC_FIRST_BAD, vi->first_bad_stripe);
+	}
 	return rep_err(sum->rep) ? 1 : 0;
 }
 
@@ -2115,6 +2149,12 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(top, VF_BAD, sum.bad);
 	rep_set_u64(top, VF_REPAIRED, sum.repaired);
 	rep_set_u64(top, VF_BYTES, sum.bytes);
+	rep_set_bool(top, VF_STRIPED, sum.striped);
+	if (sum.striped) {
+		rep_set_u64(top, VF_ROWS, sum.rows);
+		rep_set_u64(top, VF_ROWS_BAD, sum.rows_bad);
+		rep_set_u64(top, VF_ROWS_UNCHECKED, sum.rows_unchecked);
+	}
 	if (rep_err(sum.rep)) {
 		o->err = rep_err(sum.rep);
 		rep_free(sum.rep);
@@ -2141,8 +2181,17 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 			     "verify: %" PRIu64 " %s could not be checked "
 			     "(RESULT says why)",
 			     sum.unchecked, sum.unchecked == 1 ? "copy" : "copies");
-	return sum.bad > sum.repaired || sum.unchecked ? CTL_EXIT_FAIL
-							: CTL_EXIT_OK;
+	if (sum.rows_bad)
+		rep_out_line(o, 'e',
+			     "verify: %" PRIu64 " parity %s not match the "
+			     "members of their stripes (a read that needs "
+			     "them fails its checksum: EIO or the persist dir)",
+			     sum.rows_bad,
+			     sum.rows_bad == 1 ? "row does" : "rows do");
+	return sum.bad > sum.repaired || sum.unchecked || sum.rows_bad ||
+			       sum.rows_unchecked
+		       ? CTL_EXIT_FAIL
+		       : CTL_EXIT_OK;
 }
 
 /* --- protect, rebuild ---------------------------------------------------- */
