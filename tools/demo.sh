@@ -7,9 +7,11 @@
 #   with a reference copy kept outside the mount; then save step_200, flush,
 #   SIGKILL the daemon, mount again and load step_200.  Then a sharding
 #   group on this machine: three daemons on loopback ports with
-#   --protect replicate:2, a torch.save on each node, one daemon SIGKILLed
-#   (its memory gone), a replacement started with its id, and the lost
-#   rank's checkpoint loaded back byte-identical from its peers.  Prints
+#   --protect xor (each node holds XOR parity for the other two), a
+#   torch.save on each node, one daemon SIGKILLed (its memory gone), the
+#   lost rank's checkpoint loaded on another node, decoded from the others'
+#   pieces and parity, a replacement started with its id that decodes its
+#   files back, and the checkpoint loaded byte-identical there.  Prints
 #   PASS or FAIL.
 # Everything lives in a temp dir and is cleaned up, whatever happens.
 #
@@ -155,10 +157,10 @@ SECRET=$WORK/secret
 (umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$SECRET")
 start_node() { # start_node N
 	run reftfsd "${G[$1]}" --node "$1" --peers "$PEERS" --secret-file "$SECRET" \
-		--state-dir "$WORK/state$1" --protect replicate:2 --mem 1G --dead-after 2
+		--state-dir "$WORK/state$1" --protect xor --mem 1G --dead-after 2
 }
 
-step "12. a sharding group: three daemons on loopback ports, each protecting its files with a copy on the next node (--protect replicate:2)"
+step "12. a sharding group: three daemons on loopback ports, each node's files protected by XOR parity on the others (--protect xor: half the memory of a copy)"
 for n in 0 1 2; do start_node "$n" & done
 wait
 
@@ -169,16 +171,21 @@ done
 for n in 0 1 2; do run reftfs-admin -m "${G[$n]}" protect --wait; done
 run reftfs-admin -m "${G[0]}" group
 run reftfs-admin -m "${G[0]}" ls /step_300
+# Each piece of rank 1's file: its stripe, the other data node, the parity node.
+echo "$ reftfs-admin -m ${G[0]} placement /step_300/rank1.pt | head -4"
+reftfs-admin -m "${G[0]}" placement /step_300/rank1.pt | sed -n 1,4p
 
-step "14. node 1 fails: its daemon is SIGKILLed, its memory is gone"
+step "14. node 1 fails: its daemon is SIGKILLed, its memory is gone; node 2 loads its checkpoint, decoded"
 pid=$(daemon_pid "${G[1]}")
 run kill -KILL "$pid"
 wait_exit "$pid" 30 || { echo "reftfsd survived SIGKILL" >&2; exit 1; }
 run fusermount3 -uz "${G[1]}"
 sleep 3   # --dead-after 2: the others declare it dead
 run reftfs-admin -m "${G[0]}" group
+# Node 2 never read it: each piece is decoded from node 0's piece and the row.
+run "$PY" tools/demo_torch.py load "${G[2]}/step_300/rank1.pt" "$REFG" || result=FAIL
 
-step "15. a replacement starts with node 1's id and empty memory, and brings its files back from its peers"
+step "15. a replacement starts with node 1's id and empty memory, and decodes its files back from its peers"
 start_node 1
 run reftfs-admin -m "${G[1]}" rebuild --wait
 run reftfs-admin -m "${G[1]}" ls /step_300
@@ -187,7 +194,7 @@ step "16. the lost rank's checkpoint, loaded on its new node and on another, is 
 run "$PY" tools/demo_torch.py load "${G[1]}/step_300/rank1.pt" "$REFG" || result=FAIL
 run "$PY" tools/demo_torch.py load "${G[2]}/step_300/rank1.pt" "$REFG" || result=FAIL
 run reftfs-admin -m "${G[1]}" protect --wait || result=FAIL
-# Every copy's checksums, recomputed on the node that holds it.
+# Every piece's checksums where it is, every parity row against its stripe.
 run reftfs-admin -m "${G[1]}" verify /step_300 || result=FAIL
 
 step "17. unmount the group"

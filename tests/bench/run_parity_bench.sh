@@ -103,6 +103,11 @@ stop_group() {
 }
 
 ms() { date +%s%N | cut -c1-13; }
+# cpu_ticks: "busy total" jiffies of all CPUs so far (/proc/stat).
+cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat; }
+busy_pct() { # BEFORE AFTER ("busy total" each): busy share of all CPUs
+	"$PY" -c "import sys; b0, t0, b1, t1 = map(int, sys.argv[1:]); print('%.0f' % (100 * (b1 - b0) / max(1, t1 - t0)))" $1 $2
+}
 ratio() { "$PY" -c "print('%.2f' % ($1 / $2))"; }
 # held NAME NODES: bytes of copies and parity rows held, over all nodes.
 held() {
@@ -179,7 +184,10 @@ sleep 3
 node "$name" 0 xor --protect-bw 1M
 sync
 echo 3 >/proc/sys/vm/drop_caches
+c0=$(cpu_ticks)
 read -r rep_s rep_gbs <<<"$("$PY" "$SRCDIR/tests/bench/group_bench.py" read "$WORK/${name}0/big0")"
+c1=$(cpu_ticks)
+rep_busy=$(busy_pct "$c0" "$c1")
 read -r loc_s loc_gbs <<<"$("$PY" "$SRCDIR/tests/bench/group_bench.py" read "$WORK/${name}1/big1" | tail -1)"
 # The persisted copy of node 0's file (flushed before the kill).
 sync
@@ -195,3 +203,4 @@ printf '   %-40s %8s s  %7s GB/s\n' "on a peer, its own file (local RAM)" "$loc_
 printf '   %-40s %8s s  %7s GB/s\n' "persist dir, page cache dropped" "$per_s" "$per_gbs"
 printf '   ratio replacement/local: %sx, replacement/persist: %sx\n' \
 	"$(ratio "$rep_gbs" "$loc_gbs")" "$(ratio "$rep_gbs" "$per_gbs")"
+printf '   CPUs busy during the decoded read: %s%% of %s\n' "$rep_busy" "$(nproc)"
