@@ -565,6 +565,7 @@ int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
 {
 	struct eng *e = par->e;
 	int k = par->l.k, m = par->l.m, lost[ERS_MAX_K + ERS_MAX_M];
+	int order[ERS_MAX_M];
 	uint32_t clen = e->store.chunk_size;
 	struct member_info mi[ERS_MAX_K], other[ERS_MAX_K];
 	uint8_t *chunks[ERS_MAX_K + ERS_MAX_M] = { 0 }, *mem;
@@ -585,10 +586,25 @@ int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
 	for (int i = 0; i < k + m; i++)
 		chunks[i] = mem + (size_t)i * clen;
 	memb_get_view(par->memb, &v);
+	for (int r = 0, n = 0, mine = -1; r < m; r++) {
+		if (ers_layout_node(&par->l, stripe, k + r) == par->self)
+			mine = r;
+		else
+			order[n++] = r;
+		if (r == m - 1 && mine >= 0)
+			order[n] = mine;
+	}
 
-	/* The rows, as many as it takes: first one, more if members are lost. */
-	for (int r = 0; r < m; r++) {
-		int h = ers_layout_node(&par->l, stripe, k + r);
+	/*
+	 * The rows, as many as it takes: one, and one more per member lost.
+	 * A row that does not hold the target as sealed is passed over (a
+	 * replacement's rows are being folded again, and lack what only a
+	 * dead node could send), and every row used must name the same
+	 * members.  This node's own row goes last: it is the one most
+	 * likely a replacement's.
+	 */
+	for (int i = 0; i < m; i++) {
+		int r = order[i], h = ers_layout_node(&par->l, stripe, k + r);
 
 		if (h < 0 || h == pc->owner || v.node[h].state == MEMB_DEAD)
 			continue;
@@ -622,23 +638,22 @@ int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
 				goto out;
 			continue;
 		}
-		/* Every row used must be of the same members. */
+		if (!other[slot].in || other[slot].ino != pc->ino ||
+		    other[slot].gseal != pc->gseal ||
+		    other[slot].piece != pc->idx || other[slot].crc != pc->crc) {
+			rft_dbg("stripe %llu: row %d on node %d does not hold "
+				"piece %u of inode %llu",
+				(unsigned long long)stripe, r, h, pc->idx,
+				(unsigned long long)pc->ino);
+			continue;
+		}
 		if (known && !same_members(mi, other, k))
 			continue;
-		if (!known)
-			memcpy(mi, other, sizeof(mi));
-		known = true;
 		have[k + r] = true;
 		rows++;
-		if (rows == 1) {
-			/* The target itself must be folded in, as sealed. */
-			if (!mi[slot].in || mi[slot].ino != pc->ino ||
-			    mi[slot].gseal != pc->gseal ||
-			    mi[slot].piece != pc->idx ||
-			    mi[slot].crc != pc->crc) {
-				rc = -EIO;
-				goto out;
-			}
+		if (!known) {
+			memcpy(mi, other, sizeof(mi));
+			known = true;
 			/* The other members, from their owners. */
 			for (int s = 0; s < k; s++) {
 				int node;
