@@ -11,7 +11,12 @@
 # the stripes, and the survivors' decode counters say so); a replacement
 # with the same id and empty memory reads everything before and after its
 # rebuild, and protect --wait on every node protects everything again.
-# With two parity rows (rs:K+2) two nodes are lost at once as well.  Node 0
+# With two parity rows (rs:K+2) every pair of nodes is lost at once as
+# well (or a seeded sample of the pairs: ERASURE_PAIRS), each pair the same
+# way: a fresh (smaller) checkpoint that no survivor read before, the pair
+# killed, every file read back on the survivors, both replaced, every file
+# read on the replacements before their rebuild, rebuild --wait, protect
+# --wait everywhere, every file read back everywhere.  Node 0
 # rewrites, truncates and unlinks protected files, then node 1 is lost: the
 # decode must use the updated parity.  Last, one loss more than the scheme
 # tolerates: a read of a lost node's file gives EIO in bounded time, never
@@ -20,10 +25,14 @@
 # Environment:
 #   ERASURE_SCHEMES  which runs, "SCHEME:NODES" separated by spaces or
 #                    commas, NODES after the last colon (default
-#                    "xor:3 xor:4 rs:2+1:3 rs:2+2:4"); e.g.
+#                    "xor:3 xor:4 rs:2+1:3 rs:2+2:4 rs:4+2:6"); e.g.
 #                    ERASURE_SCHEMES=rs:2+2:4 runs rs:2+2 on 4 nodes only
-#   ERASURE_SEED     replays the file contents of an earlier run (its log
-#                    prints the seed)
+#   ERASURE_PAIRS    with two parity rows or more, which pairs of nodes are
+#                    lost at once: "all" (default: every pair), or N: a
+#                    random sample of N pairs per scheme, drawn from the
+#                    seed (ERASURE_SEED replays it)
+#   ERASURE_SEED     replays the file contents and the sample of pairs of
+#                    an earlier run (its log prints the seed)
 #
 # Each run is a subshell with its own temp dir, daemons and EXIT trap
 # (lib.sh's _t_cleanup): its daemons are stopped and its mounts cleared
@@ -32,12 +41,19 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
-SCHEMES=${ERASURE_SCHEMES:-"xor:3 xor:4 rs:2+1:3 rs:2+2:4"}
+SCHEMES=${ERASURE_SCHEMES:-"xor:3 xor:4 rs:2+1:3 rs:2+2:4 rs:4+2:6"}
+PAIRS=${ERASURE_PAIRS:-all}
+[ "$PAIRS" = all ] || [[ $PAIRS =~ ^[0-9]+$ ]] ||
+	fail "ERASURE_PAIRS='$PAIRS': want all or a number of pairs"
 SEED=${ERASURE_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
-log "seed $SEED (ERASURE_SEED=$SEED replays the file contents)"
+log "seed $SEED (ERASURE_SEED=$SEED replays the file contents and the sample of pairs)"
+log "schemes: $SCHEMES; pairs lost with two parity rows or more: $PAIRS"
 # 0, 1, 100, 4096 bytes; one chunk (1 MiB, the default); one chunk + 17;
 # 2.5 chunks; ~7 MiB.
 SIZES_LIST="0 1 100 4096 1048576 1048593 2621440 7340035"
+# The fresh checkpoint of each pair's round: less to write and read, still
+# a file smaller than a chunk and one larger (one chunk + 17).
+PAIR_SIZES="100 1048593"
 # A read that must end (bytes or EIO) within this many seconds.
 READ_DEADLINE=60
 TOP_TMP=$T_TMP
@@ -264,14 +280,15 @@ others() {
 
 start_node() { group_node "$1" --mem 256M --protect "$SCHEME"; }
 
-# write_set DIR NODE...: each NODE writes DIR/rankNODE/f.SIZE, SIZES_LIST.
+# write_set DIR NODE...: each NODE writes DIR/rankNODE/f.SIZE, for each
+# SIZE of $ROUND_SIZES (default SIZES_LIST).
 write_set() {
 	local d=$1 n
 	shift
 	for n in "$@"; do
 		# shellcheck disable=SC2086
 		ef write "${M[$n]}" "$n" "$SEED:$SCHEME:$NODES" "$d/rank$n" \
-			$SIZES_LIST || fail "writing $d/rank$n on node $n"
+			${ROUND_SIZES:-$SIZES_LIST} || fail "writing $d/rank$n on node $n"
 	done
 }
 
@@ -364,7 +381,9 @@ replace() {
 # rewrites, truncates and unlinks protected files of ROUND and ckpt-1 and
 # protects them again); the VICTIMs SIGKILLed; every file reads back
 # byte-identical on the survivors, the victims' files of ROUND decoded
-# there; then the victims replaced.  ROUND is removed at the end.
+# there; then the victims replaced.  ROUND is removed at the end.  With
+# ROUND_SIZES set, ROUND has those sizes only, and its removal is checked for
+# ROUND alone (the rest was read everywhere just before).
 lose() {
 	local round=$1 v s d before after i
 	shift
@@ -415,8 +434,29 @@ lose() {
 	fi
 	replace "$@"
 	ef rmtree "${M[0]}" "$round" || fail "rm -r $round on node 0"
-	# shellcheck disable=SC2046
-	check_on "$round removed" $(others)
+	if [ -n "${ROUND_SIZES:-}" ]; then
+		for s in $(others); do
+			ef check "${M[$s]}" --only "$round" >/dev/null ||
+				fail "$round removed: still seen through node $s (above)"
+		done
+		log "$round removed: gone on nodes $(others)"
+	else
+		# shellcheck disable=SC2046
+		check_on "$round removed" $(others)
+	fi
+}
+
+# pairs_for: the pairs of nodes to lose at once ("I,J ..."): every pair, or
+# with ERASURE_PAIRS=N a sample of N drawn from the seed and the scheme.
+pairs_for() {
+	"$PY" - "$NODES" "$PAIRS" "$SEED:$SCHEME:$NODES:pairs" <<'PYEOF'
+import itertools, random, sys
+nodes, want, seed = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+pairs = list(itertools.combinations(range(nodes), 2))
+if want != "all" and int(want) < len(pairs):
+    pairs = sorted(random.Random(seed).sample(pairs, int(want)))
+print(" ".join("%d,%d" % p for p in pairs))
+PYEOF
 }
 
 # run_scheme SCHEME NODES: the whole test for one scheme and group size.
@@ -478,11 +518,17 @@ print(g.get("parity_bytes"), "in", g.get("parity_rows"), "rows")' <<<"$out")"
 		r=$((r + 1))
 		lose "round-$r" "$v"
 	done
-	# Two parity rows: two nodes lost at once (with 4 nodes, the namespace
-	# log has no majority until a replacement is up: reads only).
+	# Two parity rows: every pair of nodes (or ERASURE_PAIRS of them) lost
+	# at once (with 4 nodes, the namespace log has no majority until a
+	# replacement is up: reads only).
 	if [ "$PM" -ge 2 ]; then
-		r=$((r + 1))
-		lose "round-$r" 0 1
+		local pairs p
+		pairs=$(pairs_for) || fail "choosing the pairs of nodes to lose"
+		log "pairs of nodes lost at once (ERASURE_PAIRS=$PAIRS): $pairs"
+		for p in $pairs; do
+			r=$((r + 1))
+			ROUND_SIZES=$PAIR_SIZES lose "round-$r" "${p%,*}" "${p#*,}"
+		done
 	fi
 
 	# --- 5: rewrite, truncate, unlink, then a loss ----------------------
