@@ -86,6 +86,14 @@ struct parity {
 	pthread_mutex_t lock;
 	struct pstripe **tab;	/* lock */
 	uint64_t rows;		/* lock */
+	/*
+	 * Decode and scrub buffers, (1 + k + m) chunks each, kept for the
+	 * next one: a fresh one costs page faults worth more than the
+	 * decode (lock).
+	 */
+	struct scratch {
+		struct scratch *next;
+	} *scratch;
 
 	_Atomic uint64_t folds, unfolds, refused, rebuilt, rebuilt_bytes;
 	_Atomic uint64_t rebuild_failed;
@@ -119,6 +127,34 @@ static uint64_t get64(const uint8_t *p)
 	for (int i = 0; i < 8; i++)
 		v |= (uint64_t)p[i] << (8 * i);
 	return v;
+}
+
+/* A decode buffer of (1 + k + m) chunks: a kept one, or a new one. */
+static uint8_t *scratch_get(struct parity *par)
+{
+	struct scratch *sc;
+
+	pthread_mutex_lock(&par->lock);
+	sc = par->scratch;
+	if (sc)
+		par->scratch = sc->next;
+	pthread_mutex_unlock(&par->lock);
+	if (sc)
+		return (uint8_t *)sc;
+	return malloc((size_t)(1 + par->l.k + par->l.m) *
+		      par->e->store.chunk_size);
+}
+
+static void scratch_put(struct parity *par, uint8_t *buf)
+{
+	struct scratch *sc = (struct scratch *)buf;
+
+	if (!buf)
+		return;
+	pthread_mutex_lock(&par->lock);
+	sc->next = par->scratch;
+	par->scratch = sc;
+	pthread_mutex_unlock(&par->lock);
 }
 
 /* --- the stripe table ------------------------------------------------------ */
@@ -580,7 +616,7 @@ int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
 			       &stripe, &slot);
 	if (rc < 0)
 		return -EIO;
-	mem = malloc((size_t)(k + m) * clen);
+	mem = scratch_get(par);
 	if (!mem)
 		return -ENOMEM;
 	for (int i = 0; i < k + m; i++)
@@ -716,7 +752,7 @@ int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
 out:
 	if (rc < 0)
 		atomic_fetch_add(&par->rebuild_failed, 1);
-	free(mem);
+	scratch_put(par, mem);
 	return rc;
 }
 
@@ -836,7 +872,6 @@ void parity_scrub(struct parity *par, const struct eng_piece *pc,
 		  uint32_t npieces, parity_get_fn *get, void *get_ctx,
 		  struct eng_verify_info *vi)
 {
-	uint32_t clen = par->e->store.chunk_size;
 	uint8_t *mem;
 	struct memb_view v;
 	struct timespec deadline;
@@ -846,7 +881,7 @@ void parity_scrub(struct parity *par, const struct eng_piece *pc,
 		vi->rows_unchecked += npieces;
 		return;
 	}
-	mem = malloc((size_t)(1 + par->l.k + par->l.m) * clen);
+	mem = scratch_get(par);
 	if (!mem) {
 		vi->rows_unchecked += npieces;
 		return;
@@ -868,7 +903,7 @@ void parity_scrub(struct parity *par, const struct eng_piece *pc,
 		scrub_stripe(par, &p, stripe, slot, mem, &v, &deadline, get,
 			     get_ctx, vi);
 	}
-	free(mem);
+	scratch_put(par, mem);
 }
 
 /* --- the module ---------------------------------------------------------------- */
@@ -931,6 +966,12 @@ void parity_free(struct parity *par)
 			free(ps);
 		}
 	free(par->tab);
+	while (par->scratch) {
+		struct scratch *sc = par->scratch;
+
+		par->scratch = sc->next;
+		free(sc);
+	}
 	ers_codec_free(par->c);
 	pthread_mutex_destroy(&par->lock);
 	free(par);
