@@ -911,6 +911,15 @@ int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
 int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 		    uint32_t len, uint32_t crc, uint8_t *buf);
 /*
+ * Keep @data (@len bytes, checked against @crc by the caller) as piece
+ * @idx of @ino's seal @gseal, when this node has that piece elsewhere
+ * (PIECE_PEER): a fetched copy, evictable.  What a decode of a stripe
+ * gives besides the piece it was for.  0, -ESTALE (not wanted here),
+ * -ENOSPC (no free chunk: never waits).  Takes ns->lock and the file's.
+ */
+int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		    const uint8_t *data, uint32_t len, uint32_t crc);
+/*
  * reftfs-admin verify of this node's copy of a file: the sealed pieces
  * it holds in memory, their CRC32C recomputed.  file_verify_take_locked()
  * pins them (f->lock held, read is enough): -EBUSY while the file is

@@ -1104,6 +1104,34 @@ int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal)
 	return rc;
 }
 
+int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		    const uint8_t *data, uint32_t len, uint32_t crc)
+{
+	struct file *f = NULL;
+	struct slot *sl;
+	uint32_t chunk;
+	int rc = -ESTALE;
+
+	if (store_try_alloc(&e->store, &chunk) < 0)
+		return -ENOSPC;
+	memcpy(store_ptr(&e->store, chunk), data, len);
+	sl = replica_slot(e, ino, gseal, idx, &f);
+	if (sl && sl->where == PIECE_PEER && sl->crc == crc &&
+	    sl->crc_len == len && len == file_piece_len(e, f->size, idx)) {
+		sl->chunk = chunk;
+		sl->where = PIECE_RAM;
+		sl->fill = len;
+		sl->flags |= SLOT_FRESH | SLOT_FETCHED;
+		f->resident++;
+		chunk = RFT_NO_CHUNK;
+		rc = 0;
+	}
+	replica_unlock(e, f);
+	if (chunk != RFT_NO_CHUNK)
+		store_put(&e->store, chunk);
+	return rc;
+}
+
 int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 		    uint32_t len, uint32_t crc, uint8_t *buf)
 {

@@ -60,6 +60,7 @@
 #define PAR_DONE_META 48
 #define PAR_GET_META 24
 #define PAR_MEMBER_META 32
+#define PAR_DECODING_MAX 64
 
 /* One stripe this node holds a parity row of. */
 struct pstripe {
@@ -94,6 +95,14 @@ struct parity {
 	struct scratch {
 		struct scratch *next;
 	} *scratch;
+	/*
+	 * Stripes being decoded now: a second reader of the same stripe
+	 * (another piece lost with the first) waits for that decode, which
+	 * keeps every lost member it rebuilt, instead of decoding again.
+	 */
+	struct { uint64_t ckpt, stripe; } decoding[PAR_DECODING_MAX]; /* lock */
+	unsigned ndecoding;	/* lock */
+	pthread_cond_t decoded;	/* a decode ended */
 
 	_Atomic uint64_t folds, unfolds, refused, rebuilt, rebuilt_bytes;
 	_Atomic uint64_t rebuild_failed;
@@ -154,6 +163,53 @@ static void scratch_put(struct parity *par, uint8_t *buf)
 	pthread_mutex_lock(&par->lock);
 	sc->next = par->scratch;
 	par->scratch = sc;
+	pthread_mutex_unlock(&par->lock);
+}
+
+/*
+ * Register a decode of @stripe: 0 once it is ours (decode_end after), 1
+ * after waiting for another thread's decode of it (the caller looks for
+ * what that one kept), -ETIMEDOUT past @deadline.
+ */
+static int decode_begin(struct parity *par, uint64_t ckpt, uint64_t stripe,
+			const struct timespec *deadline)
+{
+	bool waited = false;
+
+	pthread_mutex_lock(&par->lock);
+	for (;;) {
+		bool busy = false;
+
+		for (unsigned i = 0; i < par->ndecoding && !busy; i++)
+			busy = par->decoding[i].ckpt == ckpt &&
+			       par->decoding[i].stripe == stripe;
+		if (!busy)
+			break;
+		if (pthread_cond_timedwait(&par->decoded, &par->lock,
+					   deadline) == ETIMEDOUT) {
+			pthread_mutex_unlock(&par->lock);
+			return -ETIMEDOUT;
+		}
+		waited = true;
+	}
+	if (!waited && par->ndecoding < PAR_DECODING_MAX) {
+		par->decoding[par->ndecoding].ckpt = ckpt;
+		par->decoding[par->ndecoding++].stripe = stripe;
+	}
+	pthread_mutex_unlock(&par->lock);
+	return waited ? 1 : 0;
+}
+
+static void decode_end(struct parity *par, uint64_t ckpt, uint64_t stripe)
+{
+	pthread_mutex_lock(&par->lock);
+	for (unsigned i = 0; i < par->ndecoding; i++)
+		if (par->decoding[i].ckpt == ckpt &&
+		    par->decoding[i].stripe == stripe) {
+			par->decoding[i] = par->decoding[--par->ndecoding];
+			break;
+		}
+	pthread_cond_broadcast(&par->decoded);
 	pthread_mutex_unlock(&par->lock);
 }
 
@@ -595,9 +651,9 @@ static bool same_members(const struct member_info *a,
 	return true;
 }
 
-int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
-			 uint8_t *buf, const struct timespec *deadline,
-			 parity_get_fn *get, void *get_ctx)
+static int decode_piece(struct parity *par, const struct eng_piece *pc,
+			uint8_t *buf, const struct timespec *deadline,
+			parity_get_fn *get, void *get_ctx)
 {
 	struct eng *e = par->e;
 	int k = par->l.k, m = par->l.m, lost[ERS_MAX_K + ERS_MAX_M];
@@ -748,6 +804,22 @@ int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
 	memcpy(buf, chunks[slot], pc->len);
 	atomic_fetch_add(&par->rebuilt, 1);
 	atomic_fetch_add(&par->rebuilt_bytes, pc->len);
+	/*
+	 * The other data members it rebuilt (lost too): kept as fetched
+	 * copies of their files, checked, for their readers.
+	 */
+	for (int i = 0; i < nlost; i++) {
+		int x = lost[i];
+
+		if (x == slot || x >= k || !mi[x].in || !mi[x].len ||
+		    ers_crc32c(0, chunks[x], mi[x].len) != mi[x].crc)
+			continue;
+		if (file_piece_keep(e, mi[x].ino, mi[x].gseal, mi[x].piece,
+				    chunks[x], mi[x].len, mi[x].crc) == 0) {
+			atomic_fetch_add(&par->rebuilt, 1);
+			atomic_fetch_add(&par->rebuilt_bytes, mi[x].len);
+		}
+	}
 	rc = 0;
 out:
 	if (rc < 0)
@@ -906,6 +978,30 @@ void parity_scrub(struct parity *par, const struct eng_piece *pc,
 	scratch_put(par, mem);
 }
 
+int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
+			 uint8_t *buf, const struct timespec *deadline,
+			 parity_get_fn *get, void *get_ctx)
+{
+	uint64_t stripe;
+	int slot, rc;
+
+	if (pc->scheme != par->code ||
+	    ers_layout_locate(&par->l, pc->owner, pc->chunk_base + pc->idx,
+			      &stripe, &slot) < 0)
+		return -EIO;
+	/* Another reader decoding this stripe keeps what it rebuilt. */
+	while ((rc = decode_begin(par, pc->stripe_ckpt, stripe, deadline)) ==
+	       1)
+		if (file_piece_copy(par->e, pc->ino, pc->gseal, pc->idx,
+				    pc->len, pc->crc, buf) == 0)
+			return 0;
+	if (rc < 0)
+		return rc;
+	rc = decode_piece(par, pc, buf, deadline, get, get_ctx);
+	decode_end(par, pc->stripe_ckpt, stripe);
+	return rc;
+}
+
 /* --- the module ---------------------------------------------------------------- */
 
 int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
@@ -944,6 +1040,14 @@ int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
 		return rc;
 	}
 	par->code = stripe_code(&par->s, nodes);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&par->decoded, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	ers_scheme_format(&par->s, name, sizeof(name));
 	rft_info("protection %s across %d nodes: parity rows folded with the "
 		 "%s codec",
@@ -973,6 +1077,7 @@ void parity_free(struct parity *par)
 		free(sc);
 	}
 	ers_codec_free(par->c);
+	pthread_cond_destroy(&par->decoded);
 	pthread_mutex_destroy(&par->lock);
 	free(par);
 }
