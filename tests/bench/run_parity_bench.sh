@@ -137,7 +137,7 @@ echo "1. every node writes ${GIB} GiB at once, then close -> PROTECTED on every 
 echo "   (times from the first write: to the last close, to every file PROTECTED)"
 printf '   %-14s %5s %9s %9s %11s %8s %12s\n' scheme nodes "data" "closed" "PROTECTED" "GB/s" "held/GiB"
 declare -A rate
-for spec in replicate:2/3 xor/3 rs:4+2/6; do
+for spec in none/3 replicate:2/3 xor/3 rs:4+2/6; do
 	scheme=${spec%/*} nodes=${spec#*/} name=g${scheme//[^a-z0-9]/}
 	# Memory faulted in on first touch, alike for every scheme.
 	group "$name" "$scheme" "$nodes" --no-prefault
@@ -149,7 +149,8 @@ for spec in replicate:2/3 xor/3 rs:4+2/6; do
 	wait
 	tw=$(ms)
 	for ((n = 0; n < nodes; n++)); do
-		"$ADMIN" -m "$WORK/$name$n" protect --wait >/dev/null &
+		[ "$scheme" = none ] ||
+			"$ADMIN" -m "$WORK/$name$n" protect --wait >/dev/null &
 	done
 	wait
 	t1=$(ms)
