@@ -2,8 +2,9 @@
 # Erasure-coded protection (issue 9), side by side with its baselines in one
 # run on this machine's loopback:
 #   1. protection throughput: every node of a group writes a SIZE file at
-#      once, then close -> PROTECTED on every node, for replicate:2 and xor
-#      on 3 nodes and rs:4+2 on 6 nodes; against codec_bench's encode rate
+#      once, then close -> PROTECTED on every node, for none (the writes
+#      alone), replicate:2 and xor on 3 nodes and rs:4+2 on 6 nodes;
+#      against codec_bench's encode rate
 #      of the same code (the codec alone, in one process);
 #   2. memory per protected GiB: the bytes of copies and parity rows every
 #      node holds for the others (reftfs-admin group --json), over the data;
