@@ -109,6 +109,9 @@ start_daemon "$M2" $(grp_opts 2 "$SECRET")
 PID2=$DAEMON_PID
 wait_states "$M0" "self up up"
 wait_states "$M1" "up self up"
+# Node 2 too, before node 1 hangs: a node never heard from stays
+# "unknown", never "dead".
+wait_states "$M2" "up up self"
 inc_after=$(group_field "$M0" 1 incarnation)
 [ "$inc_after" != "$inc_before" ] ||
 	fail "node 1's replacement has the old incarnation $inc_before"
