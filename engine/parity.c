@@ -96,6 +96,12 @@ struct parity {
 		struct scratch *next;
 	} *scratch;
 	/*
+	 * Buffers a fold's bytes are received into, a chunk each, kept for
+	 * the next fold (lock): from the heap, not the arena, so that the
+	 * last free chunk can still become a new row.
+	 */
+	struct scratch *rxbufs;
+	/*
 	 * Stripes being decoded now: a second reader of the same stripe
 	 * (another piece lost with the first) waits for that decode, which
 	 * keeps every lost member it rebuilt, instead of decoding again.
@@ -136,6 +142,31 @@ static uint64_t get64(const uint8_t *p)
 	for (int i = 0; i < 8; i++)
 		v |= (uint64_t)p[i] << (8 * i);
 	return v;
+}
+
+/* A receive buffer of one chunk: a kept one, or a new one. */
+static uint8_t *rxbuf_get(struct parity *par)
+{
+	struct scratch *sc;
+
+	pthread_mutex_lock(&par->lock);
+	sc = par->rxbufs;
+	if (sc)
+		par->rxbufs = sc->next;
+	pthread_mutex_unlock(&par->lock);
+	return sc ? (uint8_t *)sc : malloc(par->e->store.chunk_size);
+}
+
+static void rxbuf_put(struct parity *par, void *buf)
+{
+	struct scratch *sc = buf;
+
+	if (!buf)
+		return;
+	pthread_mutex_lock(&par->lock);
+	sc->next = par->rxbufs;
+	par->rxbufs = sc;
+	pthread_mutex_unlock(&par->lock);
 }
 
 /* A decode buffer of (1 + k + m) chunks: a kept one, or a new one. */
@@ -311,37 +342,31 @@ static bool fold_ok(struct parity *par, int node, const struct peer_frame *f,
 void *parity_rx_dest(struct parity *par, int node, const struct peer_frame *f,
 		     void **cookie)
 {
-	uint32_t chunk;
 	int row;
 
-	if (!fold_ok(par, node, f, &row) ||
-	    store_try_alloc(&par->e->store, &chunk) < 0)
+	if (!fold_ok(par, node, f, &row))
 		return NULL;
-	*cookie = (void *)(uintptr_t)((uint64_t)chunk + 1);
-	return store_ptr(&par->e->store, chunk);
+	*cookie = rxbuf_get(par);
+	return *cookie;
 }
 
 int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 		   void *cookie, int bulk_rc)
 {
 	const uint8_t *m = f->meta;
-	uint32_t chunk = cookie ? (uint32_t)((uintptr_t)cookie - 1)
-				: RFT_NO_CHUNK;
 	static const uint8_t none[1];
 	const uint8_t *data = cookie ? f->bulk : none;
 	struct pstripe *ps;
 	int row, slot, rc = 0;
 
 	if (!fold_ok(par, node, f, &row)) {
-		if (chunk != RFT_NO_CHUNK)
-			store_put(&par->e->store, chunk);
+		rxbuf_put(par, cookie);
 		return f->meta_len == PAR_FOLD_META ? 0 : -EPROTO;
 	}
 	if ((f->bulk_len && !cookie) || bulk_rc) {
 		/* No room to receive it, or it came wrong: DONE tells. */
 		atomic_fetch_add(&par->refused, 1);
-		if (chunk != RFT_NO_CHUNK)
-			store_put(&par->e->store, chunk);
+		rxbuf_put(par, cookie);
 		return 0;
 	}
 	slot = (int)get32(m + 36);
@@ -358,9 +383,11 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 		}
 	} else {
 		ps = find(par, get64(m), get64(m + 8));
-		rc = ps ? ers_stripe_unfold(&ps->st, slot, get64(m + 24), data,
-					    f->bulk_len)
-			: -ENOENT;
+		/* Out only with the bytes it went in with: its CRC too. */
+		rc = ps && ps->st.member[slot].crc == get32(m + 48)
+			     ? ers_stripe_unfold(&ps->st, slot, get64(m + 24),
+						 data, f->bulk_len)
+			     : -ENOENT;
 		if (rc == 0) {
 			atomic_fetch_add(&par->unfolds, 1);
 			drop_if_empty(par, ps);
@@ -374,8 +401,7 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 			get32(m + 40), (unsigned long long)get64(m + 16),
 			(unsigned long long)get64(m + 8), strerror(-rc));
 	}
-	if (chunk != RFT_NO_CHUNK)
-		store_put(&par->e->store, chunk);
+	rxbuf_put(par, cookie);
 	return 0;
 }
 
@@ -633,6 +659,9 @@ static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
 		mi[s] = (struct member_info){ get64(w), get64(w + 8),
 					      get32(w + 16), get32(w + 20),
 					      get32(w + 24), get32(w + 28) };
+		/* A member is at most a chunk: its length sizes reads. */
+		if (mi[s].len > par->e->store.chunk_size || get32(w + 28) > 1)
+			rc = -EPROTO;
 	}
 	free(ans);
 	return rc;
@@ -1074,6 +1103,12 @@ void parity_free(struct parity *par)
 		struct scratch *sc = par->scratch;
 
 		par->scratch = sc->next;
+		free(sc);
+	}
+	while (par->rxbufs) {
+		struct scratch *sc = par->rxbufs;
+
+		par->rxbufs = sc->next;
 		free(sc);
 	}
 	ers_codec_free(par->c);
