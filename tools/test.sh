@@ -194,9 +194,10 @@ fi
 # suite against the TSan daemon is not part of this run; by hand:
 # TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite integration
 if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
-	# The group's threaded modules: transports, membership, the raft log.
+	# The group's threaded modules: transports, membership, the raft log,
+	# the parity holders.
 	tsan_tests=(store ns file persist ctl peer_tcp peer_fake memb registry
-		nslog)
+		nslog parity)
 	if meson test -C build-tsan --list 2>/dev/null |
 		grep -qx 'reftfs:unit / stress'; then
 		tsan_tests+=(stress)
