@@ -504,13 +504,19 @@ assert g["protect_on"] is True, g
 assert g["protect_scheme"] == sys.argv[1], (g["protect_scheme"], sys.argv[1])
 assert g["protect_unprotected"] == 0, g' "$want" <<<"$out" ||
 		fail "status --json on node 0: $out"
-	# TODO(parity bytes): check the "parity bytes" field of status --json
-	# here (bytes of parity rows node 0 holds for the group; > 0 now, as
-	# the writers' stripes have rows on every node).  Only logged for now.
+	# Node 0 holds parity rows for the others (rows rotate over every
+	# node), counted against its memory: status shows them as parity.
+	"$PY" -c 'import json, sys
+j = json.load(sys.stdin)
+g, m = j["group"], j["memory"]
+assert g["parity_rows"] > 0, g
+assert g["parity_bytes"] == g["parity_rows"] * m["chunk_size_bytes"], (g, m)
+assert m["parity_bytes"] == g["parity_bytes"], (g, m)' <<<"$out" ||
+		fail "status --json on node 0: parity rows and bytes: $out"
 	log "status: scheme $want, parity $(
 		"$PY" -c 'import json, sys
 g = json.load(sys.stdin)["group"]
-print(g.get("parity_bytes"), "in", g.get("parity_rows"), "rows")' <<<"$out")"
+print(g["parity_bytes"], "in", g["parity_rows"], "rows")' <<<"$out")"
 
 	# --- 3: each node lost in turn, then replaced ---------------------
 	r=0
