@@ -32,6 +32,27 @@ struct persist;
 #define RFT_NO_CHUNK UINT32_MAX
 
 /*
+ * Small blocks.  A piece of at most chunk_size / 2 bytes can live in a
+ * block of a shared chunk (a slab): blocks of 4 KiB << cls, every block of
+ * one slab of the same class, so a piece costs at most twice its bytes.
+ * A block's id has STORE_SMALL set and names its first 4 KiB unit of the
+ * arena; it is held, got and put like a chunk's.  A slab's chunk is in
+ * use (refs 1) from its first block taken to its last one put back.
+ */
+#define STORE_SMALL (1u << 31)
+#define STORE_UNIT_SHIFT 12
+#define STORE_CLASSES (22 - STORE_UNIT_SHIFT) /* 4 KiB .. RFT_CHUNK_MAX/2 */
+
+struct slab {
+	struct slab *prev, *next; /* the class's slabs with free blocks */
+	uint32_t chunk;
+	uint8_t cls;		/* blocks of 4 KiB << cls */
+	uint32_t nblocks, nfree;
+	uint64_t *freemap;	/* bit set: block free */
+	_Atomic uint32_t refs[]; /* per block; 0 = free */
+};
+
+/*
  * The arena: nchunks chunks of chunk_size bytes in one mapping.  Chunks are
  * named by index, never by pointer, so that the arena can later live in a
  * named shared-memory object and be re-attached at another address.
@@ -70,6 +91,12 @@ struct store {
 	bool balance_stop;	  /* protected by lock */
 	pthread_cond_t balance_wake; /* stop; protected by lock */
 	_Atomic uint64_t trimmed; /* bytes given back since start */
+
+	/* Small blocks: none when small_max is 0. */
+	uint32_t small_max;	/* the largest piece a block holds */
+	struct slab **slabs;	/* per chunk; NULL unless a slab */
+	struct slab *partial[STORE_CLASSES]; /* protected by lock */
+	uint32_t nslabs;	/* protected by lock */
 };
 
 int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
@@ -93,6 +120,13 @@ int64_t store_balance(struct store *s);
 int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id);
 /* Take a free chunk without waiting; -ENOSPC if none.  Any lock may be held. */
 int store_try_alloc(struct store *s, uint32_t *id);
+/*
+ * The same for a piece of @len bytes: a small block when @len is at most
+ * s->small_max, else a whole chunk.  store_cap() says what it holds.
+ */
+int store_alloc_len(struct store *s, unsigned wait_ms, uint32_t len,
+		    uint32_t *id);
+int store_try_alloc_len(struct store *s, uint32_t len, uint32_t *id);
 /* CLOCK_MONOTONIC time @wait_ms from now, for store_wait_free. */
 void store_deadline(unsigned wait_ms, struct timespec *deadline);
 /*
@@ -108,14 +142,52 @@ void store_get(struct store *s, uint32_t id);
 void store_put(struct store *s, uint32_t id);
 uint32_t store_free_count(struct store *s);
 
+/* Chunks taken whole or as slabs, and the bytes small blocks hold. */
+void store_usage(struct store *s, uint32_t *slabs, uint64_t *small_bytes);
+
 static inline uint8_t *store_ptr(const struct store *s, uint32_t id)
 {
+	if (id & STORE_SMALL)
+		return s->base + ((uint64_t)(id & ~STORE_SMALL)
+				  << STORE_UNIT_SHIFT);
 	return s->base + ((uint64_t)id << s->chunk_shift);
+}
+
+/* The slab of small block @id, and the block's index in it. */
+static inline struct slab *store_slab(const struct store *s, uint32_t id,
+				      uint32_t *block)
+{
+	uint32_t unit = id & ~STORE_SMALL;
+	unsigned sub = s->chunk_shift - STORE_UNIT_SHIFT;
+	struct slab *sl = s->slabs[unit >> sub];
+
+	*block = (unit & ((1u << sub) - 1)) >> sl->cls;
+	return sl;
+}
+
+/* Bytes @id can hold (a holder of a reference may ask). */
+static inline uint32_t store_cap(const struct store *s, uint32_t id)
+{
+	uint32_t b;
+
+	if (!(id & STORE_SMALL))
+		return s->chunk_size;
+	return (uint32_t)1 << (STORE_UNIT_SHIFT + store_slab(s, id, &b)->cls);
+}
+
+static inline _Atomic uint32_t *store_refp(const struct store *s,
+					   uint32_t id)
+{
+	uint32_t b;
+
+	if (!(id & STORE_SMALL))
+		return &s->refs[id];
+	return &store_slab(s, id, &b)->refs[b];
 }
 
 static inline uint32_t store_refs(const struct store *s, uint32_t id)
 {
-	return atomic_load_explicit(&s->refs[id], memory_order_acquire);
+	return atomic_load_explicit(store_refp(s, id), memory_order_acquire);
 }
 
 /* --- files -------------------------------------------------------------- */
@@ -982,6 +1054,8 @@ void copier_stop(struct eng *e);
 uint32_t crc_zeros(uint32_t crc, uint64_t len);
 /* Length of piece @idx of a file of @size bytes (0 past the end). */
 uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx);
+/* Arena bytes the pieces of @f in memory take (blocks or chunks); lock. */
+uint64_t file_ram_bytes(const struct eng *e, const struct file *f);
 /*
  * Bring pieces [@first, @last] of @in into memory from where they are:
  * the persist dir, or peers (until @deadline; NULL: cfg->fetch_timeout_ms

@@ -5,6 +5,11 @@
  * huge pages: copying into never-touched 4 KiB pages runs at a third of the
  * speed of huge pages (../docs/benchmarks.md).  Free chunks sit on a LIFO
  * stack, so the chunks reused first are the ones already faulted in.
+ *
+ * Small pieces (a 4 KiB file, the tail of a checkpoint's metadata) take a
+ * block of a slab rather than a whole chunk: per class (4 KiB << cls) a
+ * list of slabs with free blocks; a slab's chunk goes back to the stack
+ * when its last block is put.
  */
 #include <errno.h>
 #include <signal.h>
@@ -17,6 +22,9 @@
 #include <unistd.h>
 
 #include "engine_i.h"
+
+_Static_assert((1u << (STORE_UNIT_SHIFT + STORE_CLASSES)) == RFT_CHUNK_MAX,
+	       "a class for every block up to half the largest chunk");
 
 int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	       bool prefault)
@@ -52,7 +60,8 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	s->refs = calloc(n, sizeof(*s->refs));
 	s->free_stack = malloc(n * sizeof(*s->free_stack));
 	s->faulted = calloc(n, 1);
-	if (!s->refs || !s->free_stack || !s->faulted) {
+	s->slabs = calloc(n, sizeof(*s->slabs));
+	if (!s->refs || !s->free_stack || !s->faulted || !s->slabs) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -60,6 +69,9 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	for (uint32_t i = 0; i < n; i++)
 		s->free_stack[i] = (uint32_t)(n - 1 - i);
 	s->nfree = (uint32_t)n;
+	/* A block id names a 4 KiB unit in 31 bits: arenas up to 8 TiB. */
+	if ((n << (s->chunk_shift - STORE_UNIT_SHIFT)) < STORE_SMALL)
+		s->small_max = chunk_size / 2;
 	if (prefault) {
 		if (madvise(s->base, s->bytes, MADV_POPULATE_WRITE) < 0) {
 			rft_warn("prefault of %llu bytes failed: %s",
@@ -86,6 +98,7 @@ fail:
 	free((void *)s->refs);
 	free(s->free_stack);
 	free(s->faulted);
+	free(s->slabs);
 	munmap(s->base, s->bytes);
 	memset(s, 0, sizeof(*s));
 	return rc;
@@ -264,6 +277,9 @@ void store_fini(struct store *s)
 	free((void *)s->refs);
 	free(s->free_stack);
 	free(s->faulted);
+	for (uint32_t i = 0; i < s->nchunks; i++)
+		free(s->slabs[i]);
+	free(s->slabs);
 	munmap(s->base, s->bytes);
 	memset(s, 0, sizeof(*s));
 }
@@ -291,6 +307,130 @@ int store_try_alloc(struct store *s, uint32_t *id)
 	ok = pop_locked(s, id);
 	pthread_mutex_unlock(&s->lock);
 	return ok ? 0 : -ENOSPC;
+}
+
+/* The class of a block for @len bytes: the smallest 4 KiB << cls >= len. */
+static unsigned small_class(uint32_t len)
+{
+	unsigned cls = 0;
+
+	while (((uint32_t)1 << (STORE_UNIT_SHIFT + cls)) < len)
+		cls++;
+	return cls;
+}
+
+static void partial_unlink(struct store *s, struct slab *sl)
+{
+	if (sl->prev)
+		sl->prev->next = sl->next;
+	else
+		s->partial[sl->cls] = sl->next;
+	if (sl->next)
+		sl->next->prev = sl->prev;
+	sl->prev = sl->next = NULL;
+}
+
+static void partial_push(struct store *s, struct slab *sl)
+{
+	sl->prev = NULL;
+	sl->next = s->partial[sl->cls];
+	if (sl->next)
+		sl->next->prev = sl;
+	s->partial[sl->cls] = sl;
+}
+
+/* A new slab of class @cls on a free chunk; s->lock held. */
+static struct slab *slab_new_locked(struct store *s, unsigned cls)
+{
+	uint32_t nblocks = s->chunk_size >> (STORE_UNIT_SHIFT + cls);
+	size_t words = (nblocks + 63) / 64;
+	struct slab *sl;
+	uint32_t chunk;
+
+	if (s->nfree == 0)
+		return NULL;
+	sl = calloc(1, sizeof(*sl) + nblocks * sizeof(sl->refs[0]) +
+			       words * sizeof(uint64_t));
+	if (!sl)
+		return NULL;
+	pop_locked(s, &chunk);
+	sl->chunk = chunk;
+	sl->cls = (uint8_t)cls;
+	sl->nblocks = sl->nfree = nblocks;
+	sl->freemap = (uint64_t *)(void *)&sl->refs[nblocks];
+	for (uint32_t b = 0; b < nblocks; b++)
+		sl->freemap[b / 64] |= 1ULL << (b % 64);
+	s->slabs[chunk] = sl;
+	s->nslabs++;
+	partial_push(s, sl);
+	return sl;
+}
+
+int store_try_alloc_len(struct store *s, uint32_t len, uint32_t *id)
+{
+	unsigned cls, sub = s->chunk_shift - STORE_UNIT_SHIFT;
+	struct slab *sl;
+	uint32_t b = 0;
+
+	if (len > s->small_max)
+		return store_try_alloc(s, id);
+	cls = small_class(len);
+	pthread_mutex_lock(&s->lock);
+	sl = s->partial[cls];
+	if (!sl && !(sl = slab_new_locked(s, cls))) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOSPC;
+	}
+	while (!sl->freemap[b / 64])
+		b += 64;
+	b += (uint32_t)__builtin_ctzll(sl->freemap[b / 64]);
+	sl->freemap[b / 64] &= ~(1ULL << (b % 64));
+	atomic_store_explicit(&sl->refs[b], 1, memory_order_release);
+	if (--sl->nfree == 0)
+		partial_unlink(s, sl);
+	pthread_mutex_unlock(&s->lock);
+	*id = STORE_SMALL | (sl->chunk << sub) | (b << cls);
+	return 0;
+}
+
+/* The last reference to small block @id went; s->lock taken here. */
+static void small_free(struct store *s, uint32_t id)
+{
+	uint32_t b;
+	struct slab *sl = store_slab(s, id, &b);
+
+	pthread_mutex_lock(&s->lock);
+	sl->freemap[b / 64] |= 1ULL << (b % 64);
+	if (sl->nfree++ == 0)
+		partial_push(s, sl);
+	if (sl->nfree == sl->nblocks) {
+		/* Empty: its chunk goes back to the stack. */
+		partial_unlink(s, sl);
+		s->slabs[sl->chunk] = NULL;
+		s->nslabs--;
+		atomic_store_explicit(&s->refs[sl->chunk], 0,
+				      memory_order_release);
+		s->free_stack[s->nfree++] = sl->chunk;
+		s->nfaulted_free++;
+		if (s->waiters)
+			pthread_cond_broadcast(&s->freed);
+		free(sl);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_usage(struct store *s, uint32_t *slabs, uint64_t *small_bytes)
+{
+	uint64_t free_bytes = 0;
+
+	pthread_mutex_lock(&s->lock);
+	*slabs = s->nslabs;
+	for (unsigned c = 0; c < STORE_CLASSES; c++)
+		for (struct slab *sl = s->partial[c]; sl; sl = sl->next)
+			free_bytes += (uint64_t)sl->nfree
+				      << (STORE_UNIT_SHIFT + c);
+	pthread_mutex_unlock(&s->lock);
+	*small_bytes = ((uint64_t)*slabs << s->chunk_shift) - free_bytes;
 }
 
 void store_deadline(unsigned wait_ms, struct timespec *deadline)
@@ -354,30 +494,40 @@ int store_wait_free(struct store *s, uint32_t want,
 	return rc;
 }
 
-int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
+int store_alloc_len(struct store *s, unsigned wait_ms, uint32_t len,
+		    uint32_t *id)
 {
 	struct timespec deadline;
 
-	if (store_try_alloc(s, id) == 0)
+	if (store_try_alloc_len(s, len, id) == 0)
 		return 0;
 	store_deadline(wait_ms, &deadline);
 	/* Another waiter may take the chunk we were woken for: go again. */
 	while (store_wait_free(s, 1, &deadline) == 0)
-		if (store_try_alloc(s, id) == 0)
+		if (store_try_alloc_len(s, len, id) == 0)
 			return 0;
-	return store_try_alloc(s, id);
+	return store_try_alloc_len(s, len, id);
+}
+
+int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
+{
+	return store_alloc_len(s, wait_ms, s->chunk_size, id);
 }
 
 void store_get(struct store *s, uint32_t id)
 {
-	atomic_fetch_add_explicit(&s->refs[id], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(store_refp(s, id), 1, memory_order_relaxed);
 }
 
 void store_put(struct store *s, uint32_t id)
 {
-	if (atomic_fetch_sub_explicit(&s->refs[id], 1, memory_order_acq_rel) !=
-	    1)
+	if (atomic_fetch_sub_explicit(store_refp(s, id), 1,
+				      memory_order_acq_rel) != 1)
 		return;
+	if (id & STORE_SMALL) {
+		small_free(s, id);
+		return;
+	}
 	pthread_mutex_lock(&s->lock);
 	s->free_stack[s->nfree++] = id;
 	s->nfaulted_free++;

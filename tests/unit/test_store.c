@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -214,6 +215,210 @@ static void test_balancer(void **state)
 	store_fini(&s);
 }
 
+/* --- small blocks ---------------------------------------------------- */
+
+static unsigned long seed_from_env(const char *name)
+{
+	const char *v = getenv(name);
+	unsigned long seed = v && *v ? strtoul(v, NULL, 0)
+				     : (unsigned long)time(NULL) ^
+					       (unsigned long)getpid();
+
+	printf("# %s=%lu\n", name, seed);
+	return seed;
+}
+
+struct held {
+	uint32_t id, len, refs;
+	uint8_t tag;
+};
+
+/* Every byte of the block's capacity still holds its tag. */
+static void check_block(struct store *s, const struct held *h)
+{
+	const uint8_t *p = store_ptr(s, h->id);
+	uint32_t cap = store_cap(s, h->id);
+
+	for (uint32_t i = 0; i < cap; i += 509)
+		assert_int_equal(p[i], h->tag);
+	assert_int_equal(p[cap - 1], h->tag);
+}
+
+/*
+ * Random takes, gets and puts of pieces of random sizes against a model of
+ * what is held: no two blocks overlap (each is filled with its own tag and
+ * checked), a block holds its length and at most twice it (4 KiB at
+ * least), the store runs out exactly when no chunk and no fitting block is
+ * left, and once everything is put back every chunk is free again.
+ */
+static void test_small_random(void **state)
+{
+	unsigned long seed = seed_from_env("STORE_SEED");
+	const uint32_t nchunks = 16;
+	struct held h[4096];
+	uint32_t n = 0, slabs;
+	uint64_t small;
+	struct store s;
+
+	srandom((unsigned)seed);
+	assert_int_equal(store_init(&s, nchunks * MiB, MiB, false), 0);
+	assert_int_equal(s.small_max, MiB / 2);
+	for (int op = 0; op < 20000; op++) {
+		int what = (int)(random() % 10);
+
+		if (what < 5 && n < 4096) {
+			/* Mostly small, sometimes a whole chunk. */
+			uint32_t len = random() % 8 == 0
+					       ? 1 + (uint32_t)(random() % MiB)
+					       : 1 + (uint32_t)(random() %
+								(64 * 1024));
+			struct held *x = &h[n];
+			int rc = store_try_alloc_len(&s, len, &x->id);
+			uint32_t cap, lo = len < 4096 ? 4096 : len;
+
+			if (rc == -ENOSPC) {
+				/* Only when no chunk is free. */
+				assert_int_equal(store_free_count(&s), 0);
+				continue;
+			}
+			assert_int_equal(rc, 0);
+			cap = store_cap(&s, x->id);
+			assert_true(cap >= len);
+			if (len <= s.small_max) {
+				assert_true(x->id & STORE_SMALL);
+				assert_true(cap < 2 * lo);
+			} else {
+				assert_false(x->id & STORE_SMALL);
+				assert_int_equal(cap, MiB);
+			}
+			assert_int_equal(store_refs(&s, x->id), 1);
+			x->len = len;
+			x->refs = 1;
+			x->tag = (uint8_t)(1 + random() % 255);
+			memset(store_ptr(&s, x->id), x->tag, cap);
+			n++;
+		} else if (what < 7 && n > 0) {
+			struct held *x = &h[random() % n];
+
+			store_get(&s, x->id);
+			x->refs++;
+			assert_int_equal(store_refs(&s, x->id), x->refs);
+		} else if (n > 0) {
+			uint32_t i = (uint32_t)(random() % n);
+
+			check_block(&s, &h[i]);
+			store_put(&s, h[i].id);
+			if (--h[i].refs == 0)
+				h[i] = h[--n];
+		}
+	}
+	for (uint32_t i = 0; i < n; i++)
+		check_block(&s, &h[i]);
+	store_usage(&s, &slabs, &small);
+	{
+		uint64_t want = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			if (h[i].id & STORE_SMALL)
+				want += store_cap(&s, h[i].id);
+		assert_int_equal(small, want);
+	}
+	while (n > 0) {
+		struct held *x = &h[--n];
+
+		while (x->refs--)
+			store_put(&s, x->id);
+	}
+	assert_int_equal(store_free_count(&s), nchunks);
+	store_usage(&s, &slabs, &small);
+	assert_int_equal(slabs, 0);
+	assert_int_equal(small, 0);
+	store_fini(&s);
+}
+
+/* 4 KiB pieces cost 4 KiB: 256 of them in one chunk, the budget's worth. */
+static void test_small_budget(void **state)
+{
+	static uint32_t ids[8 * 256];
+	uint32_t slabs, extra;
+	uint64_t small;
+	struct store s;
+
+	assert_int_equal(store_init(&s, 8 * MiB, MiB, false), 0);
+	for (uint32_t i = 0; i < 8 * 256; i++)
+		assert_int_equal(store_try_alloc_len(&s, 4096, &ids[i]), 0);
+	assert_int_equal(store_free_count(&s), 0);
+	assert_int_equal(store_try_alloc_len(&s, 4096, &extra), -ENOSPC);
+	assert_int_equal(store_try_alloc_len(&s, 8192, &extra), -ENOSPC);
+	store_usage(&s, &slabs, &small);
+	assert_int_equal(slabs, 8);
+	assert_int_equal(small, 8 * MiB);
+	/* One block back: a 4 KiB piece fits again, an 8 KiB one does not. */
+	store_put(&s, ids[77]);
+	assert_int_equal(store_try_alloc_len(&s, 8192, &extra), -ENOSPC);
+	assert_int_equal(store_try_alloc_len(&s, 100, &extra), 0);
+	assert_int_equal(extra, ids[77]);
+	for (uint32_t i = 0; i < 8 * 256; i++)
+		store_put(&s, ids[i]);
+	assert_int_equal(store_free_count(&s), 8);
+	store_fini(&s);
+}
+
+struct churn {
+	struct store *s;
+	unsigned seed;
+	int fails;
+};
+
+/* Threads taking and putting blocks of one chunk's slabs at once. */
+static void *churn_main(void *arg)
+{
+	struct churn *c = arg;
+	uint32_t ids[64];
+	uint8_t tag = (uint8_t)c->seed;
+
+	for (int round = 0; round < 2000; round++) {
+		int n = 0;
+
+		for (int i = 0; i < 64; i++) {
+			uint32_t len = 1 + (uint32_t)(rand_r(&c->seed) % 16384);
+
+			if (store_try_alloc_len(c->s, len, &ids[n]) == 0) {
+				memset(store_ptr(c->s, ids[n]), tag, len);
+				n++;
+			}
+		}
+		for (int i = 0; i < n; i++) {
+			if (store_ptr(c->s, ids[i])[0] != tag)
+				c->fails++;
+			store_get(c->s, ids[i]);
+			store_put(c->s, ids[i]);
+			store_put(c->s, ids[i]);
+		}
+	}
+	return NULL;
+}
+
+static void test_small_threads(void **state)
+{
+	struct churn c[4];
+	pthread_t t[4];
+	struct store s;
+
+	assert_int_equal(store_init(&s, 8 * MiB, MiB, false), 0);
+	for (int i = 0; i < 4; i++) {
+		c[i] = (struct churn){ &s, (unsigned)(i + 1) * 7919u, 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, churn_main, &c[i]),
+				 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(c[i].fails, 0);
+	}
+	assert_int_equal(store_free_count(&s), 8);
+	store_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -222,6 +427,9 @@ int main(void)
 		cmocka_unit_test(test_refs),
 		cmocka_unit_test(test_waiter_is_woken),
 		cmocka_unit_test(test_balancer),
+		cmocka_unit_test(test_small_random),
+		cmocka_unit_test(test_small_budget),
+		cmocka_unit_test(test_small_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
