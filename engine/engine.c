@@ -365,7 +365,7 @@ void eng_names_unlock(struct eng *e)
 struct count {
 	struct eng *e;
 	uint64_t logical;
-	uint64_t own, copies, cached; /* chunks in RAM */
+	uint64_t own, copies, cached; /* arena bytes */
 };
 
 static int count_bytes(void *ctx, struct inode *in)
@@ -381,14 +381,17 @@ static int count_bytes(void *ctx, struct inode *in)
 	for (uint32_t i = 0; i < f->nslots; i++) {
 		const struct slot *sl = &f->slots[i];
 
+		uint64_t n;
+
 		if (!slot_in_ram(sl))
 			continue;
+		n = store_cap(&c->e->store, sl->chunk);
 		if (f->owner == c->e->node)
-			c->own++;
+			c->own += n;
 		else if (sl->flags & SLOT_FETCHED)
-			c->cached++;
+			c->cached += n;
 		else
-			c->copies++;
+			c->copies += n;
 	}
 	pthread_rwlock_unlock(&f->lock);
 	return 0;
@@ -417,9 +420,10 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	ns_walk(&e->ns, count_bytes, &c);
 	pthread_rwlock_unlock(&e->ns.lock);
 	s->bytes_logical = c.logical;
-	s->mem_own = c.own * s->chunk_size;
-	s->mem_copies = c.copies * s->chunk_size;
-	s->mem_cached = c.cached * s->chunk_size;
+	s->mem_own = c.own;
+	s->mem_copies = c.copies;
+	s->mem_cached = c.cached;
+	store_usage(&e->store, &s->small_slabs, &s->small_bytes);
 	eng_protect_stats(e, &ps);
 	s->mem_parity = ps.parity_bytes;
 
@@ -455,8 +459,7 @@ static void ckpt_tree(struct eng *e, struct inode *dir,
 				ci->state = file_state(f);
 			ci->files++;
 			ci->bytes += f->size;
-			ci->bytes_resident +=
-				(uint64_t)f->resident * e->store.chunk_size;
+			ci->bytes_resident += file_ram_bytes(e, f);
 			pthread_rwlock_unlock(&f->lock);
 		}
 	}

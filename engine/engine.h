@@ -483,6 +483,10 @@ struct eng_stats {
 	uint64_t mem_copies;	/* copies held for other nodes' files */
 	uint64_t mem_cached;	/* other nodes' pieces fetched by readers */
 	uint64_t mem_parity;	/* parity rows held for the group */
+	/* Small pieces share chunks (slabs): the chunks so used, and the
+	   bytes of the blocks taken in them (the rest is free blocks). */
+	uint32_t small_slabs;
+	uint64_t small_bytes;
 	uint64_t chunk_size, chunks_total, chunks_used, chunks_evictable;
 	uint64_t files, dirs, bytes_logical, bytes_resident;
 	uint64_t checkpoints;

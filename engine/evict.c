@@ -17,10 +17,21 @@
 
 struct evict {
 	struct eng *e;
-	uint32_t want, freed;
+	uint32_t target;	/* free chunks to reach */
+	uint32_t freed;		/* pieces evicted */
 	uint64_t evictable; /* counting only */
 	bool count_only;
 };
+
+/*
+ * Free chunks are what writers wait for, and a small piece evicted frees a
+ * block, not a chunk, until its slab empties: count the store's, not ours.
+ */
+static bool enough(struct evict *ev)
+{
+	return !ev->count_only &&
+	       store_free_count(&ev->e->store) >= ev->target;
+}
 
 static void evict_tree(struct evict *ev, struct inode *dir)
 {
@@ -29,7 +40,7 @@ static void evict_tree(struct evict *ev, struct inode *dir)
 		uint32_t n;
 		bool tell;
 
-		if (!ev->count_only && ev->freed >= ev->want)
+		if (enough(ev))
 			return;
 		if (S_ISDIR(in->mode)) {
 			evict_tree(ev, in);
@@ -86,7 +97,7 @@ static void evict_walk(struct evict *ev)
 		if (!next || ns_in_keep_window(e, next->ckpt_seq))
 			return;
 		evict_tree(ev, next);
-		if (!ev->count_only && ev->freed >= ev->want)
+		if (enough(ev))
 			return;
 		done = next->ckpt_seq;
 	}
@@ -100,13 +111,13 @@ void evict_run(struct eng *e, bool pressure)
 
 	if (!pressure && nfree >= low)
 		return;
-	ev.want = high > nfree ? high - nfree : 1;
+	ev.target = high > nfree ? high : nfree + 1;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	evict_walk(&ev);
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (ev.freed) {
 		atomic_fetch_add(&e->cnt.evicted_chunks, ev.freed);
-		rft_info("evicted %u persisted chunks", ev.freed);
+		rft_info("evicted %u persisted pieces", ev.freed);
 	}
 }
 

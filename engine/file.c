@@ -67,6 +67,16 @@ uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx)
 						   : e->store.chunk_size;
 }
 
+uint64_t file_ram_bytes(const struct eng *e, const struct file *f)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < f->nslots; i++)
+		if (slot_in_ram(&f->slots[i]))
+			n += store_cap(&e->store, f->slots[i].chunk);
+	return n;
+}
+
 int file_init(struct file *f)
 {
 	memset(f, 0, sizeof(*f));
@@ -413,8 +423,9 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	 * not wait for the persist dir or a peer.
 	 */
 	/* Read-ahead takes free memory only: it never waits for it. */
-	rc = ahead ? store_try_alloc(&e->store, &id)
-		   : store_alloc(&e->store, e->cfg.enospc_wait_ms, &id);
+	rc = ahead ? store_try_alloc_len(&e->store, len, &id)
+		   : store_alloc_len(&e->store, e->cfg.enospc_wait_ms, len,
+				     &id);
 	if (rc < 0) {
 		loads_end(e, in, i);
 		return rc;
@@ -1053,7 +1064,7 @@ int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
 
 	if (s && s->where == PIECE_PEER && s->crc == crc &&
 	    len == file_piece_len(e, f->size, idx))
-		rc = store_try_alloc(&e->store, chunk);
+		rc = store_try_alloc_len(&e->store, len, chunk);
 	else if (s && slot_in_ram(s))
 		rc = -EEXIST;
 	replica_unlock(e, f);
@@ -1112,7 +1123,7 @@ int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 	uint32_t chunk;
 	int rc = -ESTALE;
 
-	if (store_try_alloc(&e->store, &chunk) < 0)
+	if (store_try_alloc_len(&e->store, len, &chunk) < 0)
 		return -ENOSPC;
 	memcpy(store_ptr(&e->store, chunk), data, len);
 	sl = replica_slot(e, ino, gseal, idx, &f);
@@ -1544,13 +1555,47 @@ int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
 
 /* --- write -------------------------------------------------------------- */
 
-/* Does piece @idx need a new chunk before a write?  f->lock held. */
-static bool needs_chunk(struct eng *e, const struct file *f, uint32_t idx)
+/*
+ * Does piece @idx need new memory before a write up to byte @end of it?
+ * f->lock held.
+ */
+static bool needs_chunk(struct eng *e, const struct file *f, uint32_t idx,
+			uint32_t end)
 {
 	const struct slot *s = idx < f->nslots ? &f->slots[idx] : NULL;
 
-	/* Not in memory, or a write-back holds it (copy on write). */
-	return !s || !slot_in_ram(s) || store_refs(&e->store, s->chunk) > 1;
+	/* Not in memory, a write-back holds it (copy on write), or it is
+	 * a small block the write outgrows. */
+	return !s || !slot_in_ram(s) || store_refs(&e->store, s->chunk) > 1 ||
+	       store_cap(&e->store, s->chunk) < end;
+}
+
+/*
+ * The memory to take for piece @idx written up to byte @end: a file that
+ * is all in its first piece so far takes a small block that fits (it grows
+ * into a bigger one, copied, as it is written on), any other piece a whole
+ * chunk (a large file's pieces are never copied to grow).
+ */
+static uint32_t piece_want(struct eng *e, const struct file *f, uint32_t idx,
+			   uint32_t end)
+{
+	uint32_t fill = idx < f->nslots && slot_in_ram(&f->slots[idx])
+				? f->slots[idx].fill
+				: 0;
+
+	if (idx > 0 || f->nslots > 1 || f->size > e->store.small_max)
+		return e->store.chunk_size;
+	return end > fill ? end : fill;
+}
+
+/* The end of the range [@pos, @pos + @size) within piece @idx. */
+static uint32_t piece_end(struct eng *e, uint32_t idx, uint64_t pos,
+			  size_t size)
+{
+	uint64_t ps = (uint64_t)idx << e->store.chunk_shift;
+	uint64_t end = pos + size - ps;
+
+	return end < e->store.chunk_size ? (uint32_t)end : e->store.chunk_size;
 }
 
 /*
@@ -1575,13 +1620,22 @@ static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
 	int rc = 0;
 
 	for (uint32_t i = first; i <= last; i++)
-		need += needs_chunk(e, f, i);
+		need += needs_chunk(e, f, i, piece_end(e, i, pos, size));
 	*needed = need;
 	if (need > sizeof(stack) / sizeof(stack[0]) &&
 	    !(ids = malloc(need * sizeof(*ids))))
 		return -ENOMEM;
-	while (got < need && store_try_alloc(&e->store, &ids[got]) == 0)
-		got++;
+	/* In piece order, so that only the first can be a small block. */
+	for (uint32_t i = first; i <= last && got < need; i++) {
+		uint32_t end = piece_end(e, i, pos, size);
+
+		if (needs_chunk(e, f, i, end) &&
+		    store_try_alloc_len(&e->store, piece_want(e, f, i, end),
+					&ids[got]) == 0)
+			got++;
+		else if (needs_chunk(e, f, i, end))
+			break;
+	}
 	if (got < need && (!partial || got == 0)) {
 		rc = -ENOSPC;
 		goto out;
@@ -1593,7 +1647,7 @@ static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
 						      : cs - a;
 		struct slot *s;
 
-		if (needs_chunk(e, f, idx)) {
+		if (needs_chunk(e, f, idx, a + n)) {
 			if (used == got)
 				break; /* out of chunks: a short write */
 			rc = ensure_slots(f, idx);
@@ -1915,7 +1969,8 @@ static int punch_prepare(struct eng *e, struct file *f, uint64_t off,
 		}
 		if (!slot_in_ram(s) || store_refs(&e->store, s->chunk) <= 1)
 			continue;
-		got = reserve_range(e, f, ps, cs, false, &n);
+		/* A private copy of what the piece holds, no bigger. */
+		got = reserve_range(e, f, ps, s->fill ? s->fill : 1, false, &n);
 		if (got < 0) {
 			*need = n;
 			return (int)got;

@@ -481,8 +481,7 @@ void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st)
 		st->st_nlink = in->nlink;
 		pthread_rwlock_rdlock(&f->lock);
 		st->st_size = (off_t)f->size;
-		st->st_blocks = (blkcnt_t)((uint64_t)f->resident *
-					   e->store.chunk_size / 512);
+		st->st_blocks = (blkcnt_t)(file_ram_bytes(e, f) / 512);
 		st->st_mtim = in->mtime;
 		st->st_ctim = in->ctime;
 		pthread_rwlock_unlock(&f->lock);

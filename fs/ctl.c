@@ -385,6 +385,8 @@ enum {
 	MEM_COPIES,
 	MEM_CACHED,
 	MEM_PARITY,
+	MEM_SMALL_CHUNKS,
+	MEM_SMALL_BYTES,
 	MEM_N
 };
 
@@ -418,6 +420,12 @@ static const struct rep_field mem_fields[MEM_N] = {
 	[MEM_PARITY] = REP_EXPORT("parity_bytes", REP_BYTES, REP_GAUGE,
 		"reftfs_memory_parity_bytes",
 		"Arena memory holding parity rows for the group."),
+	[MEM_SMALL_CHUNKS] = REP_EXPORT("small_chunks", REP_COUNT, REP_GAUGE,
+		"reftfs_memory_small_chunks",
+		"Arena chunks shared by small pieces (slabs)."),
+	[MEM_SMALL_BYTES] = REP_EXPORT("small_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_small_bytes",
+		"Bytes of the blocks small pieces take in shared chunks."),
 };
 
 enum { NS_CKPTS, NS_FILES, NS_DIRS, NS_LOGICAL, NS_RESIDENT, NS_N };
@@ -1150,6 +1158,9 @@ static const struct rep_text status_text[] = {
 	    "{memory.data_bytes} this node's data, {memory.copies_bytes} "
 	    "copies for peers, {memory.parity_bytes} parity, "
 	    "{memory.cached_bytes} fetched by readers"),
+	TXT("memory.small_chunks", "small pieces",
+	    "{memory.small_bytes} in blocks of {memory.small_chunks} shared "
+	    "chunk{memory.small_chunks?|s}"),
 	TXT(NULL, "contents",
 	    "{namespace.checkpoints} checkpoint{namespace.checkpoints?|s}, "
 	    "{namespace.files} file{namespace.files?|s}, {namespace.dirs} "
@@ -1275,6 +1286,8 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, MEM_COPIES, st.mem_copies);
 	rep_set_u64(g, MEM_CACHED, st.mem_cached);
 	rep_set_u64(g, MEM_PARITY, st.mem_parity);
+	rep_set_u64(g, MEM_SMALL_CHUNKS, st.small_slabs);
+	rep_set_u64(g, MEM_SMALL_BYTES, st.small_bytes);
 
 	g = rep_obj(top, ST_NS);
 	rep_set_u64(g, NS_CKPTS, st.checkpoints);

@@ -215,6 +215,75 @@ static void test_copy_on_write(void **state)
 }
 
 /*
+ * A small file takes a block that fits and moves to bigger ones, copied, as
+ * it grows (also while a write-back pins its block: the pinned bytes stay),
+ * until it needs a second piece: then its first piece is a whole chunk.
+ */
+static void test_small_file_grows(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	struct eng_file *fp = create(e, "grow", O_RDWR);
+	struct file *f = &fp->inode->file;
+	static uint8_t ref[2 * MiB], got[2 * MiB];
+	uint32_t pinned, old, old_cap;
+	uint64_t size = 0;
+	const uint32_t ends[] = { 100, 4096, 4097, 70000, 300000, 524288,
+				  524289, MiB + 5 };
+
+	for (uint32_t i = 0; i < sizeof(ref); i++)
+		ref[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(eng_write(e, fp, ref, 10, 0), 10);
+	assert_true(f->slots[0].chunk & STORE_SMALL);
+	assert_int_equal(store_cap(&e->store, f->slots[0].chunk), 4096);
+	pinned = f->slots[0].chunk;
+	store_get(&e->store, pinned); /* as a write-back in flight would */
+	size = 10;
+	for (unsigned k = 0; k < sizeof(ends) / sizeof(ends[0]); k++) {
+		old = f->slots[0].chunk;
+		old_cap = store_cap(&e->store, old); /* while it is held */
+		assert_int_equal(eng_write(e, fp, ref + size, ends[k] - size,
+					   (off_t)size),
+				 (ssize_t)(ends[k] - size));
+		size = ends[k];
+		if (size <= e->store.small_max) {
+			/* The smallest block that holds it. */
+			assert_true(f->slots[0].chunk & STORE_SMALL);
+			assert_true(store_cap(&e->store, f->slots[0].chunk) >=
+				    size);
+			assert_true(store_cap(&e->store, f->slots[0].chunk) <
+				    2 * (size < 4096 ? 4096 : size));
+		} else {
+			assert_false(f->slots[0].chunk & STORE_SMALL);
+			assert_false(f->slots[1].chunk & STORE_SMALL);
+		}
+		/* Copied only to grow or off the pinned block. */
+		if (old != pinned && old_cap >= (size < MiB ? size : MiB))
+			assert_int_equal(f->slots[0].chunk, old);
+		else
+			assert_int_not_equal(f->slots[0].chunk, old);
+		assert_int_equal(fx_read(e, fp, got, size, 0), (ssize_t)size);
+		assert_memory_equal(got, ref, size);
+	}
+	/* The write-back's bytes are the ones it pinned. */
+	assert_memory_equal(store_ptr(&e->store, pinned), ref, 10);
+	store_put(&e->store, pinned);
+	/* Truncated back into one piece: still a whole chunk, still right. */
+	{
+		struct eng_setattr sa = { .valid = ENG_SET_SIZE, .size = 3000 };
+		struct stat st;
+		uint64_t ino = fp->inode->ino;
+
+		assert_int_equal(eng_setattr(e, 0, fp, &sa, &st), 0);
+		assert_int_equal(fx_read(e, fp, got, 3000, 0), 3000);
+		assert_memory_equal(got, ref, 3000);
+		eng_release(e, fp);
+		assert_int_equal(eng_open(e, ino, O_RDONLY, &fp, NULL), 0);
+		check_sealed_crcs(e, fp, ref, 3000);
+		eng_release(e, fp);
+	}
+}
+
+/*
  * A write that needs two chunks while one is free, with nothing to evict:
  * it waits --enospc-wait for the second and then writes what fits.  It
  * used to spin for ever: the wait came back at once while any chunk was
@@ -558,6 +627,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_append_and_trunc_open,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_small_file_grows, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_copy_on_write, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(
