@@ -234,6 +234,7 @@ struct eng_open_info {
 	bool cache_valid; /* data unchanged since the last open that allowed
 			     caching: a reader may reuse what it cached */
 	bool sealed;	  /* the file is closed by all writers */
+	uint64_t size;	  /* its size at the open */
 };
 
 /* Open; @flags are open(2) flags (O_TRUNC, O_APPEND, access mode). */

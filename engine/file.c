@@ -582,6 +582,7 @@ static void open_info(struct file *f, struct eng_open_info *info)
 		return;
 	info->cache_valid = f->cached_version == f->version;
 	info->sealed = f->writers == 0;
+	info->size = f->size;
 	f->cached_version = f->version;
 }
 

@@ -67,7 +67,9 @@ static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP) {
 		conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
 		r->mmap_direct = true;
-		mmap_how = "every open direct I/O, mmap allowed (FUSE_DIRECT_IO_ALLOW_MMAP)";
+		mmap_how = r->cache_small
+				   ? "every open direct I/O, mmap allowed (FUSE_DIRECT_IO_ALLOW_MMAP), but sealed files up to 1 MiB read through the page cache"
+				   : "every open direct I/O, mmap allowed (FUSE_DIRECT_IO_ALLOW_MMAP)";
 	} else {
 		mmap_how = "opens through the page cache: the kernel does not offer FUSE_DIRECT_IO_ALLOW_MMAP (6.6 and later do)";
 	}
@@ -400,14 +402,20 @@ static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
 {
 	struct rfs *r = rfs_of(req);
 	bool rdonly = (fi->flags & O_ACCMODE) == O_RDONLY;
+	bool small = rdonly && info->sealed && info->size <= r->cache_small;
 
-	if (r->mmap_direct || (rdonly && r->direct_read)) {
+	/* Writers' FLUSH seals the file; a reader's has nothing to do. */
+	fi->noflush = rdonly;
+	/*
+	 * Direct where the kernel allows mmap of direct files, except for
+	 * small sealed files opened to be read: those the kernel answers
+	 * from its page cache the next time, with no READ at all.
+	 */
+	if ((r->mmap_direct && !small) || (rdonly && r->direct_read)) {
 		fi->direct_io = 1;
 		return;
 	}
 	fi->keep_cache = info->cache_valid;
-	/* Writers' FLUSH seals the file; a reader's has nothing to do. */
-	fi->noflush = rdonly;
 }
 
 static void rfs_open(fuse_req_t req, fuse_ino_t ino,

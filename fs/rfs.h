@@ -10,6 +10,12 @@
 
 #include "engine.h"
 
+/* Seconds the kernel may keep attributes and names, alone (not in a group). */
+#define RFS_ATTR_TIMEOUT 30.0
+
+/* The largest sealed file a read-only open reads through the page cache. */
+#define RFS_CACHE_SMALL (1ULL << 20)
+
 /* What the FUSE operations need besides the engine. */
 struct rfs {
 	struct eng *eng;
@@ -18,6 +24,8 @@ struct rfs {
 	bool mmap_direct;	/* the kernel allows mmap of direct I/O files:
 				   every open can use direct I/O */
 	double attr_timeout;	/* seconds the kernel may cache attributes */
+	uint64_t cache_small;	/* with mmap_direct, sealed files up to this
+				   size opened read-only use the page cache */
 	unsigned max_write;	/* bytes per WRITE request */
 };
 
