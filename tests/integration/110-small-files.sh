@@ -94,6 +94,35 @@ steps "$LOCAL"
 steps "$MNT"
 same "$LOCAL/c2" "$MNT/c2"
 
+# 3b. A small sealed file opened read-only is read through the page cache
+#     (alone, not in a group): what another descriptor writes, truncates or
+#     maps shows through a descriptor opened before, and through a new one.
+"$PY" - "$MNT/cache" <<'PYEOF' || fail "page-cache reads of a small sealed file went stale"
+import mmap, os, sys
+p = sys.argv[1]
+with open(p, "wb") as f:
+    f.write(b"A" * 5000)
+r = os.open(p, os.O_RDONLY)
+assert os.pread(r, 6, 0) == b"AAAAAA"
+w = os.open(p, os.O_WRONLY)
+os.pwrite(w, b"B" * 6, 0)
+assert os.pread(r, 6, 0) == b"BBBBBB", os.pread(r, 6, 0)
+m = mmap.mmap(r, 5000, mmap.MAP_SHARED, mmap.PROT_READ)
+os.pwrite(w, b"C" * 6, 4990)
+assert m[4990:4996] == b"CCCCCC" and os.pread(r, 6, 4990) == b"CCCCCC"
+os.ftruncate(w, 3)
+assert os.pread(r, 10, 0) == b"BBB" and os.fstat(r).st_size == 3
+os.close(w)
+r2 = os.open(p, os.O_RDONLY)
+assert os.pread(r2, 10, 0) == b"BBB"
+with open(p, "ab") as f:
+    f.write(b"tail")
+assert os.pread(r2, 10, 0) == b"BBBtail" and os.pread(r, 10, 0) == b"BBBtail"
+PYEOF
+grep -q "sealed files up to 1 MiB read through the page cache" "$DAEMON_LOG" ||
+	grep -q "opens through the page cache" "$DAEMON_LOG" ||
+	fail "the daemon did not say how small sealed files are read"
+
 # 4. Written back, remounted, read through into blocks.
 admin "$MNT" flush --wait >/dev/null || fail "flush --wait failed"
 stop_daemon "$MNT" "$DAEMON_PID"
