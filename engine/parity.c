@@ -66,7 +66,8 @@
 struct pstripe {
 	struct pstripe *next;
 	uint64_t ckpt, stripe;
-	uint32_t chunk;		/* the row, an arena chunk */
+	uint32_t chunk;		/* the row: a block as long as the longest
+				   member, or a chunk (st.len its bytes) */
 	struct ers_stripe st;	/* id of a member: its gseal */
 	struct {
 		uint64_t ino;
@@ -87,6 +88,7 @@ struct parity {
 	pthread_mutex_t lock;
 	struct pstripe **tab;	/* lock */
 	uint64_t rows;		/* lock */
+	uint64_t row_bytes;	/* lock: the bytes of every row */
 	/*
 	 * Decode and scrub buffers, (1 + k + m) chunks each, kept for the
 	 * next one: a fresh one costs page faults worth more than the
@@ -233,9 +235,45 @@ static struct pstripe *find(struct parity *par, uint64_t ckpt,
 	return ps;
 }
 
-/* par->lock held.  NULL when memory for the row is short. */
+/*
+ * Make @ps's row at least @len bytes long: members are zeros past their
+ * length, and the parity of zeros is zeros, so the row grows by zeros
+ * into a bigger block.  par->lock held.  -ENOSPC when memory is short.
+ */
+static int row_fit(struct parity *par, struct pstripe *ps, uint32_t len)
+{
+	struct store *st = &par->e->store;
+	uint32_t id, cap;
+
+	if (len <= ps->st.len)
+		return 0;
+	if (store_try_alloc_len(st, len, &id) < 0)
+		return -ENOSPC;
+	cap = store_cap(st, id);
+	memcpy(store_ptr(st, id), ps->st.parity, ps->st.len);
+	memset(store_ptr(st, id) + ps->st.len, 0, cap - ps->st.len);
+	par->row_bytes += cap - ps->st.len;
+	store_put(st, ps->chunk);
+	ps->chunk = id;
+	ps->st.parity = store_ptr(st, id);
+	ps->st.len = cap;
+	return 0;
+}
+
+/* The row of @ps into @buf, a chunk long: zeros past the row; lock held. */
+static void row_copy(struct parity *par, const struct pstripe *ps,
+		     uint8_t *buf)
+{
+	memcpy(buf, ps->st.parity, ps->st.len);
+	memset(buf + ps->st.len, 0, par->e->store.chunk_size - ps->st.len);
+}
+
+/*
+ * par->lock held.  NULL when memory for the row is short.  A new row is
+ * as long as @len, the member about to be folded in (4 KiB at least).
+ */
 static struct pstripe *find_or_make(struct parity *par, uint64_t ckpt,
-				    uint64_t stripe, int row)
+				    uint64_t stripe, int row, uint32_t len)
 {
 	struct pstripe *ps = find(par, ckpt, stripe);
 	struct eng *e = par->e;
@@ -246,12 +284,14 @@ static struct pstripe *find_or_make(struct parity *par, uint64_t ckpt,
 	ps = calloc(1, sizeof(*ps));
 	if (!ps)
 		return NULL;
-	if (store_try_alloc(&e->store, &ps->chunk) < 0) {
+	if (store_try_alloc_len(&e->store, len, &ps->chunk) < 0) {
 		free(ps);
 		return NULL;
 	}
-	ers_stripe_init(&ps->st, par->c, row, e->store.chunk_size,
+	ers_stripe_init(&ps->st, par->c, row,
+			store_cap(&e->store, ps->chunk),
 			store_ptr(&e->store, ps->chunk));
+	par->row_bytes += ps->st.len;
 	ps->ckpt = ckpt;
 	ps->stripe = stripe;
 	b = bucket(ckpt, stripe);
@@ -271,6 +311,7 @@ static void drop_if_empty(struct parity *par, struct pstripe *ps)
 	while (*pp != ps)
 		pp = &(*pp)->next;
 	*pp = ps->next;
+	par->row_bytes -= ps->st.len;
 	store_put(&par->e->store, ps->chunk);
 	free(ps);
 	par->rows--;
@@ -342,10 +383,12 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 	slot = (int)get32(m + 36);
 	pthread_mutex_lock(&par->lock);
 	if (f->type == PAR_T_FOLD) {
-		ps = find_or_make(par, get64(m), get64(m + 8), row);
-		rc = ps ? ers_stripe_fold(&ps->st, slot, get64(m + 24),
-					  get32(m + 48), data, f->bulk_len)
-			: -ENOSPC;
+		ps = find_or_make(par, get64(m), get64(m + 8), row,
+				  f->bulk_len);
+		rc = ps ? row_fit(par, ps, f->bulk_len) : -ENOSPC;
+		if (rc == 0)
+			rc = ers_stripe_fold(&ps->st, slot, get64(m + 24),
+					     get32(m + 48), data, f->bulk_len);
 		if (rc == 0) {
 			ps->who[slot].ino = get64(m + 16);
 			ps->who[slot].piece = get32(m + 40);
@@ -449,7 +492,7 @@ int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
 			put32(w + 24, mb->in ? mb->crc : 0);
 			put32(w + 28, mb->in);
 		}
-		memcpy(b, ps->st.parity, len);
+		row_copy(par, ps, b); /* as a chunk: zeros past the row */
 	}
 	pthread_mutex_unlock(&par->lock);
 	if (!ps) {
@@ -705,7 +748,7 @@ static int decode_piece(struct parity *par, const struct eng_piece *pc,
 			pthread_mutex_lock(&par->lock);
 			ps = find(par, pc->stripe_ckpt, stripe);
 			if (ps) {
-				memcpy(chunks[k + r], ps->st.parity, clen);
+				row_copy(par, ps, chunks[k + r]);
 				for (int s = 0; s < k; s++)
 					other[s] = (struct member_info){
 						ps->who[s].ino,
@@ -863,7 +906,7 @@ static void scrub_stripe(struct parity *par, const struct eng_piece *pc,
 			pthread_mutex_lock(&par->lock);
 			ps = find(par, pc->stripe_ckpt, stripe);
 			if (ps) {
-				memcpy(row, ps->st.parity, clen);
+				row_copy(par, ps, row);
 				for (int x = 0; x < k; x++)
 					mi[x] = (struct member_info){
 						ps->who[x].ino,
@@ -1093,8 +1136,8 @@ void parity_get_stats(struct parity *par, struct eng_protect_stats *s)
 		return;
 	pthread_mutex_lock(&par->lock);
 	s->parity_rows = par->rows;
+	s->parity_bytes = par->row_bytes;
 	pthread_mutex_unlock(&par->lock);
-	s->parity_bytes = s->parity_rows * par->e->store.chunk_size;
 	s->parity_folds = atomic_load(&par->folds);
 	s->parity_unfolds = atomic_load(&par->unfolds);
 	s->parity_refused = atomic_load(&par->refused);
