@@ -492,7 +492,9 @@ int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
 			put32(w + 24, mb->in ? mb->crc : 0);
 			put32(w + 28, mb->in);
 		}
-		row_copy(par, ps, b); /* as a chunk: zeros past the row */
+		/* Only the row's bytes: the asker reads zeros past them. */
+		len = (uint32_t)ps->st.len;
+		memcpy(b, ps->st.parity, len);
 	}
 	pthread_mutex_unlock(&par->lock);
 	if (!ps) {
@@ -664,8 +666,12 @@ static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
 	if (rc == 0 && (rep.meta_len != alen ||
 			get32(ans) != (uint32_t)par->l.k ||
 			get32(ans + 4) != (uint32_t)r ||
-			rep.bulk_len != par->e->store.chunk_size))
+			rep.bulk_len > par->e->store.chunk_size))
 		rc = -EPROTO;
+	/* A row as long as its longest member: zeros past it. */
+	if (rc == 0)
+		memset(row + rep.bulk_len, 0,
+		       par->e->store.chunk_size - rep.bulk_len);
 	for (int s = 0; rc == 0 && s < par->l.k; s++) {
 		const uint8_t *w = ans + 8 + (size_t)s * PAR_MEMBER_META;
 

@@ -7,7 +7,8 @@
 # nodes still read the right bytes, decoded from the stripe.  And a full
 # arena: pieces of a checkpoint that was written back and fell out of the
 # --keep window leave the parity rows, so that their memory goes and new
-# checkpoints fit.
+# checkpoints fit.  And small files: 900 of 4 KiB cost rows of 4 KiB, not a
+# chunk each, and a lost node's read back decoded.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_root "poke_mem.py writes a daemon's memory"
@@ -145,3 +146,54 @@ import json, sys
 print(json.load(sys.stdin)["group"]["parity_rows"])')
 [ "$rows" -le 12 ] || fail "node 0 holds $rows parity rows after eviction, want <= 12"
 log "five checkpoints in a 64 MiB arena: evicted pieces left the rows ($rows rows held)"
+
+# --- small files: rows as small as their members --------------------------
+# A new group: 300 files of 4 KiB per node, about 450 stripes of two 4 KiB
+# members.  Rows a chunk each would need 150 MiB per node, more than the
+# 64 MiB arena; rows as long as their members take 4 KiB.
+for n in 0 1 2; do pid_alive "${PID[$n]}" && stop_daemon "${M[$n]}" "${PID[$n]}"; done
+rm -rf "$T_TMP"/state*
+group_init 3
+start_node() { group_node "$1" --mem 64M --protect xor; }
+start_node 0
+start_node 1
+start_node 2
+wait_states "${M[0]}" "self up up"
+wait_agree 30 0 1 2
+mkdir "${M[0]}/ck"
+for n in 0 1 2; do
+	"$PY" - "${M[$n]}/ck" "$REF/small$n" "$n" <<'PYEOF' || fail "small files on node $n"
+import os, random, sys
+d, ref, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(ref, exist_ok=True)
+rnd = random.Random(n)
+for i in range(300):
+    data = rnd.randbytes(4096)
+    with open(f"{d}/n{n}-{i}", "wb") as f:
+        f.write(data)
+    with open(f"{ref}/n{n}-{i}", "wb") as f:
+        f.write(data)
+PYEOF
+done
+for n in 0 1 2; do
+	admin "${M[$n]}" protect --wait >/dev/null || fail "protect --wait of the small files on node $n"
+done
+for n in 0 1 2; do
+	pb=$(admin "${M[$n]}" group --json | "$PY" -c '
+import json, sys
+g = json.load(sys.stdin)["group"]
+print(g["parity_bytes"], g["parity_rows"])')
+	log "node $n: parity rows for 900 small files: ${pb#* } rows, ${pb% *} bytes"
+	[ "${pb% *}" -le $((2 << 20)) ] || fail "node $n holds ${pb% *} bytes of parity for 900 files of 4 KiB"
+	[ "${pb#* }" -ge 100 ] || fail "node $n holds ${pb#* } rows for 900 small files"
+done
+# Node 1 lost with its memory: its small files read decoded on node 0.
+kill_daemon "${M[1]}" "${PID[1]}"
+wait_states "${M[0]}" "self dead up" 30
+for i in 0 77 150 299; do
+	cmp "$REF/small1/n1-$i" "${M[0]}/ck/n1-$i" ||
+		fail "node 1's small file n1-$i differs on node 0 once node 1 is lost"
+done
+log "900 small files protected with small rows; a lost node's read back decoded"
+stop_daemon "${M[0]}" "${PID[0]}"
+stop_daemon "${M[2]}" "${PID[2]}"
