@@ -1030,8 +1030,21 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	}
 	if (rc == 0)
 		rc = make_parents(p->dirfd, rel);
-	if (rc == 0 && mkdirat(p->dirfd, rel, 0700) < 0 && errno != EEXIST)
-		rc = -errno;
+	if (rc == 0 && mkdirat(p->dirfd, rel, 0700) < 0) {
+		struct stat st;
+
+		/*
+		 * There already: as a directory.  A file put in its way
+		 * (by hand, or left over) is not written back over, and the
+		 * directory is not persisted while it is there.
+		 */
+		if (errno != EEXIST)
+			rc = -errno;
+		else if (fstatat(p->dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			rc = -errno;
+		else if (!S_ISDIR(st.st_mode))
+			rc = -ENOTDIR;
+	}
 	if (rc == 0)
 		rc = set_meta(p, rel, mode, uid, gid, times);
 	if (rc == 0) {

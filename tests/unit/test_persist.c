@@ -311,6 +311,46 @@ static void test_error_then_retry(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 }
 
+/*
+ * A directory whose name a file holds in the persist dir is not written
+ * back over it: that flush fails and the tier says unhealthy, whatever
+ * order the pass takes (it used to count the directory as persisted once
+ * mkdir said EEXIST, and a pass that wrote it last reported healthy).
+ */
+static void test_dir_over_a_file(void **state)
+{
+	struct fixture *fx = *state;
+	char path[PATH_MAX + 64];
+	struct eng_stats s;
+	struct stat st;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/d", fx->persist);
+	f = fopen(path, "w");
+	fclose(f);
+	fx->no_policy = true;
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_int_equal(eng_unlink(fx->e, RFT_ROOT_INO, "d"), 0);
+	f = fopen(path, "w");
+	fclose(f);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "d", 0750, 0, 0, &st),
+			 0);
+	assert_int_not_equal(flush_wait(fx->e), 0);
+	eng_get_stats(fx->e, &s);
+	assert_false(s.persist_healthy);
+	assert_non_null(strstr(s.persist_last_error, "Not a directory"));
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(S_ISREG(st.st_mode)); /* left as it was */
+
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	eng_get_stats(fx->e, &s);
+	assert_true(s.persist_healthy);
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0750);
+}
+
 static void test_eviction_of_old_checkpoints(void **state)
 {
 	struct fixture *fx = *state;
@@ -419,6 +459,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_foreign_file_unverified,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_are_mirrored, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_over_a_file, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_error_then_retry, setup,
 						teardown),
