@@ -1630,12 +1630,12 @@ static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
 	for (uint32_t i = first; i <= last && got < need; i++) {
 		uint32_t end = piece_end(e, i, pos, size);
 
-		if (needs_chunk(e, f, i, end) &&
-		    store_try_alloc_len(&e->store, piece_want(e, f, i, end),
-					&ids[got]) == 0)
-			got++;
-		else if (needs_chunk(e, f, i, end))
+		if (!needs_chunk(e, f, i, end))
+			continue;
+		if (store_try_alloc_len(&e->store, piece_want(e, f, i, end),
+					&ids[got]) < 0)
 			break;
+		got++;
 	}
 	if (got < need && (!partial || got == 0)) {
 		rc = -ENOSPC;

@@ -309,6 +309,15 @@ int store_try_alloc(struct store *s, uint32_t *id)
 	return ok ? 0 : -ENOSPC;
 }
 
+/* Chunk @id (refs 0, faulted in) back on the free stack; s->lock held. */
+static void push_free_locked(struct store *s, uint32_t id)
+{
+	s->free_stack[s->nfree++] = id;
+	s->nfaulted_free++;
+	if (s->waiters)
+		pthread_cond_broadcast(&s->freed);
+}
+
 /* The class of a block for @len bytes: the smallest 4 KiB << cls >= len. */
 static unsigned small_class(uint32_t len)
 {
@@ -410,10 +419,7 @@ static void small_free(struct store *s, uint32_t id)
 		s->nslabs--;
 		atomic_store_explicit(&s->refs[sl->chunk], 0,
 				      memory_order_release);
-		s->free_stack[s->nfree++] = sl->chunk;
-		s->nfaulted_free++;
-		if (s->waiters)
-			pthread_cond_broadcast(&s->freed);
+		push_free_locked(s, sl->chunk);
 		free(sl);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -529,10 +535,7 @@ void store_put(struct store *s, uint32_t id)
 		return;
 	}
 	pthread_mutex_lock(&s->lock);
-	s->free_stack[s->nfree++] = id;
-	s->nfaulted_free++;
-	if (s->waiters)
-		pthread_cond_broadcast(&s->freed);
+	push_free_locked(s, id);
 	pthread_mutex_unlock(&s->lock);
 }
 

@@ -274,26 +274,38 @@ static void test_names_are_mirrored(void **state)
 	free(data);
 }
 
+/*
+ * Start the engine (write-back only when asked) with a file named @name in
+ * the persist dir where the directory @name of the namespace, made here
+ * with @mode, must go; *@st is the directory's.  @path gets the file's.
+ */
+static void start_blocked(struct fixture *fx, const char *name, mode_t mode,
+			  char *path, size_t size, struct stat *st)
+{
+	FILE *f;
+
+	snprintf(path, size, "%s/%s", fx->persist, name);
+	f = fopen(path, "w");
+	fclose(f);
+	fx->no_policy = true;
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_int_equal(eng_unlink(fx->e, RFT_ROOT_INO, name), 0);
+	/* The mirror removed it; put it back behind the engine's back. */
+	f = fopen(path, "w");
+	fclose(f);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, name, mode, 0, 0, st),
+			 0);
+}
+
 static void test_error_then_retry(void **state)
 {
 	struct fixture *fx = *state;
 	char path[PATH_MAX + 64];
 	struct eng_stats s;
 	struct stat st;
-	FILE *f;
 
 	/* A file where the checkpoint's directory must go. */
-	snprintf(path, sizeof(path), "%s/blocked", fx->persist);
-	f = fopen(path, "w");
-	fclose(f);
-	fx->no_policy = true;
-	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
-	assert_int_equal(eng_unlink(fx->e, RFT_ROOT_INO, "blocked"), 0);
-	/* The mirror removed it; put it back behind the engine's back. */
-	f = fopen(path, "w");
-	fclose(f);
-	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "blocked", 0755, 0, 0,
-				   &st), 0);
+	start_blocked(fx, "blocked", 0755, path, sizeof(path), &st);
 	fx_put(fx->e, st.st_ino, "w.pt", "weights", 7);
 	assert_int_not_equal(flush_wait(fx->e), 0);
 	eng_get_stats(fx->e, &s);
@@ -323,18 +335,8 @@ static void test_dir_over_a_file(void **state)
 	char path[PATH_MAX + 64];
 	struct eng_stats s;
 	struct stat st;
-	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/d", fx->persist);
-	f = fopen(path, "w");
-	fclose(f);
-	fx->no_policy = true;
-	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
-	assert_int_equal(eng_unlink(fx->e, RFT_ROOT_INO, "d"), 0);
-	f = fopen(path, "w");
-	fclose(f);
-	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "d", 0750, 0, 0, &st),
-			 0);
+	start_blocked(fx, "d", 0750, path, sizeof(path), &st);
 	assert_int_not_equal(flush_wait(fx->e), 0);
 	eng_get_stats(fx->e, &s);
 	assert_false(s.persist_healthy);
