@@ -252,6 +252,13 @@ int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
  */
 ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
 		  size_t size, off_t off);
+/*
+ * eng_write for a caller that must not wait (an io_uring thread): -EAGAIN,
+ * with nothing changed, where eng_write would wait for memory, for a
+ * read-in from the persist dir or for queued copies.
+ */
+ssize_t eng_write_nowait(struct eng *e, struct eng_file *fp, const void *buf,
+			 size_t size, off_t off);
 
 /*
  * fallocate(2) on an open file, within the memory budget.  With no flag:

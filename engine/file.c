@@ -1772,11 +1772,14 @@ void file_wait_writes(struct eng *e, struct file *f)
 /*
  * The write path.  With @done, the copy is queued for the copier and
  * *@queued set; without, it is done here.  Either way memory is reserved,
- * and the size and state updated, before this returns.
+ * and the size and state updated, before this returns.  With @nowait,
+ * -EAGAIN (nothing changed) where it would wait: for queued copies, for a
+ * read-in from the persist dir, for memory.
  */
 static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			    const void *buf, size_t size, off_t off,
-			    void (*done)(void *ctx), void *ctx, bool *queued)
+			    void (*done)(void *ctx), void *ctx, bool *queued,
+			    bool nowait)
 {
 	struct inode *in = fp->inode;
 	struct file *f = &in->file;
@@ -1807,6 +1810,8 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 		if (done) {
 			pthread_rwlock_wrlock(&f->lock);
 		} else if (!file_wrlock_drained(e, f)) {
+			if (nowait)
+				return -EAGAIN;
 			file_wait_writes(e, f);
 			continue;
 		}
@@ -1817,6 +1822,10 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 		}
 		if (needs_load(e, f, pos, size, &idx)) {
 			pthread_rwlock_unlock(&f->lock);
+			if (nowait) {
+				free(job);
+				return -EAGAIN;
+			}
 			if (loads++ == LOAD_TRIES) {
 				free(job);
 				return -EIO;
@@ -1837,6 +1846,10 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 		rc = (int)got;
 		if (rc != -ENOSPC || timed_out)
 			break;
+		if (nowait) {
+			rc = -EAGAIN;
+			break;
+		}
 		/*
 		 * Out of memory: wait for eviction without the file lock
 		 * (readers, the evictor and the persist worker need it),
@@ -1892,7 +1905,13 @@ out:
 ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
 		  size_t size, off_t off)
 {
-	return write_common(e, fp, buf, size, off, NULL, NULL, NULL);
+	return write_common(e, fp, buf, size, off, NULL, NULL, NULL, false);
+}
+
+ssize_t eng_write_nowait(struct eng *e, struct eng_file *fp, const void *buf,
+			 size_t size, off_t off)
+{
+	return write_common(e, fp, buf, size, off, NULL, NULL, NULL, true);
 }
 
 ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
@@ -1900,8 +1919,9 @@ ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
 			void *ctx, bool *queued)
 {
 	if (!e->copier.running)
-		return write_common(e, fp, buf, size, off, NULL, NULL, queued);
-	return write_common(e, fp, buf, size, off, done, ctx, queued);
+		return write_common(e, fp, buf, size, off, NULL, NULL, queued,
+				    false);
+	return write_common(e, fp, buf, size, off, done, ctx, queued, false);
 }
 
 /* --- fallocate ----------------------------------------------------------- */

@@ -88,6 +88,7 @@ struct ctl_worker {
 struct rfs_ctl {
 	struct eng *e;
 	struct grp *g;	/* NULL: not in a group */
+	struct rfs_fuse_info *fuse; /* NULL: not told */
 	char *path;
 	int lfd;
 	int wakefd;	/* eventfd, readable once rfs_ctl_free() starts */
@@ -454,6 +455,16 @@ static const struct rep_field io_fields[IO_N] = {
 		"reftfs_read_ops_total", "Read requests."),
 	[IO_RBYTES] = REP_EXPORT("read_bytes", REP_BYTES, REP_COUNTER,
 		"reftfs_read_bytes_total", "Bytes read."),
+};
+
+enum { FU_LIBFUSE, FU_PROTO, FU_URING, FU_N };
+
+static const struct rep_field fuse_fields[FU_N] = {
+	[FU_LIBFUSE] = REP_FIELD("libfuse", REP_STRING),
+	[FU_PROTO] = REP_FIELD("kernel_protocol", REP_STRING),
+	[FU_URING] = REP_EXPORT("io_uring", REP_BOOL, REP_GAUGE,
+		"reftfs_fuse_io_uring",
+		"1 once FUSE requests come over io_uring (--io-uring)."),
 };
 
 enum {
@@ -1072,6 +1083,7 @@ enum {
 	ST_MEMORY,
 	ST_NS,
 	ST_IO,
+	ST_FUSE,
 	ST_COUNTERS,
 	ST_PERSIST,
 	ST_GROUP,
@@ -1099,6 +1111,7 @@ static const struct rep_field status_fields[ST_N] = {
 	[ST_MEMORY] = REP_GROUP("memory", mem_fields, MEM_N),
 	[ST_NS] = REP_GROUP("namespace", ns_fields, NS_N),
 	[ST_IO] = REP_GROUP("io", io_fields, IO_N),
+	[ST_FUSE] = REP_GROUP("fuse", fuse_fields, FU_N),
 	[ST_COUNTERS] = REP_GROUP("counters", cnt_fields, CNT_N),
 	[ST_PERSIST] = REP_GROUP("persist", persist_fields, PER_N),
 	[ST_GROUP] = REP_GROUP("group", gr_fields, GR_N),
@@ -1171,6 +1184,9 @@ static const struct rep_text status_text[] = {
 	TXT(NULL, "io",
 	    "{io.write_ops} writes ({io.write_bytes}), {io.read_ops} reads "
 	    "({io.read_bytes})"),
+	TXT("fuse.kernel_protocol", "fuse",
+	    "libfuse {fuse.libfuse}, kernel FUSE {fuse.kernel_protocol}, "
+	    "requests over {fuse.io_uring?io_uring|/dev/fuse}"),
 	TXT("!persist.enabled", "persist", "disabled (no --persist directory)"),
 	TXT("persist.enabled", "persist",
 	    "{persist.dir}, {persist.healthy?healthy|FAILING}"),
@@ -1234,6 +1250,24 @@ static int ck_row(void *ctx, const struct eng_ckpt_info *ci)
 		    (ci->in_keep_window ? CK_FLAG_KEEP : 0) |
 			    (ci->persist_selected ? CK_FLAG_PERSIST : 0));
 	return 0;
+}
+
+static void fill_fuse(const struct rfs_fuse_info *f, struct rep_obj *g)
+{
+	unsigned proto;
+	char buf[32];
+
+	if (!f)
+		return;
+	proto = atomic_load_explicit(&f->proto, memory_order_relaxed);
+	rep_set_str(g, FU_LIBFUSE, f->libfuse);
+	if (proto) {
+		snprintf(buf, sizeof(buf), "%u.%u", proto >> 16,
+			 proto & 0xffff);
+		rep_set_str(g, FU_PROTO, buf);
+	}
+	rep_set_bool(g, FU_URING,
+		     atomic_load_explicit(&f->io_uring, memory_order_relaxed));
 }
 
 /*
@@ -1301,6 +1335,8 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, IO_WBYTES, st.write_bytes);
 	rep_set_u64(g, IO_ROPS, st.read_ops);
 	rep_set_u64(g, IO_RBYTES, st.read_bytes);
+
+	fill_fuse(r->c->fuse, rep_obj(top, ST_FUSE));
 
 	g = rep_obj(top, ST_COUNTERS);
 	rep_set_u64(g, CNT_ENOSPC, st.enospc);
@@ -3315,6 +3351,11 @@ static void ctl_stop(struct rfs_ctl *c)
 void rfs_ctl_set_group(struct rfs_ctl *c, struct grp *g)
 {
 	c->g = g;
+}
+
+void rfs_ctl_set_fuse(struct rfs_ctl *c, struct rfs_fuse_info *f)
+{
+	c->fuse = f;
 }
 
 int rfs_ctl_start(struct rfs_ctl *c)

@@ -21,6 +21,9 @@
 #ifndef RFT_CTL_H
 #define RFT_CTL_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include "engine.h"
 
 #define RFS_CTL_PROTOCOL 1	/* bumped when the wire format changes */
@@ -39,6 +42,20 @@ struct rfs_ctl;
  * is copied.  Returns 0 or -errno, with one line logged saying what failed.
  */
 int rfs_ctl_new(struct eng *e, const char *path, struct rfs_ctl **out);
+
+/*
+ * What the FUSE session reports ("fuse" in "status" and "metrics"), filled
+ * by fs/ops.c as the session starts and read by the server without a lock.
+ */
+struct rfs_fuse_info {
+	const char *libfuse;	/* the library's version */
+	_Atomic unsigned proto;	/* kernel FUSE protocol, major << 16 | minor;
+				   0 until INIT */
+	_Atomic bool io_uring;	/* a request has come over an io_uring */
+};
+
+/* Report on @f too.  Before rfs_ctl_start(); @f must outlive the server. */
+void rfs_ctl_set_fuse(struct rfs_ctl *c, struct rfs_fuse_info *f);
 
 struct grp;
 

@@ -10,6 +10,10 @@
  * pool when the engine's copier is done with it.  The writer's next
  * request then overlaps the copy of this one.
  *
+ * With --io-uring, main.c runs fuse_session_loop_mt() instead: requests
+ * then come over the rings, answered from the rings' own buffers, and only
+ * libfuse's loop stops the rings when the session ends.
+ *
  * Shutdown follows libfuse's loop: a worker that sees the session end
  * posts a semaphore, the main thread cancels the others, which allow
  * cancellation only while they wait for a request.

@@ -15,6 +15,12 @@
  * mappings and processes; the cache is kept across opens while the engine
  * says the data has not changed.  --direct-read makes read-only opens
  * direct even then, for jobs that never map a file.
+ *
+ * With --io-uring (libfuse 3.18+), each CPU's requests come over a ring
+ * served by one thread: nothing may wait there, so a WRITE or fallocate
+ * that would wait goes to lane.c's threads, and every request answered
+ * from another thread is counted there (rfs_defer_begin/end) so that the
+ * session does not end, and its rings go, before the answer is out.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +33,21 @@
 
 static struct rfs *rfs_of(fuse_req_t req)
 {
-	return fuse_req_userdata(req);
+	struct rfs *r = fuse_req_userdata(req);
+
+#ifdef FUSE_CAP_OVER_IO_URING
+	/*
+	 * libfuse starts the rings after INIT is answered, or says why not in
+	 * a line of its own: the first request that comes over one is the
+	 * proof, for the log and "status" (whoever asked libfuse for them).
+	 * One relaxed load once it is set.
+	 */
+	if (!atomic_load_explicit(&r->info.io_uring, memory_order_relaxed) &&
+	    fuse_req_is_uring(req) &&
+	    !atomic_exchange(&r->info.io_uring, true))
+		rft_info("fuse: requests arrive over io_uring");
+#endif
+	return r;
 }
 
 static struct eng_file *fh_of(const struct fuse_file_info *fi)
@@ -53,7 +73,7 @@ static void reply_entry(fuse_req_t req, int rc, const struct stat *st)
 static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct rfs *r = userdata;
-	const char *mmap_how;
+	const char *mmap_how, *uring_how = "";
 
 	conn->max_write = r->max_write;
 	conn->max_readahead = r->max_write;
@@ -79,14 +99,31 @@ static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 	/* Measured slower or without effect here (docs/benchmarks.md). */
 	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 			FUSE_CAP_SPLICE_MOVE | FUSE_CAP_WRITEBACK_CACHE);
-	rft_info("fuse: libfuse %s, kernel FUSE %u.%u; %s%s; atomic O_TRUNC %s, parallel dirops %s, async direct I/O %s",
+#ifdef FUSE_CAP_OVER_IO_URING
+	/*
+	 * Only when main.c chose the loop that stops the rings (libfuse's:
+	 * nothing else in its API does), whatever -o or FUSE_URING_ENABLE
+	 * asked of libfuse.
+	 */
+	if (r->io_uring && (conn->capable & FUSE_CAP_OVER_IO_URING))
+		conn->want |= FUSE_CAP_OVER_IO_URING;
+	else
+		conn->want &= ~FUSE_CAP_OVER_IO_URING;
+	uring_how = !r->io_uring ? "" :
+		    conn->want & FUSE_CAP_OVER_IO_URING ?
+		    "; io_uring asked for (--io-uring)" :
+		    "; io_uring NOT offered by the kernel: requests over /dev/fuse";
+#endif
+	atomic_store(&r->info.proto,
+		     (unsigned)conn->proto_major << 16 | conn->proto_minor);
+	rft_info("fuse: libfuse %s, kernel FUSE %u.%u; %s%s; atomic O_TRUNC %s, parallel dirops %s, async direct I/O %s%s",
 		 fuse_pkgversion(), conn->proto_major, conn->proto_minor,
 		 mmap_how,
 		 !r->mmap_direct && r->direct_read ?
 			 ", read-only opens direct I/O (--direct-read)" : "",
 		 conn->want & FUSE_CAP_ATOMIC_O_TRUNC ? "yes" : "no",
 		 conn->want & FUSE_CAP_PARALLEL_DIROPS ? "yes" : "no",
-		 conn->want & FUSE_CAP_ASYNC_DIO ? "yes" : "no");
+		 conn->want & FUSE_CAP_ASYNC_DIO ? "yes" : "no", uring_how);
 }
 
 static void rfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -203,15 +240,22 @@ static void call_finish(struct eng_call *c, int rc)
 		break;
 	}
 	free(rc_);
+	rfs_defer_end(r);
 }
 
 /* Start @rc's call; it is answered and freed by call_finish, now or later. */
 static void call_start(struct rfs_call *rc_)
 {
+	struct rfs *r = rfs_of(rc_->req);
 	int rc;
 
+	if (!rfs_defer_begin(r)) {
+		fuse_reply_err(rc_->req, EIO);
+		free(rc_);
+		return;
+	}
 	rc_->c.done = call_finish;
-	rc = eng_call(rfs_of(rc_->req)->eng, &rc_->c);
+	rc = eng_call(r->eng, &rc_->c);
 	if (rc != ENG_LATER)
 		call_finish(&rc_->c, rc);
 }
@@ -453,22 +497,82 @@ static void rfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 static int reply_read(void *ctx, const struct iovec *iov, int cnt, int err)
 {
 	fuse_req_t req = ctx;
+	struct rfs *r = rfs_of(req);
+	int rc;
 
 	if (err < 0)
-		return fuse_reply_err(req, -err);
-	if (cnt == 0)
-		return fuse_reply_buf(req, NULL, 0);
-	return fuse_reply_iov(req, iov, cnt);
+		rc = fuse_reply_err(req, -err);
+	else if (cnt == 0)
+		rc = fuse_reply_buf(req, NULL, 0);
+	else
+		rc = fuse_reply_iov(req, iov, cnt);
+	rfs_defer_end(r);
+	return rc;
 }
 
+/* Answered now, or later from an engine thread (a read from the persist
+ * dir or a peer). */
 static void rfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	int rc = eng_read(rfs_of(req)->eng, fh_of(fi), size, off, reply_read,
-			  req);
+	struct rfs *r = rfs_of(req);
+	int rc;
 
-	if (rc < 0)
+	if (!rfs_defer_begin(r))
+		return (void)fuse_reply_err(req, EIO);
+	rc = eng_read(r->eng, fh_of(fi), size, off, reply_read, req);
+	if (rc < 0) {
 		fuse_reply_err(req, -rc);
+		rfs_defer_end(r);
+	}
+}
+
+/* A WRITE or fallocate that may wait, on a lane thread (io_uring). */
+struct lane_write {
+	fuse_req_t req;
+	struct eng_file *fp;
+	const char *buf;	/* in the request's ring entry: ours until the
+				   reply */
+	size_t size;
+	off_t off;
+	unsigned falloc;	/* ENG_FALLOC_*; or */
+	bool is_falloc;		/* a fallocate of [off, off + size) */
+};
+
+static void lane_write_run(void *arg)
+{
+	struct lane_write *w = arg;
+	struct rfs *r = rfs_of(w->req);
+	ssize_t n;
+
+	if (w->is_falloc) {
+		fuse_reply_err(w->req, -eng_fallocate(r->eng, w->fp, w->falloc,
+						      w->off,
+						      (off_t)w->size));
+	} else {
+		n = eng_write(r->eng, w->fp, w->buf, w->size, w->off);
+		if (n < 0)
+			fuse_reply_err(w->req, (int)-n);
+		else
+			fuse_reply_write(w->req, (size_t)n);
+	}
+	free(w);
+	rfs_defer_end(r);
+}
+
+/* Hand @w to the lane; 0, or -errno when it must be answered now. */
+static int lane_write_push(struct rfs *r, struct lane_write *w)
+{
+	struct lane_write *copy = malloc(sizeof(*copy));
+	int rc;
+
+	if (!copy)
+		return -ENOMEM;
+	*copy = *w;
+	rc = rfs_lane_push(r, lane_write_run, copy);
+	if (rc < 0)
+		free(copy);
+	return rc;
 }
 
 static void rfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
@@ -495,8 +599,26 @@ static void rfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 			fuse_lowlevel_notify_inval_inode(rfs_of(req)->se, ino,
 							 -1, 0);
 	}
-	/* Answer before the copy: it overlaps the writer's next request. */
-	if (rbuf) {
+	if (rfs_of(req)->lane) {
+		/*
+		 * A ring thread serves every caller on its CPU: what would
+		 * wait (memory, a read-in, queued copies) goes to the lane.
+		 * Stopping: done here, waits and all.
+		 */
+		n = eng_write_nowait(rfs_of(req)->eng, fh_of(fi), buf, size,
+				     off);
+		if (n == -EAGAIN) {
+			struct lane_write w = { req, fh_of(fi), buf, size,
+						off, 0, false };
+
+			if (lane_write_push(rfs_of(req), &w) == 0)
+				return;
+			n = eng_write(rfs_of(req)->eng, fh_of(fi), buf, size,
+				      off);
+		}
+	} else if (rbuf) {
+		/* Answer before the copy: it overlaps the writer's next
+		 * request. */
 		n = eng_write_async(rfs_of(req)->eng, fh_of(fi), buf, size, off,
 				    rfs_loop_give_back, rbuf, &queued);
 		if (queued)
@@ -539,6 +661,14 @@ static void rfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 		flags |= ENG_FALLOC_KEEP_SIZE;
 	if (mode & FALLOC_FL_PUNCH_HOLE)
 		flags |= ENG_FALLOC_PUNCH_HOLE;
+	/* It may wait for memory: never on a ring thread. */
+	if (rfs_of(req)->lane && off >= 0 && len > 0) {
+		struct lane_write w = { req, fh_of(fi), NULL, (size_t)len,
+					off, flags, true };
+
+		if (lane_write_push(rfs_of(req), &w) == 0)
+			return;
+	}
 	fuse_reply_err(req, -eng_fallocate(rfs_of(req)->eng, fh_of(fi), flags,
 					   off, len));
 }

@@ -8,6 +8,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "ctl.h"
 #include "engine.h"
 
 /* Seconds the kernel may keep attributes and names, alone (not in a group). */
@@ -27,9 +28,30 @@ struct rfs {
 	uint64_t cache_small;	/* with mmap_direct, sealed files up to this
 				   size opened read-only use the page cache */
 	unsigned max_write;	/* bytes per WRITE request */
+	bool io_uring;		/* ask for FUSE over io_uring (--io-uring, and
+				   the kernel's fuse module has it on) */
+	struct rfs_fuse_info info; /* what "status" says of the session */
+	struct rfs_lane *lane;	/* with io_uring: lane.c; else NULL */
 };
 
 extern const struct fuse_lowlevel_ops rfs_oper;
+
+/*
+ * With io_uring (lane.c): rfs_lane_start() before the session loop,
+ * rfs_lane_stop() after it; it also takes over SIGHUP, SIGINT and SIGTERM
+ * from fuse_set_signal_handlers().  rfs_lane_push() runs @run(@arg) on a
+ * lane thread; @run answers its request and calls rfs_defer_end().
+ * -ESHUTDOWN: stopping, answer now.  A handler whose request may be
+ * answered from another thread calls rfs_defer_begin() first (false:
+ * stopping, answer now) and rfs_defer_end() once it is answered.  Without
+ * a lane, all of these cost nothing.
+ */
+struct rfs_lane;
+int rfs_lane_start(struct rfs *r);
+void rfs_lane_stop(struct rfs *r);
+int rfs_lane_push(struct rfs *r, void (*run)(void *arg), void *arg);
+bool rfs_defer_begin(struct rfs *r);
+void rfs_defer_end(struct rfs *r);
 
 /*
  * Names another node of the group removed or moved, dropped from the

@@ -3,10 +3,12 @@
 # Idempotent and quick when everything is there: apt-get runs only if a
 # package is missing, meson setup only if build/ is not configured yet.
 #
-# Debian 12's libfuse (3.14) cannot ask the kernel to map direct I/O files;
-# tools/fetch-libfuse.sh puts Debian 13's fuse3 source in subprojects/, and
-# meson builds it into build/ as a static library.  Without a network the
-# build uses the system's libfuse (slower reads, same results) and says so.
+# Debian 12's libfuse (3.14) cannot ask the kernel to map direct I/O files
+# nor take requests over io_uring; tools/fetch-libfuse.sh puts Debian's
+# fuse3 3.18 source in subprojects/, and meson builds it into build/ as a
+# static library (with io_uring: liburing and libnuma below).  Without a
+# network the build uses the system's libfuse (slower reads, same results)
+# and says so.
 #
 # usage: bash tools/setup.sh        (from anywhere; builds in <repo>/build)
 set -euo pipefail
@@ -17,6 +19,7 @@ PKGS=(
 	dpkg-dev	# dpkg-source, for tools/fetch-libfuse.sh
 	libclang-rt-dev	# clang's sanitizer runtimes (tools/test.sh)
 	libfuse3-dev fuse3 libisal-dev libcmocka-dev
+	liburing-dev libnuma-dev	# the bundled libfuse's io_uring
 	libmemcached-dev memcached libraft-dev libuv1-dev libssl-dev
 	python3 python3-torch python3-numpy
 	fio psmisc util-linux mount

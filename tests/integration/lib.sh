@@ -11,6 +11,12 @@
 #   REFTFS_ADMIN  path of reftfs-admin
 #   SRCDIR        repository root
 #   BUILDDIR      meson build dir
+#   RFT_TEST_IO_URING=1  every daemon started by start_daemon or
+#                 start_daemon_bg takes its requests over io_uring
+#                 (--io-uring; the fuse module's enable_uring is turned on
+#                 for the test and put back after); the test fails if the
+#                 requests do not come over it.  The suite 'io_uring' runs
+#                 tests so (tests/integration/meson.build).
 #
 # Exit codes follow meson: 0 pass, 77 skip, anything else fail.
 
@@ -54,6 +60,9 @@ _T_RM=()	# extra directories to remove (outside $T_TMP)
 _T_CGROUPS=()	# cgroups we made: rmdir, once their processes are gone
 _T_NDAEMON=0
 _T_LAST_LOG=""
+_T_URING_PARAM=/sys/module/fuse/parameters/enable_uring
+_T_URING_WAS=""	# the parameter's value before uring_set changed it
+_T_URING_OPT=()	# what start_daemon adds: (--io-uring) or ()
 
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*" >&2; }
 fail() {
@@ -185,6 +194,7 @@ _t_cleanup() {
 	for m in "${_T_CGROUPS[@]}"; do
 		[ -d "$m" ] && rmdir "$m"
 	done
+	[ -n "$_T_URING_WAS" ] && echo "$_T_URING_WAS" >"$_T_URING_PARAM"
 	# Never rm -rf through something still mounted.
 	if awk -v t="$T_TMP/" 'index($5 "/", t) == 1 { f = 1 } END { exit !f }' \
 		/proc/self/mountinfo; then
@@ -251,11 +261,54 @@ wait_mounted() {
 	fail "$m not mounted after ${secs}s"
 }
 
+# uring_on / uring_off: the fuse module's enable_uring (root; a kernel
+# without it skips the test).  The value before is put back at exit.
+uring_set() {
+	need_root "the fuse module's enable_uring"
+	[ -w "$_T_URING_PARAM" ] || skip "this kernel has no FUSE over io_uring ($_T_URING_PARAM)"
+	[ -n "$_T_URING_WAS" ] || _T_URING_WAS=$(cat "$_T_URING_PARAM")
+	echo "$1" >"$_T_URING_PARAM" || fail "cannot set $_T_URING_PARAM"
+}
+uring_on() { uring_set Y; }
+uring_off() { uring_set N; }
+
+# uring_used MNT: true once the daemon of MNT says a request came over
+# io_uring ("status": fuse.io_uring).  The rings start after INIT: the
+# first requests may still come over /dev/fuse, so it asks a few times,
+# with listings (never answered from the kernel's cache).
+uring_used() {
+	local i
+	for i in $(seq 1 50); do
+		ls -a "$1" >/dev/null
+		"$REFTFS_ADMIN" -m "$1" status --json 2>/dev/null |
+			"$PY" -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["fuse"]["io_uring"] else 1)' &&
+			return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# With RFT_TEST_IO_URING=1: turn io_uring on and set _T_URING_OPT for
+# start_daemon; then check that the requests come over it.
+_t_uring_prepare() {
+	_T_URING_OPT=()
+	[ "${RFT_TEST_IO_URING:-0}" = 1 ] || return 0
+	uring_on
+	_T_URING_OPT=(--io-uring)
+}
+_t_uring_check() {
+	[ "${RFT_TEST_IO_URING:-0}" = 1 ] || return 0
+	uring_used "$1" || fail "reftfsd on $1 was started with --io-uring, but no request came over io_uring"
+	log "requests to $1 come over io_uring"
+}
+
 # start_daemon MNT [reftfsd options...]: run reftfsd in the foreground (-f)
 # as our child, wait until MNT is mounted.  Sets DAEMON_PID and DAEMON_LOG.
 start_daemon() {
 	local m=$1
 	shift
+	_t_uring_prepare
+	set -- "$@" "${_T_URING_OPT[@]}"
 	_T_NDAEMON=$((_T_NDAEMON + 1))
 	DAEMON_LOG="$T_TMP/daemon.$_T_NDAEMON.log"
 	_T_MOUNTS+=("$m")
@@ -268,6 +321,7 @@ start_daemon() {
 	t=$(mount_type "$m")
 	[ "$t" = fuse.reftfs ] || fail "$m mounted with type '$t', want fuse.reftfs"
 	log "mounted $m (pid $DAEMON_PID): reftfsd $m -f $*"
+	_t_uring_check "$m"
 }
 
 # start_daemon_bg MNT [options...]: the ordinary background mode.  reftfsd
@@ -275,6 +329,8 @@ start_daemon() {
 start_daemon_bg() {
 	local m=$1 rc=0
 	shift
+	_t_uring_prepare
+	set -- "$@" "${_T_URING_OPT[@]}"
 	_T_NDAEMON=$((_T_NDAEMON + 1))
 	DAEMON_LOG="$T_TMP/daemon.$_T_NDAEMON.log"
 	_T_MOUNTS+=("$m")
@@ -285,6 +341,7 @@ start_daemon_bg() {
 	[ -n "$DAEMON_PID" ] || fail "no reftfsd process found for $m"
 	_T_PIDS+=("$DAEMON_PID")
 	log "mounted $m (background pid $DAEMON_PID): reftfsd $m $*"
+	_t_uring_check "$m"
 }
 
 # stop_daemon MNT PID [SECONDS]: fusermount3 -u, then wait for the daemon to
