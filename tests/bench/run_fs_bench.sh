@@ -82,23 +82,14 @@ cleanup() {
 	else
 		rm -rf "$WORK" # raw results stay in --json-dir when given
 	fi
-	[ -n "${URING_WAS:-}" ] && echo "$URING_WAS" >"$URING_PARAM"
+	declare -F uring_restore >/dev/null && uring_restore
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# --io-uring: the fuse module must offer it: turned on here, put back at
-# exit (docs/operations.md, "FUSE over io_uring").
-URING_PARAM=/sys/module/fuse/parameters/enable_uring
-URING_WAS=""
-case " ${EXTRA[*]} " in
-*" --io-uring "*)
-	[ -w "$URING_PARAM" ] || { echo "--io-uring: no $URING_PARAM in this kernel" >&2; exit 1; }
-	URING_WAS=$(cat "$URING_PARAM")
-	echo Y >"$URING_PARAM"
-	;;
-esac
+# --io-uring: the fuse module's enable_uring, on until the cleanup.
+. "$SRCDIR/tests/bench/uring.sh"
 
 if [ "$(id -u)" = 0 ]; then
 	mount -t tmpfs -o "size=$("$PY" -c "print(int(float('$DD') + float('$SIZE') + 1))")G" tmpfs "$TMPFS"

@@ -38,23 +38,14 @@ cleanup() {
 	[ -n "$PID" ] && wait "$PID"
 	grep -q " $TMPFS " /proc/mounts && umount "$TMPFS"
 	rm -rf "$WORK"
-	[ -n "${URING_WAS:-}" ] && echo "$URING_WAS" >"$URING_PARAM"
+	declare -F uring_restore >/dev/null && uring_restore
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# --io-uring: the fuse module must offer it: turned on here, put back at
-# exit (docs/operations.md, "FUSE over io_uring").
-URING_PARAM=/sys/module/fuse/parameters/enable_uring
-URING_WAS=""
-case " ${EXTRA[*]} " in
-*" --io-uring "*)
-	[ -w "$URING_PARAM" ] || { echo "--io-uring: no $URING_PARAM in this kernel" >&2; exit 1; }
-	URING_WAS=$(cat "$URING_PARAM")
-	echo Y >"$URING_PARAM"
-	;;
-esac
+# --io-uring: the fuse module's enable_uring, on until the cleanup.
+. "$SRCDIR/tests/bench/uring.sh"
 
 mount -t tmpfs -o size=4G tmpfs "$TMPFS"
 "$REFTFSD" "$MNT" -f --mem 4G "${EXTRA[@]}" >"$WORK/reftfsd.log" 2>&1 &
