@@ -148,6 +148,7 @@ static void *stopper_thread(void *arg)
 {
 	struct rfs_lane *l = arg;
 	struct timespec ts;
+	unsigned owed;
 
 	while (sem_wait(&stop_sem) < 0 && errno == EINTR)
 		;
@@ -156,8 +157,9 @@ static void *stopper_thread(void *arg)
 		pthread_mutex_unlock(&l->lock);
 		return NULL;
 	}
-	rft_info("signal %d: stopping once %u replies owed are sent",
-		 (int)stop_signal, atomic_load(&l->deferred));
+	owed = atomic_load(&l->deferred);
+	rft_info("signal %d: the session ends once %u owed answer%s out",
+		 (int)stop_signal, owed, owed == 1 ? " is" : "s are");
 	atomic_store(&l->stopping, true);
 	/* A timed wait: a deferral may end between the load and the wait. */
 	while (atomic_load(&l->deferred) != 0) {

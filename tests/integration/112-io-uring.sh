@@ -148,7 +148,7 @@ pid_alive "$DAEMON_PID" && fail "reftfsd still runs 10 s after SIGTERM"
 rc=0
 wait "$DAEMON_PID" || rc=$?
 expect_eq "$rc" 0 "reftfsd's exit status after SIGTERM"
-grep -q 'stopping once 1 replies owed are sent' "$DAEMON_LOG" ||
+grep -q 'the session ends once 1 owed answer is out' "$DAEMON_LOG" ||
 	fail "the daemon did not wait for the write it owed an answer"
 is_mounted "$MNT2" && fail "$MNT2 still mounted after SIGTERM"
 log "PASS"
