@@ -34,18 +34,12 @@
 
 #define LANE_THREADS 4
 
-struct lane_job {
-	struct lane_job *next;
-	void (*run)(void *arg);
-	void *arg;
-};
-
 struct rfs_lane {
 	struct rfs *r;
 	pthread_mutex_t lock;
 	pthread_cond_t work;		/* a job queued, or quit */
 	pthread_cond_t idle;		/* deferred reached 0 while stopping */
-	struct lane_job *head, *tail;	/* protected by lock */
+	struct rfs_lane_job *head, *tail; /* protected by lock */
 	bool quit;			/* protected by lock */
 	atomic_uint deferred;		/* replies owed from other threads */
 	atomic_bool stopping;		/* no new deferral */
@@ -93,19 +87,13 @@ void rfs_defer_end(struct rfs *r)
 	}
 }
 
-int rfs_lane_push(struct rfs *r, void (*run)(void *arg), void *arg)
+int rfs_lane_push(struct rfs *r, struct rfs_lane_job *j)
 {
 	struct rfs_lane *l = r->lane;
-	struct lane_job *j;
 
 	if (!rfs_defer_begin(r))
 		return -ESHUTDOWN;
-	j = malloc(sizeof(*j));
-	if (!j) {
-		rfs_defer_end(r);
-		return -ENOMEM;
-	}
-	*j = (struct lane_job){ NULL, run, arg };
+	j->next = NULL;
 	pthread_mutex_lock(&l->lock);
 	if (l->tail)
 		l->tail->next = j;
@@ -123,7 +111,7 @@ static void *lane_thread(void *arg)
 
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
-		struct lane_job *j = l->head;
+		struct rfs_lane_job *j = l->head;
 
 		if (!j) {
 			if (l->quit)
@@ -135,9 +123,9 @@ static void *lane_thread(void *arg)
 		if (!l->head)
 			l->tail = NULL;
 		pthread_mutex_unlock(&l->lock);
-		/* The job answers its request and ends its deferral. */
-		j->run(j->arg);
-		free(j);
+		/* The job answers its request, ends its deferral, and may
+		 * free itself. */
+		j->run(j);
 		pthread_mutex_lock(&l->lock);
 	}
 	pthread_mutex_unlock(&l->lock);

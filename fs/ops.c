@@ -529,28 +529,26 @@ static void rfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 /* A WRITE or fallocate that may wait, on a lane thread (io_uring). */
 struct lane_write {
+	struct rfs_lane_job job;	/* first: run() gets it */
 	fuse_req_t req;
 	struct eng_file *fp;
-	const char *buf;	/* in the request's ring entry: ours until the
-				   reply */
-	size_t size;
-	off_t off;
-	unsigned falloc;	/* ENG_FALLOC_*; or */
-	bool is_falloc;		/* a fallocate of [off, off + size) */
+	const char *buf;	/* a WRITE's data, in the request's ring entry:
+				   ours until the reply; NULL: fallocate */
+	off_t off, len;		/* the range */
+	unsigned falloc;	/* ENG_FALLOC_* */
 };
 
-static void lane_write_run(void *arg)
+static void lane_write_run(struct rfs_lane_job *j)
 {
-	struct lane_write *w = arg;
+	struct lane_write *w = (struct lane_write *)j;
 	struct rfs *r = rfs_of(w->req);
 	ssize_t n;
 
-	if (w->is_falloc) {
+	if (!w->buf) {
 		fuse_reply_err(w->req, -eng_fallocate(r->eng, w->fp, w->falloc,
-						      w->off,
-						      (off_t)w->size));
+						      w->off, w->len));
 	} else {
-		n = eng_write(r->eng, w->fp, w->buf, w->size, w->off);
+		n = eng_write(r->eng, w->fp, w->buf, (size_t)w->len, w->off);
 		if (n < 0)
 			fuse_reply_err(w->req, (int)-n);
 		else
@@ -560,18 +558,25 @@ static void lane_write_run(void *arg)
 	rfs_defer_end(r);
 }
 
-/* Hand @w to the lane; 0, or -errno when it must be answered now. */
-static int lane_write_push(struct rfs *r, struct lane_write *w)
+/*
+ * Hand a WRITE (@buf) or a fallocate (@buf NULL, @falloc) of [@off, @off +
+ * @len) to the lane: 0, or -errno when it must be answered now.
+ */
+static int lane_write_push(fuse_req_t req, struct eng_file *fp,
+			   const char *buf, off_t off, off_t len,
+			   unsigned falloc)
 {
-	struct lane_write *copy = malloc(sizeof(*copy));
+	struct lane_write *w = malloc(sizeof(*w));
 	int rc;
 
-	if (!copy)
+	if (!w)
 		return -ENOMEM;
-	*copy = *w;
-	rc = rfs_lane_push(r, lane_write_run, copy);
+	*w = (struct lane_write){ .job.run = lane_write_run, .req = req,
+				  .fp = fp, .buf = buf, .off = off, .len = len,
+				  .falloc = falloc };
+	rc = rfs_lane_push(rfs_of(req), &w->job);
 	if (rc < 0)
-		free(copy);
+		free(w);
 	return rc;
 }
 
@@ -608,10 +613,8 @@ static void rfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		n = eng_write_nowait(rfs_of(req)->eng, fh_of(fi), buf, size,
 				     off);
 		if (n == -EAGAIN) {
-			struct lane_write w = { req, fh_of(fi), buf, size,
-						off, 0, false };
-
-			if (lane_write_push(rfs_of(req), &w) == 0)
+			if (lane_write_push(req, fh_of(fi), buf, off,
+					    (off_t)size, 0) == 0)
 				return;
 			n = eng_write(rfs_of(req)->eng, fh_of(fi), buf, size,
 				      off);
@@ -662,13 +665,9 @@ static void rfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 	if (mode & FALLOC_FL_PUNCH_HOLE)
 		flags |= ENG_FALLOC_PUNCH_HOLE;
 	/* It may wait for memory: never on a ring thread. */
-	if (rfs_of(req)->lane && off >= 0 && len > 0) {
-		struct lane_write w = { req, fh_of(fi), NULL, (size_t)len,
-					off, flags, true };
-
-		if (lane_write_push(rfs_of(req), &w) == 0)
-			return;
-	}
+	if (rfs_of(req)->lane &&
+	    lane_write_push(req, fh_of(fi), NULL, off, len, flags) == 0)
+		return;
 	fuse_reply_err(req, -eng_fallocate(rfs_of(req)->eng, fh_of(fi), flags,
 					   off, len));
 }

@@ -39,17 +39,22 @@ extern const struct fuse_lowlevel_ops rfs_oper;
 /*
  * With io_uring (lane.c): rfs_lane_start() before the session loop,
  * rfs_lane_stop() after it; it also takes over SIGHUP, SIGINT and SIGTERM
- * from fuse_set_signal_handlers().  rfs_lane_push() runs @run(@arg) on a
- * lane thread; @run answers its request and calls rfs_defer_end().
+ * from fuse_set_signal_handlers().  rfs_lane_push() runs @j->run(@j) on a
+ * lane thread (@j is embedded in the caller's job, which stays the
+ * caller's); run answers its request and calls rfs_defer_end().
  * -ESHUTDOWN: stopping, answer now.  A handler whose request may be
  * answered from another thread calls rfs_defer_begin() first (false:
  * stopping, answer now) and rfs_defer_end() once it is answered.  Without
  * a lane, all of these cost nothing.
  */
 struct rfs_lane;
+struct rfs_lane_job {
+	struct rfs_lane_job *next;	/* the lane's */
+	void (*run)(struct rfs_lane_job *j);
+};
 int rfs_lane_start(struct rfs *r);
 void rfs_lane_stop(struct rfs *r);
-int rfs_lane_push(struct rfs *r, void (*run)(void *arg), void *arg);
+int rfs_lane_push(struct rfs *r, struct rfs_lane_job *j);
 bool rfs_defer_begin(struct rfs *r);
 void rfs_defer_end(struct rfs *r);
 
