@@ -272,8 +272,15 @@ bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
  * CRC32C @crc, of which the first @fill are the file's (a truncate since
  * the seal keeps fewer; past them, and past @crc_len, zeros).  From its
  * holders, else from the persist dir the group shares when it was written
- * back there.  Checked either way.  No lock held; sleeps.
+ * back there.  Checked either way.  @buf holds fetch_room() bytes: the
+ * holders' whole piece comes into it, longer than @len after a truncate.
+ * No lock held; sleeps.
  */
+static uint32_t fetch_room(uint32_t len, uint32_t crc_len)
+{
+	return crc_len != SLOT_CRC_UNKNOWN && crc_len > len ? crc_len : len;
+}
+
 static int fetch_piece(struct eng *e, struct inode *in, struct eng_piece *pc,
 		       uint32_t fill, uint32_t len, uint32_t crc,
 		       uint32_t crc_len, uint8_t *buf,
@@ -387,7 +394,7 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	struct eng_piece pc;
 	struct slot want;
 	uint64_t gseal;
-	uint32_t len, id;
+	uint32_t len, room, id;
 	int rc;
 
 	pthread_rwlock_rdlock(&f->lock);
@@ -422,9 +429,14 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	 * it to free this very file's older pieces, and other readers need
 	 * not wait for the persist dir or a peer.
 	 */
-	/* Read-ahead takes free memory only: it never waits for it. */
-	rc = ahead ? store_try_alloc_len(&e->store, len, &id)
-		   : store_alloc_len(&e->store, e->cfg.enospc_wait_ms, len,
+	/*
+	 * Read-ahead takes free memory only: it never waits for it.  A block
+	 * of the file's length would be too small for what a fetch receives
+	 * when the file was truncated since its seal.
+	 */
+	room = want.where == PIECE_PEER ? fetch_room(len, want.crc_len) : len;
+	rc = ahead ? store_try_alloc_len(&e->store, room, &id)
+		   : store_alloc_len(&e->store, e->cfg.enospc_wait_ms, room,
 				     &id);
 	if (rc < 0) {
 		loads_end(e, in, i);

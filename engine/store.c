@@ -522,13 +522,25 @@ int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
 
 void store_get(struct store *s, uint32_t id)
 {
-	atomic_fetch_add_explicit(store_refp(s, id), 1, memory_order_relaxed);
+	uint32_t was = atomic_fetch_add_explicit(store_refp(s, id), 1,
+						 memory_order_relaxed);
+
+	if (was == 0) {
+		rft_err("store: chunk %#x taken while free", id);
+		abort();
+	}
 }
 
 void store_put(struct store *s, uint32_t id)
 {
-	if (atomic_fetch_sub_explicit(store_refp(s, id), 1,
-				      memory_order_acq_rel) != 1)
+	uint32_t was = atomic_fetch_sub_explicit(store_refp(s, id), 1,
+						 memory_order_acq_rel);
+
+	if (was == 0) {
+		rft_err("store: chunk %#x freed twice", id);
+		abort();
+	}
+	if (was != 1)
 		return;
 	if (id & STORE_SMALL) {
 		small_free(s, id);

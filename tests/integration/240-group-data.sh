@@ -161,6 +161,35 @@ print(len(p), sum(x["size"] for x in p), sorted({x["nodes"] for x in p}),
 expect_eq "$got" "10 9437201 ['1+2'] True" "placement of rank1.9437201 on node 0"
 log "every file protected (replicate:2) as every node sees it, copies on the next node"
 
+# --- a truncate on another node brings in a piece longer than the file ----
+# A 600000-byte file of node 2 truncated to 440000 on node 1: node 1 takes
+# it over and loads its piece, whose holders send the sealed 600000 bytes,
+# into memory of its own.  A block for the 440000 bytes the file keeps
+# would be too small: 512 KiB, the same slab's next block just behind it.
+# Node 1's own files of 500000 bytes sit two to a slab; every other one is
+# unlinked first, so that the load gets the block in front of one of them.
+mkdir "${M[1]}/trunc"
+head -c 600000 /dev/urandom >"$REF/long"
+cp "$REF/long" "${M[2]}/trunc/long"
+for k in $(seq 0 7); do
+	head -c 500000 /dev/urandom >"$REF/y$k"
+	cp "$REF/y$k" "${M[1]}/trunc/y$k"
+done
+admin "${M[1]}" protect --wait >/dev/null || fail "protect --wait on node 1 (trunc/)"
+for k in 0 2 4 6; do rm "${M[1]}/trunc/y$k"; done
+truncate -s 440000 "${M[1]}/trunc/long"
+head -c 440000 "$REF/long" >"$REF/long.440000"
+for n in 1 0 2; do
+	cmp "$REF/long.440000" "${M[$n]}/trunc/long" ||
+		fail "trunc/long, truncated on node 1, differs on node $n"
+	for k in 1 3 5 7; do
+		cmp "$REF/y$k" "${M[$n]}/trunc/y$k" ||
+			fail "trunc/y$k differs on node $n after node 1 loaded trunc/long"
+	done
+done
+rm -r "${M[1]}/trunc"
+log "a file truncated on another node: its piece loaded without touching memory beside it"
+
 # --- node 1 lost: its files come from their replicas ---------------------
 kill_daemon "${M[1]}" "${PID[1]}"
 wait_states "${M[0]}" "self dead up" 30
