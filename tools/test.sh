@@ -87,6 +87,11 @@ for line in open(sys.argv[2]):
     # A hung test's watchdog report (tests/unit/watchdog.h) is shown whole.
     wd = [i for i, l in enumerate(out) if l.startswith("watchdog:")]
     keep = out[wd[0]:][:400] if wd else out[-40:]
+    # What the test said failed, and the seeds that replay it, may lie
+    # above the last lines (daemon logs come after them): shown first.
+    if not wd and len(out) > 40:
+        said = [l for l in out[:-40] if "FAIL" in l or "seed" in l]
+        keep = said[:40] + ["..."] + keep
     print(f"test: --- {sys.argv[1]}: {t.get('name')}: {t.get('result')} "
           f"after {t.get('duration', 0):.1f}s; {len(keep)} lines:")
     for l in keep:

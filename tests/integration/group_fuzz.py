@@ -59,6 +59,10 @@ class Fuzz:
         self.dirs = dirs if dirs is not None else {""}
         self.recent = collections.deque(maxlen=12)
         self.n = 0
+        # Per file: what was done to it (across renames), so a mismatch
+        # can say which of its earlier contents a node returned.
+        self.hist = {p: ["(from an earlier run)"] for p in self.files}
+        self.versions = {p: [v] for p, v in self.files.items()}
 
     # --- helpers --------------------------------------------------------
 
@@ -110,6 +114,42 @@ class Fuzz:
         raise Mismatch("%s\n  operations before it:\n    %s" % (
             msg, "\n    ".join(self.recent)))
 
+    def touched(self, rel, data=None):
+        """Record the last note as a change of rel (data: its new bytes)."""
+        self.hist.setdefault(rel, []).append(self.recent[-1])
+        if data is not None:
+            self.versions.setdefault(rel, []).append(data)
+
+    def moved(self, move):
+        self.hist = {move(p): h for p, h in self.hist.items()}
+        self.versions = {move(p): v for p, v in self.versions.items()}
+
+    def explain(self, rel, got):
+        """Which earlier content of rel got matches, and rel's history."""
+        olds = self.versions.get(rel, [])[:-1]
+        what = "none of its %d earlier contents" % len(olds)
+        for i in range(len(olds) - 1, -1, -1):
+            if olds[i] == got:
+                what = "its content %d change(s) back" % (len(olds) - i)
+                break
+        want = self.files[rel]
+        pieces = []
+        for off in range(0, max(len(got), len(want)), CHUNK):
+            g = got[off:off + CHUNK]
+            if g == want[off:off + CHUNK]:
+                continue
+            src = "no earlier content"
+            for i in range(len(olds) - 1, -1, -1):
+                o = olds[i][off:off + CHUNK]
+                o += bytes(len(g) - len(o)) if len(o) < len(g) else b""
+                if o[:len(g)] == g:
+                    src = "content %d change(s) back" % (len(olds) - i)
+                    break
+            pieces.append("piece %d: %s (first bytes %s, want %s)" % (
+                off // CHUNK, src, g[:8].hex(), want[off:off + 8].hex()))
+        return "got %s\n  %s\n  history of the file:\n    %s" % (
+            what, "\n  ".join(pieces), "\n    ".join(self.hist.get(rel, [])))
+
     # --- checks ---------------------------------------------------------
 
     def check_dir(self, node, d):
@@ -133,8 +173,9 @@ class Fuzz:
             at = next((i for i in range(min(len(got), len(want)))
                        if got[i] != want[i]), min(len(got), len(want)))
             self.fail("/%s on node %d: %d bytes, want %d; first "
-                      "difference at %d" % (rel, node, len(got), len(want),
-                                            at))
+                      "difference at %d; %s" % (rel, node, len(got),
+                                                len(want), at,
+                                                self.explain(rel, got)))
 
     def check_all(self, read_all=False):
         for node in range(len(self.m)):
@@ -165,6 +206,9 @@ class Fuzz:
         self.write_whole(node, rel, data,
                          os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         self.files[rel] = data
+        self.hist.pop(rel, None)
+        self.versions.pop(rel, None)
+        self.touched(rel, data)
         return os.path.dirname(rel)
 
     def op_rewrite(self, node):
@@ -174,6 +218,7 @@ class Fuzz:
                                                        node))
         self.write_whole(node, rel, data, os.O_WRONLY | os.O_TRUNC)
         self.files[rel] = data
+        self.touched(rel, data)
         return os.path.dirname(rel)
 
     def op_patch(self, node):
@@ -194,6 +239,7 @@ class Fuzz:
             new += bytes(off - len(new))
         new[off:off + len(data)] = data
         self.files[rel] = bytes(new)
+        self.touched(rel, self.files[rel])
         return os.path.dirname(rel)
 
     def op_truncate(self, node):
@@ -203,6 +249,7 @@ class Fuzz:
         self.note("truncate /%s to %d on node %d" % (rel, size, node))
         os.truncate(self.path(node, rel), size)
         self.files[rel] = old[:size] + bytes(max(0, size - len(old)))
+        self.touched(rel, self.files[rel])
         return os.path.dirname(rel)
 
     def op_rename(self, node):
@@ -218,6 +265,10 @@ class Fuzz:
                 p == src or p.startswith(src + "/")) else p
             self.files = {move(p): v for p, v in self.files.items()}
             self.dirs = {move(d) for d in self.dirs}
+            self.moved(move)
+            for p in self.files:
+                if p.startswith(dst + "/"):
+                    self.touched(p)
             return os.path.dirname(src)
         src = self.rng.choice(sorted(self.files))
         if self.rng.random() < 0.3 and len(self.files) > 1:
@@ -227,6 +278,9 @@ class Fuzz:
         self.note("rename /%s -> /%s on node %d" % (src, dst, node))
         os.rename(self.path(node, src), self.path(node, dst))
         self.files[dst] = self.files.pop(src)
+        self.hist[dst] = self.hist.pop(src, [])
+        self.versions[dst] = self.versions.pop(src, [])
+        self.touched(dst)
         return os.path.dirname(dst)
 
     def op_unlink(self, node):
@@ -234,6 +288,8 @@ class Fuzz:
         self.note("unlink /%s on node %d" % (rel, node))
         os.unlink(self.path(node, rel))
         del self.files[rel]
+        self.hist.pop(rel, None)
+        self.versions.pop(rel, None)
         return os.path.dirname(rel)
 
     def op_mkdir(self, node):
@@ -260,6 +316,7 @@ class Fuzz:
     def op_read(self, node):
         rel = self.rng.choice(sorted(self.files))
         self.note("read /%s on node %d" % (rel, node))
+        self.touched(rel)
         self.check_file(node, rel)
         return None
 
@@ -288,7 +345,8 @@ class Fuzz:
 def save_state(path, fz):
     st = {"files": {p: base64.b64encode(v).decode() for p, v in
                     fz.files.items()},
-          "dirs": sorted(fz.dirs)}
+          "dirs": sorted(fz.dirs),
+          "history": fz.hist}
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(st, f)
@@ -297,11 +355,11 @@ def save_state(path, fz):
 
 def load_state(path):
     if not path or not os.path.exists(path):
-        return None, None
+        return None, None, {}
     with open(path) as f:
         st = json.load(f)
     return ({p: base64.b64decode(v) for p, v in st["files"].items()},
-            set(st["dirs"]))
+            set(st["dirs"]), st.get("history", {}))
 
 
 def main():
@@ -314,8 +372,12 @@ def main():
     seed = os.environ.get("GROUP_FUZZ_SEED") or str(random.getrandbits(48))
     print("group_fuzz: seed %s (GROUP_FUZZ_SEED=%s replays it)" % (
         seed, seed), flush=True)
-    files, dirs = load_state(a.state)
+    files, dirs, hist = load_state(a.state)
     fz = Fuzz(a.mounts.split(","), random.Random(seed), files, dirs)
+    for p, h in hist.items():
+        if p in fz.files:
+            fz.hist[p] = h + ["(a run ends)"] if h[-1:] != [
+                "(a run ends)"] else h
     try:
         if a.check_only:
             fz.check_all(read_all=True)
