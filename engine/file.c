@@ -1092,9 +1092,19 @@ void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 
 	/* replica_slot() locked only when asked (@ok). */
 	if (s && s->where == PIECE_PEER && s->crc == crc) {
+		uint32_t len = file_piece_len(e, f->size, idx);
+
 		s->chunk = chunk;
 		s->where = PIECE_RAM;
-		s->fill = file_piece_len(e, f->size, idx);
+		/*
+		 * The sealed bytes, as many as the file keeps: a truncate
+		 * here since file_replica_dest() lowered fill (down) or left
+		 * it (up: zeros past it), and the block holds no more than
+		 * the seal's piece.  Its checksum is then made again.
+		 */
+		s->fill = s->fill < len ? s->fill : len;
+		if (s->fill != s->crc_len || s->crc_len != len)
+			s->crc_len = SLOT_CRC_UNKNOWN;
 		s->flags = 0; /* held for the owner: not a cache */
 		f->resident++;
 		chunk = RFT_NO_CHUNK;
@@ -1140,8 +1150,10 @@ int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 		return -ENOSPC;
 	memcpy(store_ptr(&e->store, chunk), data, len);
 	sl = replica_slot(e, ino, gseal, idx, &f);
+	/* Not after a truncate here since the seal (fill lowered). */
 	if (sl && sl->where == PIECE_PEER && sl->crc == crc &&
-	    sl->crc_len == len && len == file_piece_len(e, f->size, idx)) {
+	    sl->crc_len == len && sl->fill == len &&
+	    len == file_piece_len(e, f->size, idx)) {
 		sl->chunk = chunk;
 		sl->where = PIECE_RAM;
 		sl->fill = len;
