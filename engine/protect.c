@@ -277,11 +277,6 @@ static void *answerer_main(void *arg)
 /* --- the owner: sending ------------------------------------------------- */
 
 /*
- * Wait until @len more bytes may go at --protect-bw (a second's worth may
- * be saved up; a piece larger than that goes once a full second's worth is
- * there, and the next waits the longer).
- */
-/*
  * Wait until --protect-bw lets @len more bytes go (a token bucket that
  * holds at most one second's worth; a piece larger than that waits for a
  * full bucket and leaves it in debt).  false when the module stops
