@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Random operations on a group against a model (issue 8): three daemons
-# with --protect replicate:2; group_fuzz.py creates, rewrites, patches,
-# truncates, renames, unlinks files and directories from random nodes and
-# checks every node against its model as it goes; then a node is SIGKILLed
+# with --protect replicate:2 (GROUP_FUZZ_PROTECT=xor: parity across the
+# three instead, the run meson calls 250-group-fuzz+xor); group_fuzz.py
+# creates, rewrites, patches, truncates, renames, unlinks files and
+# directories from random nodes and checks every node against its model
+# as it goes; then a node is SIGKILLed
 # (its memory gone): the other two still agree with the model; a
 # replacement with its id and empty memory agrees too, before and after its
 # rebuild, and the random operations go on on all three.  The seed is
@@ -13,7 +15,8 @@ need_fuse
 group_init 3
 STATE=$T_TMP/model.json
 OPS=${GROUP_FUZZ_OPS:-150}
-start_node() { group_node "$1" --mem 512M --protect replicate:2; }
+PROTECT=${GROUP_FUZZ_PROTECT:-replicate:2}
+start_node() { group_node "$1" --mem 512M --protect "$PROTECT"; }
 fuzz() { # fuzz MOUNTS ARGS...
 	local mounts=$1
 	shift
@@ -31,7 +34,7 @@ fuzz "$ALL" --ops "$OPS"
 for n in 0 1 2; do
 	admin "${M[$n]}" protect --wait >/dev/null || fail "protect --wait on node $n"
 done
-log "$OPS random operations from all nodes; every file protected"
+log "$OPS random operations from all nodes; every file protected ($PROTECT)"
 
 kill_daemon "${M[1]}" "${PID[1]}"
 wait_states "${M[0]}" "self dead up" 30
