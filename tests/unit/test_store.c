@@ -12,7 +12,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -85,6 +87,60 @@ static void test_refs(void **state)
 	store_put(&s, id);
 	assert_int_equal(store_free_count(&s), 2);
 	store_fini(&s);
+}
+
+/*
+ * In a child: a put of a chunk or small block already free, or a get of
+ * one, must stop the process (SIGABRT), never hand the memory to two
+ * owners.  @what picks the misuse.
+ */
+static void misuse(int what)
+{
+	struct store s;
+	uint32_t id, other;
+
+	if (freopen("/dev/null", "w", stderr) == NULL)
+		_exit(3);
+	if (store_init(&s, 4 * MiB, MiB, false) < 0)
+		_exit(3);
+	switch (what) {
+	case 0: /* a chunk put twice */
+		if (store_alloc(&s, 0, &id) < 0)
+			_exit(3);
+		store_put(&s, id);
+		store_put(&s, id);
+		break;
+	case 1: /* a chunk taken while free */
+		if (store_alloc(&s, 0, &id) < 0)
+			_exit(3);
+		store_put(&s, id);
+		store_get(&s, id);
+		break;
+	case 2: /* a small block put twice, its slab kept by another */
+		if (store_try_alloc_len(&s, 4096, &id) < 0 ||
+		    store_try_alloc_len(&s, 4096, &other) < 0)
+			_exit(3);
+		store_put(&s, id);
+		store_put(&s, id);
+		break;
+	}
+	_exit(0);
+}
+
+static void test_refs_misuse_stops(void **state)
+{
+	for (int what = 0; what < 3; what++) {
+		int st = 0;
+		pid_t pid = fork();
+
+		assert_true(pid >= 0);
+		if (pid == 0)
+			misuse(what);
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+			fail_msg("misuse %d: status %#x, want SIGABRT", what,
+				 st);
+	}
 }
 
 struct waker {
@@ -425,6 +481,7 @@ int main(void)
 		cmocka_unit_test(test_bad_sizes),
 		cmocka_unit_test(test_alloc_all_then_enospc),
 		cmocka_unit_test(test_refs),
+		cmocka_unit_test(test_refs_misuse_stops),
 		cmocka_unit_test(test_waiter_is_woken),
 		cmocka_unit_test(test_balancer),
 		cmocka_unit_test(test_small_random),
