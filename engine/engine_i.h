@@ -137,8 +137,12 @@ void store_deadline(unsigned wait_ms, struct timespec *deadline);
  */
 int store_wait_free(struct store *s, uint32_t want,
 		    const struct timespec *deadline);
+/*
+ * Take one more reference to a chunk or block held already; drop one (it is
+ * free again when the last one goes).  Either on one that is free stops the
+ * process (abort): its memory may be another owner's by then.
+ */
 void store_get(struct store *s, uint32_t id);
-/* Drop a reference; the chunk is free again when the last one goes. */
 void store_put(struct store *s, uint32_t id);
 uint32_t store_free_count(struct store *s);
 
