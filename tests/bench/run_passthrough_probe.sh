@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# FUSE passthrough on this kernel (issue 10; docs/benchmarks.md "FUSE
+# passthrough, probed"): passthrough_probe.c serves one file whose opens
+# pass through to a backing file.  Side by side in one run, GB/s per
+# round: dd and mapped reads of a default tmpfs (4 KiB pages, the
+# benchmarks' baseline), of the probe passing through to a file there, of
+# a tmpfs with huge=always, and of the probe passing through to that one.
+# Then whether a direct open of an inode may join a passthrough one.
+# As root (passthrough needs CAP_SYS_ADMIN); built against the bundled
+# libfuse (3.18+) of $BUILDDIR, with cc, not by meson.
+#   bash tests/bench/run_passthrough_probe.sh [GIB] [ROUNDS]   (default 2 5)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+BUILDDIR=${BUILDDIR:-$src/build}
+lib=$BUILDDIR/subprojects/fuse3/lib/libfuse3.a
+[ -f "$lib" ] || { echo "run_passthrough_probe: no bundled libfuse at $lib (tools/setup.sh, ninja -C $BUILDDIR)" >&2; exit 2; }
+gib=${1:-2}
+rounds=${2:-5}
+dir=$(mktemp -d "${TMPDIR:-/tmp}/reftfs-ptprobe.XXXXXX")
+bin=$dir/passthrough_probe
+pids=()
+cleanup() {
+	for m in "$dir"/mnt4k "$dir"/mnthuge "$dir"/mntmix; do
+		fusermount3 -u "$m" 2>/dev/null || true
+	done
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	umount "$dir/4k" "$dir/huge" 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+cc -O2 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
+	-I "$src/subprojects/fuse3/include" -I "$BUILDDIR/subprojects/fuse3" \
+	-I "$BUILDDIR/subprojects/fuse3/include" \
+	"$here/passthrough_probe.c" "$lib" -lpthread -ldl -luring -lnuma -o "$bin"
+mkdir "$dir"/4k "$dir"/huge "$dir"/mnt4k "$dir"/mnthuge "$dir"/mntmix
+mount -t tmpfs -o "size=$((gib + 1))G" ptprobe-4k "$dir/4k"
+mount -t tmpfs -o "size=$((gib + 1))G,huge=always" ptprobe-huge "$dir/huge"
+head -c "${gib}G" /dev/urandom >"$dir/huge/data"
+cp "$dir/huge/data" "$dir/4k/data"
+start() { "$bin" "$@" 2>>"$dir/probe.log" & pids+=($!); }
+start "$dir/mnt4k" "$dir/4k/data"
+start "$dir/mnthuge" "$dir/huge/data"
+for i in $(seq 1 50); do
+	[ -e "$dir/mnt4k/data" ] && [ -e "$dir/mnthuge/data" ] && break
+	sleep 0.1
+done
+echo "kernel $(uname -r), $(nproc) CPUs, ${gib} GiB file, $rounds rounds, GB/s"
+files=("$dir/4k/data" "$dir/mnt4k/data" "$dir/huge/data" "$dir/mnthuge/data")
+names=("tmpfs (4 KiB pages)" "passthrough to it" "tmpfs huge=always" "passthrough to it")
+python3 - "$rounds" "${files[@]}" -- "${names[@]}" <<'PYEOF'
+import mmap, os, statistics, subprocess, sys, time
+rounds = int(sys.argv[1])
+sep = sys.argv.index("--")
+files, names = sys.argv[2:sep], sys.argv[sep + 1:]
+step = 1 << 20
+
+def dd(p):
+    size = os.stat(p).st_size
+    t = time.monotonic()
+    subprocess.run(["dd", "if=" + p, "of=/dev/null", "bs=1M"], check=True,
+                   stderr=subprocess.DEVNULL)
+    return size / (time.monotonic() - t) / 1e9
+
+def mapped(p):
+    fd = os.open(p, os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    t = time.monotonic()
+    mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    for off in range(0, size, step):
+        mm[off:off + step]
+    mm.close()
+    os.close(fd)
+    return size / (time.monotonic() - t) / 1e9
+
+for what, fn in (("dd read", dd), ("mmap read", mapped)):
+    res = {p: [] for p in files}
+    for _ in range(rounds):  # interleaved: noise hits every file alike
+        for p in files:
+            res[p].append(fn(p))
+    for p, n in zip(files, names):
+        print("%-10s %-21s %s   median %.2f" % (
+            what, n, " ".join("%6.2f" % x for x in res[p]),
+            statistics.median(res[p])))
+PYEOF
+# A direct open of an inode while a passthrough open of it is held.
+start "$dir/mntmix" "$dir/huge/data" mix
+for i in $(seq 1 50); do [ -e "$dir/mntmix/data" ] && break; sleep 0.1; done
+exec 3<"$dir/mntmix/data"
+if dd if="$dir/mntmix/data" of=/dev/null bs=1M count=1 2>/dev/null; then
+	echo "a direct open beside a passthrough open of the same inode: allowed"
+else
+	echo "a direct open beside a passthrough open of the same inode: refused (EIO)"
+fi
+exec 3<&-
+cat "$dir/probe.log" >&2
