@@ -45,6 +45,8 @@ import sys
 
 CHUNK = 1 << 20
 MAX_SIZE = 3 * CHUNK + 12345
+# Contents kept per file for explaining a wrong read (the newest among them).
+VERSIONS_KEPT = 8
 
 
 class Mismatch(Exception):
@@ -118,7 +120,9 @@ class Fuzz:
         """Record the last note as a change of rel (data: its new bytes)."""
         self.hist.setdefault(rel, []).append(self.recent[-1])
         if data is not None:
-            self.versions.setdefault(rel, []).append(data)
+            v = self.versions.setdefault(rel, [])
+            v.append(data)
+            del v[:-VERSIONS_KEPT]  # a file's contents, up to 3 MiB each
 
     def moved(self, move):
         self.hist = {move(p): h for p, h in self.hist.items()}
@@ -127,7 +131,7 @@ class Fuzz:
     def explain(self, rel, got):
         """Which earlier content of rel got matches, and rel's history."""
         olds = self.versions.get(rel, [])[:-1]
-        what = "none of its %d earlier contents" % len(olds)
+        what = "none of its %d earlier contents kept" % len(olds)
         for i in range(len(olds) - 1, -1, -1):
             if olds[i] == got:
                 what = "its content %d change(s) back" % (len(olds) - i)
