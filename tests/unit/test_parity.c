@@ -209,6 +209,7 @@ struct world {
 	const char *phase;
 	/* scratch for the main thread */
 	uint8_t *data[ERS_MAX_K], *par[ERS_MAX_M], *row, *buf, *want;
+	uint32_t row_len;	/* the bytes of row the last GET gave */
 	/* counts for the report */
 	unsigned rebuilt, refused_ok, rows_checked, malformed;
 };
@@ -937,6 +938,7 @@ static int rpc_get(struct world *w, int from, int h, uint64_t ckpt,
 		assert_int_equal(rep.bulk_crc,
 				 ers_crc32c(0, row, rep.bulk_len));
 		memset(row + rep.bulk_len, 0, CLEN - rep.bulk_len);
+		w->row_len = rep.bulk_len;
 	}
 	return rc;
 }
@@ -966,6 +968,7 @@ static int direct_get(struct world *w, int from, int h, uint64_t ckpt,
 		memcpy(meta, am, aml);
 		memcpy(row, ab, abl);
 		memset(row + abl, 0, CLEN - abl);
+		w->row_len = abl;
 		*meta_len = aml;
 		free(am);
 		free(ab);
@@ -1860,19 +1863,42 @@ static void check_scrub(struct world *w, const char *when)
 	}
 }
 
-/* The arena chunk of @h that holds @row (the only one). */
-static uint32_t row_chunk(struct world *w, int h, const uint8_t *row)
+/*
+ * Where in @h's arena the row GET just gave (w->row_len bytes of w->row)
+ * lives: the only whole chunk or small block in use that starts with them.
+ * Rows of small stripes are blocks in slabs, so both are searched.
+ */
+static uint8_t *row_bytes(struct world *w, int h)
 {
 	struct store *st = &w->node[h].e->store;
-	uint32_t hit = RFT_NO_CHUNK;
+	uint8_t *hit = NULL;
 
-	for (uint32_t id = 0; id < st->nchunks; id++)
-		if (store_refs(st, id) &&
-		    !memcmp(store_ptr(st, id), row, CLEN)) {
-			assert_int_equal(hit, RFT_NO_CHUNK);
-			hit = id;
+	pthread_mutex_lock(&st->lock);
+	for (uint32_t id = 0; id < st->nchunks; id++) {
+		struct slab *sl = st->slabs ? st->slabs[id] : NULL;
+		uint8_t *p = store_ptr(st, id);
+
+		if (!sl) {
+			if (store_refs(st, id) &&
+			    !memcmp(p, w->row, w->row_len)) {
+				assert_null(hit);
+				hit = p;
+			}
+			continue;
 		}
-	assert_int_not_equal(hit, RFT_NO_CHUNK);
+		for (uint32_t b = 0; b < sl->nblocks; b++) {
+			size_t cap = (size_t)1 << (STORE_UNIT_SHIFT + sl->cls);
+
+			if (cap >= w->row_len &&
+			    atomic_load(&sl->refs[b]) &&
+			    !memcmp(p + b * cap, w->row, w->row_len)) {
+				assert_null(hit);
+				hit = p + b * cap;
+			}
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
+	assert_non_null(hit);
 	return hit;
 }
 
@@ -1885,7 +1911,8 @@ static void check_corrupt_rows(struct world *w)
 {
 	uint8_t got[8 + ERS_MAX_K * 32];
 	struct pfile *f = NULL;
-	uint32_t i = 0, mlen, hit[ERS_MAX_M], off;
+	uint32_t i = 0, mlen, off;
+	uint8_t *hit[ERS_MAX_M];
 	uint64_t stripe;
 	int slot;
 	struct eng_piece pc;
@@ -1917,8 +1944,9 @@ static void check_corrupt_rows(struct world *w)
 		assert_int_equal(rpc_get(w, other_live(w, h), h, f->ckpt,
 					 stripe, w->code, got, &mlen, w->row),
 				 0);
-		hit[r] = row_chunk(w, h, w->row);
-		store_ptr(&w->node[h].e->store, hit[r])[off] ^= 0x40;
+		assert_true(off < w->row_len);
+		hit[r] = row_bytes(w, h);
+		hit[r][off] ^= 0x40;
 	}
 	/* Its owner gone (for the reads), rebuilt on each other node. */
 	pc = piece_of(w, f, i);
@@ -1952,9 +1980,7 @@ static void check_corrupt_rows(struct world *w)
 	assert_int_equal(vi.rows_checked, f->npieces * (uint32_t)w->m);
 
 	for (int r = 0; r < w->m; r++) {
-		int h = ers_layout_node(&w->l, stripe, w->k + r);
-
-		store_ptr(&w->node[h].e->store, hit[r])[off] ^= 0x40;
+		hit[r][off] ^= 0x40;
 	}
 	pc = piece_of(w, f, i);
 	w->lost[f->owner] = true;
