@@ -44,6 +44,8 @@
 #define PARK_PREFIX "park."
 #define FLUSH_TICKETS 64	/* recent flush tickets whose outcome is kept */
 #define BACKOFF_MAX_MS (5 * 60 * 1000)
+/* A rename by another node: how long its own mirror may take (below). */
+#define CHECK_DELAY_MS 2000
 
 /*
  * Sidecar: little-endian, as the daemon that wrote it (x86-64 and arm64
@@ -80,6 +82,23 @@ struct pending_op {
 	char rel[];
 };
 
+/*
+ * In a group, the node that renames a file mirrors the rename into the
+ * persist dir the group shares when it applies it.  The file's owner may
+ * have written a copy under the old name after that mirror and before it
+ * applied the rename itself: the copy then sits under a name the file no
+ * longer has.  So the owner, once the rename is applied here, looks again
+ * after CHECK_DELAY_MS (the renamer's mirror has landed by then) at where
+ * its copy is, and writes it again under the file's name if the copy was
+ * left behind.
+ */
+struct copy_check {
+	struct copy_check *next;
+	struct inode *in;	/* held */
+	uint64_t due_ms;	/* CLOCK_MONOTONIC */
+	char from[];		/* the copy's path before the rename */
+};
+
 struct persist {
 	struct eng *e;
 	int dirfd;
@@ -105,6 +124,7 @@ struct persist {
 	struct flush_ticket fl[FLUSH_TICKETS];
 
 	struct pending_op *ops;	/* failed removals to retry; lock */
+	struct copy_check *checks; /* copies to look for; lock */
 	struct inode *wb_head, *wb_tail; /* write-back queue; lock */
 	size_t wb_len;		/* protected by lock */
 	struct inode **away;	/* files whose copy is COPY_AWAY; lock */
@@ -814,12 +834,36 @@ static int relink_aliases(struct eng *e, struct inode *in, const char *rel)
  * describes, so a crash between the two loses checksums, never data).
  * 1 if the file was unlinked meanwhile.
  */
+/*
+ * Remove the directories above @rel that are empty and have no name in
+ * the namespace (left by a copy that was away there).  Mirror lock held.
+ */
+static void drop_empty_parents(struct eng *e, const char *rel)
+{
+	struct persist *p = e->persist;
+	char dir[PATH_MAX];
+	char *slash;
+
+	if (snprintf(dir, sizeof(dir), "%s", rel) >= (int)sizeof(dir))
+		return;
+	while ((slash = strrchr(dir, '/'))) {
+		bool named;
+
+		*slash = '\0';
+		pthread_rwlock_rdlock(&e->ns.lock);
+		named = ns_resolve(&e->ns, dir) != NULL;
+		pthread_rwlock_unlock(&e->ns.lock);
+		if (named || unlinkat(p->dirfd, dir, AT_REMOVEDIR) < 0)
+			return;
+	}
+}
+
 static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		  const char *tmp, const char *tmpsum, uint32_t node_ver)
 {
 	struct persist *p = e->persist;
 	char rel[PATH_MAX], sum[PATH_MAX + 16], old[PATH_MAX];
-	bool reg = S_ISREG(in->mode), moved = false;
+	bool reg = S_ISREG(in->mode), moved = false, away = false;
 	uint64_t tell = 0;
 	struct stat st;
 	int rc;
@@ -830,7 +874,8 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 	old[0] = '\0';
 	if (rc == 0 && reg) {
 		pthread_rwlock_rdlock(&in->file.lock);
-		if (in->file.copy == COPY_AWAY || in->file.copy == COPY_PARKED)
+		away = in->file.copy == COPY_AWAY;
+		if (away || in->file.copy == COPY_PARKED)
 			persist_copy_path(e, in, old, sizeof(old));
 		/*
 		 * Renamed while written, and changed since: what was written
@@ -852,12 +897,22 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		rc = park_away_owner(e, rel);
 	if (rc == 0)
 		rc = sum_name(rel, sum, sizeof(sum));
-	if (rc == 0)
-		rc = make_parents(p->dirfd, rel);
 	if (rc == 0 && fstatat(p->dirfd, tmp, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		rc = -errno;
-	if (rc == 0 && renameat(p->dirfd, tmp, p->dirfd, rel) < 0)
-		rc = -errno;
+	/*
+	 * In a group another node's rename may move a parent away between
+	 * the two steps (its mirror): make it again.  The copy then sits
+	 * under a name this node has not seen change yet; check_copy finds
+	 * it there once it has.
+	 */
+	for (int t = 0; rc == 0; t++) {
+		rc = make_parents(p->dirfd, rel);
+		if (rc == 0 && renameat(p->dirfd, tmp, p->dirfd, rel) < 0)
+			rc = -errno;
+		if (rc != -ENOENT || t == 2)
+			break;
+		rc = 0;
+	}
 	if (rc == 0 && tmpsum && renameat(p->dirfd, tmpsum, p->dirfd, sum) < 0) {
 		rc = -errno;
 		unlinkat(p->dirfd, sum, 0); /* an older one must not stay */
@@ -870,8 +925,12 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 	}
 	if (reg) {
 		/* The copy it read from until now is not needed any more. */
-		if (old[0] && strcmp(old, rel) != 0 && remove_copy(p, old) < 0)
-			queue_op(p, old, false);
+		if (old[0] && strcmp(old, rel) != 0) {
+			if (remove_copy(p, old) < 0)
+				queue_op(p, old, false);
+			else if (away)
+				drop_empty_parents(e, old);
+		}
 		set_copy(e, in, COPY_HOME, NULL);
 		pthread_rwlock_wrlock(&in->file.lock);
 		in->file.copy_id = (struct copy_id){ st.st_dev, st.st_ino };
@@ -1028,25 +1087,36 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 		eng_names_unlock(e);
 		return 0;
 	}
-	if (rc == 0)
+	/*
+	 * A rename by another node may move it away in between (see
+	 * commit()): again.  What is made then under the old name goes once
+	 * this node has seen the rename (check_later).
+	 */
+	for (int t = 0; rc == 0; t++) {
 		rc = make_parents(p->dirfd, rel);
-	if (rc == 0 && mkdirat(p->dirfd, rel, 0700) < 0) {
-		struct stat st;
+		if (rc == 0 && mkdirat(p->dirfd, rel, 0700) < 0) {
+			struct stat st;
 
-		/*
-		 * There already: as a directory.  A file put in its way
-		 * (by hand, or left over) is not written back over, and the
-		 * directory is not persisted while it is there.
-		 */
-		if (errno != EEXIST)
-			rc = -errno;
-		else if (fstatat(p->dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			rc = -errno;
-		else if (!S_ISDIR(st.st_mode))
-			rc = -ENOTDIR;
+			/*
+			 * There already: as a directory.  A file put in its
+			 * way (by hand, or left over) is not written back
+			 * over, and the directory is not persisted while it
+			 * is there.
+			 */
+			if (errno != EEXIST)
+				rc = -errno;
+			else if (fstatat(p->dirfd, rel, &st,
+					 AT_SYMLINK_NOFOLLOW) < 0)
+				rc = -errno;
+			else if (!S_ISDIR(st.st_mode))
+				rc = -ENOTDIR;
+		}
+		if (rc == 0)
+			rc = set_meta(p, rel, mode, uid, gid, times);
+		if (rc != -ENOENT || t == 2)
+			break;
+		rc = 0;
 	}
-	if (rc == 0)
-		rc = set_meta(p, rel, mode, uid, gid, times);
 	if (rc == 0) {
 		/* A chmod meanwhile: it goes again (writeback_pass sees it). */
 		pthread_rwlock_wrlock(&e->ns.lock);
@@ -1319,6 +1389,178 @@ static void take_queue(struct eng *e, struct collect *c)
 }
 
 /*
+ * Call @fn for every name below directory @dir, with the path it had
+ * under @from (names whose path is too long are skipped), a directory's
+ * after those below it.  ns->lock held.
+ */
+typedef void (*below_fn)(struct inode *in, const struct dentry *de,
+			 const char *rel, void *ctx);
+
+static void walk_below(struct inode *dir, const char *from, below_fn fn,
+		       void *ctx)
+{
+	for (struct dentry *de = dir->dir.first; de; de = de->next) {
+		char rel[PATH_MAX];
+
+		if (snprintf(rel, sizeof(rel), "%s/%s", from, de->name) >=
+		    (int)sizeof(rel))
+			continue;
+		if (S_ISDIR(de->inode->mode))
+			walk_below(de->inode, rel, fn, ctx);
+		fn(de->inode, de, rel, ctx);
+	}
+}
+
+/* --- copies left behind by a rename (struct copy_check) ------------------ */
+
+static bool is_copy(const struct stat *st, const struct copy_id *id)
+{
+	return st->st_ino == id->ino && st->st_dev == id->dev;
+}
+
+/*
+ * Where is @in's copy, now that its name is no longer @from?  (A regular
+ * file; a directory is below.)  Under its name: done.  Still under @from: it was written there after the rename's
+ * mirror, so it is read from there and written again under the name (the
+ * write-back removes it from @from).  Neither: a later rename moved it,
+ * and that rename's own check looks for it.  Mirror lock held.
+ */
+static void check_copy(struct eng *e, struct inode *in, const char *from)
+{
+	struct persist *p = e->persist;
+	char rel[PATH_MAX];
+	struct copy_id id;
+	struct stat st;
+	bool home;
+
+	/*
+	 * A directory made again under @from (its metadata written back
+	 * after the mirror): removed when empty, with empty parents.  One
+	 * that still holds copies left behind goes with the last of them.
+	 */
+	if (S_ISDIR(in->mode)) {
+		if (drop_name(e, from, true) == 0)
+			drop_empty_parents(e, from);
+		return;
+	}
+	pthread_rwlock_rdlock(&e->ns.lock);
+	home = in->file.copy == COPY_HOME &&
+	       ns_path(&e->ns, in, rel, sizeof(rel)) == 0;
+	pthread_rwlock_unlock(&e->ns.lock);
+	/* copy and copy_id change under the mirror lock only. */
+	id = in->file.copy_id;
+	if (!home || !id.ino || strcmp(rel, from) == 0)
+		return;
+	if (fstatat(p->dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    is_copy(&st, &id))
+		return;
+	if (fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !is_copy(&st, &id))
+		return;
+	rft_warn("persist: %s was written back under its old name %s, after "
+		 "another node's rename; writing it again", rel, from);
+	set_copy(e, in, COPY_AWAY, from);
+}
+
+static void add_check(struct eng *e, struct copy_check **list,
+		      struct inode *in, const char *from, uint64_t due)
+{
+	size_t n = strlen(from) + 1;
+	struct copy_check *c = malloc(sizeof(*c) + n);
+
+	if (!c) {
+		rft_err("persist: no memory to check the copy of %s", from);
+		return;
+	}
+	in->holds++;
+	c->in = in;
+	c->due_ms = due;
+	memcpy(c->from, from, n);
+	c->next = *list;
+	*list = c;
+}
+
+struct check_walk {
+	struct eng *e;
+	uint64_t due;
+	struct copy_check **list;
+};
+
+/* What below a renamed directory to check (walk_below). */
+static void check_below(struct inode *in, const struct dentry *de,
+			const char *rel, void *ctx)
+{
+	struct check_walk *w = ctx;
+
+	if (S_ISDIR(in->mode) ||
+	    (S_ISREG(in->mode) && in->dentry == de &&
+	     in->file.owner == w->e->node && in->file.copy == COPY_HOME))
+		add_check(w->e, w->list, in, rel, w->due);
+}
+
+/*
+ * Another node renamed @in (and what is below it) from @from: check the
+ * copies of the files this node owns later.  Mirror lock held.
+ */
+static void check_later(struct eng *e, struct inode *in, const char *from)
+{
+	struct persist *p = e->persist;
+	struct copy_check *list = NULL, *last;
+	uint64_t due = now_ms() + CHECK_DELAY_MS;
+
+	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
+	if (S_ISDIR(in->mode)) {
+		struct check_walk w = { e, due, &list };
+
+		walk_below(in, from, check_below, &w);
+		add_check(e, &list, in, from, due);
+	}
+	else if (S_ISREG(in->mode) && in->file.owner == e->node &&
+		 in->file.copy == COPY_HOME)
+		add_check(e, &list, in, from, due);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (!list)
+		return;
+	for (last = list; last->next; last = last->next)
+		;
+	pthread_mutex_lock(&p->lock);
+	last->next = p->checks;
+	p->checks = list;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Run the checks that are due (@all: every one, as at unmount). */
+static void run_checks(struct eng *e, bool all)
+{
+	struct persist *p = e->persist;
+	struct copy_check *due = NULL, **pp, *c;
+	uint64_t now = now_ms();
+
+	pthread_mutex_lock(&p->lock);
+	for (pp = &p->checks; (c = *pp);) {
+		if (all || c->due_ms <= now) {
+			*pp = c->next;
+			c->next = due;
+			due = c;
+		} else {
+			pp = &c->next;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (!due)
+		return;
+	eng_names_lock(e);
+	for (c = due; c; c = c->next)
+		check_copy(e, c->in, c->from);
+	eng_names_unlock(e);
+	while ((c = due)) {
+		due = c->next;
+		ns_unhold(e, c->in);
+		free(c);
+	}
+}
+
+/*
  * Write back what @ps selects.  Each file fails alone: the others are
  * still written, and the failed one is retried later with backoff.
  * Returns the first error (0 if none) and counts failures in *@failed;
@@ -1335,6 +1577,7 @@ static int writeback_pass(struct eng *e, const struct pass *ps,
 
 	*failed = 0;
 	retry_ops_locked(e);
+	run_checks(e, ps->final);
 	pthread_mutex_lock(&p->lock);
 	c.cap = p->wb_len + 64;
 	pthread_mutex_unlock(&p->lock);
@@ -1669,28 +1912,26 @@ static void persist_mirror_link(struct eng *e, struct inode *in, const char *fro
 	mark_stale(e, in);
 }
 
-/* Below @dir, files whose copy was at home now read from under @from. */
+/* Below a directory, files whose copy was at home read from under @from. */
+static void away_below(struct inode *in, const struct dentry *de,
+		       const char *rel, void *ctx)
+{
+	struct eng *e = ctx;
+
+	if (S_ISREG(in->mode) && in->file.copy == COPY_HOME)
+		set_copy(e, in, COPY_AWAY, rel);
+	else if (S_ISLNK(in->mode))
+		in->node_persisted = false;
+	if (!S_ISDIR(in->mode) && !S_ISREG(in->mode)) {
+		pthread_mutex_lock(&e->persist->lock);
+		queue_locked(e->persist, in);
+		pthread_mutex_unlock(&e->persist->lock);
+	}
+}
+
 static void subtree_away(struct eng *e, struct inode *dir, const char *from)
 {
-	for (struct dentry *de = dir->dir.first; de; de = de->next) {
-		struct inode *in = de->inode;
-		char rel[PATH_MAX];
-
-		if (snprintf(rel, sizeof(rel), "%s/%s", from, de->name) >=
-		    (int)sizeof(rel))
-			continue;
-		if (S_ISDIR(in->mode))
-			subtree_away(e, in, rel);
-		else if (S_ISREG(in->mode) && in->file.copy == COPY_HOME)
-			set_copy(e, in, COPY_AWAY, rel);
-		else if (S_ISLNK(in->mode))
-			in->node_persisted = false;
-		if (!S_ISDIR(in->mode) && !S_ISREG(in->mode)) {
-			pthread_mutex_lock(&e->persist->lock);
-			queue_locked(e->persist, in);
-			pthread_mutex_unlock(&e->persist->lock);
-		}
-	}
+	walk_below(dir, from, away_below, e);
 }
 
 struct stale {
@@ -1698,42 +1939,41 @@ struct stale {
 	char *rel;
 };
 
-static void collect_stale(struct inode *dir, const char *from,
-			  struct stale **v, size_t *n, size_t *cap)
+struct stale_walk {
+	struct stale *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+/* Below a directory, files whose copy is older than their data. */
+static void stale_below(struct inode *in, const struct dentry *de,
+			const char *rel, void *ctx)
 {
-	for (struct dentry *de = dir->dir.first; de; de = de->next) {
-		struct inode *in = de->inode;
-		char rel[PATH_MAX];
-		bool stale;
+	struct stale_walk *w = ctx;
+	bool stale;
 
-		if (snprintf(rel, sizeof(rel), "%s/%s", from, de->name) >=
-		    (int)sizeof(rel))
-			continue;
-		if (S_ISDIR(in->mode)) {
-			collect_stale(in, rel, v, n, cap);
-			continue;
-		}
-		if (!S_ISREG(in->mode) || in->file.copy != COPY_HOME ||
-		    in->dentry != de)
-			continue;
-		pthread_rwlock_rdlock(&in->file.lock);
-		stale = !file_data_persisted(&in->file);
-		pthread_rwlock_unlock(&in->file.lock);
-		if (!stale)
-			continue;
-		if (*n == *cap) {
-			size_t c = *cap ? *cap * 2 : 16;
-			struct stale *nv = realloc(*v, c * sizeof(**v));
+	if (w->nomem || !S_ISREG(in->mode) || in->file.copy != COPY_HOME ||
+	    in->dentry != de)
+		return;
+	pthread_rwlock_rdlock(&in->file.lock);
+	stale = !file_data_persisted(&in->file);
+	pthread_rwlock_unlock(&in->file.lock);
+	if (!stale)
+		return;
+	if (w->n == w->cap) {
+		size_t c = w->cap ? w->cap * 2 : 16;
+		struct stale *nv = realloc(w->v, c * sizeof(*nv));
 
-			if (!nv)
-				return;
-			*v = nv;
-			*cap = c;
+		if (!nv) {
+			w->nomem = true;
+			return;
 		}
-		in->holds++;
-		(*v)[*n].in = in;
-		(*v)[(*n)++].rel = strdup(rel);
+		w->v = nv;
+		w->cap = c;
 	}
+	in->holds++;
+	w->v[w->n].in = in;
+	w->v[w->n++].rel = strdup(rel);
 }
 
 /*
@@ -1743,14 +1983,15 @@ static void collect_stale(struct inode *dir, const char *from,
 static void park_stale_below(struct eng *e, struct inode *dir,
 			     const char *from)
 {
-	struct stale *v = NULL;
-	size_t n = 0, cap = 0;
+	struct stale_walk w = { 0 };
+	struct stale *v;
 	char park[64];
 
 	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
-	collect_stale(dir, from, &v, &n, &cap);
+	walk_below(dir, from, stale_below, &w);
 	pthread_rwlock_unlock(&e->ns.lock);
-	for (size_t i = 0; i < n; i++) {
+	v = w.v;
+	for (size_t i = 0; i < w.n; i++) {
 		park_path(e->persist, v[i].in->ino, park, sizeof(park));
 		if (v[i].rel && move_copy(e->persist, v[i].rel, park) == 0)
 			set_copy(e, v[i].in, COPY_PARKED, NULL);
@@ -1985,9 +2226,15 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 {
 	struct persist *p = ctx;
 
-	/* In a group the node that made a name change mirrors it. */
-	if (ev->remote)
+	/*
+	 * In a group the node that made a name change mirrors it; the owner
+	 * of a renamed file checks later that its copy went along.
+	 */
+	if (ev->remote) {
+		if (ev->kind == EV_RENAMED && !ev->exchange)
+			check_later(e, ev->in, ev->from);
 		return;
+	}
 	switch (ev->kind) {
 	case EV_DIRTY:
 		queue_inode(p, ev->in, true);
@@ -2460,8 +2707,21 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 		pthread_join(p->thread, NULL);
 		p->running = false;
 	}
-	if (mode == ENG_UNMOUNT_FLUSH_NONE)
+	if (mode == ENG_UNMOUNT_FLUSH_NONE) {
+		/* Nothing is written: a copy left behind stays there. */
+		pthread_mutex_lock(&p->lock);
+		while (p->checks) {
+			struct copy_check *c = p->checks;
+
+			p->checks = c->next;
+			pthread_mutex_unlock(&p->lock);
+			ns_unhold(e, c->in);
+			free(c);
+			pthread_mutex_lock(&p->lock);
+		}
+		pthread_mutex_unlock(&p->lock);
 		return 0;
+	}
 	bounce = malloc(e->store.chunk_size);
 	if (!bounce)
 		return -ENOMEM;

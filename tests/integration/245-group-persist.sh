@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Persist in a group (issue 8): three daemons share one persist dir.  Each
 # writes back the files it owns, under its own lock and staging dir; name
-# changes are mirrored once, by the node that made them; a lost node's
-# files read back on the others from the persist dir (no --protect); and
-# the whole group stopped and started again on its state dirs reads every
-# file back.
+# changes are mirrored once, by the node that made them (a rename that
+# overtakes the owner's write-back ends with the copy under its new name
+# all the same); a lost node's files read back on the others from the
+# persist dir (no --protect); and the whole group stopped and started
+# again on its state dirs reads every file back.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
@@ -48,6 +49,54 @@ cmp "$REF/renamed.100" "$P/ckpt/renamed.100" || fail "persist dir: renamed.100"
 [ -e "$P/ckpt/rank2.0" ] && fail "persist dir: rank2.0 still there after unlink on node 1"
 [ -d "$P/ckpt/sub" ] || fail "persist dir: no ckpt/sub"
 log "rename, unlink and mkdir mirrored into the persist dir"
+
+# --- a rename by another node racing the owner's write-back ---------------
+# Node 2 renames node 1's checkpoint dir (rank 0 renaming the staging dir
+# of every rank's files, as HF's Trainer does) while node 1 writes its files
+# back.  Node 2 mirrors the rename when it applies it; a copy node 1 put in
+# under the old name after that, before node 1 applied the rename, is found
+# there by node 1 and written again under the new name.
+RACES=${RACES:-6}
+for i in $(seq 1 "$RACES"); do
+	mkdir "${M[1]}/stage.$i"
+	for f in $(seq 1 12); do
+		head -c $((4096 * f + i)) /dev/urandom >"$REF/race.$i.$f"
+		cp "$REF/race.$i.$f" "${M[1]}/stage.$i/f$f"
+	done
+	admin "${M[1]}" flush --wait >/dev/null &
+	flush_pid=$!
+	sleep "0.0$((RANDOM % 10))"
+	mv "${M[2]}/stage.$i" "${M[2]}/done.$i"
+	wait "$flush_pid" || fail "flush --wait on node 1 (race $i)"
+done
+for n in 0 1 2; do
+	admin "${M[$n]}" flush --wait >/dev/null || fail "flush --wait on node $n"
+done
+race_settled() {
+	local i f
+	for i in $(seq 1 "$RACES"); do
+		[ -e "$P/stage.$i" ] && return 1
+		for f in $(seq 1 12); do
+			cmp -s "$REF/race.$i.$f" "$P/done.$i/f$f" || return 1
+			[ -e "$P/done.$i/.f$f.rftsum" ] || return 1
+		done
+	done
+}
+for t in $(seq 1 150); do
+	race_settled && break
+	sleep 0.1
+	# A copy written again is queued: flush it through.
+	[ $((t % 10)) -eq 0 ] && admin "${M[1]}" flush --wait >/dev/null
+done
+if ! race_settled; then
+	ls -laR "$P" | grep -E 'stage|done|race|^ *-' | head -60 >&2
+	fail "persist dir: node 1's copies are not all under done.N/ after node 2's renames"
+fi
+for i in $(seq 1 "$RACES"); do
+	rm -r "${M[0]}/done.$i"
+	rm "$REF"/race.$i.*
+done
+log "renames by node 2 racing node 1's write-back: every copy under its new name"
 
 check_all() {
 	local what=$1 n f

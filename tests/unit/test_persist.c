@@ -13,6 +13,8 @@
 #include "eng_fixture.h"
 
 #define FILE_SIZE (3 * MiB + 17)
+/* persist.c's CHECK_DELAY_MS: a rename's mirror is looked for after it. */
+#define CHECK_DELAY_TEST_MS 2000
 
 static int setup(void **state)
 {
@@ -451,6 +453,153 @@ static void test_unmount_writes_back(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 }
 
+/* --- a rename by another node (one engine posing as a group's node) --- */
+
+static void fake_persisted(void *ctx, struct inode *in, uint64_t gseal)
+{
+	(void)ctx;
+	(void)in;
+	(void)gseal;
+}
+
+/* What write-back needs of a group: nothing is told. */
+static const struct eng_group_ops fake_group = { .persisted =
+							 fake_persisted };
+
+/* Apply a rename as the log would bring another node's (remote). */
+static void remote_rename(struct eng *e, uint64_t parent, const char *name,
+			  uint64_t newparent, const char *newname)
+{
+	struct nsop op;
+
+	nsop_init(&op, NSOP_RENAME);
+	op.node = 1;
+	op.parent = parent;
+	op.newparent = newparent;
+	snprintf(op.name, sizeof(op.name), "%s", name);
+	snprintf(op.newname, sizeof(op.newname), "%s", newname);
+	e->gops = &fake_group;
+	assert_int_equal(ns_apply(e, &op, 1, NULL), 0);
+	e->gops = NULL;
+}
+
+static bool host_exists(struct fixture *fx, const char *rel)
+{
+	char path[2 * PATH_MAX + 32];
+
+	snprintf(path, sizeof(path), "%s/%s", fx->persist, rel);
+	return access(path, F_OK) == 0;
+}
+
+/* @rel in the persist dir holds @data, with its sidecar beside it. */
+static void assert_copy(struct fixture *fx, const char *rel,
+			const uint8_t *data)
+{
+	char path[2 * PATH_MAX + 32], sum[PATH_MAX + 16];
+	const char *slash = strrchr(rel, '/');
+	uint8_t *host;
+	size_t len = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", fx->persist, rel);
+	host = read_host_file(path, &len);
+	assert_non_null(host);
+	assert_int_equal(len, FILE_SIZE);
+	assert_memory_equal(host, data, FILE_SIZE);
+	free(host);
+	snprintf(sum, sizeof(sum), "%.*s/.%s.rftsum", (int)(slash - rel), rel,
+		 slash + 1);
+	assert_true(host_exists(fx, sum));
+}
+
+static uint64_t files_written(struct eng *e)
+{
+	struct eng_stats s;
+
+	eng_get_stats(e, &s);
+	return s.persist_files;
+}
+
+/* Wait up to 10 s for @rel to appear in the persist dir and @gone to go. */
+static void wait_moved(struct fixture *fx, const char *rel, const char *gone)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (host_exists(fx, rel) && !host_exists(fx, gone))
+			return;
+		usleep(10 * 1000);
+	}
+	fail_msg("%s did not move to %s in 10 s", gone, rel);
+}
+
+/*
+ * In a group the node that renames a file mirrors the rename into the
+ * shared persist dir; the file's owner may write its copy back under the
+ * old name after that mirror and before it applies the rename.  The owner
+ * then finds the copy left behind and writes it again under the file's
+ * name, and leaves a copy the mirror carried along alone.
+ */
+static void test_copy_left_behind_by_a_rename(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *data = write_checkpoint(fx);
+	char from[PATH_MAX + 64], to[PATH_MAX + 64];
+	uint64_t d, before;
+	struct stat st;
+
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	d = lookup(fx->e, RFT_ROOT_INO, "step_1");
+
+	/* The copy under the old name: written again under the new one. */
+	remote_rename(fx->e, d, "model.pt", d, "moved.pt");
+	assert_true(host_exists(fx, "step_1/model.pt")); /* not mirrored */
+	wait_moved(fx, "step_1/moved.pt", "step_1/model.pt");
+	assert_copy(fx, "step_1/moved.pt", data);
+	assert_false(host_exists(fx, "step_1/.model.pt.rftsum"));
+
+	/*
+	 * A directory whose rename was mirrored before the copy went in:
+	 * the copy sits in a directory of the old name, made again.
+	 */
+	snprintf(to, sizeof(to), "%s/step_2", fx->persist);
+	assert_int_equal(mkdir(to, 0755), 0);
+	remote_rename(fx->e, RFT_ROOT_INO, "step_1", RFT_ROOT_INO, "step_2");
+	wait_moved(fx, "step_2/moved.pt", "step_1/moved.pt");
+	assert_copy(fx, "step_2/moved.pt", data);
+	/* The directory of the old name goes with the copy. */
+	for (int i = 0; i < 100 && host_exists(fx, "step_1"); i++)
+		usleep(10 * 1000);
+	assert_false(host_exists(fx, "step_1"));
+
+	/* Carried along by the renamer's mirror: not written again. */
+	assert_int_equal(flush_wait(fx->e), 0);
+	before = files_written(fx->e);
+	snprintf(from, sizeof(from), "%s/step_2/moved.pt", fx->persist);
+	snprintf(to, sizeof(to), "%s/step_2/final.pt", fx->persist);
+	assert_int_equal(rename(from, to), 0);
+	snprintf(from, sizeof(from), "%s/step_2/.moved.pt.rftsum", fx->persist);
+	snprintf(to, sizeof(to), "%s/step_2/.final.pt.rftsum", fx->persist);
+	assert_int_equal(rename(from, to), 0);
+	remote_rename(fx->e, lookup(fx->e, RFT_ROOT_INO, "step_2"), "moved.pt",
+		      lookup(fx->e, RFT_ROOT_INO, "step_2"), "final.pt");
+	usleep((CHECK_DELAY_TEST_MS + 1500) * 1000);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(files_written(fx->e), before);
+	assert_copy(fx, "step_2/final.pt", data);
+	assert_false(host_exists(fx, "step_2/moved.pt"));
+
+	/* A directory made again under the old name, empty: it goes. */
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "empty_a", 0755, 0, 0,
+				   &st), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_true(host_exists(fx, "empty_a"));
+	snprintf(from, sizeof(from), "%s/empty_a", fx->persist);
+	snprintf(to, sizeof(to), "%s/empty_b", fx->persist);
+	assert_int_equal(rename(from, to), 0);
+	assert_int_equal(mkdir(from, 0700), 0);
+	remote_rename(fx->e, RFT_ROOT_INO, "empty_a", RFT_ROOT_INO, "empty_b");
+	wait_moved(fx, "empty_b", "empty_a");
+	free(data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -462,6 +611,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_are_mirrored, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_copy_left_behind_by_a_rename, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_over_a_file, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_error_then_retry, setup,
