@@ -156,15 +156,8 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	pthread_mutex_init(&e->names_lock, NULL);
 	pthread_mutex_init(&e->handles_lock, NULL);
 	pthread_mutex_init(&e->loads.lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		/* Waits end at fetch deadlines, which are CLOCK_MONOTONIC. */
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&e->loads.done, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	/* Waits end at fetch deadlines, which are CLOCK_MONOTONIC. */
+	rft_cond_init(&e->loads.done);
 	if (getrandom(&e->id_seed, sizeof(e->id_seed), 0) !=
 	    (ssize_t)sizeof(e->id_seed))
 		e->id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);

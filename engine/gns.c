@@ -1241,7 +1241,6 @@ int eng_join_group(struct eng *e, struct grp *grp)
 	};
 	struct nslog_fsm f = fsm;
 	struct peer_rx r = rx;
-	pthread_condattr_t ca;
 	struct gns *g;
 	int rc;
 
@@ -1277,14 +1276,11 @@ int eng_join_group(struct eng *e, struct grp *grp)
 							 : GNS_STALE_MIN_MS;
 	pthread_mutex_init(&g->lock, NULL);
 	/* Deadlines are CLOCK_MONOTONIC (cv_wait_until). */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&g->work, &ca);
-	pthread_cond_init(&g->jobs, &ca);
-	pthread_cond_init(&g->applied_cv, &ca);
-	pthread_cond_init(&g->tick_cv, &ca);
-	pthread_cond_init(&g->synced, &ca);
-	pthread_condattr_destroy(&ca);
+	rft_cond_init(&g->work);
+	rft_cond_init(&g->jobs);
+	rft_cond_init(&g->applied_cv);
+	rft_cond_init(&g->tick_cv);
+	rft_cond_init(&g->synced);
 	f.ctx = g;
 	r.ctx = g;
 	rc = grp_set_fsm(grp, &f);

@@ -1,5 +1,6 @@
 /*
- * log.c - rft_err/warn/info/dbg.
+ * log.c - rft_err/warn/info/dbg, and rft_cond_init, the other helper
+ * every part of the engine shares.
  */
 #include <stdio.h>
 #include <string.h>
@@ -55,4 +56,14 @@ void rft_log(int level, const char *func, int line, const char *fmt, ...)
 	va_start(ap, fmt);
 	rft_logv(level, func, line, fmt, ap);
 	va_end(ap);
+}
+
+void rft_cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
 }

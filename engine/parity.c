@@ -1088,14 +1088,7 @@ int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
 		return rc;
 	}
 	par->code = stripe_code(&par->s, nodes);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&par->decoded, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	rft_cond_init(&par->decoded);
 	ers_scheme_format(&par->s, name, sizeof(name));
 	rft_info("protection %s across %d nodes: parity rows folded with the "
 		 "%s codec",

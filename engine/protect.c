@@ -1083,7 +1083,6 @@ int protect_new(struct eng *e, struct grp *g, struct protect **out)
 	struct peer_rx r = rx;
 	struct ers_scheme s;
 	struct protect *p;
-	pthread_condattr_t ca;
 	int rc;
 
 	*out = NULL;
@@ -1131,10 +1130,7 @@ int protect_new(struct eng *e, struct grp *g, struct protect **out)
 		p->nholders = p->r - 1;
 	}
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	rft_cond_init(&p->cv);
 	r.ctx = p;
 	rc = peer_register(p->x, PEER_T_DATA_FIRST, PEER_T_DATA_LAST, &r);
 	if (rc < 0) {

@@ -83,15 +83,8 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	}
 
 	pthread_mutex_init(&s->lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&s->freed, &ca);
-		pthread_cond_init(&s->balance_wake, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	rft_cond_init(&s->freed);
+	rft_cond_init(&s->balance_wake);
 	return 0;
 
 fail:

@@ -1057,7 +1057,6 @@ int memb_new(const struct memb_opts *o, struct peer_xport *x,
 	     struct memb **out)
 {
 	struct peer_rx rx = { .deliver = memb_deliver };
-	pthread_condattr_t ca;
 	struct memb *m;
 	uint64_t now = now_ms();
 	int i, rc;
@@ -1107,11 +1106,8 @@ int memb_new(const struct memb_opts *o, struct peer_xport *x,
 	m->view.node[o->self].incarnation = o->incarnation;
 	m->view.node[o->self].last_heard_ms = now;
 	pthread_mutex_init(&m->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&m->cond, &ca);
-	pthread_cond_init(&m->reg_cond, &ca);
-	pthread_condattr_destroy(&ca);
+	rft_cond_init(&m->cond);
+	rft_cond_init(&m->reg_cond);
 	if (o->registry) {
 		m->registry = strdup(o->registry);
 		if (!m->registry) {

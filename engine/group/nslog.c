@@ -3146,7 +3146,6 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	      struct nslog **out)
 {
 	struct peer_rx rx = { 0 };
-	pthread_condattr_t ca;
 	struct nslog *l;
 	int i, rc;
 
@@ -3171,11 +3170,8 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	if (!l)
 		return -ENOMEM;
 	pthread_mutex_init(&l->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&l->cond, &ca);
-	pthread_cond_init(&l->jcond, &ca);
-	pthread_condattr_destroy(&ca);
+	rft_cond_init(&l->cond);
+	rft_cond_init(&l->jcond);
 	l->self = o->self;
 	l->nodes = o->nodes;
 	l->inc = o->incarnation;

@@ -229,7 +229,6 @@ int peer_call(struct peer_xport *x, int node, struct peer_frame *req,
 	      struct peer_reply *rep, int timeout_ms)
 {
 	struct peer_call call = { .node = node, .rep = rep };
-	pthread_condattr_t ca;
 	struct timespec deadline;
 	uint64_t gen = 0;
 	int rc;
@@ -238,10 +237,7 @@ int peer_call(struct peer_xport *x, int node, struct peer_frame *req,
 		return -EINVAL;
 	rep->meta_len = rep->bulk_len = rep->bulk_crc = 0;
 	rep->type = 0;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&call.cond, &ca);
-	pthread_condattr_destroy(&ca);
+	rft_cond_init(&call.cond);
 
 	pthread_mutex_lock(&x->calls_lock);
 	if (!x->started) {

@@ -501,7 +501,6 @@ static const struct peer_xport_ops fake_ops = {
 struct peer_fakenet *peer_fakenet_new(int nodes, uint64_t seed)
 {
 	struct peer_fakenet *net;
-	pthread_condattr_t ca;
 
 	if (nodes < 1 || nodes > GRP_MAX_NODES)
 		return NULL;
@@ -516,10 +515,7 @@ struct peer_fakenet *peer_fakenet_new(int nodes, uint64_t seed)
 	net->nodes = nodes;
 	net->rng = seed;
 	pthread_mutex_init(&net->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&net->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	rft_cond_init(&net->cond);
 	return net;
 }
 

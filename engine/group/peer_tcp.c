@@ -1533,7 +1533,6 @@ static const struct peer_xport_ops tcp_ops = {
 int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out)
 {
 	struct peer_tcp *t;
-	pthread_condattr_t ca;
 	const char *listen_addr;
 	int i, rc;
 
@@ -1565,10 +1564,7 @@ int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out)
 	t->handshake_ms = o->handshake_ms;
 	t->idle_ms = o->idle_ms;
 	pthread_mutex_init(&t->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&t->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	rft_cond_init(&t->cond);
 	t->peer = calloc((size_t)o->nodes, sizeof(*t->peer));
 	t->in_by_node = calloc((size_t)o->nodes, sizeof(*t->in_by_node));
 	if (!t->peer || !t->in_by_node) {
