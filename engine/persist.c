@@ -83,14 +83,14 @@ struct pending_op {
 };
 
 /*
- * In a group, the node that renames a file mirrors the rename into the
- * persist dir the group shares when it applies it.  The file's owner may
- * have written a copy under the old name after that mirror and before it
- * applied the rename itself: the copy then sits under a name the file no
- * longer has.  So the owner, once the rename is applied here, looks again
- * after CHECK_DELAY_MS (the renamer's mirror has landed by then) at where
- * its copy is, and writes it again under the file's name if the copy was
- * left behind.
+ * In a group, the node that renames or removes a file mirrors that into
+ * the persist dir the group shares when it applies it.  The file's owner
+ * may have written a copy under the old name after that mirror and before
+ * it applied the change itself: the copy then sits under a name the file
+ * no longer has (or, removed, as an orphan).  So the owner, once the
+ * change is applied here, looks again after CHECK_DELAY_MS (the other
+ * node's mirror has landed by then) at where its copy is: a copy left
+ * behind is written again under the file's name, an orphan removed.
  */
 struct copy_check {
 	struct copy_check *next;
@@ -1420,10 +1420,15 @@ static bool is_copy(const struct stat *st, const struct copy_id *id)
 
 /*
  * Where is @in's copy, now that its name is no longer @from?  (A regular
- * file; a directory is below.)  Under its name: done.  Still under @from: it was written there after the rename's
- * mirror, so it is read from there and written again under the name (the
- * write-back removes it from @from).  Neither: a later rename moved it,
- * and that rename's own check looks for it.  Mirror lock held.
+ * file; a directory is below.)  Under its name: done.  Still under @from:
+ * it was written there after the rename's mirror, so it is read from
+ * there and written again under the name (the write-back removes it from
+ * @from).  The file has no name any more (an unlink, here or by another
+ * node, overtook the write-back): the copy under @from goes, or stays
+ * for the readers that still have the file open here, read from there
+ * and removed when the file is freed.  Nothing at @from: the renamer's
+ * mirror moved it along, or a later rename did, and that rename's own
+ * check looks for it.  Mirror lock held.
  */
 static void check_copy(struct eng *e, struct inode *in, const char *from)
 {
@@ -1431,7 +1436,8 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 	char rel[PATH_MAX];
 	struct copy_id id;
 	struct stat st;
-	bool home;
+	bool home, open;
+	int rc;
 
 	/*
 	 * A directory made again under @from (its metadata written back
@@ -1444,22 +1450,39 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 		return;
 	}
 	pthread_rwlock_rdlock(&e->ns.lock);
-	home = in->file.copy == COPY_HOME &&
-	       ns_path(&e->ns, in, rel, sizeof(rel)) == 0;
+	rc = ns_path(&e->ns, in, rel, sizeof(rel));
+	home = in->file.copy == COPY_HOME;
+	open = in->opens > 0;
 	pthread_rwlock_unlock(&e->ns.lock);
 	/* copy and copy_id change under the mirror lock only. */
 	id = in->file.copy_id;
-	if (!home || !id.ino || strcmp(rel, from) == 0)
+	if (!home || !id.ino || (rc < 0 && rc != -ENOENT) ||
+	    (rc == 0 && strcmp(rel, from) == 0))
 		return;
-	if (fstatat(p->dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	if (rc == 0 && fstatat(p->dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    is_copy(&st, &id))
 		return;
 	if (fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    !is_copy(&st, &id))
 		return;
-	rft_warn("persist: %s was written back under its old name %s, after "
-		 "another node's rename; writing it again", rel, from);
-	set_copy(e, in, COPY_AWAY, from);
+	if (rc == 0) {
+		rft_warn("persist: %s was written back under its old name %s, "
+			 "after another node's rename; writing it again", rel,
+			 from);
+		set_copy(e, in, COPY_AWAY, from);
+		return;
+	}
+	if (open) {
+		set_copy(e, in, COPY_AWAY, from);
+		return;
+	}
+	rft_warn("persist: %s was written back after another node removed "
+		 "it; removing it", from);
+	if (remove_copy(p, from) < 0)
+		queue_op(p, from, false);
+	else
+		drop_empty_parents(e, from);
+	set_copy(e, in, COPY_NONE, NULL);
 }
 
 static void add_check(struct eng *e, struct copy_check **list,
@@ -1499,8 +1522,9 @@ static void check_below(struct inode *in, const struct dentry *de,
 }
 
 /*
- * Another node renamed @in (and what is below it) from @from: check the
- * copies of the files this node owns later.  Mirror lock held.
+ * Another node renamed @in (and what is below it) from @from, or removed
+ * its last name @from: check the copies of the files this node owns later.
+ * Mirror lock held.
  */
 static void check_later(struct eng *e, struct inode *in, const char *from)
 {
@@ -2231,7 +2255,8 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 	 * of a renamed file checks later that its copy went along.
 	 */
 	if (ev->remote) {
-		if (ev->kind == EV_RENAMED && !ev->exchange)
+		if ((ev->kind == EV_RENAMED && !ev->exchange) ||
+		    (ev->kind == EV_UNLINKED && (ev->last || ev->dir)))
 			check_later(e, ev->in, ev->from);
 		return;
 	}

@@ -55,7 +55,8 @@ log "rename, unlink and mkdir mirrored into the persist dir"
 # of every rank's files, as HF's Trainer does) while node 1 writes its files
 # back.  Node 2 mirrors the rename when it applies it; a copy node 1 put in
 # under the old name after that, before node 1 applied the rename, is found
-# there by node 1 and written again under the new name.
+# there by node 1 and written again under the new name.  Likewise for
+# node 1's files that node 2 removes: no copy stays.
 RACES=${RACES:-6}
 for i in $(seq 1 "$RACES"); do
 	mkdir "${M[1]}/stage.$i"
@@ -63,10 +64,15 @@ for i in $(seq 1 "$RACES"); do
 		head -c $((4096 * f + i)) /dev/urandom >"$REF/race.$i.$f"
 		cp "$REF/race.$i.$f" "${M[1]}/stage.$i/f$f"
 	done
+	mkdir "${M[1]}/gone.$i"
+	for f in $(seq 1 6); do
+		head -c $((8192 * f)) /dev/urandom >"${M[1]}/gone.$i/f$f"
+	done
 	admin "${M[1]}" flush --wait >/dev/null &
 	flush_pid=$!
 	sleep "0.0$((RANDOM % 10))"
 	mv "${M[2]}/stage.$i" "${M[2]}/done.$i"
+	rm -r "${M[2]}/gone.$i"
 	wait "$flush_pid" || fail "flush --wait on node 1 (race $i)"
 done
 for n in 0 1 2; do
@@ -75,7 +81,7 @@ done
 race_settled() {
 	local i f
 	for i in $(seq 1 "$RACES"); do
-		[ -e "$P/stage.$i" ] && return 1
+		[ -e "$P/stage.$i" ] || [ -e "$P/gone.$i" ] && return 1
 		for f in $(seq 1 12); do
 			cmp -s "$REF/race.$i.$f" "$P/done.$i/f$f" || return 1
 			[ -e "$P/done.$i/.f$f.rftsum" ] || return 1
@@ -89,14 +95,15 @@ for t in $(seq 1 150); do
 	[ $((t % 10)) -eq 0 ] && admin "${M[1]}" flush --wait >/dev/null
 done
 if ! race_settled; then
-	ls -laR "$P" | grep -E 'stage|done|race|^ *-' | head -60 >&2
-	fail "persist dir: node 1's copies are not all under done.N/ after node 2's renames"
+	# What is left where (sed reads all: no SIGPIPE under pipefail).
+	find "$P" -path '*stage.*' -o -path '*gone.*' | sed -n 1,60p >&2
+	fail "persist dir: node 1's copies are not all under done.N/ (and none under gone.N/) after node 2's renames and removals"
 fi
 for i in $(seq 1 "$RACES"); do
 	rm -r "${M[0]}/done.$i"
 	rm "$REF"/race.$i.*
 done
-log "renames by node 2 racing node 1's write-back: every copy under its new name"
+log "renames and removals by node 2 racing node 1's write-back: every copy under its new name, none left of what was removed"
 
 check_all() {
 	local what=$1 n f

@@ -466,21 +466,37 @@ static void fake_persisted(void *ctx, struct inode *in, uint64_t gseal)
 static const struct eng_group_ops fake_group = { .persisted =
 							 fake_persisted };
 
-/* Apply a rename as the log would bring another node's (remote). */
+/* Apply @op as the log would bring another node's (remote). */
+static void remote_apply(struct eng *e, struct nsop *op)
+{
+	op->node = 1;
+	e->gops = &fake_group;
+	assert_int_equal(ns_apply(e, op, 1, NULL), 0);
+	e->gops = NULL;
+}
+
 static void remote_rename(struct eng *e, uint64_t parent, const char *name,
 			  uint64_t newparent, const char *newname)
 {
 	struct nsop op;
 
 	nsop_init(&op, NSOP_RENAME);
-	op.node = 1;
 	op.parent = parent;
 	op.newparent = newparent;
 	snprintf(op.name, sizeof(op.name), "%s", name);
 	snprintf(op.newname, sizeof(op.newname), "%s", newname);
-	e->gops = &fake_group;
-	assert_int_equal(ns_apply(e, &op, 1, NULL), 0);
-	e->gops = NULL;
+	remote_apply(e, &op);
+}
+
+static void remote_remove(struct eng *e, enum nsop_kind kind, uint64_t parent,
+			  const char *name)
+{
+	struct nsop op;
+
+	nsop_init(&op, kind);
+	op.parent = parent;
+	snprintf(op.name, sizeof(op.name), "%s", name);
+	remote_apply(e, &op);
 }
 
 static bool host_exists(struct fixture *fx, const char *rel)
@@ -519,15 +535,18 @@ static uint64_t files_written(struct eng *e)
 	return s.persist_files;
 }
 
-/* Wait up to 10 s for @rel to appear in the persist dir and @gone to go. */
+/*
+ * Wait up to 10 s for @rel (unless NULL) to appear in the persist dir and
+ * @gone to go.
+ */
 static void wait_moved(struct fixture *fx, const char *rel, const char *gone)
 {
 	for (int i = 0; i < 1000; i++) {
-		if (host_exists(fx, rel) && !host_exists(fx, gone))
+		if ((!rel || host_exists(fx, rel)) && !host_exists(fx, gone))
 			return;
 		usleep(10 * 1000);
 	}
-	fail_msg("%s did not move to %s in 10 s", gone, rel);
+	fail_msg("%s did not go (to %s) in 10 s", gone, rel ? rel : "nowhere");
 }
 
 /*
@@ -597,6 +616,21 @@ static void test_copy_left_behind_by_a_rename(void **state)
 	assert_int_equal(mkdir(from, 0700), 0);
 	remote_rename(fx->e, RFT_ROOT_INO, "empty_a", RFT_ROOT_INO, "empty_b");
 	wait_moved(fx, "empty_b", "empty_a");
+
+	/*
+	 * Removed by another node whose mirror came before the copy went
+	 * in: the copy, its sidecar and its directory (removed as well,
+	 * and made again by the copy) go.
+	 */
+	d = lookup(fx->e, RFT_ROOT_INO, "step_2");
+	remote_remove(fx->e, NSOP_UNLINK, d, "final.pt");
+	remote_remove(fx->e, NSOP_RMDIR, RFT_ROOT_INO, "step_2");
+	assert_true(host_exists(fx, "step_2/final.pt"));
+	wait_moved(fx, NULL, "step_2");
+	/* A directory made again after the mirror of its removal goes too. */
+	remote_remove(fx->e, NSOP_RMDIR, RFT_ROOT_INO, "empty_b");
+	assert_true(host_exists(fx, "empty_b"));
+	wait_moved(fx, NULL, "empty_b");
 	free(data);
 }
 
