@@ -1553,6 +1553,25 @@ static void check_later(struct eng *e, struct inode *in, const char *from)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* Forget the checks not run yet (with @e, giving their holds back). */
+static void drop_checks(struct persist *p, struct eng *e)
+{
+	struct copy_check *c;
+
+	pthread_mutex_lock(&p->lock);
+	c = p->checks;
+	p->checks = NULL;
+	pthread_mutex_unlock(&p->lock);
+	while (c) {
+		struct copy_check *next = c->next;
+
+		if (e)
+			ns_unhold(e, c->in);
+		free(c);
+		c = next;
+	}
+}
+
 /* Run the checks that are due (@all: every one, as at unmount). */
 static void run_checks(struct eng *e, bool all)
 {
@@ -2734,17 +2753,7 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 	}
 	if (mode == ENG_UNMOUNT_FLUSH_NONE) {
 		/* Nothing is written: a copy left behind stays there. */
-		pthread_mutex_lock(&p->lock);
-		while (p->checks) {
-			struct copy_check *c = p->checks;
-
-			p->checks = c->next;
-			pthread_mutex_unlock(&p->lock);
-			ns_unhold(e, c->in);
-			free(c);
-			pthread_mutex_lock(&p->lock);
-		}
-		pthread_mutex_unlock(&p->lock);
+		drop_checks(p, e);
 		return 0;
 	}
 	bounce = malloc(e->store.chunk_size);
@@ -2795,6 +2804,8 @@ void persist_free(struct persist *p)
 		p->ops = op->next;
 		free(op);
 	}
+	/* Never stopped (a failed start): the namespace goes next. */
+	drop_checks(p, NULL);
 	free(p->away);
 	pthread_cond_destroy(&p->wake);
 	pthread_mutex_destroy(&p->lock);
