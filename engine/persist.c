@@ -2274,9 +2274,12 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 	 * of a renamed file checks later that its copy went along.
 	 */
 	if (ev->remote) {
-		if ((ev->kind == EV_RENAMED && !ev->exchange) ||
+		if (ev->kind == EV_RENAMED ||
 		    (ev->kind == EV_UNLINKED && (ev->last || ev->dir)))
 			check_later(e, ev->in, ev->from);
+		/* An exchange moved the other one from @to. */
+		if (ev->kind == EV_RENAMED && ev->exchange && ev->dst)
+			check_later(e, ev->dst, ev->to);
 		return;
 	}
 	switch (ev->kind) {

@@ -618,6 +618,49 @@ static void test_copy_left_behind_by_a_rename(void **state)
 	wait_moved(fx, "empty_b", "empty_a");
 
 	/*
+	 * Exchanged with another file of ours, neither copy moved by the
+	 * mirror: each is written again under its file's new name.
+	 */
+	assert_int_not_equal(fx_put(fx->e, lookup(fx->e, RFT_ROOT_INO, "step_2"),
+				    "other.pt", data + 1, FILE_SIZE - 1), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	d = lookup(fx->e, RFT_ROOT_INO, "step_2");
+	{
+		struct nsop op;
+
+		nsop_init(&op, NSOP_RENAME);
+		op.parent = op.newparent = d;
+		op.flags = ENG_RENAME_EXCHANGE;
+		snprintf(op.name, sizeof(op.name), "final.pt");
+		snprintf(op.newname, sizeof(op.newname), "other.pt");
+		remote_apply(fx->e, &op);
+	}
+	for (int i = 0; i < 1000; i++) {
+		size_t len = 0;
+		uint8_t *host;
+
+		snprintf(to, sizeof(to), "%s/step_2/final.pt", fx->persist);
+		host = read_host_file(to, &len);
+		free(host);
+		if (len == FILE_SIZE - 1)
+			break;
+		usleep(10 * 1000);
+	}
+	assert_int_equal(flush_wait(fx->e), 0);
+	{
+		size_t len = 0;
+		uint8_t *host;
+
+		host = read_host_file(to, &len);
+		assert_non_null(host);
+		assert_int_equal(len, FILE_SIZE - 1);
+		assert_memory_equal(host, data + 1, FILE_SIZE - 1);
+		free(host);
+	}
+	assert_copy(fx, "step_2/other.pt", data);
+	remote_remove(fx->e, NSOP_UNLINK, d, "other.pt");
+
+	/*
 	 * Removed by another node whose mirror came before the copy went
 	 * in: the copy, its sidecar and its directory (removed as well,
 	 * and made again by the copy) go.
