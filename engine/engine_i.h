@@ -685,6 +685,13 @@ int nsop_decode(const void *buf, size_t len, struct nsop *op);
  */
 int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	     struct nsop_out *out);
+/*
+ * The same, saying whether @op is another node's (@remote: its name
+ * changes are not mirrored here).  ns_apply() tells that from @out in a
+ * group; a test may apply an op as another node's on a single engine.
+ */
+int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
+		struct nsop_out *out, bool remote);
 
 /*
  * An erasure-coded seal's scheme as SEAL and PROTECT entries carry it (their

@@ -1122,7 +1122,12 @@ int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	 * Only the node that made a name change mirrors it into the persist
 	 * dir the group shares (its proposal's apply has @out).
 	 */
-	bool remote = e->gops && !out;
+	return ns_apply_as(e, op, index, out, e->gops && !out);
+}
+
+int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
+		struct nsop_out *out, bool remote)
+{
 	int rc;
 
 	if (out)

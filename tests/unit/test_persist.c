@@ -455,24 +455,11 @@ static void test_unmount_writes_back(void **state)
 
 /* --- a rename by another node (one engine posing as a group's node) --- */
 
-static void fake_persisted(void *ctx, struct inode *in, uint64_t gseal)
-{
-	(void)ctx;
-	(void)in;
-	(void)gseal;
-}
-
-/* What write-back needs of a group: nothing is told. */
-static const struct eng_group_ops fake_group = { .persisted =
-							 fake_persisted };
-
 /* Apply @op as the log would bring another node's (remote). */
 static void remote_apply(struct eng *e, struct nsop *op)
 {
 	op->node = 1;
-	e->gops = &fake_group;
-	assert_int_equal(ns_apply(e, op, 1, NULL), 0);
-	e->gops = NULL;
+	assert_int_equal(ns_apply_as(e, op, 1, NULL, true), 0);
 }
 
 static void remote_rename(struct eng *e, uint64_t parent, const char *name,
