@@ -6,9 +6,18 @@
  * reach this daemon.  run_passthrough_probe.sh compares reads through it
  * with reads of the backing file and of a default tmpfs.
  *
- * usage: passthrough_probe MOUNTPOINT BACKING_FILE [mix]
- *   mix: every other open is direct I/O instead (served here by splice),
- *        to see what the kernel does with both kinds on one inode.
+ * usage: passthrough_probe MOUNTPOINT BACKING_FILE [mix|shared|rw]
+ *   mix:    every other open is direct I/O instead (served here by
+ *           splice), to see what the kernel does with both kinds on one
+ *           inode.
+ *   shared: the backing file is registered once, at the first open, and
+ *           every open while it is held gets that one id (by default each
+ *           open registers it anew and gets an id of its own).
+ *   rw:     shared, and the file may be opened for writing (mode 0644,
+ *           attributes not cached): writes pass through to the backing
+ *           file too.  GETATTR answers the size the file had at start,
+ *           to see whether a stale answer undoes a passthrough write's
+ *           size; FLUSH, FSYNC and GETATTR are logged ("probe: ...").
  * Runs in the foreground until unmounted.  Built against libfuse 3.18+
  * (the bundled one) by run_passthrough_probe.sh, not by meson.
  */
@@ -16,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,8 +36,13 @@
 
 static int backing_fd = -1;
 static off_t backing_size;
-static bool mix;
+static bool mix, shared, rw;
 static atomic_uint opens;
+
+/* shared, rw: the one registration and the opens that hold it. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static int reg_id;
+static unsigned reg_users;
 
 static void attr_of(fuse_ino_t ino, struct stat *st)
 {
@@ -37,7 +52,7 @@ static void attr_of(fuse_ino_t ino, struct stat *st)
 		st->st_mode = S_IFDIR | 0755;
 		st->st_nlink = 2;
 	} else {
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | (rw ? 0644 : 0444);
 		st->st_nlink = 1;
 		st->st_size = backing_size;
 	}
@@ -62,6 +77,8 @@ static void probe_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	attr_of(DATA_INO, &e.attr);
+	if (rw)
+		e.attr_timeout = 0;
 	fuse_reply_entry(req, &e);
 }
 
@@ -72,7 +89,39 @@ static void probe_getattr(fuse_req_t req, fuse_ino_t ino,
 
 	(void)fi;
 	attr_of(ino, &st);
-	fuse_reply_attr(req, &st, 3600);
+	if (rw && ino == DATA_INO)
+		fprintf(stderr, "probe: getattr (answered size %lld)\n",
+			(long long)st.st_size);
+	fuse_reply_attr(req, &st, rw ? 0 : 3600);
+}
+
+/* The backing id for an open: a new one, or in shared mode the held one. */
+static int backing_get(fuse_req_t req)
+{
+	int id;
+
+	if (!shared)
+		return fuse_passthrough_open(req, backing_fd);
+	pthread_mutex_lock(&reg_lock);
+	if (!reg_users)
+		reg_id = fuse_passthrough_open(req, backing_fd);
+	id = reg_id;
+	if (id > 0)
+		reg_users++;
+	pthread_mutex_unlock(&reg_lock);
+	return id;
+}
+
+static void backing_put(fuse_req_t req, int id)
+{
+	if (!shared) {
+		fuse_passthrough_close(req, id);
+		return;
+	}
+	pthread_mutex_lock(&reg_lock);
+	if (--reg_users == 0)
+		fuse_passthrough_close(req, reg_id);
+	pthread_mutex_unlock(&reg_lock);
 }
 
 static void probe_open(fuse_req_t req, fuse_ino_t ino,
@@ -88,7 +137,7 @@ static void probe_open(fuse_req_t req, fuse_ino_t ino,
 		fi->direct_io = 1;
 	} else {
 		/* keep_cache must stay off: with it the kernel fails the open. */
-		int id = fuse_passthrough_open(req, backing_fd);
+		int id = backing_get(req);
 
 		if (id <= 0) {
 			fprintf(stderr, "passthrough_probe: "
@@ -106,7 +155,28 @@ static void probe_release(fuse_req_t req, fuse_ino_t ino,
 {
 	(void)ino;
 	if (fi->backing_id > 0)
-		fuse_passthrough_close(req, fi->backing_id);
+		backing_put(req, fi->backing_id);
+	fuse_reply_err(req, 0);
+}
+
+static void probe_flush(fuse_req_t req, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	if (rw)
+		fprintf(stderr, "probe: flush\n");
+	fuse_reply_err(req, 0);
+}
+
+static void probe_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+			struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	if (rw)
+		fprintf(stderr, "probe: fsync\n");
 	fuse_reply_err(req, 0);
 }
 
@@ -130,6 +200,8 @@ static const struct fuse_lowlevel_ops probe_ops = {
 	.getattr = probe_getattr,
 	.open = probe_open,
 	.release = probe_release,
+	.flush = probe_flush,
+	.fsync = probe_fsync,
 	.read = probe_read,
 };
 
@@ -143,11 +215,13 @@ int main(int argc, char **argv)
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: passthrough_probe MOUNTPOINT "
-				"BACKING_FILE [mix]\n");
+				"BACKING_FILE [mix|shared|rw]\n");
 		return 2;
 	}
 	mix = argc > 3 && strcmp(argv[3], "mix") == 0;
-	backing_fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+	rw = argc > 3 && strcmp(argv[3], "rw") == 0;
+	shared = rw || (argc > 3 && strcmp(argv[3], "shared") == 0);
+	backing_fd = open(argv[2], (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	if (backing_fd < 0 || fstat(backing_fd, &st) < 0) {
 		perror(argv[2]);
 		return 1;

@@ -5,7 +5,9 @@
 # round: dd and mapped reads of a default tmpfs (4 KiB pages, the
 # benchmarks' baseline), of the probe passing through to a file there, of
 # a tmpfs with huge=always, and of the probe passing through to that one.
-# Then whether a direct open of an inode may join a passthrough one.
+# Then the kernel's rules: whether a direct open of an inode may join a
+# passthrough one, or a second passthrough open (with a backing id of its
+# own, or the first one's), and what a writer passing through does (rw).
 # As root (passthrough needs CAP_SYS_ADMIN); built against the bundled
 # libfuse (3.18+) of $BUILDDIR, with cc, not by meson.
 #   bash tests/bench/run_passthrough_probe.sh [GIB] [ROUNDS]   (default 2 5)
@@ -21,7 +23,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/reftfs-ptprobe.XXXXXX")
 bin=$dir/passthrough_probe
 pids=()
 cleanup() {
-	for m in "$dir"/mnt4k "$dir"/mnthuge "$dir"/mntmix; do
+	for m in "$dir"/mnt4k "$dir"/mnthuge "$dir"/mntmix "$dir"/mntshared "$dir"/mntrw; do
 		fusermount3 -u "$m" 2>/dev/null || true
 	done
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -33,7 +35,8 @@ cc -O2 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
 	-I "$src/subprojects/fuse3/include" -I "$BUILDDIR/subprojects/fuse3" \
 	-I "$BUILDDIR/subprojects/fuse3/include" \
 	"$here/passthrough_probe.c" "$lib" -lpthread -ldl -luring -lnuma -o "$bin"
-mkdir "$dir"/4k "$dir"/huge "$dir"/mnt4k "$dir"/mnthuge "$dir"/mntmix
+mkdir "$dir"/4k "$dir"/huge "$dir"/mnt4k "$dir"/mnthuge "$dir"/mntmix \
+	"$dir"/mntshared "$dir"/mntrw
 mount -t tmpfs -o "size=$((gib + 1))G" ptprobe-4k "$dir/4k"
 mount -t tmpfs -o "size=$((gib + 1))G,huge=always" ptprobe-huge "$dir/huge"
 head -c "${gib}G" /dev/urandom >"$dir/huge/data"
@@ -93,4 +96,57 @@ else
 	echo "a direct open beside a passthrough open of the same inode: refused (EIO)"
 fi
 exec 3<&-
-cat "$dir/probe.log" >&2
+
+# Two passthrough opens of one inode at once: each with a backing id of
+# its own (mnthuge), or both with the one registered at the first (shared).
+start "$dir/mntshared" "$dir/huge/data" shared
+for i in $(seq 1 50); do [ -e "$dir/mntshared/data" ] && break; sleep 0.1; done
+for m in mnthuge mntshared; do
+	exec 3<"$dir/$m/data"
+	if dd if="$dir/$m/data" of=/dev/null bs=1M count=1 2>/dev/null; then
+		r=allowed
+	else
+		r="refused (EIO)"
+	fi
+	exec 3<&-
+	[ $m = mnthuge ] && w="a backing id of its own" || w="the first open's backing id"
+	echo "a second passthrough open with $w while the first is held: $r"
+done
+
+# Writers passing through (rw): a small file, the probe answering GETATTR
+# with the size the file had at start.
+head -c 4M /dev/urandom >"$dir/huge/small"
+start "$dir/mntrw" "$dir/huge/small" rw
+for i in $(seq 1 50); do [ -e "$dir/mntrw/data" ] && break; sleep 0.1; done
+python3 - "$dir/mntrw/data" "$dir/huge/small" <<'PYEOF'
+import mmap, os, sys
+path, backing = sys.argv[1], sys.argv[2]
+def say(what, res):
+    print("rw: %-62s %s" % (what, res))
+r = os.open(path, os.O_RDONLY)
+mm = mmap.mmap(r, 1 << 20, prot=mmap.PROT_READ)
+try:
+    w = os.open(path, os.O_RDWR)
+except OSError as e:
+    say("a writer's open beside a passthrough reader", "refused (%s)" % e.strerror)
+    sys.exit(0)
+say("a writer's open beside a passthrough reader", "allowed")
+os.pwrite(w, b"\xab" * 4096, 0)
+with open(backing, "rb") as f:
+    say("a write through it is in the backing file at once",
+        "yes" if f.read(4096) == b"\xab" * 4096 else "no")
+say("the reader's mapping sees it", "yes" if mm[:4096] == b"\xab" * 4096 else "no")
+size0 = os.fstat(w).st_size
+os.pwrite(w, b"\xcd" * 4096, size0 + (1 << 20))
+say("size after a write past the end, fstat (was %d)" % size0, os.fstat(w).st_size)
+say("the same, stat by path (GETATTR answers %d)" % size0, os.stat(path).st_size)
+say("the backing file's size", os.stat(backing).st_size)
+os.fsync(w)
+os.close(w)
+mm.close()
+os.close(r)
+PYEOF
+for what in flush fsync getattr; do
+	echo "rw: FUSE_${what^^} reached the daemon: $(grep -c "probe: $what" "$dir/probe.log" || true) times"
+done
+cat "$dir/probe.log" | grep -v '^probe: ' >&2 || true
