@@ -46,6 +46,8 @@
 #define BACKOFF_MAX_MS (5 * 60 * 1000)
 /* A rename by another node: how long its own mirror may take (below). */
 #define CHECK_DELAY_MS 2000
+/* Tries of a step whose parent another node's mirror may move away. */
+#define PARENT_TRIES 3
 
 /*
  * Sidecar: little-endian, as the daemon that wrote it (x86-64 and arm64
@@ -96,7 +98,7 @@ struct copy_check {
 	struct copy_check *next;
 	struct inode *in;	/* held */
 	uint64_t due_ms;	/* CLOCK_MONOTONIC */
-	char from[];		/* the copy's path before the rename */
+	char from[];		/* the copy's path before the change */
 };
 
 struct persist {
@@ -829,12 +831,6 @@ static int relink_aliases(struct eng *e, struct inode *in, const char *rel)
 }
 
 /*
- * Move the finished temporaries into place under the file's current name:
- * data first, then its sums (a sidecar is trusted only beside the data it
- * describes, so a crash between the two loses checksums, never data).
- * 1 if the file was unlinked meanwhile.
- */
-/*
  * Remove the directories above @rel that are empty and have no name in
  * the namespace (left by a copy that was away there).  Mirror lock held.
  */
@@ -858,6 +854,12 @@ static void drop_empty_parents(struct eng *e, const char *rel)
 	}
 }
 
+/*
+ * Move the finished temporaries into place under the file's current name:
+ * data first, then its sums (a sidecar is trusted only beside the data it
+ * describes, so a crash between the two loses checksums, never data).
+ * 1 if the file was unlinked meanwhile.
+ */
 static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		  const char *tmp, const char *tmpsum, uint32_t node_ver)
 {
@@ -909,7 +911,7 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		rc = make_parents(p->dirfd, rel);
 		if (rc == 0 && renameat(p->dirfd, tmp, p->dirfd, rel) < 0)
 			rc = -errno;
-		if (rc != -ENOENT || t == 2)
+		if (rc != -ENOENT || t == PARENT_TRIES - 1)
 			break;
 		rc = 0;
 	}
@@ -1113,7 +1115,7 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 		}
 		if (rc == 0)
 			rc = set_meta(p, rel, mode, uid, gid, times);
-		if (rc != -ENOENT || t == 2)
+		if (rc != -ENOENT || t == PARENT_TRIES - 1)
 			break;
 		rc = 0;
 	}
@@ -1538,10 +1540,10 @@ static void check_later(struct eng *e, struct inode *in, const char *from)
 
 		walk_below(in, from, check_below, &w);
 		add_check(e, &list, in, from, due);
-	}
-	else if (S_ISREG(in->mode) && in->file.owner == e->node &&
-		 in->file.copy == COPY_HOME)
+	} else if (S_ISREG(in->mode) && in->file.owner == e->node &&
+		   in->file.copy == COPY_HOME) {
 		add_check(e, &list, in, from, due);
+	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (!list)
 		return;
@@ -2271,7 +2273,8 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 
 	/*
 	 * In a group the node that made a name change mirrors it; the owner
-	 * of a renamed file checks later that its copy went along.
+	 * of a file renamed or removed elsewhere checks later that its copy
+	 * went along (or went).
 	 */
 	if (ev->remote) {
 		if (ev->kind == EV_RENAMED ||
