@@ -463,11 +463,13 @@ static void remote_apply(struct eng *e, struct nsop *op)
 }
 
 static void remote_rename(struct eng *e, uint64_t parent, const char *name,
-			  uint64_t newparent, const char *newname)
+			  uint64_t newparent, const char *newname,
+			  uint32_t flags)
 {
 	struct nsop op;
 
 	nsop_init(&op, NSOP_RENAME);
+	op.flags = flags;
 	op.parent = parent;
 	op.newparent = newparent;
 	snprintf(op.name, sizeof(op.name), "%s", name);
@@ -494,9 +496,9 @@ static bool host_exists(struct fixture *fx, const char *rel)
 	return access(path, F_OK) == 0;
 }
 
-/* @rel in the persist dir holds @data, with its sidecar beside it. */
+/* @rel in the persist dir holds @len bytes of @data, with its sidecar. */
 static void assert_copy(struct fixture *fx, const char *rel,
-			const uint8_t *data)
+			const uint8_t *data, size_t want)
 {
 	char path[2 * PATH_MAX + 32], sum[PATH_MAX + 16];
 	const char *slash = strrchr(rel, '/');
@@ -506,8 +508,8 @@ static void assert_copy(struct fixture *fx, const char *rel,
 	snprintf(path, sizeof(path), "%s/%s", fx->persist, rel);
 	host = read_host_file(path, &len);
 	assert_non_null(host);
-	assert_int_equal(len, FILE_SIZE);
-	assert_memory_equal(host, data, FILE_SIZE);
+	assert_int_equal(len, want);
+	assert_memory_equal(host, data, want);
 	free(host);
 	snprintf(sum, sizeof(sum), "%.*s/.%s.rftsum", (int)(slash - rel), rel,
 		 slash + 1);
@@ -555,10 +557,10 @@ static void test_copy_left_behind_by_a_rename(void **state)
 	d = lookup(fx->e, RFT_ROOT_INO, "step_1");
 
 	/* The copy under the old name: written again under the new one. */
-	remote_rename(fx->e, d, "model.pt", d, "moved.pt");
+	remote_rename(fx->e, d, "model.pt", d, "moved.pt", 0);
 	assert_true(host_exists(fx, "step_1/model.pt")); /* not mirrored */
 	wait_moved(fx, "step_1/moved.pt", "step_1/model.pt");
-	assert_copy(fx, "step_1/moved.pt", data);
+	assert_copy(fx, "step_1/moved.pt", data, FILE_SIZE);
 	assert_false(host_exists(fx, "step_1/.model.pt.rftsum"));
 
 	/*
@@ -567,9 +569,9 @@ static void test_copy_left_behind_by_a_rename(void **state)
 	 */
 	snprintf(to, sizeof(to), "%s/step_2", fx->persist);
 	assert_int_equal(mkdir(to, 0755), 0);
-	remote_rename(fx->e, RFT_ROOT_INO, "step_1", RFT_ROOT_INO, "step_2");
+	remote_rename(fx->e, RFT_ROOT_INO, "step_1", RFT_ROOT_INO, "step_2", 0);
 	wait_moved(fx, "step_2/moved.pt", "step_1/moved.pt");
-	assert_copy(fx, "step_2/moved.pt", data);
+	assert_copy(fx, "step_2/moved.pt", data, FILE_SIZE);
 	/* The directory of the old name goes with the copy. */
 	for (int i = 0; i < 100 && host_exists(fx, "step_1"); i++)
 		usleep(10 * 1000);
@@ -585,11 +587,11 @@ static void test_copy_left_behind_by_a_rename(void **state)
 	snprintf(to, sizeof(to), "%s/step_2/.final.pt.rftsum", fx->persist);
 	assert_int_equal(rename(from, to), 0);
 	remote_rename(fx->e, lookup(fx->e, RFT_ROOT_INO, "step_2"), "moved.pt",
-		      lookup(fx->e, RFT_ROOT_INO, "step_2"), "final.pt");
+		      lookup(fx->e, RFT_ROOT_INO, "step_2"), "final.pt", 0);
 	usleep((CHECK_DELAY_TEST_MS + 1500) * 1000);
 	assert_int_equal(flush_wait(fx->e), 0);
 	assert_int_equal(files_written(fx->e), before);
-	assert_copy(fx, "step_2/final.pt", data);
+	assert_copy(fx, "step_2/final.pt", data, FILE_SIZE);
 	assert_false(host_exists(fx, "step_2/moved.pt"));
 
 	/* A directory made again under the old name, empty: it goes. */
@@ -601,50 +603,28 @@ static void test_copy_left_behind_by_a_rename(void **state)
 	snprintf(to, sizeof(to), "%s/empty_b", fx->persist);
 	assert_int_equal(rename(from, to), 0);
 	assert_int_equal(mkdir(from, 0700), 0);
-	remote_rename(fx->e, RFT_ROOT_INO, "empty_a", RFT_ROOT_INO, "empty_b");
+	remote_rename(fx->e, RFT_ROOT_INO, "empty_a", RFT_ROOT_INO, "empty_b",
+		      0);
 	wait_moved(fx, "empty_b", "empty_a");
 
 	/*
 	 * Exchanged with another file of ours, neither copy moved by the
 	 * mirror: each is written again under its file's new name.
 	 */
-	assert_int_not_equal(fx_put(fx->e, lookup(fx->e, RFT_ROOT_INO, "step_2"),
-				    "other.pt", data + 1, FILE_SIZE - 1), 0);
-	assert_int_equal(flush_wait(fx->e), 0);
 	d = lookup(fx->e, RFT_ROOT_INO, "step_2");
-	{
-		struct nsop op;
-
-		nsop_init(&op, NSOP_RENAME);
-		op.parent = op.newparent = d;
-		op.flags = ENG_RENAME_EXCHANGE;
-		snprintf(op.name, sizeof(op.name), "final.pt");
-		snprintf(op.newname, sizeof(op.newname), "other.pt");
-		remote_apply(fx->e, &op);
-	}
+	assert_int_not_equal(fx_put(fx->e, d, "other.pt", data + 1,
+				    FILE_SIZE - 1), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	remote_rename(fx->e, d, "final.pt", d, "other.pt", ENG_RENAME_EXCHANGE);
+	snprintf(to, sizeof(to), "%s/step_2/final.pt", fx->persist);
 	for (int i = 0; i < 1000; i++) {
-		size_t len = 0;
-		uint8_t *host;
-
-		snprintf(to, sizeof(to), "%s/step_2/final.pt", fx->persist);
-		host = read_host_file(to, &len);
-		free(host);
-		if (len == FILE_SIZE - 1)
+		if (stat(to, &st) == 0 && st.st_size == FILE_SIZE - 1)
 			break;
 		usleep(10 * 1000);
 	}
 	assert_int_equal(flush_wait(fx->e), 0);
-	{
-		size_t len = 0;
-		uint8_t *host;
-
-		host = read_host_file(to, &len);
-		assert_non_null(host);
-		assert_int_equal(len, FILE_SIZE - 1);
-		assert_memory_equal(host, data + 1, FILE_SIZE - 1);
-		free(host);
-	}
-	assert_copy(fx, "step_2/other.pt", data);
+	assert_copy(fx, "step_2/final.pt", data + 1, FILE_SIZE - 1);
+	assert_copy(fx, "step_2/other.pt", data, FILE_SIZE);
 	remote_remove(fx->e, NSOP_UNLINK, d, "other.pt");
 
 	/*
