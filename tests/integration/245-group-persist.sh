@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Persist in a group (issue 8): three daemons share one persist dir.  Each
 # writes back the files it owns, under its own lock and staging dir; name
-# changes are mirrored once, by the node that made them (a rename that
-# overtakes the owner's write-back ends with the copy under its new name
-# all the same); a lost node's files read back on the others from the
-# persist dir (no --protect); and the whole group stopped and started
-# again on its state dirs reads every file back.
+# changes are mirrored once, by the node that made them (a rename or a
+# removal that overtakes the owner's write-back ends with the copy under
+# its new name, or gone, all the same); a lost node's files read back on
+# the others from the persist dir (no --protect); and the whole group
+# stopped and started again on its state dirs reads every file back.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
