@@ -434,24 +434,45 @@ static int move_copy(struct persist *p, const char *from, const char *to)
 }
 
 /*
+ * Move @in's copy from @rel into the staging dir, where it is read from
+ * until the file is written again or freed, and where a crash leaves it
+ * under no name (the mount-time scan removes the staging dir's files).
+ * Mirror lock held.
+ */
+static int park_copy(struct eng *e, struct inode *in, const char *rel)
+{
+	struct persist *p = e->persist;
+	char park[64];
+	int rc;
+
+	park_path(p, in->ino, park, sizeof(park));
+	rc = move_copy(p, rel, park);
+	if (rc == 0) {
+		set_copy(e, in, COPY_PARKED, NULL);
+	} else if (rc == -ENOENT) {
+		/* Gone already: nothing to park; the file goes again. */
+		rft_warn("persist: the copy at %s is gone; writing it again",
+			 rel);
+		set_copy(e, in, COPY_NONE, NULL);
+		rc = 0;
+	} else {
+		set_error(p, rc, "cannot park the copy at", rel);
+	}
+	return rc;
+}
+
+/*
  * Move the copy of a file whose copy sits away at @rel into the staging
  * dir, so that @rel can take another file's copy.  Mirror lock held.
  */
 static int park_away_owner(struct eng *e, const char *rel)
 {
-	struct persist *p = e->persist;
 	struct inode *owner = away_owner(e, rel);
-	char park[64];
 	int rc;
 
 	if (!owner)
 		return 0;
-	park_path(p, owner->ino, park, sizeof(park));
-	rc = move_copy(p, rel, park);
-	if (rc == 0)
-		set_copy(e, owner, COPY_PARKED, NULL);
-	else
-		set_error(p, rc, "cannot park the copy at", rel);
+	rc = park_copy(e, owner, rel);
 	ns_unhold(e, owner);
 	return rc;
 }
@@ -460,8 +481,10 @@ static int park_away_owner(struct eng *e, const char *rel)
  * A name the namespace gave up: remove what the persist dir still holds
  * under it, unless the namespace uses the name again for a file (then
  * the copy there is that file's, or its older version, which a write-back
- * replaces) or a file that moved away still reads from it.  Mirror lock
- * held.  0 when done or not needed.
+ * replaces).  The copy of a file that still reads from it (replaced while
+ * open, then the name went) is parked: left there, a crash would bring
+ * the name back with that old version after a flush had seen it gone.
+ * Mirror lock held.  0 when done or not needed.
  */
 static int drop_name(struct eng *e, const char *rel, bool dir)
 {
@@ -485,11 +508,11 @@ static int drop_name(struct eng *e, const char *rel, bool dir)
 	}
 	owner = away_owner(e, rel);
 	if (owner) {
+		rc = park_copy(e, owner, rel);
 		ns_unhold(e, owner);
-		return 0;
+		return rc;
 	}
-	rc = remove_copy(p, rel);
-	return rc;
+	return remove_copy(p, rel);
 }
 
 /* Try the queued removals again; mirror lock held. */
@@ -1886,11 +1909,7 @@ static void drop_or_queue(struct eng *e, const char *rel, bool dir)
 static void persist_mirror_unlink(struct eng *e, struct inode *in, const char *rel,
 			   bool dir, bool open, bool last)
 {
-	struct persist *p = e->persist;
-	char park[64];
-	int rc;
-
-	if (!p)
+	if (!e->persist)
 		return;
 	/* Other names hold the same bytes (hard links): drop only this one. */
 	if (!last) {
@@ -1902,15 +1921,9 @@ static void persist_mirror_unlink(struct eng *e, struct inode *in, const char *r
 			set_copy(e, in, COPY_NONE, NULL);
 		} else {
 			/* Its readers may still need the bytes: park them. */
-			park_path(p, in->ino, park, sizeof(park));
-			rc = move_copy(p, rel, park);
-			if (rc == 0) {
-				set_copy(e, in, COPY_PARKED, NULL);
-				return;
-			}
-			set_error(p, rc, "cannot park", rel);
-			/* Read on from there; removed when it is freed. */
-			set_copy(e, in, COPY_AWAY, rel);
+			if (park_copy(e, in, rel) < 0)
+				/* Read on from there; removed when freed. */
+				set_copy(e, in, COPY_AWAY, rel);
 			return;
 		}
 	}
@@ -2030,18 +2043,57 @@ static void park_stale_below(struct eng *e, struct inode *dir,
 {
 	struct stale_walk w = { 0 };
 	struct stale *v;
-	char park[64];
 
 	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
 	walk_below(dir, from, stale_below, &w);
 	pthread_rwlock_unlock(&e->ns.lock);
 	v = w.v;
 	for (size_t i = 0; i < w.n; i++) {
-		park_path(e->persist, v[i].in->ino, park, sizeof(park));
-		if (v[i].rel && move_copy(e->persist, v[i].rel, park) == 0)
-			set_copy(e, v[i].in, COPY_PARKED, NULL);
+		if (v[i].rel)
+			park_copy(e, v[i].in, v[i].rel);
 		free(v[i].rel);
 		ns_unhold(e, v[i].in);
+	}
+	free(v);
+}
+
+/*
+ * A directory moved from @from to @to in the persist dir: the copies that
+ * sat away below it (old versions of names there, read by files replaced
+ * while open until the names' new files are written back) moved with it.
+ * Mirror lock held.
+ */
+static void away_follows_dir(struct eng *e, const char *from, const char *to)
+{
+	struct persist *p = e->persist;
+	size_t flen = strlen(from), n = 0;
+	struct inode **v = NULL;
+	bool nomem;
+
+	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
+	pthread_mutex_lock(&p->lock);
+	if (p->naway)
+		v = calloc(p->naway, sizeof(*v));
+	for (size_t i = 0; v && i < p->naway; i++) {
+		const char *rel = p->away[i]->file.away_rel;
+
+		if (!strncmp(rel, from, flen) && rel[flen] == '/') {
+			p->away[i]->holds++;
+			v[n++] = p->away[i];
+		}
+	}
+	nomem = p->naway && !v;
+	pthread_mutex_unlock(&p->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (nomem)
+		set_error(p, -ENOMEM, "cannot follow the copies below", from);
+	for (size_t i = 0; i < n; i++) {
+		char rel[PATH_MAX];
+
+		if (snprintf(rel, sizeof(rel), "%s%s", to,
+			     v[i]->file.away_rel + flen) < (int)sizeof(rel))
+			set_copy(e, v[i], COPY_AWAY, rel);
+		ns_unhold(e, v[i]);
 	}
 	free(v);
 }
@@ -2064,8 +2116,10 @@ static void mirror_dir(struct eng *e, struct inode *src, const char *from,
 		rc = make_parents(p->dirfd, to);
 	if (rc == 0 && renameat(p->dirfd, from, p->dirfd, to) < 0)
 		rc = -errno;
-	if (rc == 0)
+	if (rc == 0) {
+		away_follows_dir(e, from, to);
 		return;
+	}
 	set_error(p, rc, "cannot rename directory", from);
 	/* Files below read from their old place and are written again. */
 	pthread_rwlock_rdlock(&e->ns.lock);
@@ -2207,15 +2261,16 @@ static void persist_mirror_rename(struct eng *e, struct inode *src, const char *
 		pthread_rwlock_unlock(&src->file.lock);
 		/*
 		 * An older version than the file's must not appear under a
-		 * name that never had it: a stale copy stays where it is,
-		 * read from there, if pieces live only in it, else it goes
-		 * with the old name; the file is written again under its
-		 * new name.
+		 * name that never had it, nor stay under the name given up:
+		 * a stale copy is parked, and read from there, if pieces
+		 * live only in it, else it goes with the old name; the file
+		 * is written again under its new name.
 		 */
 		if (current) {
 			follow_name(e, src, from, to);
 		} else if (needed) {
-			set_copy(e, src, COPY_AWAY, from);
+			if (park_copy(e, src, from) < 0)
+				set_copy(e, src, COPY_AWAY, from);
 		} else {
 			set_copy(e, src, COPY_NONE, NULL);
 			drop_or_queue(e, from, false);

@@ -644,6 +644,143 @@ static void test_copy_left_behind_by_a_rename(void **state)
 	free(data);
 }
 
+/*
+ * The copy of file @ino waits in the staging dir (parked) with @len bytes
+ * of @data.
+ */
+static void assert_parked(struct fixture *fx, uint64_t ino,
+			  const uint8_t *data, size_t len)
+{
+	char rel[64];
+
+	snprintf(rel, sizeof(rel), ".reftfs-tmp/park.%llu",
+		 (unsigned long long)ino);
+	assert_copy(fx, rel, data, len);
+}
+
+/*
+ * A file replaced while open keeps its copy under the name, as the name's
+ * last written-back version, until the new file's copy takes the name.
+ * Once the name itself goes (renamed away, unlinked) the old copy leaves
+ * it for the staging dir, where the open file reads on: left under the
+ * name, a crash brought the name back with that old version after a flush
+ * had seen it gone (100-differential, seed 2104696421, trial 80).  A copy
+ * waiting under a name whose directory moves follows the directory.
+ */
+static void test_old_copy_of_a_name_given_up(void **state)
+{
+	struct fixture *fx = *state;
+	const uint8_t *a = (const uint8_t *)"version a",
+		      *b = (const uint8_t *)"version b, longer",
+		      *c = (const uint8_t *)"version c";
+	struct eng_file *fa, *fb;
+	uint64_t d, d2, ia, ib;
+	uint8_t got[32];
+	struct stat st;
+
+	fx->no_policy = true;
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "ck", 0755, 0, 0, &st),
+			 0);
+	d = st.st_ino;
+
+	/* Replaced while open, then renamed away before the new one went. */
+	ia = fx_put(fx->e, d, "latest", a, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(eng_open(fx->e, ia, O_RDWR, &fa, NULL), 0);
+	fx_put(fx->e, d, "latest.tmp", b, 17);
+	assert_int_equal(eng_rename(fx->e, d, "latest.tmp", d, "latest", 0), 0);
+	assert_copy(fx, "ck/latest", a, 9); /* the name's old version */
+	assert_int_equal(eng_rename(fx->e, d, "latest", d, "other", 0), 0);
+	assert_false(host_exists(fx, "ck/latest"));
+	assert_parked(fx, ia, a, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_false(host_exists(fx, "ck/latest"));
+	assert_copy(fx, "ck/other", b, 17);
+	assert_int_equal(fx_read(fx->e, fa, got, sizeof(got), 0), 9);
+	assert_memory_equal(got, a, 9);
+	eng_release(fx->e, fa);
+
+	/* Replaced while open, then unlinked. */
+	ib = lookup(fx->e, d, "other");
+	assert_int_equal(eng_open(fx->e, ib, O_RDWR, &fb, NULL), 0);
+	fx_put(fx->e, d, "other.tmp", c, 9);
+	assert_int_equal(eng_rename(fx->e, d, "other.tmp", d, "other", 0), 0);
+	assert_copy(fx, "ck/other", b, 17);
+	assert_int_equal(eng_unlink(fx->e, d, "other"), 0);
+	assert_false(host_exists(fx, "ck/other"));
+	assert_parked(fx, ib, b, 17);
+	eng_release(fx->e, fb);
+
+	/*
+	 * Replaced while open, then its directory renamed: the old version
+	 * stays the name's, under the directory's new name, until the new
+	 * file's write-back parks it.
+	 */
+	ia = fx_put(fx->e, d, "w.pt", a, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(eng_open(fx->e, ia, O_RDONLY, &fa, NULL), 0);
+	fx_put(fx->e, d, "w.pt.tmp", b, 17);
+	assert_int_equal(eng_rename(fx->e, d, "w.pt.tmp", d, "w.pt", 0), 0);
+	assert_int_equal(eng_rename(fx->e, RFT_ROOT_INO, "ck", RFT_ROOT_INO,
+				    "ck2", 0), 0);
+	d2 = lookup(fx->e, RFT_ROOT_INO, "ck2");
+	assert_int_equal(d2, d);
+	assert_copy(fx, "ck2/w.pt", a, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_copy(fx, "ck2/w.pt", b, 17);
+	assert_parked(fx, ia, a, 9);
+	eng_release(fx->e, fa);
+}
+
+/*
+ * A file whose copy is older than its data and still holds pieces only
+ * it has (evicted), renamed: the copy must not stay under the old name,
+ * which a flush sees gone; the file reads on from the staging dir.
+ */
+static void test_stale_copy_of_a_renamed_file(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *a = malloc(3 * MiB), *b = malloc(6 * MiB), *got = malloc(3 * MiB);
+	uint64_t da, dc, ia, ic;
+	struct eng_file *fp;
+	struct stat st;
+
+	fx_fill(a, 3 * MiB, 11);
+	fx_fill(b, 6 * MiB, 12);
+	assert_int_equal(fx_start(fx, 8 * MiB, true, 1), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "a", 0755, 0, 0, &st),
+			 0);
+	da = st.st_ino;
+	ia = fx_put(fx->e, da, "m.pt", a, 3 * MiB);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "c", 0755, 0, 0, &st),
+			 0);
+	dc = st.st_ino;
+	ic = fx_put(fx->e, dc, "m.pt", b, 6 * MiB); /* evicts a's pieces */
+	assert_int_not_equal(ic, 0);
+	assert_int_equal(entry(fx->e, "a/m.pt").resident, 0);
+	assert_int_equal(eng_unlink(fx->e, dc, "m.pt"), 0);
+	eng_forget(fx->e, ic, 1);
+
+	assert_int_equal(eng_open(fx->e, ia, O_RDWR, &fp, NULL), 0);
+	a[0] ^= 0xff;
+	assert_int_equal(eng_write(fx->e, fp, a, 1, 0), 1);
+	assert_int_equal(eng_rename(fx->e, da, "m.pt", da, "n.pt", 0), 0);
+	assert_false(host_exists(fx, "a/m.pt"));
+	assert_int_equal(flush_wait(fx->e), 0); /* open: not written back */
+	assert_false(host_exists(fx, "a/m.pt"));
+	assert_int_equal(fx_read(fx->e, fp, got, 3 * MiB, 0), 3 * MiB);
+	assert_memory_equal(got, a, 3 * MiB);
+	eng_release(fx->e, fp);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_copy(fx, "a/n.pt", a, 3 * MiB);
+	assert_false(host_exists(fx, "a/m.pt"));
+	free(a);
+	free(b);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -665,6 +802,10 @@ int main(void)
 			test_eviction_of_old_checkpoints, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readthrough_under_pressure,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_old_copy_of_a_name_given_up, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_stale_copy_of_a_renamed_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unmount_writes_back, setup,
 						teardown),
 	};
