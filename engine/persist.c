@@ -2057,16 +2057,23 @@ static void park_stale_below(struct eng *e, struct inode *dir,
 	free(v);
 }
 
+/* @rel lies below the directory @dir (of length @len). */
+static bool below(const char *rel, const char *dir, size_t len)
+{
+	return !strncmp(rel, dir, len) && rel[len] == '/';
+}
+
 /*
- * A directory moved from @from to @to in the persist dir: the copies that
- * sat away below it (old versions of names there, read by files replaced
- * while open until the names' new files are written back) moved with it.
- * Mirror lock held.
+ * The directory @a moved to @b in the persist dir (and @b to @a, for an
+ * exchange): the copies that sat away below it (old versions of names
+ * there, read by files replaced while open until the names' new files are
+ * written back) moved with it.  Mirror lock held.
  */
-static void away_follows_dir(struct eng *e, const char *from, const char *to)
+static void away_follows(struct eng *e, const char *a, const char *b,
+			 bool exchange)
 {
 	struct persist *p = e->persist;
-	size_t flen = strlen(from), n = 0;
+	size_t alen = strlen(a), blen = strlen(b), n = 0;
 	struct inode **v = NULL;
 	bool nomem;
 
@@ -2077,7 +2084,7 @@ static void away_follows_dir(struct eng *e, const char *from, const char *to)
 	for (size_t i = 0; v && i < p->naway; i++) {
 		const char *rel = p->away[i]->file.away_rel;
 
-		if (!strncmp(rel, from, flen) && rel[flen] == '/') {
+		if (below(rel, a, alen) || (exchange && below(rel, b, blen))) {
 			p->away[i]->holds++;
 			v[n++] = p->away[i];
 		}
@@ -2086,12 +2093,14 @@ static void away_follows_dir(struct eng *e, const char *from, const char *to)
 	pthread_mutex_unlock(&p->lock);
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (nomem)
-		set_error(p, -ENOMEM, "cannot follow the copies below", from);
+		set_error(p, -ENOMEM, "cannot follow the copies below", a);
 	for (size_t i = 0; i < n; i++) {
+		const char *old = v[i]->file.away_rel;
+		bool from_a = below(old, a, alen);
 		char rel[PATH_MAX];
 
-		if (snprintf(rel, sizeof(rel), "%s%s", to,
-			     v[i]->file.away_rel + flen) < (int)sizeof(rel))
+		if (snprintf(rel, sizeof(rel), "%s%s", from_a ? b : a,
+			     old + (from_a ? alen : blen)) < (int)sizeof(rel))
 			set_copy(e, v[i], COPY_AWAY, rel);
 		ns_unhold(e, v[i]);
 	}
@@ -2117,7 +2126,7 @@ static void mirror_dir(struct eng *e, struct inode *src, const char *from,
 	if (rc == 0 && renameat(p->dirfd, from, p->dirfd, to) < 0)
 		rc = -errno;
 	if (rc == 0) {
-		away_follows_dir(e, from, to);
+		away_follows(e, from, to, false);
 		return;
 	}
 	set_error(p, rc, "cannot rename directory", from);
@@ -2188,12 +2197,16 @@ static void exchange_paths(struct eng *e, struct inode *a, const char *from,
 {
 	struct persist *p = e->persist;
 	struct inode *side[2] = { a, b };
+	bool have_from, have_to;
 	struct stat st;
-	bool have_from = fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) == 0;
-	bool have_to = fstatat(p->dirfd, to, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	char park[64];
 	int rc = 0;
 
+	/* An old version of either name must not take the other name. */
+	park_away_owner(e, from);
+	park_away_owner(e, to);
+	have_from = fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	have_to = fstatat(p->dirfd, to, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	if (have_from && have_to) {
 		if (renameat2(p->dirfd, from, p->dirfd, to, RENAME_EXCHANGE) < 0) {
 			/* NFS has no RENAME_EXCHANGE: three renames. */
@@ -2212,6 +2225,9 @@ static void exchange_paths(struct eng *e, struct inode *a, const char *from,
 	}
 	if (rc < 0)
 		set_error(p, rc, "cannot exchange", from);
+	else if (have_from || have_to)
+		away_follows(e, have_from ? from : to, have_from ? to : from,
+			     have_from && have_to);
 	/* A file among them lost its sidecar's name: write it again. */
 	for (int i = 0; i < 2; i++) {
 		if (S_ISREG(side[i]->mode) && side[i]->file.copy == COPY_HOME)

@@ -507,13 +507,17 @@ static void assert_copy(struct fixture *fx, const char *rel,
 
 	snprintf(path, sizeof(path), "%s/%s", fx->persist, rel);
 	host = read_host_file(path, &len);
-	assert_non_null(host);
-	assert_int_equal(len, want);
-	assert_memory_equal(host, data, want);
+	if (!host || len != want || memcmp(host, data, want))
+		fail_msg("%s: %zu bytes%s, want %zu bytes", rel, len,
+			 host ? (len == want ? " that differ" : "") : " (absent)",
+			 want);
 	free(host);
-	snprintf(sum, sizeof(sum), "%.*s/.%s.rftsum", (int)(slash - rel), rel,
-		 slash + 1);
-	assert_true(host_exists(fx, sum));
+	/* The sidecar: DIR/.NAME.rftsum */
+	snprintf(sum, sizeof(sum), "%.*s.%s.rftsum",
+		 slash ? (int)(slash + 1 - rel) : 0, rel,
+		 slash ? slash + 1 : rel);
+	if (!host_exists(fx, sum))
+		fail_msg("%s has no sidecar %s", rel, sum);
 }
 
 static uint64_t files_written(struct eng *e)
@@ -659,6 +663,24 @@ static void assert_parked(struct fixture *fx, uint64_t ino,
 }
 
 /*
+ * Open file @ino, named @name in directory @d, and replace it there with
+ * @len bytes of @data by a rename, as torch.save over a checkpoint being
+ * read would.
+ */
+static void replace_while_open(struct fixture *fx, uint64_t d,
+			       const char *name, uint64_t ino,
+			       const uint8_t *data, size_t len,
+			       struct eng_file **fp)
+{
+	char tmp[NAME_MAX + 1];
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	assert_int_equal(eng_open(fx->e, ino, O_RDONLY, fp, NULL), 0);
+	assert_int_not_equal(fx_put(fx->e, d, tmp, data, len), 0);
+	assert_int_equal(eng_rename(fx->e, d, tmp, d, name, 0), 0);
+}
+
+/*
  * A file replaced while open keeps its copy under the name, as the name's
  * last written-back version, until the new file's copy takes the name.
  * Once the name itself goes (renamed away, unlinked) the old copy leaves
@@ -730,6 +752,48 @@ static void test_old_copy_of_a_name_given_up(void **state)
 	assert_int_equal(flush_wait(fx->e), 0);
 	assert_copy(fx, "ck2/w.pt", b, 17);
 	assert_parked(fx, ia, a, 9);
+	eng_release(fx->e, fa);
+
+	/* The same in two directories exchanged: each copy goes along. */
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "e1", 0755, 0, 0, &st),
+			 0);
+	d = st.st_ino;
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "e2", 0755, 0, 0, &st),
+			 0);
+	d2 = st.st_ino;
+	ia = fx_put(fx->e, d, "w.pt", a, 9);
+	ib = fx_put(fx->e, d2, "w.pt", c, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	replace_while_open(fx, d, "w.pt", ia, b, 17, &fa);
+	replace_while_open(fx, d2, "w.pt", ib, a, 9, &fb);
+	assert_int_equal(eng_rename(fx->e, RFT_ROOT_INO, "e1", RFT_ROOT_INO,
+				    "e2", ENG_RENAME_EXCHANGE), 0);
+	assert_copy(fx, "e2/w.pt", a, 9);
+	assert_copy(fx, "e1/w.pt", c, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_copy(fx, "e2/w.pt", b, 17);
+	assert_copy(fx, "e1/w.pt", a, 9);
+	assert_parked(fx, ia, a, 9);
+	assert_parked(fx, ib, c, 9);
+	eng_release(fx->e, fa);
+	eng_release(fx->e, fb);
+
+	/*
+	 * Exchanged with a directory: the old version of the file's name
+	 * must not take the directory's name.
+	 */
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "f", 0755, 0, 0, &st),
+			 0);
+	ia = fx_put(fx->e, st.st_ino, "x", a, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	replace_while_open(fx, st.st_ino, "x", ia, b, 17, &fa);
+	assert_int_equal(eng_rename(fx->e, st.st_ino, "x", RFT_ROOT_INO, "e1",
+				    ENG_RENAME_EXCHANGE), 0);
+	assert_parked(fx, ia, a, 9);
+	assert_false(host_exists(fx, "e1"));
+	assert_copy(fx, "f/x/w.pt", a, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_copy(fx, "e1", b, 17);
 	eng_release(fx->e, fa);
 }
 
