@@ -1443,6 +1443,61 @@ static bool is_copy(const struct stat *st, const struct copy_id *id)
 	return st->st_ino == id->ino && st->st_dev == id->dev;
 }
 
+/* @rel lies below the directory @dir (of length @len). */
+static bool below(const char *rel, const char *dir, size_t len)
+{
+	return !strncmp(rel, dir, len) && rel[len] == '/';
+}
+
+/*
+ * The directory @a moved to @b in the persist dir (and @b to @a, for an
+ * exchange): the copies that sat away below it (old versions of names
+ * there, read by files replaced while open until the names' new files are
+ * written back) moved with it.  @check: another node moved it; a copy
+ * follows only if it is found there.  Mirror lock held.
+ */
+static void away_follows(struct eng *e, const char *a, const char *b,
+			 bool exchange, bool check)
+{
+	struct persist *p = e->persist;
+	size_t alen = strlen(a), blen = strlen(b), n = 0;
+	struct inode **v = NULL;
+	bool nomem;
+
+	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
+	pthread_mutex_lock(&p->lock);
+	if (p->naway)
+		v = calloc(p->naway, sizeof(*v));
+	for (size_t i = 0; v && i < p->naway; i++) {
+		const char *rel = p->away[i]->file.away_rel;
+
+		if (below(rel, a, alen) || (exchange && below(rel, b, blen))) {
+			p->away[i]->holds++;
+			v[n++] = p->away[i];
+		}
+	}
+	nomem = p->naway && !v;
+	pthread_mutex_unlock(&p->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (nomem)
+		set_error(p, -ENOMEM, "cannot follow the copies below", a);
+	for (size_t i = 0; i < n; i++) {
+		const char *old = v[i]->file.away_rel;
+		bool from_a = below(old, a, alen);
+		char rel[PATH_MAX];
+		struct stat st;
+
+		if (snprintf(rel, sizeof(rel), "%s%s", from_a ? b : a,
+			     old + (from_a ? alen : blen)) < (int)sizeof(rel) &&
+		    (!check ||
+		     (fstatat(p->dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		      is_copy(&st, &v[i]->file.copy_id))))
+			set_copy(e, v[i], COPY_AWAY, rel);
+		ns_unhold(e, v[i]);
+	}
+	free(v);
+}
+
 /*
  * Where is @in's copy, now that its name is no longer @from?  (A regular
  * file; a directory is below.)  Under its name: done.  Still under @from:
@@ -1470,6 +1525,12 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 	 * that still holds copies left behind goes with the last of them.
 	 */
 	if (S_ISDIR(in->mode)) {
+		pthread_rwlock_rdlock(&e->ns.lock);
+		rc = ns_path(&e->ns, in, rel, sizeof(rel));
+		pthread_rwlock_unlock(&e->ns.lock);
+		/* Copies that sat away below it, carried along by the mirror. */
+		if (rc == 0 && strcmp(rel, from) != 0)
+			away_follows(e, from, rel, false, true);
 		if (drop_name(e, from, true) == 0)
 			drop_empty_parents(e, from);
 		return;
@@ -2057,56 +2118,6 @@ static void park_stale_below(struct eng *e, struct inode *dir,
 	free(v);
 }
 
-/* @rel lies below the directory @dir (of length @len). */
-static bool below(const char *rel, const char *dir, size_t len)
-{
-	return !strncmp(rel, dir, len) && rel[len] == '/';
-}
-
-/*
- * The directory @a moved to @b in the persist dir (and @b to @a, for an
- * exchange): the copies that sat away below it (old versions of names
- * there, read by files replaced while open until the names' new files are
- * written back) moved with it.  Mirror lock held.
- */
-static void away_follows(struct eng *e, const char *a, const char *b,
-			 bool exchange)
-{
-	struct persist *p = e->persist;
-	size_t alen = strlen(a), blen = strlen(b), n = 0;
-	struct inode **v = NULL;
-	bool nomem;
-
-	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
-	pthread_mutex_lock(&p->lock);
-	if (p->naway)
-		v = calloc(p->naway, sizeof(*v));
-	for (size_t i = 0; v && i < p->naway; i++) {
-		const char *rel = p->away[i]->file.away_rel;
-
-		if (below(rel, a, alen) || (exchange && below(rel, b, blen))) {
-			p->away[i]->holds++;
-			v[n++] = p->away[i];
-		}
-	}
-	nomem = p->naway && !v;
-	pthread_mutex_unlock(&p->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
-	if (nomem)
-		set_error(p, -ENOMEM, "cannot follow the copies below", a);
-	for (size_t i = 0; i < n; i++) {
-		const char *old = v[i]->file.away_rel;
-		bool from_a = below(old, a, alen);
-		char rel[PATH_MAX];
-
-		if (snprintf(rel, sizeof(rel), "%s%s", from_a ? b : a,
-			     old + (from_a ? alen : blen)) < (int)sizeof(rel))
-			set_copy(e, v[i], COPY_AWAY, rel);
-		ns_unhold(e, v[i]);
-	}
-	free(v);
-}
-
 /* Move a whole directory of the persist dir along with the namespace. */
 static void mirror_dir(struct eng *e, struct inode *src, const char *from,
 		       const char *to)
@@ -2126,7 +2137,7 @@ static void mirror_dir(struct eng *e, struct inode *src, const char *from,
 	if (rc == 0 && renameat(p->dirfd, from, p->dirfd, to) < 0)
 		rc = -errno;
 	if (rc == 0) {
-		away_follows(e, from, to, false);
+		away_follows(e, from, to, false, false);
 		return;
 	}
 	set_error(p, rc, "cannot rename directory", from);
@@ -2227,7 +2238,7 @@ static void exchange_paths(struct eng *e, struct inode *a, const char *from,
 		set_error(p, rc, "cannot exchange", from);
 	else if (have_from || have_to)
 		away_follows(e, have_from ? from : to, have_from ? to : from,
-			     have_from && have_to);
+			     have_from && have_to, false);
 	/* A file among them lost its sidecar's name: write it again. */
 	for (int i = 0; i < 2; i++) {
 		if (S_ISREG(side[i]->mode) && side[i]->file.copy == COPY_HOME)

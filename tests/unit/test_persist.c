@@ -845,6 +845,41 @@ static void test_stale_copy_of_a_renamed_file(void **state)
 	free(got);
 }
 
+/*
+ * In a group: a copy waiting under a name (its file replaced while open
+ * here) whose directory another node renames.  The renamer's mirror
+ * carries the copy along; the owner finds it there when it checks, so
+ * the new file's write-back still parks it rather than replacing it.
+ */
+static void test_away_copy_below_a_remote_rename(void **state)
+{
+	struct fixture *fx = *state;
+	const uint8_t *a = (const uint8_t *)"version a",
+		      *b = (const uint8_t *)"version b, longer";
+	char from[PATH_MAX + 64], to[PATH_MAX + 64];
+	struct eng_file *fa;
+	struct stat st;
+	uint64_t ia;
+
+	fx->no_policy = true;
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "r1", 0755, 0, 0, &st),
+			 0);
+	ia = fx_put(fx->e, st.st_ino, "w.pt", a, 9);
+	assert_int_equal(flush_wait(fx->e), 0);
+	replace_while_open(fx, st.st_ino, "w.pt", ia, b, 17, &fa);
+	/* The renamer's mirror, then the rename as the log brings it. */
+	snprintf(from, sizeof(from), "%s/r1", fx->persist);
+	snprintf(to, sizeof(to), "%s/r2", fx->persist);
+	assert_int_equal(rename(from, to), 0);
+	remote_rename(fx->e, RFT_ROOT_INO, "r1", RFT_ROOT_INO, "r2", 0);
+	usleep((CHECK_DELAY_TEST_MS + 500) * 1000);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_copy(fx, "r2/w.pt", b, 17);
+	assert_parked(fx, ia, a, 9);
+	eng_release(fx->e, fa);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -870,6 +905,8 @@ int main(void)
 			test_old_copy_of_a_name_given_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_stale_copy_of_a_renamed_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_away_copy_below_a_remote_rename, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unmount_writes_back, setup,
 						teardown),
 	};
