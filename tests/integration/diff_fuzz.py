@@ -8,7 +8,8 @@ nested directory) on the mount and, the same way, on a model directory on
 the local disk, and compares every result (value or errno).  Operations:
 open, pwrite at random offsets (some far past EOF: holes), ftruncate,
 truncate, fsync, close, whole-file writes, the atomic-replace pattern
-(write NAME.tmp, rename it over NAME), rename, unlink, `reftfs-admin flush
+(write NAME.tmp, rename it over NAME), rename, rename and RENAME_EXCHANGE
+of two checkpoint directories, unlink, `reftfs-admin flush
 --wait`, a read of the whole tree, and the daemon's end: clean unmount,
 lazy unmount with files still open for writing, SIGKILL; after each the
 daemon is started again on the same persist dir and every file is checked:
@@ -42,6 +43,7 @@ replays alone with DIFF_SEED=SEED DIFF_ONLY=N; the daemon's own timing
 """
 
 import argparse
+import ctypes
 import errno
 import hashlib
 import os
@@ -57,8 +59,14 @@ CHUNK = 1 << 20
 # Root files belong to no checkpoint and are never evicted: keep them
 # small, as `latest` is, so the small-memory mounts can hold them.
 ROOT_NAMES = ["latest", "latest.tmp"]
+# ck2 and ck3 hold the same names, so that renames and exchanges of the
+# two directories (HF's tmp-checkpoint-N -> checkpoint-N) move files
+# between names the model tracks.
+SWAP_DIRS = ["ck2", "ck3"]
+SWAP_NAMES = ["x.bin", "x.bin.tmp"]
 NAMES = ROOT_NAMES + ["ck/model.pt", "ck/model.pt.tmp", "ck/optim.pt",
-                      "ck/sub/shard.bin", "ck2/x.bin", "ck2/x.bin.tmp"]
+                      "ck/sub/shard.bin"] + [
+    d + "/" + n for d in SWAP_DIRS for n in SWAP_NAMES]
 REPLACEABLE = [n for n in NAMES if n + ".tmp" in NAMES]
 MAX_FDS = 4
 NORMAL_OPTS = ["--mem", "128M", "--no-prefault"]
@@ -83,6 +91,19 @@ class Fail(Exception):
         super().__init__(kind)
         self.kind = kind
         self.detail = detail
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2
+
+
+def exchange(a, b):
+    """renameat2(a, b, RENAME_EXCHANGE); raises OSError."""
+    if _libc.renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b),
+                       RENAME_EXCHANGE) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), a)
 
 
 def digest_file(path):
@@ -503,6 +524,36 @@ class Trial:
         a, b = self.rng.sample(NAMES, 2)
         self.rename(a, b)
 
+    def op_dir_rename(self):
+        """Rename one of SWAP_DIRS to the other (absent or empty) or
+        exchange the two; their files' histories go along: a name may
+        then hold what the same name in the other directory had since
+        the last write-back, or what it had itself."""
+        a, b = self.rng.sample(SWAP_DIRS, 2)
+        pa, pb = self.mpath(a), self.mpath(b)
+        if not os.path.isdir(pa):
+            return
+        swap = os.path.isdir(pb) and (os.listdir(pb) or
+                                      self.rng.random() < 0.5)
+        move = exchange if swap else os.rename
+
+        def fn(side):
+            move(pa if side == 0 else self.fpath(a),
+                 pb if side == 0 else self.fpath(b))
+            return "ok"
+        if self.both("%s %s %s" % ("exchange" if swap else "rename", a, b),
+                     fn) is None:
+            return
+        self.run.count["dir-exchanges" if swap else "dir-renames"] += 1
+        for n in SWAP_NAMES:
+            na, nb = a + "/" + n, b + "/" + n
+            ha, hb = self.hist[na], self.hist[nb]
+            self.hist[nb] = hb + ha
+            self.hist[na] = ha + hb if swap else ha + [None]
+            seen = self.seen[na] | self.seen[nb]
+            self.seen[na], self.seen[nb] = set(seen), set(seen)
+            self.record([na, nb])
+
     def op_truncate(self):
         n = self.rng.choice(NAMES)
         size = self.size_for(n, self.cur_size(n))
@@ -740,7 +791,8 @@ class Trial:
 
     def pick(self):
         ops = [(self.op_write_whole, 8), (self.op_atomic_replace, 8),
-               (self.op_rename, 3), (self.op_truncate, 3),
+               (self.op_rename, 3), (self.op_dir_rename, 3),
+               (self.op_truncate, 3),
                (self.op_unlink, 4), (self.op_flush, 8),
                (self.op_verify, 2), (self.op_unmount, 2),
                (self.op_lazy_unmount, 2), (self.op_kill, 3)]
@@ -800,7 +852,8 @@ class Run:
         self.ndaemon = 0
         self.ops = self.mounts = self.remounts = self.kills = 0
         self.count = {k: 0 for k in (
-            "flushes", "atomic-replaces", "dup-closes",
+            "flushes", "atomic-replaces", "dir-renames", "dir-exchanges",
+            "dup-closes",
             "lazy-unmounts-with-open-files", "small-mem-mounts",
             "sparse-files-read-on-them")}
 
