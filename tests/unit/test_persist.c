@@ -355,6 +355,32 @@ static void test_dir_over_a_file(void **state)
 	assert_int_equal(st.st_mode & 07777, 0750);
 }
 
+/*
+ * In an engine of 8 MiB keeping one checkpoint: a/m.pt holding 3 MiB of
+ * @a, written back, then c/m.pt with 6 MiB of @b; 3 + 6 > 8 chunks, so a,
+ * persisted and out of the window, must go.  *@da and *@dc: the
+ * directories; returns c/m.pt's inode.
+ */
+static uint64_t evicted_by_newer(struct fixture *fx, const uint8_t *a,
+				 const uint8_t *b, uint64_t *da, uint64_t *dc)
+{
+	struct stat st;
+	uint64_t ic;
+
+	assert_int_equal(fx_start(fx, 8 * MiB, true, 1), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "a", 0755, 0, 0, &st),
+			 0);
+	*da = st.st_ino;
+	assert_int_not_equal(fx_put(fx->e, *da, "m.pt", a, 3 * MiB), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "c", 0755, 0, 0, &st),
+			 0);
+	*dc = st.st_ino;
+	ic = fx_put(fx->e, *dc, "m.pt", b, 6 * MiB);
+	assert_int_not_equal(ic, 0);
+	return ic;
+}
+
 static void test_eviction_of_old_checkpoints(void **state)
 {
 	struct fixture *fx = *state;
@@ -362,22 +388,10 @@ static void test_eviction_of_old_checkpoints(void **state)
 	uint64_t da, dc, ic;
 	struct eng_file *fp;
 	struct eng_stats s;
-	struct stat st;
 
 	fx_fill(a, 3 * MiB, 1);
 	fx_fill(b, 6 * MiB, 2);
-	assert_int_equal(fx_start(fx, 8 * MiB, true, 1), 0);
-	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "a", 0755, 0, 0, &st),
-			 0);
-	da = st.st_ino;
-	fx_put(fx->e, da, "m.pt", a, 3 * MiB);
-	assert_int_equal(flush_wait(fx->e), 0);
-	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "c", 0755, 0, 0, &st),
-			 0);
-	dc = st.st_ino;
-	/* 3 + 6 > 8 chunks: a, persisted and out of the window, must go. */
-	ic = fx_put(fx->e, dc, "m.pt", b, 6 * MiB);
-	assert_int_not_equal(ic, 0);
+	ic = evicted_by_newer(fx, a, b, &da, &dc);
 	eng_get_stats(fx->e, &s);
 	assert_true(s.evicted_chunks >= 1);
 	assert_string_not_equal(entry(fx->e, "a/m.pt").tier, "ram+persist");
@@ -808,21 +822,11 @@ static void test_stale_copy_of_a_renamed_file(void **state)
 	uint8_t *a = malloc(3 * MiB), *b = malloc(6 * MiB), *got = malloc(3 * MiB);
 	uint64_t da, dc, ia, ic;
 	struct eng_file *fp;
-	struct stat st;
 
 	fx_fill(a, 3 * MiB, 11);
 	fx_fill(b, 6 * MiB, 12);
-	assert_int_equal(fx_start(fx, 8 * MiB, true, 1), 0);
-	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "a", 0755, 0, 0, &st),
-			 0);
-	da = st.st_ino;
-	ia = fx_put(fx->e, da, "m.pt", a, 3 * MiB);
-	assert_int_equal(flush_wait(fx->e), 0);
-	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "c", 0755, 0, 0, &st),
-			 0);
-	dc = st.st_ino;
-	ic = fx_put(fx->e, dc, "m.pt", b, 6 * MiB); /* evicts a's pieces */
-	assert_int_not_equal(ic, 0);
+	ic = evicted_by_newer(fx, a, b, &da, &dc);
+	ia = lookup(fx->e, da, "m.pt");
 	assert_int_equal(entry(fx->e, "a/m.pt").resident, 0);
 	assert_int_equal(eng_unlink(fx->e, dc, "m.pt"), 0);
 	eng_forget(fx->e, ic, 1);
