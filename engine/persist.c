@@ -1519,15 +1519,17 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 	bool home, open;
 	int rc;
 
+	pthread_rwlock_rdlock(&e->ns.lock);
+	rc = ns_path(&e->ns, in, rel, sizeof(rel));
+	home = S_ISREG(in->mode) && in->file.copy == COPY_HOME;
+	open = in->opens > 0;
+	pthread_rwlock_unlock(&e->ns.lock);
 	/*
 	 * A directory made again under @from (its metadata written back
 	 * after the mirror): removed when empty, with empty parents.  One
 	 * that still holds copies left behind goes with the last of them.
 	 */
 	if (S_ISDIR(in->mode)) {
-		pthread_rwlock_rdlock(&e->ns.lock);
-		rc = ns_path(&e->ns, in, rel, sizeof(rel));
-		pthread_rwlock_unlock(&e->ns.lock);
 		/* Copies that sat away below it, carried along by the mirror. */
 		if (rc == 0 && strcmp(rel, from) != 0)
 			away_follows(e, from, rel, false, true);
@@ -1535,11 +1537,6 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 			drop_empty_parents(e, from);
 		return;
 	}
-	pthread_rwlock_rdlock(&e->ns.lock);
-	rc = ns_path(&e->ns, in, rel, sizeof(rel));
-	home = in->file.copy == COPY_HOME;
-	open = in->opens > 0;
-	pthread_rwlock_unlock(&e->ns.lock);
 	/* copy and copy_id change under the mirror lock only. */
 	id = in->file.copy_id;
 	if (!home || !id.ino || (rc < 0 && rc != -ENOENT) ||
