@@ -677,19 +677,19 @@ static void assert_parked(struct fixture *fx, uint64_t ino,
 }
 
 /*
- * Open file @ino, named @name in directory @d, and replace it there with
- * @len bytes of @data by a rename, as torch.save over a checkpoint being
- * read would.
+ * Open file @ino (with @flags), named @name in directory @d, and replace
+ * it there with @len bytes of @data by a rename from NAME.tmp, as
+ * torch.save over a checkpoint being read would.
  */
 static void replace_while_open(struct fixture *fx, uint64_t d,
-			       const char *name, uint64_t ino,
+			       const char *name, uint64_t ino, int flags,
 			       const uint8_t *data, size_t len,
 			       struct eng_file **fp)
 {
 	char tmp[NAME_MAX + 1];
 
 	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
-	assert_int_equal(eng_open(fx->e, ino, O_RDONLY, fp, NULL), 0);
+	assert_int_equal(eng_open(fx->e, ino, flags, fp, NULL), 0);
 	assert_int_not_equal(fx_put(fx->e, d, tmp, data, len), 0);
 	assert_int_equal(eng_rename(fx->e, d, tmp, d, name, 0), 0);
 }
@@ -723,9 +723,7 @@ static void test_old_copy_of_a_name_given_up(void **state)
 	/* Replaced while open, then renamed away before the new one went. */
 	ia = fx_put(fx->e, d, "latest", a, 9);
 	assert_int_equal(flush_wait(fx->e), 0);
-	assert_int_equal(eng_open(fx->e, ia, O_RDWR, &fa, NULL), 0);
-	fx_put(fx->e, d, "latest.tmp", b, 17);
-	assert_int_equal(eng_rename(fx->e, d, "latest.tmp", d, "latest", 0), 0);
+	replace_while_open(fx, d, "latest", ia, O_RDWR, b, 17, &fa);
 	assert_copy(fx, "ck/latest", a, 9); /* the name's old version */
 	assert_int_equal(eng_rename(fx->e, d, "latest", d, "other", 0), 0);
 	assert_false(host_exists(fx, "ck/latest"));
@@ -739,9 +737,7 @@ static void test_old_copy_of_a_name_given_up(void **state)
 
 	/* Replaced while open, then unlinked. */
 	ib = lookup(fx->e, d, "other");
-	assert_int_equal(eng_open(fx->e, ib, O_RDWR, &fb, NULL), 0);
-	fx_put(fx->e, d, "other.tmp", c, 9);
-	assert_int_equal(eng_rename(fx->e, d, "other.tmp", d, "other", 0), 0);
+	replace_while_open(fx, d, "other", ib, O_RDWR, c, 9, &fb);
 	assert_copy(fx, "ck/other", b, 17);
 	assert_int_equal(eng_unlink(fx->e, d, "other"), 0);
 	assert_false(host_exists(fx, "ck/other"));
@@ -755,9 +751,7 @@ static void test_old_copy_of_a_name_given_up(void **state)
 	 */
 	ia = fx_put(fx->e, d, "w.pt", a, 9);
 	assert_int_equal(flush_wait(fx->e), 0);
-	assert_int_equal(eng_open(fx->e, ia, O_RDONLY, &fa, NULL), 0);
-	fx_put(fx->e, d, "w.pt.tmp", b, 17);
-	assert_int_equal(eng_rename(fx->e, d, "w.pt.tmp", d, "w.pt", 0), 0);
+	replace_while_open(fx, d, "w.pt", ia, O_RDONLY, b, 17, &fa);
 	assert_int_equal(eng_rename(fx->e, RFT_ROOT_INO, "ck", RFT_ROOT_INO,
 				    "ck2", 0), 0);
 	d2 = lookup(fx->e, RFT_ROOT_INO, "ck2");
@@ -778,8 +772,8 @@ static void test_old_copy_of_a_name_given_up(void **state)
 	ia = fx_put(fx->e, d, "w.pt", a, 9);
 	ib = fx_put(fx->e, d2, "w.pt", c, 9);
 	assert_int_equal(flush_wait(fx->e), 0);
-	replace_while_open(fx, d, "w.pt", ia, b, 17, &fa);
-	replace_while_open(fx, d2, "w.pt", ib, a, 9, &fb);
+	replace_while_open(fx, d, "w.pt", ia, O_RDONLY, b, 17, &fa);
+	replace_while_open(fx, d2, "w.pt", ib, O_RDONLY, a, 9, &fb);
 	assert_int_equal(eng_rename(fx->e, RFT_ROOT_INO, "e1", RFT_ROOT_INO,
 				    "e2", ENG_RENAME_EXCHANGE), 0);
 	assert_copy(fx, "e2/w.pt", a, 9);
@@ -800,7 +794,8 @@ static void test_old_copy_of_a_name_given_up(void **state)
 			 0);
 	ia = fx_put(fx->e, st.st_ino, "x", a, 9);
 	assert_int_equal(flush_wait(fx->e), 0);
-	replace_while_open(fx, st.st_ino, "x", ia, b, 17, &fa);
+	replace_while_open(fx, st.st_ino, "x", ia, O_RDONLY, b, 17,
+			   &fa);
 	assert_int_equal(eng_rename(fx->e, st.st_ino, "x", RFT_ROOT_INO, "e1",
 				    ENG_RENAME_EXCHANGE), 0);
 	assert_parked(fx, ia, a, 9);
@@ -871,7 +866,8 @@ static void test_away_copy_below_a_remote_rename(void **state)
 			 0);
 	ia = fx_put(fx->e, st.st_ino, "w.pt", a, 9);
 	assert_int_equal(flush_wait(fx->e), 0);
-	replace_while_open(fx, st.st_ino, "w.pt", ia, b, 17, &fa);
+	replace_while_open(fx, st.st_ino, "w.pt", ia, O_RDONLY, b, 17,
+			   &fa);
 	/* The renamer's mirror, then the rename as the log brings it. */
 	snprintf(from, sizeof(from), "%s/r1", fx->persist);
 	snprintf(to, sizeof(to), "%s/r2", fx->persist);
