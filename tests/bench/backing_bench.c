@@ -21,6 +21,26 @@
  * passthrough read costs: tmpfs's own read) against memcpy out of the
  * arena (the copy the kernel makes from the daemon's reply today).
  *
+ * Then the arena's slots mapped onto a backing file, a piece at a time
+ * (docs/design.md: store ids and store_ptr kept, each chunk given to a
+ * file's piece mapped onto that piece's range of the file's backing file):
+ *
+ *   slot migrate     a sealed file's chunks moved onto its backing file:
+ *                    pwrite of the chunk's bytes to the piece's offset,
+ *                    then mmap(MAP_FIXED | MAP_SHARED) of that range over
+ *                    the chunk (same bytes, so a reader never sees a gap)
+ *   slot read 1st    memcpy out of the slots just mapped (each page
+ *                    faulted in: what a read or a checksum pays first)
+ *   slot read        the same again, pages mapped
+ *   slot move-out    copy on write that keeps the live bytes at their
+ *                    offset: the chunk's bytes copied to new anonymous
+ *                    memory, mremap'd over the chunk (a reader of the
+ *                    chunk sees the same bytes before and after)
+ *   slot free        a chunk given back: anonymous memory mapped over it
+ *                    again, its range punched out of the backing file
+ *   reuse after free the freed chunks written again (faulted and zeroed
+ *                    anew, where a chunk of the arena never left)
+ *
  * usage: backing_bench DIR [GIB] [ROUNDS]   DIR: a tmpfs mounted huge=always
  * (run_backing_bench.sh mounts one).  Prints GB/s per round and the median.
  */
@@ -73,11 +93,28 @@ static uint8_t *map_file(int fd, size_t bytes)
 	return p;
 }
 
-enum mode { ARENA, BACKING, BACKING_PRE, PWRITE, READ_ARENA, READ_BACKING };
+enum mode {
+	ARENA,
+	BACKING,
+	BACKING_PRE,
+	PWRITE,
+	READ_ARENA,
+	READ_BACKING,
+	SLOT_MIGRATE,
+	SLOT_READ_FIRST,
+	SLOT_READ,
+	SLOT_MOVE_OUT,
+	SLOT_FREE,
+	SLOT_REUSE,
+	NMODES
+};
 
-static const char *const names[] = { "arena write", "backing write",
-				     "backing+pre write", "pwrite",
-				     "arena read", "backing read" };
+static const char *const names[] = {
+	"arena write",	 "backing write", "backing+pre write",
+	"pwrite",	 "arena read",	  "backing read",
+	"slot migrate",	 "slot read 1st", "slot read",
+	"slot move-out", "slot free",	  "reuse after free",
+};
 
 static double one_round(enum mode m, const char *dir, size_t bytes,
 			const uint8_t *src, uint8_t *arena, uint8_t *out)
@@ -139,6 +176,8 @@ static double one_round(enum mode m, const char *dir, size_t bytes,
 			if (pread(fd, out, PIECE, (off_t)off) != PIECE)
 				die("pread");
 		break;
+	default: /* the slot modes: slot_round() */
+		abort();
 	}
 	t1 = now_s();
 	if (fd >= 0) {
@@ -148,12 +187,99 @@ static double one_round(enum mode m, const char *dir, size_t bytes,
 	return (double)bytes / (t1 - t0) / 1e9;
 }
 
+/* Anonymous memory at @p again, huge pages asked, faulted in with @src. */
+static void anon_at(uint8_t *p, size_t bytes, const uint8_t *src)
+{
+	if (mmap(p, bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+		die("mmap of anonymous memory over the slots");
+	madvise(p, bytes, MADV_HUGEPAGE);
+	fill(p, src, bytes);
+}
+
+/* Map each piece of @slots onto its range of @fd, its bytes written first. */
+static void migrate(int fd, uint8_t *slots, size_t bytes)
+{
+	for (size_t off = 0; off < bytes; off += PIECE) {
+		if (pwrite(fd, slots + off, PIECE, (off_t)off) != PIECE)
+			die("pwrite of a slot");
+		if (mmap(slots + off, PIECE, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_FIXED, fd, (off_t)off) == MAP_FAILED)
+			die("mmap of a slot onto the backing file");
+	}
+}
+
+/*
+ * The slot rounds, in order, on @slots (anonymous, faulted in, holding
+ * @src's pattern); leaves @slots as it found them.
+ */
+static void slot_round(const char *dir, size_t bytes, const uint8_t *src,
+		       uint8_t *slots, uint8_t *out, double *gbs)
+{
+	char path[4096];
+	double t;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/backing.slots", dir);
+	unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		die(path);
+#define TIMED(m, body)                                                       \
+	do {                                                                 \
+		t = now_s();                                                 \
+		body;                                                        \
+		gbs[m] = (double)bytes / (now_s() - t) / 1e9;                \
+	} while (0)
+	TIMED(SLOT_MIGRATE, migrate(fd, slots, bytes));
+	TIMED(SLOT_READ_FIRST, for (size_t off = 0; off < bytes; off += PIECE)
+				       memcpy(out, slots + off, PIECE));
+	TIMED(SLOT_READ, for (size_t off = 0; off < bytes; off += PIECE)
+				 memcpy(out, slots + off, PIECE));
+	if (memcmp(out, src, PIECE) != 0) {
+		fprintf(stderr, "backing_bench: a slot reads wrong bytes\n");
+		exit(1);
+	}
+	TIMED(SLOT_MOVE_OUT, for (size_t off = 0; off < bytes; off += PIECE) {
+		uint8_t *tmp = mmap(NULL, PIECE, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (tmp == MAP_FAILED)
+			die("mmap of a piece's new memory");
+		memcpy(tmp, slots + off, PIECE);
+		if (mremap(tmp, PIECE, PIECE, MREMAP_MAYMOVE | MREMAP_FIXED,
+			   slots + off) == MAP_FAILED)
+			die("mremap over a slot");
+	});
+	if (memcmp(slots + bytes - PIECE, src, PIECE) != 0) {
+		fprintf(stderr, "backing_bench: a moved-out slot reads wrong "
+				"bytes\n");
+		exit(1);
+	}
+	anon_at(slots, bytes, src);
+	migrate(fd, slots, bytes);
+	TIMED(SLOT_FREE, for (size_t off = 0; off < bytes; off += PIECE) {
+		if (mmap(slots + off, PIECE, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+			 0) == MAP_FAILED)
+			die("mmap of anonymous memory over a slot");
+		if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)off, PIECE) < 0)
+			die("punching a slot's range out");
+	});
+	TIMED(SLOT_REUSE, fill(slots, src, bytes));
+#undef TIMED
+	close(fd);
+	unlink(path);
+	anon_at(slots, bytes, src);
+}
+
 int main(int argc, char **argv)
 {
-	static double res[READ_BACKING + 1][100];
+	static double res[NMODES][100];
 	size_t bytes;
 	int rounds;
-	uint8_t *src, *out, *arena;
+	uint8_t *src, *out, *arena, *slots;
 
 	if (argc < 2) {
 		fprintf(stderr, "usage: backing_bench DIR [GIB] [ROUNDS]\n");
@@ -180,15 +306,26 @@ int main(int argc, char **argv)
 		die("mmap of the arena");
 	madvise(arena, bytes, MADV_HUGEPAGE);
 	memset(arena, 0, bytes);
+	slots = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (slots == MAP_FAILED)
+		die("mmap of the slots");
+	anon_at(slots, bytes, src);
 
 	printf("backing_bench: %.2f GiB a round, %d rounds, pieces of 1 MiB, "
 	       "tmpfs %s\n", (double)bytes / (1u << 30), rounds, argv[1]);
 	/* Rounds interleaved, so that the machine's noise hits every mode. */
-	for (int i = 0; i < rounds; i++)
+	for (int i = 0; i < rounds; i++) {
+		double gbs[NMODES];
+
 		for (enum mode m = ARENA; m <= READ_BACKING; m++)
 			res[m][i] = one_round(m, argv[1], bytes, src, arena,
 					      out);
-	for (enum mode m = ARENA; m <= READ_BACKING; m++) {
+		slot_round(argv[1], bytes, src, slots, out, gbs);
+		for (enum mode m = SLOT_MIGRATE; m < NMODES; m++)
+			res[m][i] = gbs[m];
+	}
+	for (enum mode m = ARENA; m < NMODES; m++) {
 		double *r = res[m];
 
 		printf("%-18s", names[m]);
@@ -199,6 +336,7 @@ int main(int argc, char **argv)
 		fflush(stdout);
 	}
 	munmap(arena, bytes);
+	munmap(slots, bytes);
 	free(src);
 	free(out);
 	return 0;

@@ -17,7 +17,8 @@
  *           attributes not cached): writes pass through to the backing
  *           file too.  GETATTR answers the size the file had at start,
  *           to see whether a stale answer undoes a passthrough write's
- *           size; FLUSH, FSYNC and GETATTR are logged ("probe: ...").
+ *           size; FLUSH, FSYNC, RELEASE and GETATTR are logged ("probe:
+ *           ...").
  * Runs in the foreground until unmounted.  Built against libfuse 3.18+
  * (the bundled one) by run_passthrough_probe.sh, not by meson.
  */
@@ -154,6 +155,8 @@ static void probe_release(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	(void)ino;
+	if (rw)
+		fprintf(stderr, "probe: release\n");
 	if (fi->backing_id > 0)
 		backing_put(req, fi->backing_id);
 	fuse_reply_err(req, 0);

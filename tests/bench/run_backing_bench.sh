@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The write and read sides of per-file backing files (FUSE passthrough's
-# prerequisite) against the engine's anonymous arena: tests/bench/
-# backing_bench.c in a private tmpfs mounted huge=always, as the daemon
-# would mount one.  As root.
+# prerequisite) against the engine's anonymous arena, and the arena's
+# chunks mapped onto backing files: tests/bench/backing_bench.c in a
+# private tmpfs mounted huge=always, as the daemon would mount one.  As root.
 #   bash tests/bench/run_backing_bench.sh [GIB] [ROUNDS]   (default 2 5)
 # HUGE=never: the tmpfs with 4 KiB pages instead (as a default tmpfs, the
 # baseline of the filesystem benchmarks, has them).

@@ -7,7 +7,8 @@
 # a tmpfs with huge=always, and of the probe passing through to that one.
 # Then the kernel's rules: whether a direct open of an inode may join a
 # passthrough one, or a second passthrough open (with a backing id of its
-# own, or the first one's), and what a writer passing through does (rw).
+# own, or the first one's), what a writer passing through does (rw), and
+# what reaches the daemon of a writer's mapping that outlives its descriptor.
 # As root (passthrough needs CAP_SYS_ADMIN); built against the bundled
 # libfuse (3.18+) of $BUILDDIR, with cc, not by meson.
 #   bash tests/bench/run_passthrough_probe.sh [GIB] [ROUNDS]   (default 2 5)
@@ -149,4 +150,44 @@ PYEOF
 for what in flush fsync getattr; do
 	echo "rw: FUSE_${what^^} reached the daemon: $(grep -c "probe: $what" "$dir/probe.log" || true) times"
 done
+# A writer's shared mapping through a passthrough open: what reaches the
+# daemon, and when, if the mapping outlives the descriptor (legal, and what
+# numpy.memmap does when its file object is closed first).
+python3 - "$dir/mntrw/data" "$dir/huge/small" "$dir/probe.log" <<'PYEOF'
+import mmap, os, sys
+path, backing, log = sys.argv[1], sys.argv[2], sys.argv[3]
+seen = len(open(log).read().splitlines())
+def say(what, res):
+    print("rw map: %-55s %s" % (what, res))
+def daemon(what):
+    """What reached the daemon since the last step (stat makes a GETATTR)."""
+    global seen
+    os.stat(path)
+    lines = open(log).read().splitlines()
+    got = [l[len("probe: "):] for l in lines[seen:] if l.startswith("probe: ")]
+    seen = len(lines)
+    say(what, "; ".join(got) or "nothing")
+r = os.open(path, os.O_RDONLY)
+daemon("a reader open")
+w = os.open(path, os.O_RDWR)
+daemon("a writer open beside it")
+mw = mmap.mmap(w, 1 << 20, flags=mmap.MAP_SHARED,
+               prot=mmap.PROT_READ | mmap.PROT_WRITE)
+mw[0:4096] = b"\x11" * 4096
+daemon("the writer mapped the file and stored through the mapping")
+os.close(w)
+daemon("the writer closed its descriptor, mapping kept")
+mw[4096:8192] = b"\x22" * 4096
+with open(backing, "rb") as f:
+    f.seek(4096)
+    say("a store after the close is in the backing file",
+        "yes" if f.read(4096) == b"\x22" * 4096 else "no")
+daemon("after that store")
+mw.flush()
+daemon("msync")
+mw.close()
+daemon("munmap")
+os.close(r)
+daemon("the reader closed")
+PYEOF
 cat "$dir/probe.log" | grep -v '^probe: ' >&2 || true
