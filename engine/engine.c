@@ -153,6 +153,7 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 		return -ENOMEM;
 	e->cfg = *cfg;
 	e->start_time = time(NULL);
+	pass_init(e);
 	pthread_mutex_init(&e->names_lock, NULL);
 	pthread_mutex_init(&e->handles_lock, NULL);
 	pthread_mutex_init(&e->loads.lock, NULL);
@@ -251,6 +252,7 @@ void eng_free(struct eng *e)
 	}
 	fetch_stop(e);
 	copier_stop(e);
+	pass_fini(e);
 	eng_free_handles(e);
 	persist_free(e->persist);
 	if (e->ns.table)
@@ -264,6 +266,8 @@ void eng_free(struct eng *e)
 	pthread_mutex_destroy(&e->handles_lock);
 	pthread_mutex_destroy(&e->loads.lock);
 	pthread_cond_destroy(&e->loads.done);
+	pthread_mutex_destroy(&e->pass.lock);
+	pthread_cond_destroy(&e->pass.cond);
 	free(e);
 }
 
@@ -431,6 +435,11 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->fetch_reads = atomic_load(&e->cnt.fetch_reads);
 	s->fetch_timeouts = atomic_load(&e->cnt.fetch_timeouts);
 	s->readthrough_bytes = atomic_load(&e->cnt.readthrough_bytes);
+	s->pass_enabled = e->pass.mnt >= 0;
+	s->pass_opens = atomic_load(&e->pass.opens);
+	s->pass_files = atomic_load(&e->pass.files);
+	s->pass_bytes = atomic_load(&e->pass.bytes);
+	s->pass_held_bytes = atomic_load(&e->pass.held);
 	s->start_time = e->start_time;
 	persist_get_stats(e, s);
 }

@@ -243,7 +243,31 @@ struct eng_open_info {
 			     caching: a reader may reuse what it cached */
 	bool sealed;	  /* the file is closed by all writers */
 	uint64_t size;	  /* its size at the open */
+	/*
+	 * FUSE passthrough (eng_pass_enable): pass_fd >= 0 when this open
+	 * passes through to that backing file, with the id every open of it
+	 * uses, or pass_id 0 when this open is the first and the caller
+	 * registers it (eng_pass_registered).  -1 otherwise.
+	 */
+	int pass_fd;
+	int pass_id;
 };
+
+/*
+ * FUSE passthrough (docs/design.md, "Passthrough"): mount the engine's own
+ * backing tmpfs, so that sealed files larger than @min_size opened on this
+ * node alone may pass through to a copy of their bytes there.  Needs
+ * CAP_SYS_ADMIN.  0 or -errno (logged).
+ */
+int eng_pass_enable(struct eng *e, uint64_t min_size);
+bool eng_pass_enabled(struct eng *e);
+/*
+ * The caller registered @fp's backing file with the kernel as @id (<= 0:
+ * it could not).  Returns the id to open @fp with, or 0: it does not pass
+ * through (open it direct).  The caller closes its own @id when the
+ * returned one differs.
+ */
+int eng_pass_registered(struct eng *e, struct eng_file *fp, int id);
 
 /* Open; @flags are open(2) flags (O_TRUNC, O_APPEND, access mode). */
 int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
@@ -322,8 +346,11 @@ int eng_write_kill_setid(struct eng *e, struct eng_file *fp, gid_t gid);
 
 int eng_flush(struct eng *e, struct eng_file *fp);
 int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync);
-/* Close; the last writer's close seals the file. */
-void eng_release(struct eng *e, struct eng_file *fp);
+/*
+ * Close; the last writer's close seals the file.  Returns a backing id
+ * the caller closes (passthrough: the last open of it), or 0.
+ */
+int eng_release(struct eng *e, struct eng_file *fp);
 
 /* --- calls that may finish later ---------------------------------------- */
 
@@ -510,6 +537,10 @@ struct eng_stats {
 	uint64_t enospc, crc_errors, evicted_chunks;
 	uint64_t readthrough_chunks, readthrough_bytes;
 	uint64_t fetch_reads, fetch_timeouts; /* reads answered off FUSE threads */
+	/* FUSE passthrough: on, opens that passed through, files copied to a
+	   backing file and their bytes, since start; bytes held now */
+	bool pass_enabled;
+	uint64_t pass_opens, pass_files, pass_bytes, pass_held_bytes;
 	/* persist tier */
 	bool persist_enabled, persist_healthy;
 	/* written back since start */

@@ -8,6 +8,7 @@
  *                          (the persist dir's names follow the namespace)
  *   ns->lock               namespace tree, inode table, non-data attributes
  *   file->lock             one file's slots, size, mtime, state
+ *   pass.lock              files passing through to backing files
  *   store->lock            the free-chunk stack
  *   persist->lock          write-back queue, flush tickets, error state
  *
@@ -142,6 +143,12 @@ int store_wait_free(struct store *s, uint32_t want,
  * free again when the last one goes).  Either on one that is free stops the
  * process (abort): its memory may be another owner's by then.
  */
+/*
+ * Give back the memory of whole chunk @id, which the caller holds and
+ * keeps: a chunk that stands for memory held elsewhere (a backing file of
+ * a file passing through) stays counted as used but holds no pages.
+ */
+void store_drop_pages(struct store *s, uint32_t id);
 void store_get(struct store *s, uint32_t id);
 void store_put(struct store *s, uint32_t id);
 uint32_t store_free_count(struct store *s);
@@ -299,6 +306,8 @@ struct file {
 	uint32_t resident;	/* slots holding an arena chunk; lock */
 	_Atomic unsigned pending; /* queued copies (eng_write_async); changed
 				     under copier.lock, read anywhere */
+	struct pass *pass;	/* its backing file while opens pass through
+				   to it (pass.c); eng->pass.lock */
 	/*
 	 * The group.  The owner is the node that writes the file and keeps
 	 * its data whole; the others learn its size and checksums from its
@@ -829,6 +838,15 @@ struct eng {
 	void *gctx;
 	_Atomic bool caught_up;	/* eng_group_ready() succeeded once */
 	struct eng_invalidator inval; /* fs/'s, or all NULL */
+	struct pass_ctl {	/* FUSE passthrough (pass.c) */
+		int mnt;	/* the backing tmpfs, -1: passthrough off */
+		uint64_t min_size; /* files above this size pass through */
+		pthread_mutex_t lock; /* every file's pass; see the order */
+		pthread_cond_t cond;  /* a pass changed state */
+		_Atomic uint64_t opens, files, bytes; /* counted since start */
+		_Atomic uint64_t held; /* budget bytes backing files hold now */
+		struct pass *all; /* every pass, for pass_fini; lock */
+	} pass;
 };
 
 /* Everything queued for the kernel delivered (or nobody to deliver it). */
@@ -847,6 +865,8 @@ struct eng_file {
 	struct inode *inode;
 	int flags;	/* open(2) flags */
 	bool writer;
+	bool pass;	/* passes through to the file's backing file (pass.c);
+			   set before the handle is handed out */
 	/* All open handles, so that eng_free can free what the kernel never
 	 * released (a lazy unmount); protected by eng->handles_lock. */
 	struct eng_file *hnext, *hprev;
@@ -1138,5 +1158,40 @@ void persist_get_stats(struct eng *e, struct eng_stats *s);
 int persist_flush_request(struct eng *e, uint64_t *ticket);
 int persist_flush_progress(struct eng *e, uint64_t ticket,
 			   struct eng_flush_progress *p);
+
+/* pass.c: FUSE passthrough to backing files (docs/design.md). */
+void pass_init(struct eng *e);
+void pass_fini(struct eng *e);
+/* After a local open succeeded (no lock held): maybe pass @fp through. */
+void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info);
+/* A writer passing through: the engine takes the backing file's bytes
+ * (FLUSH, FSYNC, its RELEASE).  0 or -errno.  No lock held. */
+int pass_take(struct eng *e, struct eng_file *fp);
+/*
+ * At RELEASE, before the handle goes: the backing id to close, or 0.
+ * *keep_writer: the writer's bytes could not be taken (out of memory);
+ * the pass keeps its place as a writer, so that the file is not sealed
+ * (nor written back) short of them, until a later take succeeds.
+ */
+int pass_release(struct eng *e, struct eng_file *fp, bool *keep_writer);
+/* A writer of @in that a pass kept is gone: the last one seals.  No lock
+ * held; @in held. */
+void file_drop_writer(struct eng *e, struct inode *in);
+/* GETATTR of a file whose writers pass through: the backing file's size
+ * and times.  ns->lock held (pass.lock is a leaf under it). */
+void pass_stat(struct eng *e, struct file *f, struct stat *st);
+/* A truncate of a file passing through: its backing file too.  No lock. */
+void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
+/* @f goes (its inode is freed): a kept backing file with it.  ns->lock
+ * held for writing. */
+void pass_forget(struct eng *e, struct file *f);
+/* Memory is short: backing files nothing has open go (evict.c). */
+void pass_shed(struct eng *e);
+/* fallocate on a handle passing through: on its backing file. */
+int pass_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
+		   off_t off, off_t len);
+/* Write @size bytes at @off whatever the handle's O_APPEND (pass.c). */
+ssize_t file_write_at(struct eng *e, struct eng_file *fp, const void *buf,
+		      size_t size, off_t off);
 
 #endif /* RFT_ENGINE_I_H */

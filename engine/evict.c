@@ -111,6 +111,11 @@ void evict_run(struct eng *e, bool pressure)
 
 	if (!pressure && nfree >= low)
 		return;
+	/* Copies kept for passthrough are the cheapest memory to give. */
+	pass_shed(e);
+	nfree = store_free_count(&e->store);
+	if (!pressure && nfree >= low)
+		return;
 	ev.target = high > nfree ? high : nfree + 1;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	evict_walk(&ev);

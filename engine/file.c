@@ -593,6 +593,8 @@ static void open_info(struct file *f, struct eng_open_info *info)
 	if (!info)
 		return;
 	info->cache_valid = f->cached_version == f->version;
+	info->pass_fd = -1;
+	info->pass_id = 0;
 	info->sealed = f->writers == 0;
 	info->size = f->size;
 	f->cached_version = f->version;
@@ -1493,31 +1495,52 @@ int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 	return rc;
 }
 
-void eng_release(struct eng *e, struct eng_file *fp)
+/*
+ * A writer of @f is gone: the last one seals it.  *sealed: it goes to the
+ * tiers; *tell: the group hears of the seal.  No lock held.
+ */
+static void writer_gone(struct eng *e, struct file *f, bool *sealed,
+			bool *tell)
+{
+	/* Seal what the writer's queued copies leave, not less. */
+	while (!file_wrlock_drained(e, f))
+		file_wait_writes(e, f);
+	if (--f->writers == 0 && f->dur.sealed != f->version)
+		file_seal_locked(e, f);
+	/*
+	 * Closed by its last writer: to the tiers, also when a group's FLUSH
+	 * sealed it already.
+	 */
+	*sealed = f->writers == 0 && !file_persisted(f);
+	/*
+	 * In a group the owner's seal goes to the others, unless a FLUSH sent
+	 * this very version already.
+	 */
+	*tell = e->gops && f->writers == 0 && f->owner == e->node &&
+		f->seal_sent != f->version;
+	pthread_rwlock_unlock(&f->lock);
+}
+
+void file_drop_writer(struct eng *e, struct inode *in)
+{
+	bool sealed, tell;
+
+	writer_gone(e, &in->file, &sealed, &tell);
+	if (tell)
+		e->gops->seal(e->gctx, in, NULL);
+	if (sealed)
+		eng_post_dirty(e, in);
+}
+
+int eng_release(struct eng *e, struct eng_file *fp)
 {
 	struct inode *in = fp->inode;
-	struct file *f = &in->file;
-	bool sealed = false, tell = false;
+	bool sealed = false, tell = false, keep_writer = false;
+	/* A writer passing through: its bytes are taken before it seals. */
+	int backing_id = pass_release(e, fp, &keep_writer);
 
-	if (fp->writer) {
-		/* Seal what the writer's queued copies leave, not less. */
-		while (!file_wrlock_drained(e, f))
-			file_wait_writes(e, f);
-		if (--f->writers == 0 && f->dur.sealed != f->version)
-			file_seal_locked(e, f);
-		/*
-		 * Closed by its last writer: to the tiers, also when a
-		 * group's FLUSH sealed it already.
-		 */
-		sealed = f->writers == 0 && !file_persisted(f);
-		/*
-		 * In a group the owner's seal goes to the others, unless a
-		 * FLUSH sent this very version already.
-		 */
-		tell = e->gops && f->writers == 0 && f->owner == e->node &&
-		       f->seal_sent != f->version;
-		pthread_rwlock_unlock(&f->lock);
-	}
+	if (fp->writer && !keep_writer)
+		writer_gone(e, &in->file, &sealed, &tell);
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in->opens--;
 	in->holds++;
@@ -1528,6 +1551,7 @@ void eng_release(struct eng *e, struct eng_file *fp)
 		eng_post_dirty(e, in);
 	ns_unhold(e, in);
 	handle_free(e, fp);
+	return backing_id;
 }
 
 void eng_free_handles(struct eng *e)
@@ -1569,6 +1593,10 @@ int eng_flush(struct eng *e, struct eng_file *fp)
 
 int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
 {
+	int rc = pass_take(e, fp); /* a writer passing through */
+
+	if (rc < 0)
+		return rc;
 	file_wait_writes(e, &fp->inode->file);
 	/*
 	 * The data is in the arena already, which is as durable as this
@@ -1932,6 +1960,15 @@ ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
 	return write_common(e, fp, buf, size, off, NULL, NULL, NULL, false);
 }
 
+ssize_t file_write_at(struct eng *e, struct eng_file *fp, const void *buf,
+		      size_t size, off_t off)
+{
+	struct eng_file h = *fp; /* not in the handle list: only written */
+
+	h.flags &= ~O_APPEND;
+	return write_common(e, &h, buf, size, off, NULL, NULL, NULL, false);
+}
+
 ssize_t eng_write_nowait(struct eng *e, struct eng_file *fp, const void *buf,
 			 size_t size, off_t off)
 {
@@ -2057,6 +2094,10 @@ int eng_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 	uint64_t end;
 	int loads = 0;
 	int rc;
+
+	/* Passing through: the backing file is the file until taken. */
+	if (fp->pass)
+		return pass_fallocate(e, fp, flags, off, len);
 
 	if (flags & ~(ENG_FALLOC_KEEP_SIZE | ENG_FALLOC_PUNCH_HOLE))
 		return -EOPNOTSUPP;

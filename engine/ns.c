@@ -140,6 +140,7 @@ static void inode_free(struct eng *e, struct inode *in)
 		free(in->dir.table);
 		e->ns.ndirs--;
 	} else if (S_ISREG(in->mode)) {
+		pass_forget(e, &in->file);
 		file_fini(e, &in->file);
 		e->ns.nfiles--;
 	} else if (S_ISLNK(in->mode)) {
@@ -485,6 +486,9 @@ void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st)
 		st->st_mtim = in->mtime;
 		st->st_ctim = in->ctime;
 		pthread_rwlock_unlock(&f->lock);
+		/* Writers passing through: the backing file is the file. */
+		if (e->pass.mnt >= 0)
+			pass_stat(e, f, st);
 	} else {
 		st->st_nlink = in->nlink;
 		st->st_rdev = in->rdev;
@@ -604,7 +608,7 @@ static int apply_setattr(struct eng *e, const struct nsop *op,
 			      ENG_SET_CTIME | ENG_SET_KILL_SETID;
 	struct file *f = NULL;
 	struct inode *in;
-	bool kick = false;
+	bool kick = false, pass_trunc = false;
 	int rc = 0;
 
 again:
@@ -670,6 +674,8 @@ again:
 			rc = file_truncate_locked(e, f, sa->size);
 			if (rc == 0)
 				in->mtime = op->now;
+			/* Opens passing through see its backing file. */
+			pass_trunc = rc == 0 && e->pass.mnt >= 0;
 		}
 		if (rc == 0) {
 			set_times(in, sa, &op->now);
@@ -695,12 +701,25 @@ again:
 			kick = true;
 		}
 	}
-	if (rc == 0 && out)
+	if (pass_trunc)
+		in->holds++;
+	if (rc == 0 && out && !pass_trunc)
 		ns_fill_stat(e, in, &out->st);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
+	if (pass_trunc) {
+		/* The backing file's I/O with no lock of ours held. */
+		pass_truncate(e, in, sa->size);
+		if (out) {
+			pthread_rwlock_rdlock(&e->ns.lock);
+			ns_fill_stat(e, in, &out->st);
+			pthread_rwlock_unlock(&e->ns.lock);
+		}
+	}
 	if (kick)
 		eng_post_dirty(e, in);
+	if (pass_trunc)
+		ns_unhold(e, in);
 	return rc;
 }
 
@@ -1308,7 +1327,10 @@ static int prepare(struct eng *e, struct eng_call *c, struct nsop *op,
 	case ENG_CALL_OPEN:
 		return file_prepare_open(e, c, op, rc);
 	case ENG_CALL_FLUSH:
-		*rc = file_flush(e, c->fp, c);
+		/* A writer passing through: its bytes first. */
+		*rc = pass_take(e, c->fp);
+		if (*rc == 0)
+			*rc = file_flush(e, c->fp, c);
 		return 1;
 	}
 	if (*rc < 0)
@@ -1338,6 +1360,10 @@ int eng_call(struct eng *e, struct eng_call *c)
 		}
 	}
 	nsop_clear(&op);
+	/* A node alone: an open may pass through (no lock held here). */
+	if (rc == 0 && !e->gops && c->newfp &&
+	    (c->kind == ENG_CALL_OPEN || c->kind == ENG_CALL_CREATE))
+		pass_open(e, c->newfp, &c->info);
 	return rc;
 }
 

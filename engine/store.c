@@ -302,11 +302,12 @@ int store_try_alloc(struct store *s, uint32_t *id)
 	return ok ? 0 : -ENOSPC;
 }
 
-/* Chunk @id (refs 0, faulted in) back on the free stack; s->lock held. */
+/* Chunk @id (refs 0) back on the free stack; s->lock held. */
 static void push_free_locked(struct store *s, uint32_t id)
 {
 	s->free_stack[s->nfree++] = id;
-	s->nfaulted_free++;
+	if (s->faulted[id])
+		s->nfaulted_free++;
 	if (s->waiters)
 		pthread_cond_broadcast(&s->freed);
 }
@@ -511,6 +512,17 @@ int store_alloc_len(struct store *s, unsigned wait_ms, uint32_t len,
 int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
 {
 	return store_alloc_len(s, wait_ms, s->chunk_size, id);
+}
+
+void store_drop_pages(struct store *s, uint32_t id)
+{
+	madvise(store_ptr(s, id), s->chunk_size, MADV_DONTNEED);
+	pthread_mutex_lock(&s->lock);
+	if (s->faulted[id]) {
+		s->faulted[id] = 0;
+		s->nfaulted--;
+	}
+	pthread_mutex_unlock(&s->lock);
 }
 
 void store_get(struct store *s, uint32_t id)

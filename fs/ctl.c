@@ -457,7 +457,7 @@ static const struct rep_field io_fields[IO_N] = {
 		"reftfs_read_bytes_total", "Bytes read."),
 };
 
-enum { FU_LIBFUSE, FU_PROTO, FU_URING, FU_N };
+enum { FU_LIBFUSE, FU_PROTO, FU_URING, FU_PASS, FU_PASS_HELD, FU_N };
 
 static const struct rep_field fuse_fields[FU_N] = {
 	[FU_LIBFUSE] = REP_FIELD("libfuse", REP_STRING),
@@ -465,6 +465,12 @@ static const struct rep_field fuse_fields[FU_N] = {
 	[FU_URING] = REP_EXPORT("io_uring", REP_BOOL, REP_GAUGE,
 		"reftfs_fuse_io_uring",
 		"1 once FUSE requests come over io_uring (--io-uring)."),
+	[FU_PASS] = REP_EXPORT("passthrough", REP_BOOL, REP_GAUGE,
+		"reftfs_fuse_passthrough",
+		"1 when large sealed files may pass through (--passthrough)."),
+	[FU_PASS_HELD] = REP_EXPORT("passthrough_held_bytes", REP_BYTES,
+		REP_GAUGE, "reftfs_fuse_passthrough_held_bytes",
+		"Budget held by backing files of files passing through now."),
 };
 
 enum {
@@ -475,6 +481,9 @@ enum {
 	CNT_RT_BYTES,
 	CNT_FETCH_READS,
 	CNT_FETCH_TIMEOUTS,
+	CNT_PASS_OPENS,
+	CNT_PASS_FILES,
+	CNT_PASS_BYTES,
 	CNT_N
 };
 
@@ -498,6 +507,15 @@ static const struct rep_field cnt_fields[CNT_N] = {
 	[CNT_FETCH_TIMEOUTS] = REP_EXPORT("fetch_timeouts", REP_COUNT,
 		REP_COUNTER, "reftfs_fetch_timeouts_total",
 		"Reads that failed ETIMEDOUT waiting for their data."),
+	[CNT_PASS_OPENS] = REP_EXPORT("passthrough_opens", REP_COUNT,
+		REP_COUNTER, "reftfs_passthrough_opens_total",
+		"Opens that passed through to a backing file."),
+	[CNT_PASS_FILES] = REP_EXPORT("passthrough_files", REP_COUNT,
+		REP_COUNTER, "reftfs_passthrough_files_total",
+		"Files copied to a backing file to pass through."),
+	[CNT_PASS_BYTES] = REP_EXPORT("passthrough_bytes", REP_BYTES,
+		REP_COUNTER, "reftfs_passthrough_bytes_total",
+		"Bytes copied to backing files."),
 };
 
 enum {
@@ -1187,6 +1205,11 @@ static const struct rep_text status_text[] = {
 	TXT("fuse.kernel_protocol", "fuse",
 	    "libfuse {fuse.libfuse}, kernel FUSE {fuse.kernel_protocol}, "
 	    "requests over {fuse.io_uring?io_uring|/dev/fuse}"),
+	TXT("fuse.passthrough", "",
+	    "passthrough on: {counters.passthrough_opens} opens, "
+	    "{counters.passthrough_files} files copied "
+	    "({counters.passthrough_bytes}), "
+	    "{fuse.passthrough_held_bytes} held now"),
 	TXT("!persist.enabled", "persist", "disabled (no --persist directory)"),
 	TXT("persist.enabled", "persist",
 	    "{persist.dir}, {persist.healthy?healthy|FAILING}"),
@@ -1337,6 +1360,8 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, IO_RBYTES, st.read_bytes);
 
 	fill_fuse(r->c->fuse, rep_obj(top, ST_FUSE));
+	rep_set_bool(rep_obj(top, ST_FUSE), FU_PASS, st.pass_enabled);
+	rep_set_u64(rep_obj(top, ST_FUSE), FU_PASS_HELD, st.pass_held_bytes);
 
 	g = rep_obj(top, ST_COUNTERS);
 	rep_set_u64(g, CNT_ENOSPC, st.enospc);
@@ -1346,6 +1371,9 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_RT_BYTES, st.readthrough_bytes);
 	rep_set_u64(g, CNT_FETCH_READS, st.fetch_reads);
 	rep_set_u64(g, CNT_FETCH_TIMEOUTS, st.fetch_timeouts);
+	rep_set_u64(g, CNT_PASS_OPENS, st.pass_opens);
+	rep_set_u64(g, CNT_PASS_FILES, st.pass_files);
+	rep_set_u64(g, CNT_PASS_BYTES, st.pass_bytes);
 
 	g = rep_obj(top, ST_PERSIST);
 	rep_set_bool(g, PER_ENABLED, st.persist_enabled);

@@ -45,6 +45,7 @@ struct opts {
 	bool single_thread;
 	bool direct_read;
 	bool io_uring;	/* --io-uring */
+	bool passthrough; /* --passthrough */
 	bool mem_given;	/* --mem or -o mem= */
 	char *owned[16]; /* copies of option values (-o strings are freed) */
 	unsigned nowned;
@@ -83,6 +84,10 @@ static void usage(FILE *out)
 		"  --io-uring            take FUSE requests over io_uring where the kernel\n"
 		"                        offers it (libfuse 3.18+): small-file operations\n"
 		"                        about twice as fast, large reads and writes slower\n"
+		"  --passthrough         (experimental; as root, alone, kernel 6.9+ and\n"
+		"                        libfuse 3.16+) large sealed files opened when\n"
+		"                        nothing else has them open pass through to a\n"
+		"                        copy in memory: reads and mappings at tmpfs speed\n"
 		"\n"
 		"sharding group (several daemons protecting each other's checkpoints):\n"
 		"  --node ID             this node's id in the group, from 0\n"
@@ -108,7 +113,8 @@ static void usage(FILE *out)
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, prefault,\n"
-		"                        no_prefault, direct_read, io_uring, state_dir=,\n"
+		"                        no_prefault, direct_read, io_uring, passthrough,\n"
+		"                        state_dir=,\n"
 		"                        ...;\n"
 		"                        others (allow_other, ...) go to FUSE\n"
 		"  -f                    stay in the foreground\n"
@@ -273,6 +279,8 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		o->direct_read = true;
 	} else if (!strcmp(key, "io-uring")) {
 		o->io_uring = true;
+	} else if (!strcmp(key, "passthrough")) {
+		o->passthrough = true;
 	} else if (!strcmp(key, "node")) {
 		unsigned n;
 
@@ -421,6 +429,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "no-prefault", no_argument, NULL, 'N' },
 		{ "direct-read", no_argument, NULL, 'D' },
 		{ "io-uring", no_argument, NULL, 'I' },
+		{ "passthrough", no_argument, NULL, 'H' },
 		{ "node", required_argument, NULL, 'n' },
 		{ "peers", required_argument, NULL, 'p' },
 		{ "registry", required_argument, NULL, 'r' },
@@ -495,6 +504,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'N': name = "no-prefault"; break;
 		case 'D': name = "direct-read"; break;
 		case 'I': name = "io-uring"; break;
+		case 'H': name = "passthrough"; break;
 		case 'n': name = "node"; break;
 		case 'p': name = "peers"; break;
 		case 'r': name = "registry"; break;
@@ -989,6 +999,11 @@ int main(int argc, char **argv)
 
 	rfs.eng = e;
 	rfs.direct_read = o.direct_read;
+	/* Alone only, and not from ring threads (a take may wait). */
+	rfs.passthrough = o.passthrough && !grp && !o.io_uring;
+	if (o.passthrough && !rfs.passthrough)
+		rft_info("passthrough: off (%s)",
+			 grp ? "in a group" : "with --io-uring");
 	/*
 	 * In a group, other nodes change names and sizes: the kernel must
 	 * ask each time, not answer from what it cached.  Alone, every change
@@ -1004,6 +1019,7 @@ int main(int argc, char **argv)
 	 */
 	rfs.cache_small = grp ? 0 : RFS_CACHE_SMALL;
 	rfs.max_write = 1u << 20;
+	pthread_mutex_init(&rfs.stale_lock, NULL);
 	rfs.info.libfuse = fuse_pkgversion();
 	rfs_ctl_set_fuse(ctl, &rfs.info);
 

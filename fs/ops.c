@@ -114,6 +114,20 @@ static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 		    "; io_uring asked for (--io-uring)" :
 		    "; io_uring NOT offered by the kernel: requests over /dev/fuse";
 #endif
+#ifdef FUSE_CAP_PASSTHROUGH
+	/* The engine's backing tmpfs decides whether it is used at all. */
+	if (r->passthrough) {
+		if (!(conn->capable & FUSE_CAP_PASSTHROUGH))
+			rft_info("passthrough: off: the kernel does not offer "
+				 "it (6.9 and later do)");
+		else if (eng_pass_enable(r->eng, r->cache_small) == 0)
+			conn->want |= FUSE_CAP_PASSTHROUGH;
+	}
+#else
+	if (r->passthrough)
+		rft_info("passthrough: off: this libfuse cannot ask for it "
+			 "(3.16 and later can)");
+#endif
 	atomic_store(&r->info.proto,
 		     (unsigned)conn->proto_major << 16 | conn->proto_minor);
 	rft_info("fuse: libfuse %s, kernel FUSE %u.%u; %s%s; atomic O_TRUNC %s, parallel dirops %s, async direct I/O %s%s",
@@ -183,6 +197,7 @@ struct rfs_call {
 
 static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
 			const struct eng_open_info *info);
+static void release(struct rfs *r, fuse_req_t req, struct eng_file *fp);
 
 static void call_finish(struct eng_call *c, int rc)
 {
@@ -218,7 +233,7 @@ static void call_finish(struct eng_call *c, int rc)
 		rc_->fi.fh = (uintptr_t)c->newfp;
 		set_caching(req, &rc_->fi, &c->info);
 		if (fuse_reply_open(req, &rc_->fi) == -ENOENT)
-			eng_release(r->eng, c->newfp); /* interrupted */
+			release(r, NULL, c->newfp); /* interrupted */
 		break;
 	case ENG_CALL_CREATE:
 		if (rc < 0) {
@@ -234,7 +249,7 @@ static void call_finish(struct eng_call *c, int rc)
 		rc_->fi.fh = (uintptr_t)c->newfp;
 		set_caching(req, &rc_->fi, &c->info);
 		if (fuse_reply_create(req, &ep, &rc_->fi) == -ENOENT) {
-			eng_release(r->eng, c->newfp);
+			release(r, NULL, c->newfp);
 			eng_forget(r->eng, ep.ino, 1);
 		}
 		break;
@@ -441,6 +456,80 @@ static void rfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	call_start(c);
 }
 
+#ifdef FUSE_CAP_PASSTHROUGH
+/* Close the backing ids of opens that were never answered; @req alive. */
+static void close_stale_ids(fuse_req_t req)
+{
+	struct rfs *r = rfs_of(req);
+
+	if (!r->passthrough)
+		return;
+	pthread_mutex_lock(&r->stale_lock);
+	while (r->nstale)
+		fuse_passthrough_close(req, r->stale_ids[--r->nstale]);
+	pthread_mutex_unlock(&r->stale_lock);
+}
+#endif
+
+/* Release @fp; a backing id that goes with it is closed (with @req if it
+ * is still alive, else with the next request that is). */
+static void release(struct rfs *r, fuse_req_t req, struct eng_file *fp)
+{
+	int id = eng_release(r->eng, fp);
+
+	if (id <= 0)
+		return;
+#ifdef FUSE_CAP_PASSTHROUGH
+	if (req) {
+		fuse_passthrough_close(req, id);
+		return;
+	}
+	pthread_mutex_lock(&r->stale_lock);
+	if (r->nstale < sizeof(r->stale_ids) / sizeof(r->stale_ids[0]))
+		r->stale_ids[r->nstale++] = id;
+	else
+		rft_err("passthrough: backing id %d left registered until "
+			"unmount", id);
+	pthread_mutex_unlock(&r->stale_lock);
+#endif
+}
+
+/*
+ * An open the engine passes through: the backing file registered with
+ * the kernel by the first open of it, its id shared by all.  False: this
+ * one goes direct after all.
+ */
+static bool set_passthrough(fuse_req_t req, struct fuse_file_info *fi,
+			    const struct eng_open_info *info)
+{
+#ifdef FUSE_CAP_PASSTHROUGH
+	struct rfs *r = rfs_of(req);
+	struct eng_file *fp = (struct eng_file *)(uintptr_t)fi->fh;
+	int id = info->pass_id;
+
+	if (info->pass_fd < 0)
+		return false;
+	if (id <= 0) {
+		int mine = fuse_passthrough_open(req, info->pass_fd);
+
+		id = eng_pass_registered(r->eng, fp, mine);
+		if (mine > 0 && id != mine)
+			fuse_passthrough_close(req, mine);
+	}
+	if (id <= 0)
+		return false;
+	close_stale_ids(req);
+	fi->backing_id = id;
+	/* The kernel fails a passthrough open with keep_cache. */
+	fi->keep_cache = 0;
+	fi->direct_io = 0;
+	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
+	return true;
+#else
+	return false;
+#endif
+}
+
 static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
 			const struct eng_open_info *info)
 {
@@ -448,6 +537,8 @@ static void set_caching(fuse_req_t req, struct fuse_file_info *fi,
 	bool rdonly = (fi->flags & O_ACCMODE) == O_RDONLY;
 	bool small = rdonly && info->sealed && info->size <= r->cache_small;
 
+	if (set_passthrough(req, fi, info))
+		return;
 	/* Writers' FLUSH seals the file; a reader's has nothing to do. */
 	fi->noflush = rdonly;
 	/*
@@ -649,7 +740,7 @@ static void rfs_flush(fuse_req_t req, fuse_ino_t ino,
 static void rfs_release(fuse_req_t req, fuse_ino_t ino,
 			struct fuse_file_info *fi)
 {
-	eng_release(rfs_of(req)->eng, fh_of(fi));
+	release(rfs_of(req), req, fh_of(fi));
 	fuse_reply_err(req, 0);
 }
 

@@ -32,6 +32,12 @@ struct rfs {
 				   the kernel's fuse module has it on) */
 	struct rfs_fuse_info info; /* what "status" says of the session */
 	struct rfs_lane *lane;	/* with io_uring: lane.c; else NULL */
+	bool passthrough;	/* --passthrough, alone, no io_uring */
+	/* Backing ids whose open was never answered (interrupted): closed
+	   with the next request that can (libfuse needs one). */
+	pthread_mutex_t stale_lock;
+	int stale_ids[16];
+	unsigned nstale;
 };
 
 extern const struct fuse_lowlevel_ops rfs_oper;

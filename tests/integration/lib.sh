@@ -411,6 +411,23 @@ tmpfs_dir() {
 	fi
 }
 
+# check_manifest MANIFEST ROOT: every file of MANIFEST (JSON: path, size,
+# sha256, as mmap_fuzz.py and pass_fuzz.py write it) under ROOT by its
+# base name, with the same bytes.
+check_manifest() {
+	"$PY" - "$1" "$2" <<'PYEOF'
+import hashlib, json, os, sys
+bad = 0
+for f in json.load(open(sys.argv[1])):
+    p = os.path.join(sys.argv[2], os.path.basename(f["path"]))
+    data = open(p, "rb").read()
+    if len(data) != f["size"] or hashlib.sha256(data).hexdigest() != f["sha256"]:
+        print(f"{p}: {len(data)} bytes, want {f['size']} with the manifest's sha256")
+        bad += 1
+sys.exit(1 if bad else 0)
+PYEOF
+}
+
 # run_py SCRIPT ARGS...: run a helper under the system python with a timeout.
 run_py() {
 	local s=$1

@@ -1,0 +1,772 @@
+/*
+ * pass.c - FUSE passthrough to backing files (docs/design.md, "Caching and
+ * mmap" and "Passthrough").
+ *
+ * The kernel reads and maps a file that passes through straight from a
+ * backing file, at that file's own speed.  Here a backing file is a copy
+ * of a sealed file's bytes in a tmpfs of the engine's own (huge pages,
+ * mounted with the new mount API and never attached anywhere, so no path
+ * leads to it and it goes with the daemon), made at the first read-only
+ * open of a file that nothing else has open, and dropped at the last
+ * RELEASE.  Its memory counts in the budget: the copy holds as many of
+ * the arena's chunks, with their pages given back, as it has pieces.
+ *
+ * The kernel refuses a direct open beside a passthrough one, so while a
+ * copy exists every open of the file passes through, writers included.
+ * A writer passing through writes the backing file, which is then the
+ * file: GETATTR answers its size and times, a truncate or fallocate
+ * changes it too, and at the writer's FLUSH, FSYNC and RELEASE (which
+ * comes after its last munmap) the engine takes the bytes from it, as if
+ * written anew.
+ *
+ * The copy outlives its last RELEASE while the budget has room for it,
+ * so that the next read-only open of the unchanged file passes through
+ * with no copy (pass_shed gives such copies up first when memory runs
+ * short; a change to the file, or a writer's open, drops it).
+ *
+ * States of a file's pass, all under pass.lock:
+ *   COPYING      the first opener copies the bytes (no lock held); other
+ *                opens wait for it
+ *   REGISTERING  the first opener's caller registers the backing file
+ *                with the kernel (eng_pass_registered); others wait
+ *   READY        every open joins it
+ *   KEPT         no open holds it (the kernel has no id for it): the
+ *                next lone read-only open of the same version registers
+ *                it again
+ * A copy that fails, or a file changed meanwhile, ends it; the waiters
+ * look again and open direct.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "engine_i.h"
+
+enum pass_state { PASS_COPYING, PASS_REGISTERING, PASS_READY, PASS_KEPT };
+
+struct pass {
+	enum pass_state state;
+	int fd;		  /* the backing file */
+	int id;		  /* the kernel's id for it, 0: not yet */
+	unsigned opens;	  /* handles passing through */
+	unsigned writers; /* of them, may write */
+	bool taking;	  /* a writer's bytes are being taken */
+	bool dirty;	  /* a take failed: the bytes are only here */
+	bool holds_writer; /* keeps a gone writer's place (pass_release) */
+	struct timespec taken_mtime, taken_ctime; /* at the last take */
+	off_t taken_size;
+	uint32_t *held;	  /* chunks standing for its memory */
+	uint32_t nheld;
+	uint64_t version; /* the file's version the copy holds */
+	struct file *file; /* whose (f->pass is this) */
+	struct pass *next; /* every pass, for pass_fini */
+};
+
+void pass_init(struct eng *e)
+{
+	e->pass.mnt = -1;
+	pthread_mutex_init(&e->pass.lock, NULL);
+	pthread_cond_init(&e->pass.cond, NULL);
+}
+
+/*
+ * The backing file's memory in the budget: @n chunks held, their pages
+ * given back.  -ENOSPC when the store has fewer free (those taken stay).
+ */
+static int hold(struct eng *e, struct pass *p, uint32_t n)
+{
+	uint32_t *ids = realloc(p->held, ((size_t)p->nheld + n + 1) *
+					     sizeof(*ids));
+
+	if (!ids)
+		return -ENOMEM;
+	p->held = ids;
+	for (uint32_t k = 0; k < n; k++) {
+		if (store_try_alloc(&e->store, &p->held[p->nheld]) < 0)
+			return -ENOSPC;
+		store_drop_pages(&e->store, p->held[p->nheld]);
+		p->nheld++;
+		atomic_fetch_add(&e->pass.held, e->store.chunk_size);
+	}
+	return 0;
+}
+
+/* Give the held chunks back to the store. */
+static void unhold(struct eng *e, struct pass *p)
+{
+	for (uint32_t i = 0; i < p->nheld; i++)
+		store_put(&e->store, p->held[i]);
+	atomic_fetch_sub(&e->pass.held,
+			 (uint64_t)p->nheld << e->store.chunk_shift);
+	p->nheld = 0;
+}
+
+/* A pass nobody uses any more; pass.lock held, unlinked from its file. */
+static void pass_free_locked(struct eng *e, struct pass *p)
+{
+	for (struct pass **pp = &e->pass.all; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	unhold(e, p);
+	if (p->fd >= 0)
+		close(p->fd);
+	free(p->held);
+	free(p);
+}
+
+void pass_fini(struct eng *e)
+{
+	pthread_mutex_lock(&e->pass.lock);
+	while (e->pass.all) {
+		if (e->pass.all->dirty)
+			rft_err("passthrough: a file's last writes were never "
+				"taken from its backing file (out of memory "
+				"at its close): lost at this unmount");
+		pass_free_locked(e, e->pass.all);
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+	if (e->pass.mnt >= 0)
+		close(e->pass.mnt);
+	e->pass.mnt = -1;
+}
+
+void pass_forget(struct eng *e, struct file *f)
+{
+	pthread_mutex_lock(&e->pass.lock);
+	if (f->pass) {
+		if (f->pass->dirty)
+			rft_info("passthrough: an unlinked file's last writes, "
+				 "never taken, go with it");
+		pass_free_locked(e, f->pass);
+		f->pass = NULL;
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+}
+
+void pass_shed(struct eng *e)
+{
+	uint64_t freed = 0;
+
+	pthread_mutex_lock(&e->pass.lock);
+	for (struct pass *p = e->pass.all, *next; p; p = next) {
+		next = p->next;
+		if (p->state != PASS_KEPT || p->dirty)
+			continue;
+		freed += (uint64_t)p->nheld << e->store.chunk_shift;
+		p->file->pass = NULL;
+		pass_free_locked(e, p);
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+	if (freed)
+		rft_dbg("passthrough: %" PRIu64 " bytes of kept copies given "
+			"up for memory", freed);
+}
+
+int eng_pass_enable(struct eng *e, uint64_t min_size)
+{
+	char size[32];
+	int fs, mnt;
+
+	if (e->pass.mnt >= 0)
+		return 0;
+	if (e->gops) {
+		rft_info("passthrough: off in a group (another node's write "
+			 "changes a file without this kernel seeing it)");
+		return -EOPNOTSUPP;
+	}
+	fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+	if (fs < 0) {
+		int rc = -errno;
+
+		rft_info("passthrough: off: no backing tmpfs (%s)",
+			 strerror(-rc));
+		return rc;
+	}
+	/* The budget caps what writers passing through can add. */
+	snprintf(size, sizeof(size), "%" PRIu64, e->cfg.mem_bytes);
+	if (fsconfig(fs, FSCONFIG_SET_STRING, "huge", "always", 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_SET_STRING, "size", size, 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0700", 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+		int rc = -errno;
+
+		rft_info("passthrough: off: backing tmpfs: %s", strerror(-rc));
+		close(fs);
+		return rc;
+	}
+	mnt = fsmount(fs, FSMOUNT_CLOEXEC,
+		      MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+	close(fs);
+	if (mnt < 0) {
+		int rc = -errno;
+
+		rft_info("passthrough: off: backing tmpfs: %s", strerror(-rc));
+		return rc;
+	}
+	e->pass.min_size = min_size;
+	e->pass.mnt = mnt;
+	rft_info("passthrough: on, for sealed files over %" PRIu64
+		 " bytes opened when nothing else has them open (backing "
+		 "tmpfs huge=always, size %s)",
+		 min_size, size);
+	return 0;
+}
+
+bool eng_pass_enabled(struct eng *e)
+{
+	return e->pass.mnt >= 0;
+}
+
+/*
+ * May a new pass start for @in, opened by @fp and nothing else?  A sealed
+ * regular file over min_size, every piece here or a hole.  ns->lock and
+ * the file's lock held.
+ */
+static bool may_start(struct eng *e, struct inode *in, struct eng_file *fp)
+{
+	struct file *f = &in->file;
+
+	if (fp->writer || in->opens != 1 || f->writers != 0 ||
+	    f->size <= e->pass.min_size || !file_sealed(f))
+		return false;
+	for (uint32_t i = 0; i < f->nslots; i++)
+		if (f->slots[i].where != PIECE_HOLE &&
+		    f->slots[i].where != PIECE_RAM)
+			return false;
+	return true;
+}
+
+/* Join the ready pass @p with @fp; pass.lock held. */
+static void join_locked(struct eng *e, struct pass *p, struct eng_file *fp,
+			struct eng_open_info *info)
+{
+	p->opens++;
+	if (fp->writer)
+		p->writers++;
+	fp->pass = true;
+	info->pass_fd = p->fd;
+	info->pass_id = p->id;
+	atomic_fetch_add(&e->pass.opens, 1);
+}
+
+/* End pass @p of @f that never became ready; pass.lock held. */
+static void abandon_locked(struct eng *e, struct file *f, struct pass *p)
+{
+	f->pass = NULL;
+	pass_free_locked(e, p);
+	pthread_cond_broadcast(&e->pass.cond);
+}
+
+#define PASS_RUN_MAX 8 /* pieces per pwritev */
+
+/* Write @iov whole at @at, short writes continued.  0 or -errno. */
+static int pwrite_all(int fd, struct iovec *iov, int n, off_t at)
+{
+	while (n > 0) {
+		ssize_t w = pwritev(fd, iov, n, at);
+
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		at += w;
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Copy @in's bytes into @p's backing file, with no lock held: the chunks
+ * are pinned while they are read.  0, or -errno / -ESTALE (the file
+ * changed meanwhile).
+ */
+static int copy_in(struct eng *e, struct inode *in, struct pass *p)
+{
+	struct file *f = &in->file;
+	uint32_t n = 0, *ids, *fills, *idx;
+	uint64_t version, size;
+	int rc = 0;
+
+	pthread_rwlock_rdlock(&f->lock);
+	version = f->version;
+	size = f->size;
+	ids = malloc(((size_t)f->nslots + 1) * sizeof(*ids));
+	fills = malloc(((size_t)f->nslots + 1) * sizeof(*fills));
+	idx = malloc(((size_t)f->nslots + 1) * sizeof(*idx));
+	if (ids && fills && idx)
+		for (uint32_t i = 0; i < f->nslots; i++) {
+			const struct slot *s = &f->slots[i];
+			uint32_t len = file_piece_len(e, size, i);
+
+			if (s->where != PIECE_RAM)
+				continue;
+			store_get(&e->store, s->chunk);
+			ids[n] = s->chunk;
+			fills[n] = s->fill < len ? s->fill : len;
+			idx[n++] = i;
+		}
+	pthread_rwlock_unlock(&f->lock);
+	if (!ids || !fills || !idx)
+		rc = -ENOMEM;
+
+	if (!rc)
+		rc = hold(e, p, n);
+	/*
+	 * Runs of whole pieces in one pwritev, up to PASS_RUN bytes: a write
+	 * that covers a huge page of the tmpfs whole spares it zeroing the
+	 * rest first.
+	 */
+	for (uint32_t k = 0; !rc && k < n;) {
+		struct iovec iov[PASS_RUN_MAX];
+		uint32_t m = 0;
+		off_t at = (off_t)idx[k] << e->store.chunk_shift;
+
+		do {
+			iov[m].iov_base = store_ptr(&e->store, ids[k + m]);
+			iov[m].iov_len = fills[k + m];
+			m++;
+		} while (k + m < n && m < PASS_RUN_MAX &&
+			 fills[k + m - 1] == e->store.chunk_size &&
+			 idx[k + m] == idx[k + m - 1] + 1);
+		rc = pwrite_all(p->fd, iov, (int)m, at);
+		k += m;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		store_put(&e->store, ids[k]);
+	free(ids);
+	free(fills);
+	free(idx);
+	if (!rc && ftruncate(p->fd, (off_t)size) < 0)
+		rc = -errno;
+	if (!rc) {
+		pthread_rwlock_rdlock(&f->lock);
+		if (f->version != version || f->size != size)
+			rc = -ESTALE;
+		pthread_rwlock_unlock(&f->lock);
+	}
+	if (!rc) {
+		struct stat st;
+
+		if (fstat(p->fd, &st) == 0) {
+			p->taken_mtime = st.st_mtim;
+			p->taken_ctime = st.st_ctim;
+			p->taken_size = st.st_size;
+		}
+		p->version = version;
+		atomic_fetch_add(&e->pass.files, 1);
+		atomic_fetch_add(&e->pass.bytes, size);
+	}
+	return rc;
+}
+
+void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
+{
+	struct inode *in = fp->inode;
+	struct file *f = &in->file;
+	struct pass *p;
+	bool start;
+	int rc;
+
+	if (e->pass.mnt < 0 || e->gops || !S_ISREG(in->mode))
+		return;
+	for (;;) {
+		/* ns->lock keeps in->opens still while we look. */
+		pthread_rwlock_rdlock(&e->ns.lock);
+		pthread_rwlock_rdlock(&f->lock);
+		pthread_mutex_lock(&e->pass.lock);
+		p = f->pass;
+		if (p && p->state == PASS_KEPT) {
+			/*
+			 * Bytes not taken yet (dirty) live only in a kept copy:
+			 * every open goes to it.  Else the next lone reader of
+			 * the same version takes it, with no copy.  Either way
+			 * registered again.
+			 */
+			if (p->dirty ||
+			    (!fp->writer && f->version == p->version &&
+			     may_start(e, in, fp))) {
+				p->state = PASS_REGISTERING;
+				join_locked(e, p, fp, info);
+				pthread_rwlock_unlock(&f->lock);
+				pthread_rwlock_unlock(&e->ns.lock);
+				pthread_mutex_unlock(&e->pass.lock);
+				return;
+			}
+			if (fp->writer || f->version != p->version) {
+				/* Stale, or about to be: a direct open now. */
+				f->pass = NULL;
+				pass_free_locked(e, p);
+			}
+			p = NULL; /* else other opens: direct, copy kept */
+		}
+		start = !p && may_start(e, in, fp);
+		if (start) {
+			p = calloc(1, sizeof(*p));
+			if (p) {
+				p->state = PASS_COPYING;
+				p->fd = -1;
+				p->file = f;
+				p->next = e->pass.all;
+				e->pass.all = p;
+				f->pass = p;
+			}
+		}
+		pthread_rwlock_unlock(&f->lock);
+		pthread_rwlock_unlock(&e->ns.lock);
+		if (!p || (!start && p->state == PASS_READY))
+			break;
+		if (start)
+			break;
+		/* Another open is making it: wait, no other lock held. */
+		while (f->pass == p && p->state != PASS_READY)
+			pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+		pthread_mutex_unlock(&e->pass.lock);
+	}
+	if (!p) {
+		pthread_mutex_unlock(&e->pass.lock);
+		return;
+	}
+	if (!start) {
+		join_locked(e, p, fp, info);
+		pthread_mutex_unlock(&e->pass.lock);
+		/* O_TRUNC emptied the engine's file at the open: this too. */
+		if (fp->writer && (fp->flags & O_TRUNC))
+			pass_truncate(e, in, 0);
+		return;
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+
+	p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+		       0600);
+	rc = p->fd < 0 ? -errno : copy_in(e, in, p);
+	pthread_mutex_lock(&e->pass.lock);
+	if (rc < 0) {
+		if (rc != -ESTALE && rc != -ENOSPC)
+			rft_info("passthrough: inode %" PRIu64
+				 " opens direct: %s",
+				 in->ino, strerror(-rc));
+		abandon_locked(e, f, p);
+		pthread_mutex_unlock(&e->pass.lock);
+		return;
+	}
+	p->state = PASS_REGISTERING;
+	join_locked(e, p, fp, info);
+	pthread_mutex_unlock(&e->pass.lock);
+}
+
+int eng_pass_registered(struct eng *e, struct eng_file *fp, int id)
+{
+	struct file *f = &fp->inode->file;
+	struct pass *p;
+	int use = 0;
+
+	pthread_mutex_lock(&e->pass.lock);
+	p = f->pass;
+	if (!fp->pass || !p) {
+		pthread_mutex_unlock(&e->pass.lock);
+		return 0;
+	}
+	if (p->state == PASS_READY) {
+		use = p->id;
+	} else if (id > 0) {
+		p->id = id;
+		p->state = PASS_READY;
+		use = id;
+		pthread_cond_broadcast(&e->pass.cond);
+	} else {
+		/* Not registered: this open, the only one, goes direct. */
+		fp->pass = false;
+		atomic_fetch_sub(&e->pass.opens, 1);
+		p->opens--;
+		if (fp->writer)
+			p->writers--;
+		if (p->dirty) {
+			rft_err("passthrough: inode %" PRIu64 ": its backing "
+				"file could not be registered; bytes not taken "
+				"yet stay there, this open goes direct",
+				fp->inode->ino);
+			p->state = PASS_KEPT;
+			pthread_cond_broadcast(&e->pass.cond);
+		} else {
+			abandon_locked(e, f, p);
+		}
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+	return use;
+}
+
+/* Bytes [@from, @to) of @fd, taken into the engine's file through @fp. */
+static int take_range(struct eng *e, struct eng_file *fp, int fd, off_t from,
+		      off_t to, uint8_t *buf, size_t bufsize)
+{
+	while (from < to) {
+		size_t want = (size_t)(to - from) < bufsize
+				      ? (size_t)(to - from)
+				      : bufsize;
+		ssize_t r = pread(fd, buf, want, from);
+		ssize_t w;
+
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break; /* truncated meanwhile: the next take sees it */
+		w = file_write_at(e, fp, buf, (size_t)r, from);
+		if (w < 0)
+			return (int)w;
+		from += r;
+	}
+	return 0;
+}
+
+/*
+ * The engine's file becomes the backing file's bytes: emptied, then each
+ * range of data written (holes stay holes), then sized.  No lock held.
+ */
+static int take_bytes(struct eng *e, struct eng_file *fp, int fd, off_t size)
+{
+	struct inode *in = fp->inode;
+	struct file *f = &in->file;
+	size_t bufsize = e->store.chunk_size;
+	uint8_t *buf = malloc(bufsize);
+	off_t at = 0;
+	int rc = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	while (!file_wrlock_drained(e, f))
+		file_wait_writes(e, f);
+	file_truncate_locked(e, f, 0);
+	pthread_rwlock_unlock(&f->lock);
+	while (!rc && at < size) {
+		off_t data = lseek(fd, at, SEEK_DATA), hole;
+
+		if (data < 0) {
+			if (errno != ENXIO)
+				rc = -errno;
+			break;
+		}
+		hole = lseek(fd, data, SEEK_HOLE);
+		if (hole < 0) {
+			rc = -errno;
+			break;
+		}
+		if (hole > size)
+			hole = size;
+		rc = take_range(e, fp, fd, data, hole, buf, bufsize);
+		at = hole;
+	}
+	free(buf);
+	if (rc)
+		return rc;
+	/* A hole at the end: the size still counts. */
+	while (!file_wrlock_drained(e, f))
+		file_wait_writes(e, f);
+	if (f->size < (uint64_t)size)
+		rc = file_truncate_locked(e, f, (uint64_t)size);
+	pthread_rwlock_unlock(&f->lock);
+	return rc;
+}
+
+int pass_take(struct eng *e, struct eng_file *fp)
+{
+	struct file *f = &fp->inode->file;
+	struct pass *p;
+	struct stat st;
+	bool drop = false;
+	uint64_t need, have;
+	uint32_t held;
+	int rc = 0;
+
+	if (!fp->pass || !fp->writer)
+		return 0;
+	pthread_mutex_lock(&e->pass.lock);
+	p = f->pass;
+	while (p && p->taking)
+		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+	if (!p || fstat(p->fd, &st) < 0 ||
+	    (!p->dirty && st.st_size == p->taken_size &&
+	     st.st_mtim.tv_sec == p->taken_mtime.tv_sec &&
+	     st.st_mtim.tv_nsec == p->taken_mtime.tv_nsec &&
+	     st.st_ctim.tv_sec == p->taken_ctime.tv_sec &&
+	     st.st_ctim.tv_nsec == p->taken_ctime.tv_nsec)) {
+		pthread_mutex_unlock(&e->pass.lock);
+		return 0; /* unchanged since the last take */
+	}
+	p->taking = true;
+	pthread_mutex_unlock(&e->pass.lock);
+
+	/*
+	 * The engine's copy is emptied first: see that the memory for the
+	 * new one is there before (the chunks held for the backing file, the
+	 * file's own, the free ones), so that a take short of memory fails
+	 * with the engine's copy as it was.
+	 */
+	need = (uint64_t)(st.st_blocks * 512 + e->store.chunk_size - 1) >>
+	       e->store.chunk_shift;
+	pthread_rwlock_rdlock(&f->lock);
+	have = (uint64_t)p->nheld + f->resident + store_free_count(&e->store);
+	pthread_rwlock_unlock(&f->lock);
+	if (need > have) {
+		rc = -ENOSPC;
+	} else {
+		held = p->nheld;
+		unhold(e, p);
+		rc = take_bytes(e, fp, p->fd, st.st_size);
+		/* The backing file's memory is counted again, where it can. */
+		if (hold(e, p, held) < 0)
+			rft_dbg("passthrough: inode %" PRIu64 ": %u of %u "
+				"chunks held for its backing file",
+				fp->inode->ino, p->nheld, held);
+	}
+
+	pthread_mutex_lock(&e->pass.lock);
+	p->taking = false;
+	p->dirty = rc < 0;
+	if (rc == 0) {
+		p->taken_mtime = st.st_mtim;
+		p->taken_ctime = st.st_ctim;
+		p->taken_size = st.st_size;
+		drop = p->holds_writer;
+		p->holds_writer = false;
+	}
+	pthread_cond_broadcast(&e->pass.cond);
+	pthread_mutex_unlock(&e->pass.lock);
+	/* Taken at last: the writer the pass kept goes (and may seal). */
+	if (drop)
+		file_drop_writer(e, fp->inode);
+	if (rc < 0)
+		rft_err("passthrough: taking inode %" PRIu64
+			"'s bytes from its backing file: %s (kept there, "
+			"taken at its next close)",
+			fp->inode->ino, strerror(-rc));
+	return rc;
+}
+
+/* May @p be kept past its last RELEASE?  pass.lock held. */
+static bool keepable(struct eng *e, struct file *f, struct pass *p)
+{
+	bool same;
+
+	/* f->lock comes before pass.lock: a try, as a miss only costs a copy. */
+	if (pthread_rwlock_tryrdlock(&f->lock) != 0)
+		return false;
+	same = f->version == p->version;
+	pthread_rwlock_unlock(&f->lock);
+	return same;
+}
+
+int pass_release(struct eng *e, struct eng_file *fp, bool *keep_writer)
+{
+	struct file *f = &fp->inode->file;
+	struct pass *p;
+	int id = 0;
+
+	if (!fp->pass)
+		return 0;
+	pass_take(e, fp);
+	pthread_mutex_lock(&e->pass.lock);
+	p = f->pass;
+	if (p) {
+		p->opens--;
+		if (fp->writer)
+			p->writers--;
+		/* Not taken: the file must not seal short of these bytes. */
+		if (fp->writer && p->dirty && !p->holds_writer) {
+			p->holds_writer = true;
+			*keep_writer = true;
+		}
+		if (p->state != PASS_READY && p->dirty) {
+			/* Not registered (interrupted): kept for its bytes. */
+			p->state = PASS_KEPT;
+		} else if (p->state != PASS_READY) {
+			/* Its open never got to register it (interrupted). */
+			abandon_locked(e, f, p);
+		} else if (p->opens == 0) {
+			id = p->id;
+			p->id = 0;
+			p->state = PASS_KEPT;
+			/* Kept only as the file is now, and not past a write. */
+			if (!p->dirty && !keepable(e, f, p)) {
+				f->pass = NULL;
+				pass_free_locked(e, p);
+			}
+		}
+	}
+	fp->pass = false;
+	pthread_mutex_unlock(&e->pass.lock);
+	return id;
+}
+
+void pass_stat(struct eng *e, struct file *f, struct stat *st)
+{
+	struct stat bs;
+
+	pthread_mutex_lock(&e->pass.lock);
+	if (f->pass &&
+	    ((f->pass->state == PASS_READY && f->pass->writers) ||
+	     f->pass->dirty) &&
+	    fstat(f->pass->fd, &bs) == 0) {
+		st->st_size = bs.st_size;
+		st->st_blocks = bs.st_blocks;
+		st->st_mtim = bs.st_mtim;
+		st->st_ctim = bs.st_ctim;
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+}
+
+/* @f's backing file with a reference, or -1; pass.lock not held. */
+static int backing_dup(struct eng *e, struct file *f)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&e->pass.lock);
+	if (f->pass && f->pass->fd >= 0)
+		fd = fcntl(f->pass->fd, F_DUPFD_CLOEXEC, 0);
+	pthread_mutex_unlock(&e->pass.lock);
+	return fd;
+}
+
+void pass_truncate(struct eng *e, struct inode *in, uint64_t size)
+{
+	int fd = backing_dup(e, &in->file);
+
+	if (fd < 0)
+		return;
+	if (ftruncate(fd, (off_t)size) < 0)
+		rft_err("passthrough: truncating inode %" PRIu64
+			"'s backing file: %s",
+			in->ino, strerror(errno));
+	close(fd);
+}
+
+int pass_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
+		   off_t off, off_t len)
+{
+	int mode = 0, fd = backing_dup(e, &fp->inode->file), rc = 0;
+
+	if (fd < 0)
+		return -EIO;
+	if (flags & ENG_FALLOC_KEEP_SIZE)
+		mode |= FALLOC_FL_KEEP_SIZE;
+	if (flags & ENG_FALLOC_PUNCH_HOLE)
+		mode |= FALLOC_FL_PUNCH_HOLE;
+	if (fallocate(fd, mode, off, len) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}

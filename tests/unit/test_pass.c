@@ -1,0 +1,323 @@
+/*
+ * test_pass.c - FUSE passthrough's engine half (engine/pass.c) without
+ * FUSE: opens that pass through to a backing copy, the one id they share,
+ * writers whose bytes the engine takes at FLUSH and RELEASE, the copy kept
+ * for the next reader, the budget, and opens racing each other.  The
+ * kernel's part is played here: ids are made up, and a writer passing
+ * through writes the backing file itself.  Needs root (the backing tmpfs
+ * is mounted with fsopen); skipped otherwise.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "eng_fixture.h"
+
+#define FSIZE (3 * MiB + 4097)
+
+struct tfx {
+	struct fixture fx;
+	uint8_t *data;
+	uint64_t ino;
+};
+
+static int setup_mem(void **state, uint64_t mem)
+{
+	struct tfx *t = calloc(1, sizeof(*t));
+
+	fx_dirs(&t->fx);
+	assert_int_equal(fx_start(&t->fx, mem, false, 2), 0);
+	*state = t;
+	if (eng_pass_enable(t->fx.e, MiB) < 0) {
+		fx_cleanup(&t->fx);
+		free(t);
+		*state = NULL;
+		return 0;
+	}
+	t->data = malloc(FSIZE);
+	fx_fill(t->data, FSIZE, 7);
+	t->ino = fx_put(t->fx.e, 1, "f", t->data, FSIZE);
+	assert_true(t->ino != 0);
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_mem(state, 64 * MiB);
+}
+
+static int setup_small(void **state)
+{
+	return setup_mem(state, 6 * MiB);
+}
+
+static int teardown(void **state)
+{
+	struct tfx *t = *state;
+
+	if (t) {
+		fx_cleanup(&t->fx);
+		free(t->data);
+		free(t);
+	}
+	return 0;
+}
+
+#define NEED_PASS(t)                                                         \
+	do {                                                                 \
+		if (!(t))                                                    \
+			skip(); /* not root: no backing tmpfs */             \
+	} while (0)
+
+static struct eng_file *open_as(struct tfx *t, int flags,
+				struct eng_open_info *info)
+{
+	struct eng_file *fp;
+
+	assert_int_equal(eng_open(t->fx.e, t->ino, flags, &fp, info), 0);
+	return fp;
+}
+
+static void stats(struct tfx *t, struct eng_stats *st)
+{
+	eng_get_stats(t->fx.e, st);
+}
+
+/* The backing file holds @want, @len bytes, and is that long. */
+static void assert_backing(int fd, const uint8_t *want, size_t len)
+{
+	uint8_t *got = malloc(len + 1);
+	struct stat st;
+
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, len);
+	assert_int_equal(pread(fd, got, len + 1, 0), (ssize_t)len);
+	assert_memory_equal(got, want, len);
+	free(got);
+}
+
+/* A lone reader passes through; others join with its id; the last
+ * release gives the id back, and the copy is kept for the next reader. */
+static void test_readers_share_one_copy(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_open_info a, b, c;
+	struct eng_file *fa, *fb, *fc;
+	struct eng_stats st;
+
+	NEED_PASS(t);
+	fa = open_as(t, O_RDONLY, &a);
+	assert_true(a.pass_fd >= 0);
+	assert_int_equal(a.pass_id, 0); /* the first: its caller registers */
+	assert_int_equal(eng_pass_registered(t->fx.e, fa, 41), 41);
+	assert_backing(a.pass_fd, t->data, FSIZE);
+
+	fb = open_as(t, O_RDONLY, &b);
+	assert_int_equal(b.pass_fd, a.pass_fd);
+	assert_int_equal(b.pass_id, 41);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 1);
+	assert_int_equal(st.pass_opens, 2);
+	/* Its memory counts: a chunk per piece. */
+	assert_int_equal(st.pass_held_bytes, 4 * MiB);
+
+	assert_int_equal(eng_release(t->fx.e, fb), 0);
+	assert_int_equal(eng_release(t->fx.e, fa), 41);
+
+	/* Kept: the next lone reader registers it again, with no copy. */
+	fc = open_as(t, O_RDONLY, &c);
+	assert_true(c.pass_fd >= 0);
+	assert_int_equal(c.pass_id, 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fc, 42), 42);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 1);
+	assert_int_equal(eng_release(t->fx.e, fc), 42);
+
+	/* A writer's open drops the kept copy and goes direct. */
+	fc = open_as(t, O_RDWR, &c);
+	assert_int_equal(c.pass_fd, -1);
+	assert_int_equal(eng_release(t->fx.e, fc), 0);
+	stats(t, &st);
+	assert_int_equal(st.pass_held_bytes, 0);
+}
+
+/* A writer joins a reader; what it writes to the backing file is the
+ * file's from its FLUSH on, and sealed at its release. */
+static void test_writer_taken(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_open_info r, w, d;
+	struct eng_file *fr, *fw, *fd;
+	static const char more[] = "written through the backing file";
+	size_t len = FSIZE + MiB + sizeof(more);
+	uint8_t *want = calloc(1, len), *got = malloc(len + 1);
+	struct stat st;
+
+	NEED_PASS(t);
+	memcpy(want, t->data, FSIZE);
+	memcpy(want + 100, "XYZ", 3);
+	memcpy(want + FSIZE + MiB, more, sizeof(more));
+
+	fr = open_as(t, O_RDONLY, &r);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 5), 5);
+	fw = open_as(t, O_RDWR, &w);
+	assert_int_equal(w.pass_fd, r.pass_fd);
+	assert_int_equal(w.pass_id, 5);
+
+	/* The kernel's part: the writer's bytes go to the backing file. */
+	assert_int_equal(pwrite(w.pass_fd, "XYZ", 3, 100), 3);
+	assert_int_equal(pwrite(w.pass_fd, more, sizeof(more), FSIZE + MiB),
+			 (ssize_t)sizeof(more));
+	/* While it writes, the backing file's size is the file's. */
+	assert_int_equal(eng_getattr(t->fx.e, t->ino, &st), 0);
+	assert_int_equal(st.st_size, len);
+
+	assert_int_equal(eng_flush(t->fx.e, fw), 0);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	assert_int_equal(eng_release(t->fx.e, fr), 5);
+
+	/* A direct open reads the engine's own bytes. */
+	fd = open_as(t, O_RDWR, &d);
+	assert_int_equal(d.pass_fd, -1);
+	assert_int_equal(fx_read(t->fx.e, fd, got, len + 1, 0), (ssize_t)len);
+	assert_memory_equal(got, want, len);
+	eng_release(t->fx.e, fd);
+	free(want);
+	free(got);
+}
+
+/* A truncate by path while a reader passes through reaches its copy. */
+static void test_truncate_reaches_copy(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_setattr sa = { .valid = ENG_SET_SIZE, .size = 1000 };
+	struct eng_open_info r;
+	struct eng_file *fr;
+	struct stat st;
+
+	NEED_PASS(t);
+	fr = open_as(t, O_RDONLY, &r);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 9), 9);
+	assert_int_equal(eng_setattr(t->fx.e, t->ino, NULL, &sa, &st), 0);
+	assert_int_equal(st.st_size, 1000);
+	assert_backing(r.pass_fd, t->data, 1000);
+	assert_int_equal(eng_release(t->fx.e, fr), 9);
+}
+
+/* No room in the budget for the copy: the open goes direct. */
+static void test_no_room_direct(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_open_info r;
+	struct eng_file *fr;
+	struct eng_stats st;
+	uint8_t *got = malloc(FSIZE);
+
+	NEED_PASS(t);
+	fr = open_as(t, O_RDONLY, &r);
+	assert_int_equal(r.pass_fd, -1);
+	assert_int_equal(fx_read(t->fx.e, fr, got, FSIZE, 0), FSIZE);
+	assert_memory_equal(got, t->data, FSIZE);
+	eng_release(t->fx.e, fr);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 0);
+	assert_int_equal(st.pass_held_bytes, 0);
+	free(got);
+}
+
+/* Opens racing: all that pass through share one id, whoever registers. */
+#define RACERS 6
+struct racer {
+	struct tfx *t;
+	int n;
+	int id;	/* the id its open ended with, 0: direct */
+	int closed; /* what its release returned */
+	pthread_barrier_t *go, *opened;
+};
+
+static void *race(void *arg)
+{
+	struct racer *r = arg;
+	struct eng_open_info info;
+	struct eng_file *fp;
+
+	pthread_barrier_wait(r->go);
+	if (eng_open(r->t->fx.e, r->t->ino, r->n == 0 ? O_RDWR : O_RDONLY,
+		     &fp, &info) != 0)
+		return NULL;
+	if (info.pass_fd >= 0)
+		r->id = info.pass_id ? info.pass_id
+				     : eng_pass_registered(r->t->fx.e, fp,
+							   100 + r->n);
+	pthread_barrier_wait(r->opened);
+	r->closed = eng_release(r->t->fx.e, fp);
+	return NULL;
+}
+
+static void test_racing_opens(void **state)
+{
+	struct tfx *t = *state;
+
+	NEED_PASS(t);
+	for (int round = 0; round < 50; round++) {
+		pthread_barrier_t go, opened;
+		struct racer r[RACERS];
+		pthread_t th[RACERS];
+		int id = 0, passed = 0, direct = 0, closes = 0;
+
+		pthread_barrier_init(&go, NULL, RACERS);
+		pthread_barrier_init(&opened, NULL, RACERS);
+		for (int i = 0; i < RACERS; i++) {
+			/* Round by round a writer among them, or not. */
+			r[i] = (struct racer){ t, (round & 1) ? i + 1 : i, 0, 0,
+					       &go, &opened };
+			pthread_create(&th[i], NULL, race, &r[i]);
+		}
+		for (int i = 0; i < RACERS; i++)
+			pthread_join(th[i], NULL);
+		pthread_barrier_destroy(&go);
+		pthread_barrier_destroy(&opened);
+		for (int i = 0; i < RACERS; i++) {
+			if (r[i].id) {
+				assert_true(!id || r[i].id == id);
+				id = r[i].id;
+				passed++;
+			} else {
+				direct++;
+			}
+			if (r[i].closed) {
+				assert_int_equal(r[i].closed, id);
+				closes++;
+			}
+		}
+		/*
+		 * All or none pass through (a direct open beside a
+		 * passthrough one would fail in the kernel), and the id goes
+		 * back once.
+		 */
+		assert_true(passed == 0 || direct == 0);
+		assert_int_equal(closes, passed ? 1 : 0);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_readers_share_one_copy,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_writer_taken, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_truncate_reaches_copy,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_room_direct,
+						setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_racing_opens, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
