@@ -846,6 +846,13 @@ struct eng {
 		_Atomic uint64_t opens, files, bytes; /* counted since start */
 		_Atomic uint64_t held; /* budget bytes backing files hold now */
 		struct pass *all; /* every pass, for pass_fini; lock */
+		/* Files sealed since, to copy in the background (held). */
+		struct inode **queue; /* lock */
+		unsigned nqueue, capqueue; /* lock */
+		pthread_cond_t work; /* queued, or stopping; lock */
+		bool stop;	  /* lock */
+		pthread_t copier;
+		bool copier_on;
 	} pass;
 };
 
@@ -1185,6 +1192,9 @@ void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
 /* @f goes (its inode is freed): a kept backing file with it.  ns->lock
  * held for writing. */
 void pass_forget(struct eng *e, struct file *f);
+/* @in was just sealed by its last writer (no lock held): copy it into a
+ * backing file in the background, kept for its first reader. */
+void pass_sealed(struct eng *e, struct inode *in);
 /* Memory is short: backing files nothing has open go (evict.c). */
 void pass_shed(struct eng *e);
 /* fallocate on a handle passing through: on its backing file. */

@@ -1539,8 +1539,11 @@ int eng_release(struct eng *e, struct eng_file *fp)
 	/* A writer passing through: its bytes are taken before it seals. */
 	int backing_id = pass_release(e, fp, &keep_writer);
 
-	if (fp->writer && !keep_writer)
+	if (fp->writer && !keep_writer) {
 		writer_gone(e, &in->file, &sealed, &tell);
+		if (sealed)
+			pass_sealed(e, in);
+	}
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in->opens--;
 	in->holds++;

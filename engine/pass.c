@@ -19,6 +19,11 @@
  * comes after its last munmap) the engine takes the bytes from it, as if
  * written anew.
  *
+ * A file sealed by its last writer is also copied at once, by a thread
+ * of its own at low priority, so that its first reader finds the copy
+ * made (pass_sealed); a reader that comes during that copy waits for it,
+ * a writer does not (it opens direct, and the copy, stale, is dropped).
+ *
  * The copy outlives its last RELEASE while the budget has room for it,
  * so that the next read-only open of the unchanged file passes through
  * with no copy (pass_shed gives such copies up first when memory runs
@@ -60,6 +65,7 @@ struct pass {
 	bool taking;	  /* a writer's bytes are being taken */
 	bool dirty;	  /* a take failed: the bytes are only here */
 	bool holds_writer; /* keeps a gone writer's place (pass_release) */
+	bool sealed_copy; /* made by the copier thread at seal */
 	struct timespec taken_mtime, taken_ctime; /* at the last take */
 	off_t taken_size;
 	uint32_t *held;	  /* chunks standing for its memory */
@@ -74,6 +80,7 @@ void pass_init(struct eng *e)
 	e->pass.mnt = -1;
 	pthread_mutex_init(&e->pass.lock, NULL);
 	pthread_cond_init(&e->pass.cond, NULL);
+	pthread_cond_init(&e->pass.work, NULL);
 }
 
 /*
@@ -125,6 +132,18 @@ static void pass_free_locked(struct eng *e, struct pass *p)
 
 void pass_fini(struct eng *e)
 {
+	if (e->pass.copier_on) {
+		pthread_mutex_lock(&e->pass.lock);
+		e->pass.stop = true;
+		pthread_cond_broadcast(&e->pass.work);
+		pthread_mutex_unlock(&e->pass.lock);
+		pthread_join(e->pass.copier, NULL);
+		e->pass.copier_on = false;
+	}
+	while (e->pass.nqueue)
+		ns_unhold(e, e->pass.queue[--e->pass.nqueue]);
+	free(e->pass.queue);
+	e->pass.queue = NULL;
 	pthread_mutex_lock(&e->pass.lock);
 	while (e->pass.all) {
 		if (e->pass.all->dirty)
@@ -171,6 +190,110 @@ void pass_shed(struct eng *e)
 			"up for memory", freed);
 }
 
+static int copy_in(struct eng *e, struct inode *in, struct pass *p);
+static void abandon_locked(struct eng *e, struct file *f, struct pass *p);
+static bool all_here(const struct file *f);
+
+/* Copy the sealed file @in into a new backing file, kept for its first
+ * reader.  No lock held; @in held. */
+static void copy_sealed(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	struct pass *p = NULL;
+	int rc;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	pthread_rwlock_rdlock(&f->lock);
+	pthread_mutex_lock(&e->pass.lock);
+	if (!f->pass && in->nlink > 0 && f->writers == 0 &&
+	    f->size > e->pass.min_size && file_sealed(f) && all_here(f))
+		p = calloc(1, sizeof(*p));
+	if (p) {
+		p->state = PASS_COPYING;
+		p->sealed_copy = true;
+		p->fd = -1;
+		p->file = f;
+		p->next = e->pass.all;
+		e->pass.all = p;
+		f->pass = p;
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (!p)
+		return;
+	p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+		       0600);
+	rc = p->fd < 0 ? -errno : copy_in(e, in, p);
+	pthread_mutex_lock(&e->pass.lock);
+	if (rc < 0) {
+		abandon_locked(e, f, p);
+	} else {
+		p->state = PASS_KEPT;
+		pthread_cond_broadcast(&e->pass.cond);
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+}
+
+static void *copier_main(void *arg)
+{
+	struct eng *e = arg;
+
+	/* Below the job's threads: the copy is for a later reader. */
+	(void)nice(19);
+	pthread_mutex_lock(&e->pass.lock);
+	for (;;) {
+		struct inode *in;
+
+		while (!e->pass.stop && !e->pass.nqueue)
+			pthread_cond_wait(&e->pass.work, &e->pass.lock);
+		if (e->pass.stop)
+			break;
+		in = e->pass.queue[0];
+		memmove(e->pass.queue, e->pass.queue + 1,
+			--e->pass.nqueue * sizeof(*e->pass.queue));
+		pthread_mutex_unlock(&e->pass.lock);
+		copy_sealed(e, in);
+		ns_unhold(e, in);
+		pthread_mutex_lock(&e->pass.lock);
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+	return NULL;
+}
+
+void pass_sealed(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	bool want;
+
+	if (e->pass.mnt < 0 || e->gops || !e->pass.copier_on)
+		return;
+	pthread_rwlock_rdlock(&f->lock);
+	want = f->size > e->pass.min_size && f->writers == 0;
+	pthread_rwlock_unlock(&f->lock);
+	if (!want)
+		return;
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	pthread_mutex_lock(&e->pass.lock);
+	if (e->pass.nqueue == e->pass.capqueue) {
+		unsigned cap = e->pass.capqueue ? 2 * e->pass.capqueue : 16;
+		struct inode **q = realloc(e->pass.queue, cap * sizeof(*q));
+
+		if (!q) {
+			pthread_mutex_unlock(&e->pass.lock);
+			ns_unhold(e, in);
+			return;
+		}
+		e->pass.queue = q;
+		e->pass.capqueue = cap;
+	}
+	e->pass.queue[e->pass.nqueue++] = in;
+	pthread_cond_signal(&e->pass.work);
+	pthread_mutex_unlock(&e->pass.lock);
+}
+
 int eng_pass_enable(struct eng *e, uint64_t min_size)
 {
 	char size[32];
@@ -214,6 +337,11 @@ int eng_pass_enable(struct eng *e, uint64_t min_size)
 	}
 	e->pass.min_size = min_size;
 	e->pass.mnt = mnt;
+	if (pthread_create(&e->pass.copier, NULL, copier_main, e) == 0)
+		e->pass.copier_on = true;
+	else
+		rft_info("passthrough: no copier thread: files are copied "
+			 "at their first open instead");
 	rft_info("passthrough: on, for sealed files over %" PRIu64
 		 " bytes opened when nothing else has them open (backing "
 		 "tmpfs huge=always, size %s)",
@@ -231,18 +359,21 @@ bool eng_pass_enabled(struct eng *e)
  * regular file over min_size, every piece here or a hole.  ns->lock and
  * the file's lock held.
  */
-static bool may_start(struct eng *e, struct inode *in, struct eng_file *fp)
+static bool all_here(const struct file *f)
 {
-	struct file *f = &in->file;
-
-	if (fp->writer || in->opens != 1 || f->writers != 0 ||
-	    f->size <= e->pass.min_size || !file_sealed(f))
-		return false;
 	for (uint32_t i = 0; i < f->nslots; i++)
 		if (f->slots[i].where != PIECE_HOLE &&
 		    f->slots[i].where != PIECE_RAM)
 			return false;
 	return true;
+}
+
+static bool may_start(struct eng *e, struct inode *in, struct eng_file *fp)
+{
+	struct file *f = &in->file;
+
+	return !fp->writer && in->opens == 1 && f->writers == 0 &&
+	       f->size > e->pass.min_size && file_sealed(f) && all_here(f);
 }
 
 /* Join the ready pass @p with @fp; pass.lock held. */
@@ -428,12 +559,16 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 		}
 		pthread_rwlock_unlock(&f->lock);
 		pthread_rwlock_unlock(&e->ns.lock);
-		if (!p || (!start && p->state == PASS_READY))
+		if (!p || start || p->state == PASS_READY)
 			break;
-		if (start)
+		/* A writer does not wait for a copy made at seal: direct. */
+		if (p->sealed_copy && p->state == PASS_COPYING && fp->writer) {
+			p = NULL;
 			break;
+		}
 		/* Another open is making it: wait, no other lock held. */
-		while (f->pass == p && p->state != PASS_READY)
+		while (f->pass == p && (p->state == PASS_COPYING ||
+					p->state == PASS_REGISTERING))
 			pthread_cond_wait(&e->pass.cond, &e->pass.lock);
 		pthread_mutex_unlock(&e->pass.lock);
 	}

@@ -140,9 +140,10 @@ static void test_readers_share_one_copy(void **state)
 	/* A writer's open drops the kept copy and goes direct. */
 	fc = open_as(t, O_RDWR, &c);
 	assert_int_equal(c.pass_fd, -1);
-	assert_int_equal(eng_release(t->fx.e, fc), 0);
 	stats(t, &st);
 	assert_int_equal(st.pass_held_bytes, 0);
+	/* (Its close seals the file again, which is copied again.) */
+	assert_int_equal(eng_release(t->fx.e, fc), 0);
 }
 
 /* A writer joins a reader; what it writes to the backing file is the
@@ -188,6 +189,48 @@ static void test_writer_taken(void **state)
 	eng_release(t->fx.e, fd);
 	free(want);
 	free(got);
+}
+
+/* A file sealed by its last writer is copied in the background: its first
+ * reader finds the copy made; a writer's open drops it again. */
+static void test_copied_at_seal(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_open_info r;
+	struct eng_file *fr;
+	struct eng_stats st;
+
+	NEED_PASS(t);
+	for (int i = 0; i < 500; i++) {
+		stats(t, &st);
+		if (st.pass_files == 1)
+			break;
+		usleep(10 * 1000);
+	}
+	assert_int_equal(st.pass_files, 1);
+	assert_int_equal(st.pass_held_bytes, 4 * MiB);
+	fr = open_as(t, O_RDONLY, &r);
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(r.pass_id, 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 3), 3);
+	assert_backing(r.pass_fd, t->data, FSIZE);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 1); /* no copy at the open */
+	assert_int_equal(eng_release(t->fx.e, fr), 3);
+
+	/* Written again and sealed: copied again. */
+	fx_put(t->fx.e, 1, "f", t->data + 1, FSIZE - 1);
+	for (int i = 0; i < 500; i++) {
+		stats(t, &st);
+		if (st.pass_files == 2)
+			break;
+		usleep(10 * 1000);
+	}
+	assert_int_equal(st.pass_files, 2);
+	fr = open_as(t, O_RDONLY, &r);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 4), 4);
+	assert_backing(r.pass_fd, t->data + 1, FSIZE - 1);
+	assert_int_equal(eng_release(t->fx.e, fr), 4);
 }
 
 /* A truncate by path while a reader passes through reaches its copy. */
@@ -310,6 +353,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_readers_share_one_copy,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_writer_taken, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_copied_at_seal, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_reaches_copy,
 						setup, teardown),
