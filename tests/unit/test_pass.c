@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <cmocka.h>
@@ -155,7 +156,7 @@ static void test_writer_taken(void **state)
 	struct eng_file *fr, *fw, *fd;
 	static const char more[] = "written through the backing file";
 	size_t len = FSIZE + MiB + sizeof(more);
-	uint8_t *want = calloc(1, len), *got = malloc(len + 1);
+	uint8_t *want = calloc(1, len), *got = malloc(len + 1), *m;
 	struct stat st;
 
 	NEED_PASS(t);
@@ -177,7 +178,20 @@ static void test_writer_taken(void **state)
 	assert_int_equal(eng_getattr(t->fx.e, t->ino, &st), 0);
 	assert_int_equal(st.st_size, len);
 
+	/*
+	 * A shared mapping written before the FLUSH and again after it: the
+	 * second store faults nothing, so the backing file's size and times
+	 * stay as the take saw them, and the release must take it anyway.
+	 */
+	m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, w.pass_fd,
+		 8192);
+	assert_true(m != MAP_FAILED);
+	memcpy(m, "before", 6);
+	memcpy(want + 8192, "before", 6);
 	assert_int_equal(eng_flush(t->fx.e, fw), 0);
+	memcpy(m + 5, "mapped", 6);
+	memcpy(want + 8192 + 5, "mapped", 6);
+	munmap(m, 4096);
 	assert_int_equal(eng_release(t->fx.e, fw), 0);
 	assert_int_equal(eng_release(t->fx.e, fr), 5);
 
