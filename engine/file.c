@@ -1966,9 +1966,12 @@ ssize_t eng_write(struct eng *e, struct eng_file *fp, const void *buf,
 ssize_t file_write_at(struct eng *e, struct eng_file *fp, const void *buf,
 		      size_t size, off_t off)
 {
-	struct eng_file h = *fp; /* not in the handle list: only written */
+	/* Not in the handle list (whose links others change): written only. */
+	struct eng_file h = { .inode = fp->inode,
+			      .flags = fp->flags & ~O_APPEND,
+			      .writer = fp->writer,
+			      .pass = fp->pass };
 
-	h.flags &= ~O_APPEND;
 	return write_common(e, &h, buf, size, off, NULL, NULL, NULL, false);
 }
 
