@@ -188,9 +188,10 @@ void pass_shed(struct eng *e)
 			"up for memory", freed);
 }
 
-static int copy_in(struct eng *e, struct inode *in, struct pass *p);
+static bool copyable(struct eng *e, const struct file *f);
+static struct pass *pass_new_locked(struct eng *e, struct file *f);
+static int make_copy(struct eng *e, struct inode *in, struct pass *p);
 static void abandon_locked(struct eng *e, struct file *f, struct pass *p);
-static bool all_here(const struct file *f);
 
 /* Copy the sealed file @in into a new backing file, kept for its first
  * reader.  No lock held; @in held. */
@@ -203,26 +204,17 @@ static void copy_sealed(struct eng *e, struct inode *in)
 	pthread_rwlock_rdlock(&e->ns.lock);
 	pthread_rwlock_rdlock(&f->lock);
 	pthread_mutex_lock(&e->pass.lock);
-	if (!f->pass && in->nlink > 0 && f->writers == 0 &&
-	    f->size > e->pass.min_size && file_sealed(f) && all_here(f))
-		p = calloc(1, sizeof(*p));
-	if (p) {
-		p->state = PASS_COPYING;
-		p->sealed_copy = true;
-		p->fd = -1;
-		p->file = f;
-		p->next = e->pass.all;
-		e->pass.all = p;
-		f->pass = p;
+	if (!f->pass && in->nlink > 0 && copyable(e, f)) {
+		p = pass_new_locked(e, f);
+		if (p)
+			p->sealed_copy = true;
 	}
 	pthread_mutex_unlock(&e->pass.lock);
 	pthread_rwlock_unlock(&f->lock);
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (!p)
 		return;
-	p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
-		       0600);
-	rc = p->fd < 0 ? -errno : copy_in(e, in, p);
+	rc = make_copy(e, in, p);
 	pthread_mutex_lock(&e->pass.lock);
 	if (rc < 0) {
 		abandon_locked(e, f, p);
@@ -366,12 +358,32 @@ static bool all_here(const struct file *f)
 	return true;
 }
 
+/* A sealed file over min_size with no writer, all of it here. */
+static bool copyable(struct eng *e, const struct file *f)
+{
+	return f->writers == 0 && f->size > e->pass.min_size &&
+	       file_sealed(f) && all_here(f);
+}
+
 static bool may_start(struct eng *e, struct inode *in, struct eng_file *fp)
 {
-	struct file *f = &in->file;
+	return !fp->writer && in->opens == 1 && copyable(e, &in->file);
+}
 
-	return !fp->writer && in->opens == 1 && f->writers == 0 &&
-	       f->size > e->pass.min_size && file_sealed(f) && all_here(f);
+/* A new pass of @f, in COPYING; pass.lock held.  NULL: no memory. */
+static struct pass *pass_new_locked(struct eng *e, struct file *f)
+{
+	struct pass *p = calloc(1, sizeof(*p));
+
+	if (p) {
+		p->state = PASS_COPYING;
+		p->fd = -1;
+		p->file = f;
+		p->next = e->pass.all;
+		e->pass.all = p;
+		f->pass = p;
+	}
+	return p;
 }
 
 /* Join the ready pass @p with @fp; pass.lock held. */
@@ -496,6 +508,14 @@ static int copy_in(struct eng *e, struct inode *in, struct pass *p)
 	return rc;
 }
 
+/* @p's backing file, made and filled with @in's bytes.  No lock held. */
+static int make_copy(struct eng *e, struct inode *in, struct pass *p)
+{
+	p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+		       0600);
+	return p->fd < 0 ? -errno : copy_in(e, in, p);
+}
+
 void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 {
 	struct inode *in = fp->inode;
@@ -537,17 +557,8 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 			p = NULL; /* else other opens: direct, copy kept */
 		}
 		start = !p && may_start(e, in, fp);
-		if (start) {
-			p = calloc(1, sizeof(*p));
-			if (p) {
-				p->state = PASS_COPYING;
-				p->fd = -1;
-				p->file = f;
-				p->next = e->pass.all;
-				e->pass.all = p;
-				f->pass = p;
-			}
-		}
+		if (start)
+			p = pass_new_locked(e, f);
 		pthread_rwlock_unlock(&f->lock);
 		pthread_rwlock_unlock(&e->ns.lock);
 		if (!p || start || p->state == PASS_READY)
@@ -577,9 +588,7 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 	}
 	pthread_mutex_unlock(&e->pass.lock);
 
-	p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
-		       0600);
-	rc = p->fd < 0 ? -errno : copy_in(e, in, p);
+	rc = make_copy(e, in, p);
 	pthread_mutex_lock(&e->pass.lock);
 	if (rc < 0) {
 		if (rc != -ESTALE && rc != -ENOSPC)
