@@ -472,14 +472,17 @@ static void close_stale_ids(fuse_req_t req)
 #endif
 
 /* Release @fp; a backing id that goes with it is closed (with @req if it
- * is still alive, else with the next request that is). */
+ * is still alive, else with the next request that is), and so are those
+ * of opens that were never answered. */
 static void release(struct rfs *r, fuse_req_t req, struct eng_file *fp)
 {
 	int id = eng_release(r->eng, fp);
 
+#ifdef FUSE_CAP_PASSTHROUGH
+	if (req)
+		close_stale_ids(req);
 	if (id <= 0)
 		return;
-#ifdef FUSE_CAP_PASSTHROUGH
 	if (req) {
 		fuse_passthrough_close(req, id);
 		return;
@@ -491,6 +494,10 @@ static void release(struct rfs *r, fuse_req_t req, struct eng_file *fp)
 		rft_err("passthrough: backing id %d left registered until "
 			"unmount", id);
 	pthread_mutex_unlock(&r->stale_lock);
+#else
+	(void)r;
+	(void)req;
+	(void)id;
 #endif
 }
 
