@@ -846,6 +846,7 @@ struct eng {
 		_Atomic uint64_t opens, files, bytes; /* counted since start */
 		_Atomic uint64_t held; /* budget bytes backing files hold now */
 		struct pass *all; /* every pass, for pass_fini; lock */
+		struct pass *dead; /* retired, for reap() to free; lock */
 		/* Files sealed since, to copy in the background (held). */
 		struct inode **queue; /* lock */
 		unsigned nqueue, capqueue; /* lock */

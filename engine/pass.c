@@ -50,6 +50,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine_i.h"
@@ -113,7 +114,13 @@ static void unhold(struct eng *e, struct pass *p)
 	p->nheld = 0;
 }
 
-/* A pass nobody uses any more; pass.lock held, unlinked from its file. */
+/*
+ * A pass nobody uses any more; pass.lock held, unlinked from its file.
+ * Closing its backing file frees the copy's pages, milliseconds for a
+ * GiB, and callers hold the namespace or file locks: it is retired here
+ * and freed by reap(), with no lock held, on the copier thread (or by
+ * whoever needs the memory now: pass_shed).
+ */
 static void pass_free_locked(struct eng *e, struct pass *p)
 {
 	for (struct pass **pp = &e->pass.all; *pp; pp = &(*pp)->next)
@@ -121,11 +128,31 @@ static void pass_free_locked(struct eng *e, struct pass *p)
 			*pp = p->next;
 			break;
 		}
-	unhold(e, p);
-	if (p->fd >= 0)
-		close(p->fd);
-	free(p->held);
-	free(p);
+	p->file = NULL;
+	p->next = e->pass.dead;
+	e->pass.dead = p;
+	pthread_cond_signal(&e->pass.work);
+}
+
+/* Free the retired passes: their pages first, then their budget. */
+static void reap(struct eng *e)
+{
+	struct pass *p;
+
+	pthread_mutex_lock(&e->pass.lock);
+	p = e->pass.dead;
+	e->pass.dead = NULL;
+	pthread_mutex_unlock(&e->pass.lock);
+	while (p) {
+		struct pass *next = p->next;
+
+		if (p->fd >= 0)
+			close(p->fd);
+		unhold(e, p);
+		free(p->held);
+		free(p);
+		p = next;
+	}
 }
 
 void pass_fini(struct eng *e)
@@ -151,6 +178,7 @@ void pass_fini(struct eng *e)
 		pass_free_locked(e, e->pass.all);
 	}
 	pthread_mutex_unlock(&e->pass.lock);
+	reap(e);
 	if (e->pass.mnt >= 0)
 		close(e->pass.mnt);
 	e->pass.mnt = -1;
@@ -183,6 +211,8 @@ void pass_shed(struct eng *e)
 		pass_free_locked(e, p);
 	}
 	pthread_mutex_unlock(&e->pass.lock);
+	/* Wanted now, not when the copier gets to it. */
+	reap(e);
 	if (freed)
 		rft_dbg("passthrough: %" PRIu64 " bytes of kept copies given "
 			"up for memory", freed);
@@ -199,6 +229,7 @@ static void copy_sealed(struct eng *e, struct inode *in)
 {
 	struct file *f = &in->file;
 	struct pass *p = NULL;
+	struct timespec t0, t1;
 	int rc;
 
 	pthread_rwlock_rdlock(&e->ns.lock);
@@ -214,7 +245,13 @@ static void copy_sealed(struct eng *e, struct inode *in)
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (!p)
 		return;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = make_copy(e, in, p);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	rft_dbg("passthrough: inode %" PRIu64 " copied at seal in %.1f ms: %s",
+		in->ino,
+		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+		rc < 0 ? strerror(-rc) : "kept");
 	pthread_mutex_lock(&e->pass.lock);
 	if (rc < 0) {
 		abandon_locked(e, f, p);
@@ -235,10 +272,16 @@ static void *copier_main(void *arg)
 	for (;;) {
 		struct inode *in;
 
-		while (!e->pass.stop && !e->pass.nqueue)
+		while (!e->pass.stop && !e->pass.nqueue && !e->pass.dead)
 			pthread_cond_wait(&e->pass.work, &e->pass.lock);
 		if (e->pass.stop)
 			break;
+		if (e->pass.dead) {
+			pthread_mutex_unlock(&e->pass.lock);
+			reap(e);
+			pthread_mutex_lock(&e->pass.lock);
+			continue;
+		}
 		in = e->pass.queue[0];
 		memmove(e->pass.queue, e->pass.queue + 1,
 			--e->pass.nqueue * sizeof(*e->pass.queue));
@@ -526,6 +569,8 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 
 	if (e->pass.mnt < 0 || e->gops || !S_ISREG(in->mode))
 		return;
+	if (!e->pass.copier_on)
+		reap(e); /* nobody else frees retired passes */
 	for (;;) {
 		/* ns->lock keeps in->opens still while we look. */
 		pthread_rwlock_rdlock(&e->ns.lock);
