@@ -538,9 +538,11 @@ struct eng_stats {
 	uint64_t readthrough_chunks, readthrough_bytes;
 	uint64_t fetch_reads, fetch_timeouts; /* reads answered off FUSE threads */
 	/* FUSE passthrough: on, opens that passed through, files copied to a
-	   backing file and their bytes, since start; bytes held now */
+	   backing file and their bytes, of them copies made over a spare
+	   backing file's pages, since start; bytes held now */
 	bool pass_enabled;
-	uint64_t pass_opens, pass_files, pass_bytes, pass_held_bytes;
+	uint64_t pass_opens, pass_files, pass_bytes, pass_reused;
+	uint64_t pass_held_bytes;
 	/* persist tier */
 	bool persist_enabled, persist_healthy;
 	/* written back since start */

@@ -844,9 +844,13 @@ struct eng {
 		pthread_mutex_t lock; /* every file's pass; see the order */
 		pthread_cond_t cond;  /* a pass changed state */
 		_Atomic uint64_t opens, files, bytes; /* counted since start */
+		_Atomic uint64_t reused; /* copies made in a spare */
 		_Atomic uint64_t held; /* budget bytes backing files hold now */
 		struct pass *all; /* every pass, for pass_fini; lock */
 		struct pass *dead; /* retired, for reap() to free; lock */
+		struct pass *spare; /* backing files to reuse; lock */
+		unsigned nspare;    /* lock */
+		_Atomic uint32_t spare_chunks; /* the spares hold */
 		/* Files sealed since, to copy in the background (held). */
 		struct inode **queue; /* lock */
 		unsigned nqueue, capqueue; /* lock */
@@ -1193,11 +1197,14 @@ void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
 /* @f goes (its inode is freed): a kept backing file with it.  ns->lock
  * held for writing. */
 void pass_forget(struct eng *e, struct file *f);
+/* Chunks that spare backing files hold: free for the asking (pass_shed). */
+uint32_t pass_spare_chunks(struct eng *e);
 /* @in was just sealed by its last writer (no lock held): copy it into a
  * backing file in the background, kept for its first reader. */
 void pass_sealed(struct eng *e, struct inode *in);
-/* Memory is short: backing files nothing has open go (evict.c). */
-void pass_shed(struct eng *e);
+/* Memory is short: spare backing files, then kept ones nothing has open,
+ * go until @want chunks are free again (evict.c). */
+void pass_shed(struct eng *e, uint32_t want);
 /* fallocate on a handle passing through: on its backing file. */
 int pass_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 		   off_t off, off_t len);

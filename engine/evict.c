@@ -112,7 +112,7 @@ void evict_run(struct eng *e, bool pressure)
 	if (!pressure && nfree >= low)
 		return;
 	/* Copies kept for passthrough are the cheapest memory to give. */
-	pass_shed(e);
+	pass_shed(e, high > nfree ? high - nfree : 1);
 	nfree = store_free_count(&e->store);
 	if (!pressure && nfree >= low)
 		return;

@@ -1527,7 +1527,8 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 
 int eng_statfs(struct eng *e, struct statvfs *sv)
 {
-	uint32_t nfree = store_free_count(&e->store);
+	/* Spare backing files are memory given up the moment it is wanted. */
+	uint32_t nfree = store_free_count(&e->store) + pass_spare_chunks(e);
 
 	memset(sv, 0, sizeof(*sv));
 	sv->f_bsize = e->store.chunk_size;

@@ -21,13 +21,15 @@
  *
  * A file sealed by its last writer is also copied at once, by a thread
  * of its own at low priority, so that its first reader finds the copy
- * made (pass_sealed); a reader that comes during that copy waits for it,
- * a writer does not (it opens direct, and the copy, stale, is dropped).
+ * made (pass_sealed); an open that comes during that copy does not wait
+ * for it: it goes direct (a writer's then drops the copy, stale).
  *
  * The copy outlives its last RELEASE while the budget has room for it,
  * so that the next read-only open of the unchanged file passes through
  * with no copy (pass_shed gives such copies up first when memory runs
- * short; a change to the file, or a writer's open, drops it).
+ * short; a change to the file, or a writer's open, drops it).  A dropped
+ * copy's backing file is kept as a spare, and the next copy is made over
+ * its pages (pass_free_locked, make_copy).
  *
  * States of a file's pass, all under pass.lock:
  *   COPYING      the first opener copies the bytes (no lock held); other
@@ -47,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -54,6 +57,10 @@
 #include <unistd.h>
 
 #include "engine_i.h"
+
+#define PASS_RUN_MAX 8 /* pieces per pwritev */
+#define PASS_SPARES 8	/* backing files kept for reuse, at most */
+#define PASS_MAP_MIN (64u << 20) /* copies stored through a mapping */
 
 enum pass_state { PASS_COPYING, PASS_REGISTERING, PASS_READY, PASS_KEPT };
 
@@ -70,6 +77,7 @@ struct pass {
 	uint32_t *held;	  /* chunks standing for its memory */
 	uint32_t nheld;
 	uint64_t version; /* the file's version the copy holds */
+	uint64_t spare_size; /* a spare's backing file's size */
 	struct file *file; /* whose (f->pass is this) */
 	struct pass *next; /* every pass, for pass_fini */
 };
@@ -83,8 +91,9 @@ void pass_init(struct eng *e)
 }
 
 /*
- * The backing file's memory in the budget: @n chunks held, their pages
- * given back.  -ENOSPC when the store has fewer free (those taken stay).
+ * The backing file's memory in the budget: @n more chunks held, their
+ * pages given back.  -ENOSPC when the store has fewer free (those taken
+ * stay).
  */
 static int hold(struct eng *e, struct pass *p, uint32_t n)
 {
@@ -104,24 +113,47 @@ static int hold(struct eng *e, struct pass *p, uint32_t n)
 	return 0;
 }
 
-/* Give the held chunks back to the store. */
-static void unhold(struct eng *e, struct pass *p)
+/* Give all but @keep of the held chunks back to the store. */
+static void unhold_to(struct eng *e, struct pass *p, uint32_t keep)
 {
-	for (uint32_t i = 0; i < p->nheld; i++)
+	if (p->nheld <= keep)
+		return;
+	for (uint32_t i = keep; i < p->nheld; i++)
 		store_put(&e->store, p->held[i]);
 	atomic_fetch_sub(&e->pass.held,
-			 (uint64_t)p->nheld << e->store.chunk_shift);
-	p->nheld = 0;
+			 (uint64_t)(p->nheld - keep) << e->store.chunk_shift);
+	p->nheld = keep;
+}
+
+static void unhold(struct eng *e, struct pass *p)
+{
+	unhold_to(e, p, 0);
 }
 
 /*
  * A pass nobody uses any more; pass.lock held, unlinked from its file.
- * Closing its backing file frees the copy's pages, milliseconds for a
- * GiB, and callers hold the namespace or file locks: it is retired here
- * and freed by reap(), with no lock held, on the copier thread (or by
+ *
+ * Its backing file, with its pages and the chunks that stand for them,
+ * becomes a spare for the next copy (up to PASS_SPARES): writing over
+ * pages a file already has is a plain copy, where fresh ones cost a
+ * fault each, and on a guest that hands freed memory back to its host
+ * (free page reporting) a fault in the host too, which made copies at
+ * seal run at 1-10 GB/s (docs/benchmarks.md).  pass_shed gives spares up
+ * first when memory runs short.
+ *
+ * Else it is retired: closing a backing file frees the copy's pages,
+ * milliseconds for a GiB, and callers hold the namespace or file locks,
+ * so reap() frees it with no lock held, on the copier thread (or
  * whoever needs the memory now: pass_shed).
  */
-static void pass_free_locked(struct eng *e, struct pass *p)
+static void retire_locked(struct eng *e, struct pass *p)
+{
+	p->next = e->pass.dead;
+	e->pass.dead = p;
+	pthread_cond_signal(&e->pass.work);
+}
+
+static void unlink_locked(struct eng *e, struct pass *p)
 {
 	for (struct pass **pp = &e->pass.all; *pp; pp = &(*pp)->next)
 		if (*pp == p) {
@@ -129,9 +161,66 @@ static void pass_free_locked(struct eng *e, struct pass *p)
 			break;
 		}
 	p->file = NULL;
-	p->next = e->pass.dead;
-	e->pass.dead = p;
-	pthread_cond_signal(&e->pass.work);
+}
+
+static void pass_free_locked(struct eng *e, struct pass *p)
+{
+	struct stat st;
+
+	unlink_locked(e, p);
+	if (!p->dirty && !e->pass.stop && e->pass.nspare < PASS_SPARES &&
+	    p->fd >= 0 && p->nheld && fstat(p->fd, &st) == 0 &&
+	    st.st_size > 0) {
+		p->spare_size = (uint64_t)st.st_size;
+		p->next = e->pass.spare;
+		e->pass.spare = p;
+		e->pass.nspare++;
+		atomic_fetch_add(&e->pass.spare_chunks, p->nheld);
+		return;
+	}
+	retire_locked(e, p);
+}
+
+/* Every spare retired, for reap(); pass.lock held. */
+static void drop_spares_locked(struct eng *e)
+{
+	while (e->pass.spare) {
+		struct pass *p = e->pass.spare;
+
+		e->pass.spare = p->next;
+		retire_locked(e, p);
+	}
+	e->pass.nspare = 0;
+	atomic_store(&e->pass.spare_chunks, 0);
+}
+
+/*
+ * The spare that fits @size best (the smallest as long, else the
+ * longest), taken off the list; NULL: none.  pass.lock held.
+ */
+static struct pass *take_spare_locked(struct eng *e, uint64_t size)
+{
+	struct pass **best = NULL, *p;
+
+	for (struct pass **pp = &e->pass.spare; *pp; pp = &(*pp)->next) {
+		uint64_t have = (*pp)->spare_size, was;
+
+		if (!best) {
+			best = pp;
+			continue;
+		}
+		was = (*best)->spare_size;
+		if (have >= size ? was < size || have < was
+				 : was < size && have > was)
+			best = pp;
+	}
+	if (!best)
+		return NULL;
+	p = *best;
+	*best = p->next;
+	e->pass.nspare--;
+	atomic_fetch_sub(&e->pass.spare_chunks, p->nheld);
+	return p;
 }
 
 /* Free the retired passes: their pages first, then their budget. */
@@ -170,6 +259,8 @@ void pass_fini(struct eng *e)
 	free(e->pass.queue);
 	e->pass.queue = NULL;
 	pthread_mutex_lock(&e->pass.lock);
+	e->pass.stop = true; /* no more spares */
+	drop_spares_locked(e);
 	while (e->pass.all) {
 		if (e->pass.all->dirty)
 			rft_err("passthrough: a file's last writes were never "
@@ -197,25 +288,47 @@ void pass_forget(struct eng *e, struct file *f)
 	pthread_mutex_unlock(&e->pass.lock);
 }
 
-void pass_shed(struct eng *e)
+/* The oldest spare retired, for reap(); its chunks.  pass.lock held. */
+static uint32_t drop_oldest_spare_locked(struct eng *e)
 {
-	uint64_t freed = 0;
+	struct pass **pp = &e->pass.spare, *p;
+
+	while ((*pp)->next)
+		pp = &(*pp)->next;
+	p = *pp;
+	*pp = NULL;
+	e->pass.nspare--;
+	atomic_fetch_sub(&e->pass.spare_chunks, p->nheld);
+	retire_locked(e, p);
+	return p->nheld;
+}
+
+void pass_shed(struct eng *e, uint32_t want)
+{
+	uint32_t freed = 0;
 
 	pthread_mutex_lock(&e->pass.lock);
-	for (struct pass *p = e->pass.all, *next; p; p = next) {
+	/* Spares first, the oldest first, then copies kept for readers. */
+	while (freed < want && e->pass.spare)
+		freed += drop_oldest_spare_locked(e);
+	for (struct pass *p = e->pass.all, *next; p && freed < want;
+	     p = next) {
 		next = p->next;
 		if (p->state != PASS_KEPT || p->dirty)
 			continue;
-		freed += (uint64_t)p->nheld << e->store.chunk_shift;
+		freed += p->nheld;
 		p->file->pass = NULL;
-		pass_free_locked(e, p);
+		/* Not a spare: the memory is what is wanted. */
+		unlink_locked(e, p);
+		retire_locked(e, p);
 	}
 	pthread_mutex_unlock(&e->pass.lock);
 	/* Wanted now, not when the copier gets to it. */
 	reap(e);
 	if (freed)
-		rft_dbg("passthrough: %" PRIu64 " bytes of kept copies given "
-			"up for memory", freed);
+		rft_dbg("passthrough: %" PRIu64 " bytes of spare and kept "
+			"copies given up for memory",
+			(uint64_t)freed << e->store.chunk_shift);
 }
 
 static bool copyable(struct eng *e, const struct file *f);
@@ -229,7 +342,6 @@ static void copy_sealed(struct eng *e, struct inode *in)
 {
 	struct file *f = &in->file;
 	struct pass *p = NULL;
-	struct timespec t0, t1;
 	int rc;
 
 	pthread_rwlock_rdlock(&e->ns.lock);
@@ -245,13 +357,7 @@ static void copy_sealed(struct eng *e, struct inode *in)
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (!p)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = make_copy(e, in, p);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	rft_dbg("passthrough: inode %" PRIu64 " copied at seal in %.1f ms: %s",
-		in->ino,
-		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
-		rc < 0 ? strerror(-rc) : "kept");
 	pthread_mutex_lock(&e->pass.lock);
 	if (rc < 0) {
 		abandon_locked(e, f, p);
@@ -382,6 +488,11 @@ int eng_pass_enable(struct eng *e, uint64_t min_size)
 	return 0;
 }
 
+uint32_t pass_spare_chunks(struct eng *e)
+{
+	return (uint32_t)atomic_load(&e->pass.spare_chunks);
+}
+
 bool eng_pass_enabled(struct eng *e)
 {
 	return e->pass.mnt >= 0;
@@ -450,8 +561,6 @@ static void abandon_locked(struct eng *e, struct file *f, struct pass *p)
 	pthread_cond_broadcast(&e->pass.cond);
 }
 
-#define PASS_RUN_MAX 8 /* pieces per pwritev */
-
 /* Write @iov whole at @at, short writes continued.  0 or -errno. */
 static int pwrite_all(int fd, struct iovec *iov, int n, off_t at)
 {
@@ -474,89 +583,241 @@ static int pwrite_all(int fd, struct iovec *iov, int n, off_t at)
 	return 0;
 }
 
+/* A copy to make: @in's pieces in memory, pinned (store_get) meanwhile. */
+struct copy_job {
+	uint32_t n;		     /* pieces to copy */
+	uint32_t *ids, *fills, *idx; /* chunk, bytes, piece index */
+	uint64_t version, size;	     /* the file's, when the job was made */
+	uint64_t spare, mapped;	     /* bytes: the spare's, copied mapped */
+};
+
+/* Copy pieces [@from, @to) of @j into @fd: 0 or -errno. */
+static int copy_pieces(struct eng *e, const struct copy_job *j, int fd,
+		       uint32_t from, uint32_t to)
+{
+	for (uint32_t k = from; k < to;) {
+		struct iovec iov[PASS_RUN_MAX];
+		uint32_t m = 0;
+		off_t at = (off_t)j->idx[k] << e->store.chunk_shift;
+		int rc;
+
+		/*
+		 * Runs of whole pieces in one pwritev: a write that covers a
+		 * new huge page of the tmpfs whole spares zeroing it first.
+		 */
+		do {
+			iov[m].iov_base = store_ptr(&e->store, j->ids[k + m]);
+			iov[m].iov_len = j->fills[k + m];
+			m++;
+		} while (k + m < to && m < PASS_RUN_MAX &&
+			 j->fills[k + m - 1] == e->store.chunk_size &&
+			 j->idx[k + m] == j->idx[k + m - 1] + 1);
+		rc = pwrite_all(fd, iov, (int)m, at);
+		if (rc < 0)
+			return rc;
+		k += m;
+	}
+	return 0;
+}
+
+/* Pieces [from, to) of a job stored through a mapping of its file. */
+struct map_part {
+	struct eng *e;
+	const struct copy_job *j;
+	uint8_t *map;
+	uint32_t from, to;
+};
+
+static void *map_copy(void *arg)
+{
+	const struct map_part *mp = arg;
+	const struct copy_job *j = mp->j;
+
+	for (uint32_t k = mp->from; k < mp->to; k++)
+		memcpy(mp->map + ((size_t)j->idx[k] << mp->e->store.chunk_shift),
+		       store_ptr(&mp->e->store, j->ids[k]), j->fills[k]);
+	return NULL;
+}
+
 /*
- * Copy @in's bytes into @p's backing file, with no lock held: the chunks
- * are pinned while they are read.  0, or -errno / -ESTALE (the file
- * changed meanwhile).
+ * Copy @j into @fd, a spare backing file: the pieces that lie in its
+ * first bytes with no hole among them are stored through a mapping, on
+ * two threads (this one and one more), the rest written.  A store to a
+ * page the file has allocates nothing, so it cannot fail (no SIGBUS),
+ * and takes no inode lock, where pwrite(2) holds the file's for each
+ * write: two threads writing one file run one at a time (measured:
+ * docs/benchmarks.md).
  */
-static int copy_in(struct eng *e, struct inode *in, struct pass *p)
+static int copy_over(struct eng *e, struct copy_job *j, int fd)
+{
+	off_t full = lseek(fd, 0, SEEK_HOLE); /* no hole before; or EOF */
+	struct map_part parts[2];
+	pthread_t helper;
+	uint32_t m = 0;
+	size_t len;
+	bool two;
+	void *map;
+
+	while (full > 0 && m < j->n &&
+	       ((off_t)j->idx[m] << e->store.chunk_shift) + j->fills[m] <=
+		       full)
+		m++;
+	len = m ? ((size_t)j->idx[m - 1] << e->store.chunk_shift) +
+			  j->fills[m - 1]
+		: 0;
+	if (len < PASS_MAP_MIN)
+		return copy_pieces(e, j, fd, 0, j->n);
+	map = mmap(NULL, len, PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		return copy_pieces(e, j, fd, 0, j->n);
+	parts[0] = (struct map_part){ e, j, map, 0, m / 2 };
+	parts[1] = (struct map_part){ e, j, map, m / 2, m };
+	two = pthread_create(&helper, NULL, map_copy, &parts[1]) == 0;
+	map_copy(&parts[0]);
+	if (two)
+		pthread_join(helper, NULL);
+	else
+		map_copy(&parts[1]);
+	munmap(map, len);
+	j->mapped = len;
+	return copy_pieces(e, j, fd, m, j->n);
+}
+
+/*
+ * A reused backing file still has its last file's bytes wherever this
+ * copy wrote none: holes punched there (between the pieces copied, and
+ * after them up to @j->size) so that they read as zeroes.
+ */
+static int punch_gaps(struct eng *e, const struct copy_job *j, int fd)
+{
+	uint64_t pos = 0;
+
+	for (uint32_t k = 0; k <= j->n; k++) {
+		uint64_t at = k < j->n ? (uint64_t)j->idx[k]
+						 << e->store.chunk_shift
+				       : j->size;
+
+		if (at > pos &&
+		    fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)pos, (off_t)(at - pos)) < 0)
+			return -errno;
+		if (k < j->n)
+			pos = at + j->fills[k];
+	}
+	return 0;
+}
+
+static void job_free(struct eng *e, struct copy_job *j)
+{
+	if (!j)
+		return;
+	for (uint32_t k = 0; k < j->n; k++)
+		store_put(&e->store, j->ids[k]);
+	free(j->ids);
+	free(j->fills);
+	free(j->idx);
+	free(j);
+}
+
+/* @in's pieces in memory, pinned, as a job; NULL: no memory. */
+static struct copy_job *job_new(struct eng *e, struct inode *in)
 {
 	struct file *f = &in->file;
-	uint32_t n = 0, *ids, *fills, *idx;
-	uint64_t version, size;
-	int rc = 0;
+	struct copy_job *j = calloc(1, sizeof(*j));
+	size_t cap;
 
+	if (!j)
+		return NULL;
 	pthread_rwlock_rdlock(&f->lock);
-	version = f->version;
-	size = f->size;
-	ids = malloc(((size_t)f->nslots + 1) * sizeof(*ids));
-	fills = malloc(((size_t)f->nslots + 1) * sizeof(*fills));
-	idx = malloc(((size_t)f->nslots + 1) * sizeof(*idx));
-	if (ids && fills && idx)
+	cap = (size_t)f->nslots + 1;
+	j->ids = malloc(cap * sizeof(*j->ids));
+	j->fills = malloc(cap * sizeof(*j->fills));
+	j->idx = malloc(cap * sizeof(*j->idx));
+	j->version = f->version;
+	j->size = f->size;
+	if (j->ids && j->fills && j->idx)
 		for (uint32_t i = 0; i < f->nslots; i++) {
 			const struct slot *s = &f->slots[i];
-			uint32_t len = file_piece_len(e, size, i);
+			uint32_t len = file_piece_len(e, j->size, i);
 
 			if (s->where != PIECE_RAM)
 				continue;
 			store_get(&e->store, s->chunk);
-			ids[n] = s->chunk;
-			fills[n] = s->fill < len ? s->fill : len;
-			idx[n++] = i;
+			j->ids[j->n] = s->chunk;
+			j->fills[j->n] = s->fill < len ? s->fill : len;
+			j->idx[j->n++] = i;
 		}
 	pthread_rwlock_unlock(&f->lock);
-	if (!ids || !fills || !idx)
-		rc = -ENOMEM;
-
-	if (!rc)
-		rc = hold(e, p, n);
-	/*
-	 * Runs of whole pieces in one pwritev, up to PASS_RUN bytes: a write
-	 * that covers a huge page of the tmpfs whole spares it zeroing the
-	 * rest first.
-	 */
-	for (uint32_t k = 0; !rc && k < n;) {
-		struct iovec iov[PASS_RUN_MAX];
-		uint32_t m = 0;
-		off_t at = (off_t)idx[k] << e->store.chunk_shift;
-
-		do {
-			iov[m].iov_base = store_ptr(&e->store, ids[k + m]);
-			iov[m].iov_len = fills[k + m];
-			m++;
-		} while (k + m < n && m < PASS_RUN_MAX &&
-			 fills[k + m - 1] == e->store.chunk_size &&
-			 idx[k + m] == idx[k + m - 1] + 1);
-		rc = pwrite_all(p->fd, iov, (int)m, at);
-		k += m;
+	if (!j->ids || !j->fills || !j->idx) {
+		job_free(e, j);
+		return NULL;
 	}
-	for (uint32_t k = 0; k < n; k++)
-		store_put(&e->store, ids[k]);
-	free(ids);
-	free(fills);
-	free(idx);
-	if (!rc && ftruncate(p->fd, (off_t)size) < 0)
+	return j;
+}
+
+/*
+ * @p's backing file, a spare or a new one, filled with @in's bytes, with
+ * no lock held.  0, or -errno / -ESTALE (the file changed meanwhile).
+ */
+static int make_copy(struct eng *e, struct inode *in, struct pass *p)
+{
+	struct file *f = &in->file;
+	struct copy_job *j = job_new(e, in);
+	struct timespec t0, t1;
+	struct pass *sp;
+	int rc = 0;
+
+	if (!j)
+		return -ENOMEM;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pthread_mutex_lock(&e->pass.lock);
+	sp = take_spare_locked(e, j->size);
+	pthread_mutex_unlock(&e->pass.lock);
+	if (sp) {
+		/* Its chunks stand for its pages: ours now. */
+		p->fd = sp->fd;
+		j->spare = sp->spare_size;
+		p->held = sp->held;
+		p->nheld = sp->nheld;
+		free(sp);
+		if (p->nheld > j->n)
+			unhold_to(e, p, j->n);
+		else
+			rc = hold(e, p, j->n - p->nheld);
+	} else {
+		p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+			       0600);
+		rc = p->fd < 0 ? -errno : hold(e, p, j->n);
+	}
+	if (!rc)
+		rc = sp ? copy_over(e, j, p->fd)
+			: copy_pieces(e, j, p->fd, 0, j->n);
+	if (!rc && sp)
+		rc = punch_gaps(e, j, p->fd);
+	if (!rc && ftruncate(p->fd, (off_t)j->size) < 0)
 		rc = -errno;
 	if (!rc) {
 		pthread_rwlock_rdlock(&f->lock);
-		if (f->version != version || f->size != size)
+		if (f->version != j->version || f->size != j->size)
 			rc = -ESTALE;
 		pthread_rwlock_unlock(&f->lock);
 	}
 	if (!rc) {
-		p->version = version;
+		p->version = j->version;
 		atomic_fetch_add(&e->pass.files, 1);
-		atomic_fetch_add(&e->pass.bytes, size);
+		atomic_fetch_add(&e->pass.bytes, j->size);
+		if (sp)
+			atomic_fetch_add(&e->pass.reused, 1);
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	rft_dbg("passthrough: inode %" PRIu64 ": %" PRIu64 " bytes copied "
+		"in %.1f ms, over a spare of %" PRIu64 ", %" PRIu64
+		" of them mapped: %s",
+		in->ino, j->size,
+		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+		j->spare, j->mapped, rc < 0 ? strerror(-rc) : "done");
+	job_free(e, j);
 	return rc;
-}
-
-/* @p's backing file, made and filled with @in's bytes.  No lock held. */
-static int make_copy(struct eng *e, struct inode *in, struct pass *p)
-{
-	p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
-		       0600);
-	return p->fd < 0 ? -errno : copy_in(e, in, p);
 }
 
 void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
@@ -608,8 +869,12 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 		pthread_rwlock_unlock(&e->ns.lock);
 		if (!p || start || p->state == PASS_READY)
 			break;
-		/* A writer does not wait for a copy made at seal: direct. */
-		if (p->sealed_copy && p->state == PASS_COPYING && fp->writer) {
+		/*
+		 * Nobody waits for a copy made at seal: a reader opens direct
+		 * (no slower than without passthrough; the copy is there for
+		 * the next one), a writer too (the copy is then dropped).
+		 */
+		if (p->sealed_copy && p->state == PASS_COPYING) {
 			p = NULL;
 			break;
 		}

@@ -484,6 +484,7 @@ enum {
 	CNT_PASS_OPENS,
 	CNT_PASS_FILES,
 	CNT_PASS_BYTES,
+	CNT_PASS_REUSED,
 	CNT_N
 };
 
@@ -516,6 +517,9 @@ static const struct rep_field cnt_fields[CNT_N] = {
 	[CNT_PASS_BYTES] = REP_EXPORT("passthrough_bytes", REP_BYTES,
 		REP_COUNTER, "reftfs_passthrough_bytes_total",
 		"Bytes copied to backing files."),
+	[CNT_PASS_REUSED] = REP_EXPORT("passthrough_reused", REP_COUNT,
+		REP_COUNTER, "reftfs_passthrough_reused_total",
+		"Copies made over a spare backing file's pages."),
 };
 
 enum {
@@ -1208,7 +1212,8 @@ static const struct rep_text status_text[] = {
 	TXT("fuse.passthrough", "",
 	    "passthrough on: {counters.passthrough_opens} opens, "
 	    "{counters.passthrough_files} files copied "
-	    "({counters.passthrough_bytes}), "
+	    "({counters.passthrough_bytes}; "
+	    "{counters.passthrough_reused} over spare pages), "
 	    "{fuse.passthrough_held_bytes} held now"),
 	TXT("!persist.enabled", "persist", "disabled (no --persist directory)"),
 	TXT("persist.enabled", "persist",
@@ -1374,6 +1379,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_PASS_OPENS, st.pass_opens);
 	rep_set_u64(g, CNT_PASS_FILES, st.pass_files);
 	rep_set_u64(g, CNT_PASS_BYTES, st.pass_bytes);
+	rep_set_u64(g, CNT_PASS_REUSED, st.pass_reused);
 
 	g = rep_obj(top, ST_PERSIST);
 	rep_set_bool(g, PER_ENABLED, st.persist_enabled);

@@ -41,11 +41,24 @@
  *   reuse after free the freed chunks written again (faulted and zeroed
  *                    anew, where a chunk of the arena never left)
  *
+ * Then a sealed file's copy at seal (engine/pass.c, --passthrough): the
+ * arena's bytes (just written, so the source is as the engine's is)
+ * copied into a backing file in runs of 8 MiB:
+ *
+ *   copy to new      pwrite(2) into a new file, as the first copy does
+ *   copy over spare  the same into the file just written, whose pages
+ *                    exist (a spare backing file reused)
+ *   mapped over, 2T  the same through a shared mapping of that file, by
+ *                    two threads (what copy_over does: pwrite(2) holds
+ *                    the file's inode lock, so two threads writing one
+ *                    file run one at a time)
+ *
  * usage: backing_bench DIR [GIB] [ROUNDS]   DIR: a tmpfs mounted huge=always
  * (run_backing_bench.sh mounts one).  Prints GB/s per round and the median.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +119,9 @@ enum mode {
 	SLOT_MOVE_OUT,
 	SLOT_FREE,
 	SLOT_REUSE,
+	COPY_NEW,
+	COPY_OVER,
+	COPY_MAPPED,
 	NMODES
 };
 
@@ -114,6 +130,7 @@ static const char *const names[] = {
 	"pwrite",	 "arena read",	  "backing read",
 	"slot migrate",	 "slot read 1st", "slot read",
 	"slot move-out", "slot free",	  "reuse after free",
+	"copy to new",	 "copy over spare", "mapped over, 2T",
 };
 
 static double one_round(enum mode m, const char *dir, size_t bytes,
@@ -185,6 +202,70 @@ static double one_round(enum mode m, const char *dir, size_t bytes,
 		unlink(path);
 	}
 	return (double)bytes / (t1 - t0) / 1e9;
+}
+
+#define RUN (8u * PIECE) /* engine/pass.c: PASS_RUN_MAX pieces a pwritev */
+
+struct half {
+	uint8_t *dst;
+	const uint8_t *src;
+	size_t bytes;
+};
+
+static void *copy_half(void *arg)
+{
+	const struct half *h = arg;
+
+	memcpy(h->dst, h->src, h->bytes);
+	return NULL;
+}
+
+static void pwrite_runs(int fd, const uint8_t *src, size_t bytes)
+{
+	for (size_t off = 0; off < bytes; off += RUN) {
+		size_t n = bytes - off < RUN ? bytes - off : RUN;
+
+		if (pwrite(fd, src + off, n, (off_t)off) != (ssize_t)n)
+			die("pwrite");
+	}
+}
+
+/* The copy-at-seal rounds, from @arena (written just before). */
+static void copy_round(const char *dir, size_t bytes, uint8_t *arena,
+		       const uint8_t *src, double *gbs)
+{
+	struct half h[2];
+	pthread_t other;
+	char path[4096];
+	double t0;
+	uint8_t *p;
+	int fd;
+
+	fill(arena, src, bytes);
+	snprintf(path, sizeof(path), "%s/backing.copy", dir);
+	unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		die(path);
+	t0 = now_s();
+	pwrite_runs(fd, arena, bytes);
+	gbs[COPY_NEW] = (double)bytes / (now_s() - t0) / 1e9;
+	t0 = now_s();
+	pwrite_runs(fd, arena, bytes);
+	gbs[COPY_OVER] = (double)bytes / (now_s() - t0) / 1e9;
+	t0 = now_s();
+	p = map_file(fd, bytes);
+	h[0] = (struct half){ p, arena, bytes / 2 };
+	h[1] = (struct half){ p + bytes / 2, arena + bytes / 2,
+			      bytes - bytes / 2 };
+	if (pthread_create(&other, NULL, copy_half, &h[1]) != 0)
+		die("pthread_create");
+	copy_half(&h[0]);
+	pthread_join(other, NULL);
+	munmap(p, bytes);
+	gbs[COPY_MAPPED] = (double)bytes / (now_s() - t0) / 1e9;
+	close(fd);
+	unlink(path);
 }
 
 /* Anonymous memory at @p again, huge pages asked, faulted in with @src. */
@@ -322,6 +403,7 @@ int main(int argc, char **argv)
 			res[m][i] = one_round(m, argv[1], bytes, src, arena,
 					      out);
 		slot_round(argv[1], bytes, src, slots, out, gbs);
+		copy_round(argv[1], bytes, arena, src, gbs);
 		for (enum mode m = SLOT_MIGRATE; m < NMODES; m++)
 			res[m][i] = gbs[m];
 	}

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <cmocka.h>
 
@@ -46,9 +47,16 @@ static int setup_mem(void **state, uint64_t mem)
 	return 0;
 }
 
+static int setup_copied(void **state, uint64_t mem);
+
 static int setup(void **state)
 {
-	return setup_mem(state, 64 * MiB);
+	return setup_copied(state, 64 * MiB);
+}
+
+static int setup_big(void **state)
+{
+	return setup_copied(state, 256 * MiB);
 }
 
 static int setup_small(void **state)
@@ -86,6 +94,32 @@ static struct eng_file *open_as(struct tfx *t, int flags,
 static void stats(struct tfx *t, struct eng_stats *st)
 {
 	eng_get_stats(t->fx.e, st);
+}
+
+/* At least @n files copied to backing files so far. */
+static void wait_files(struct tfx *t, uint64_t n)
+{
+	struct eng_stats st;
+
+	for (int i = 0; i < 1000; i++) {
+		stats(t, &st);
+		if (st.pass_files >= n)
+			return;
+		usleep(10 * 1000);
+	}
+	assert_true(st.pass_files >= n);
+}
+
+/*
+ * The file "f" as setup_mem left it, once the copier has copied it: an
+ * open that comes during a copy made at seal goes direct.
+ */
+static int setup_copied(void **state, uint64_t mem)
+{
+	setup_mem(state, mem);
+	if (*state)
+		wait_files(*state, 1);
+	return 0;
 }
 
 /*
@@ -155,10 +189,10 @@ static void test_readers_share_one_copy(void **state)
 	assert_int_equal(st.pass_files, 1);
 	assert_int_equal(eng_release(t->fx.e, fc), 42);
 
-	/* A writer's open drops the kept copy and goes direct. */
+	/* A writer's open drops the kept copy and goes direct (the copy's
+	 * backing file stays, a spare for the next copy, pass_reused). */
 	fc = open_as(t, O_RDWR, &c);
 	assert_int_equal(c.pass_fd, -1);
-	assert_held_soon(t, 0);
 	/* (Its close seals the file again, which is copied again.) */
 	assert_int_equal(eng_release(t->fx.e, fc), 0);
 }
@@ -261,6 +295,112 @@ static void test_copied_at_seal(void **state)
 	assert_int_equal(eng_pass_registered(t->fx.e, fr, 4), 4);
 	assert_backing(r.pass_fd, t->data + 1, FSIZE - 1);
 	assert_int_equal(eng_release(t->fx.e, fr), 4);
+}
+
+/*
+ * A dropped copy's backing file is a spare: the next copy is made over its
+ * pages, and what that copy does not write (holes, the rest of a piece)
+ * reads as zeroes, not as the last file's bytes.
+ */
+static void test_spare_reused(void **state)
+{
+	struct tfx *t = *state;
+	const uint64_t at = 2 * MiB + 10;
+	struct eng_open_info r;
+	struct eng_file *fr, *fw;
+	struct eng_stats st;
+	struct statvfs sv0, sv1;
+	struct stat sb;
+	uint8_t *want = calloc(1, at + 1);
+
+	NEED_PASS(t);
+	for (int i = 0; i < 500; i++) {
+		stats(t, &st);
+		if (st.pass_files == 1)
+			break;
+		usleep(10 * 1000);
+	}
+	assert_int_equal(st.pass_files, 1);
+	assert_int_equal(st.pass_reused, 0);
+
+	/* O_TRUNC drops the copy (a spare now, its memory still counted,
+	 * but free to statfs: given up when wanted), then one byte past two
+	 * pieces of nothing. */
+	assert_int_equal(eng_statfs(t->fx.e, &sv0), 0);
+	assert_int_equal(eng_create(t->fx.e, 1, "f", 0644, getuid(), getgid(),
+				    O_CREAT | O_WRONLY | O_TRUNC, &sb, &fw,
+				    NULL),
+			 0);
+	stats(t, &st);
+	assert_int_equal(st.pass_held_bytes, 4 * MiB);
+	assert_int_equal(eng_statfs(t->fx.e, &sv1), 0);
+	assert_int_equal(sv1.f_bfree, sv0.f_bfree + 8); /* file's, copy's */
+	want[at] = 0x5a;
+	assert_int_equal(eng_write(t->fx.e, fw, want + at, 1, at), 1);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+
+	for (int i = 0; i < 500; i++) {
+		stats(t, &st);
+		if (st.pass_files == 2)
+			break;
+		usleep(10 * 1000);
+	}
+	assert_int_equal(st.pass_files, 2);
+	assert_int_equal(st.pass_reused, 1);
+	/* One piece held now, the spare's other three given back. */
+	assert_held_soon(t, MiB);
+	fr = open_as(t, O_RDONLY, &r);
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 6), 6);
+	assert_backing(r.pass_fd, want, at + 1);
+	assert_int_equal(eng_release(t->fx.e, fr), 6);
+	free(want);
+}
+
+/*
+ * A large copy over a spare goes through a mapping on two threads
+ * (copy_over): every byte lands, and a hole of the new file (two pieces
+ * never written) reads as zeroes where the spare had bytes.
+ */
+static void test_spare_mapped(void **state)
+{
+	struct tfx *t = *state;
+	const size_t big = 70 * MiB + 123, hole = 10 * MiB, hole_end = 12 * MiB;
+	uint8_t *a = malloc(big), *b = malloc(big);
+	struct eng_open_info r;
+	struct eng_file *fr, *fw;
+	struct eng_stats st;
+	struct stat sb;
+	uint64_t ino;
+
+	NEED_PASS(t);
+	wait_files(t, 1);
+	fx_fill(a, big, 11);
+	fx_fill(b, big, 12);
+	ino = fx_put(t->fx.e, 1, "big", a, big);
+	assert_true(ino != 0);
+	wait_files(t, 2);
+	assert_int_equal(eng_create(t->fx.e, 1, "big", 0644, getuid(),
+				    getgid(), O_CREAT | O_WRONLY | O_TRUNC,
+				    &sb, &fw, NULL),
+			 0);
+	assert_int_equal(eng_write(t->fx.e, fw, b, hole, 0), (ssize_t)hole);
+	assert_int_equal(eng_write(t->fx.e, fw, b + hole_end, big - hole_end,
+				   hole_end),
+			 (ssize_t)(big - hole_end));
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	wait_files(t, 3);
+	stats(t, &st);
+	assert_int_equal(st.pass_reused, 1);
+
+	memset(b + hole, 0, hole_end - hole);
+	assert_int_equal(eng_open(t->fx.e, ino, O_RDONLY, &fr, &r), 0);
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 8), 8);
+	assert_backing(r.pass_fd, b, big);
+	assert_int_equal(eng_release(t->fx.e, fr), 8);
+	free(a);
+	free(b);
 }
 
 /* A truncate by path while a reader passes through reaches its copy. */
@@ -385,6 +525,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_writer_taken, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_copied_at_seal, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_spare_reused, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_spare_mapped, setup_big,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_reaches_copy,
 						setup, teardown),
