@@ -36,7 +36,7 @@ want="opens through the page cache"
 if version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 && version_ge "$kernel" 6.6; then
 	want="every open direct I/O, mmap allowed"
 fi
-grep -q "fuse: libfuse" "$DAEMON_LOG" || fail "the daemon did not log its FUSE capabilities"
+wait_log "fuse: libfuse" || fail "the daemon did not log its FUSE capabilities"
 grep "fuse: libfuse" "$DAEMON_LOG" | sed 's/^/    /' >&2
 grep -qF "$want" "$DAEMON_LOG" ||
 	fail "libfuse $RFT_LIBFUSE_VERSION on kernel $kernel: want '$want'"

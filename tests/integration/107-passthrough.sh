@@ -27,7 +27,7 @@ kernel=$(uname -r | sed 's/[^0-9.].*//')
 start_daemon "$MNT" --mem 512M --persist "$PERSIST" --passthrough
 if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$kernel" 6.9; then
 	log "libfuse $RFT_LIBFUSE_VERSION, kernel $kernel: passthrough must be off, and say so"
-	grep -q "passthrough: off" "$DAEMON_LOG" ||
+	wait_log "passthrough: off" ||
 		fail "--passthrough without libfuse 3.16+ and kernel 6.9+: no 'passthrough: off' in the log"
 	head -c 3M /dev/urandom >"$T_TMP/ref"
 	cp "$T_TMP/ref" "$MNT/f"
@@ -35,7 +35,7 @@ if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$kernel" 6.9; t
 	stop_daemon "$MNT" "$DAEMON_PID"
 	exit 0
 fi
-grep -q "passthrough: on" "$DAEMON_LOG" ||
+wait_log "passthrough: on" ||
 	fail "libfuse $RFT_LIBFUSE_VERSION, kernel $kernel, root: passthrough not on ($(grep passthrough "$DAEMON_LOG"))"
 
 log "random operations while a reader passes through"

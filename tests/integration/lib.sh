@@ -261,6 +261,18 @@ wait_mounted() {
 	fail "$m not mounted after ${secs}s"
 }
 
+# wait_log PATTERN [SECS]: true once the last daemon's log has a line
+# matching PATTERN (grep -E), false after SECS (default 10).  For what the
+# daemon logs at FUSE INIT, which may come after the mount shows.
+wait_log() {
+	local pat=$1 secs=${2:-10} i
+	for i in $(seq 1 $((secs * 10))); do
+		grep -qE "$pat" "$DAEMON_LOG" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # uring_on / uring_off: the fuse module's enable_uring (root; a kernel
 # without it skips the test).  The value before is put back at exit.
 uring_set() {
