@@ -144,11 +144,16 @@ int store_wait_free(struct store *s, uint32_t want,
  * process (abort): its memory may be another owner's by then.
  */
 /*
- * Give back the memory of whole chunk @id, which the caller holds and
- * keeps: a chunk that stands for memory held elsewhere (a backing file of
- * a file passing through) stays counted as used but holds no pages.
+ * Up to @n free chunks (refs = 1) that stand for memory held elsewhere,
+ * taken from the bottom of the free stack, where chunks without pages
+ * wait, and their pages given back if they had any; returns how many.
+ * store_put_cold gives such chunks back, without pages, to the bottom:
+ * writers take them last (they would fault them in again), the next
+ * store_take_cold first, so memory moves between the arena and what
+ * holds chunks only when it must.  Any lock may be held.
  */
-void store_drop_pages(struct store *s, uint32_t id);
+uint32_t store_take_cold(struct store *s, uint32_t *ids, uint32_t n);
+void store_put_cold(struct store *s, const uint32_t *ids, uint32_t n);
 void store_get(struct store *s, uint32_t id);
 void store_put(struct store *s, uint32_t id);
 uint32_t store_free_count(struct store *s);

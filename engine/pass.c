@@ -99,18 +99,15 @@ static int hold(struct eng *e, struct pass *p, uint32_t n)
 {
 	uint32_t *ids = realloc(p->held, ((size_t)p->nheld + n + 1) *
 					     sizeof(*ids));
+	uint32_t got;
 
 	if (!ids)
 		return -ENOMEM;
 	p->held = ids;
-	for (uint32_t k = 0; k < n; k++) {
-		if (store_try_alloc(&e->store, &p->held[p->nheld]) < 0)
-			return -ENOSPC;
-		store_drop_pages(&e->store, p->held[p->nheld]);
-		p->nheld++;
-		atomic_fetch_add(&e->pass.held, e->store.chunk_size);
-	}
-	return 0;
+	got = store_take_cold(&e->store, p->held + p->nheld, n);
+	p->nheld += got;
+	atomic_fetch_add(&e->pass.held, (uint64_t)got << e->store.chunk_shift);
+	return got < n ? -ENOSPC : 0;
 }
 
 /* Give all but @keep of the held chunks back to the store. */
@@ -118,8 +115,7 @@ static void unhold_to(struct eng *e, struct pass *p, uint32_t keep)
 {
 	if (p->nheld <= keep)
 		return;
-	for (uint32_t i = keep; i < p->nheld; i++)
-		store_put(&e->store, p->held[i]);
+	store_put_cold(&e->store, p->held + keep, p->nheld - keep);
 	atomic_fetch_sub(&e->pass.held,
 			 (uint64_t)(p->nheld - keep) << e->store.chunk_shift);
 	p->nheld = keep;

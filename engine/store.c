@@ -514,14 +514,59 @@ int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
 	return store_alloc_len(s, wait_ms, s->chunk_size, id);
 }
 
-void store_drop_pages(struct store *s, uint32_t id)
+uint32_t store_take_cold(struct store *s, uint32_t *ids, uint32_t n)
 {
-	madvise(store_ptr(s, id), s->chunk_size, MADV_DONTNEED);
+	uint32_t ndrop = 0;
+
 	pthread_mutex_lock(&s->lock);
-	if (s->faulted[id]) {
-		s->faulted[id] = 0;
-		s->nfaulted--;
+	if (n > s->nfree)
+		n = s->nfree;
+	memcpy(ids, s->free_stack, (size_t)n * sizeof(*ids));
+	s->nfree -= n;
+	memmove(s->free_stack, s->free_stack + n,
+		(size_t)s->nfree * sizeof(*s->free_stack));
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id = ids[i];
+
+		atomic_store_explicit(&s->refs[id], 1, memory_order_release);
+		if (s->faulted[id]) {
+			/* Those with pages first, for the madvise below. */
+			s->faulted[id] = 0;
+			s->nfaulted--;
+			s->nfaulted_free--;
+			ids[i] = ids[ndrop];
+			ids[ndrop++] = id;
+		}
 	}
+	pthread_mutex_unlock(&s->lock);
+	/* Ours now: no one else touches their pages. */
+	for (uint32_t i = 0; i < ndrop; i++)
+		madvise(store_ptr(s, ids[i]), s->chunk_size, MADV_DONTNEED);
+	return n;
+}
+
+void store_put_cold(struct store *s, const uint32_t *ids, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t was = atomic_exchange_explicit(&s->refs[ids[i]], 0,
+							memory_order_acq_rel);
+
+		if (was != 1) {
+			rft_err("store: chunk %#x given back cold with %u "
+				"references", ids[i], was);
+			abort();
+		}
+	}
+	pthread_mutex_lock(&s->lock);
+	memmove(s->free_stack + n, s->free_stack,
+		(size_t)s->nfree * sizeof(*s->free_stack));
+	memcpy(s->free_stack, ids, (size_t)n * sizeof(*ids));
+	s->nfree += n;
+	for (uint32_t i = 0; i < n; i++)
+		if (s->faulted[ids[i]])
+			s->nfaulted_free++;
+	if (s->waiters)
+		pthread_cond_broadcast(&s->freed);
 	pthread_mutex_unlock(&s->lock);
 }
 

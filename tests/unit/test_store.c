@@ -127,6 +127,49 @@ static void misuse(int what)
 	_exit(0);
 }
 
+/*
+ * Chunks held for memory elsewhere (a passthrough copy's) come from the
+ * bottom of the free stack, where those without pages wait, and go back
+ * there: writers take chunks with pages first, and the next hold takes
+ * the same page-less chunks again, so no memory moves either way.
+ */
+static void test_cold(void **state)
+{
+	struct store s;
+	uint32_t ids[8], again[3], id;
+
+	(void)state;
+	assert_int_equal(store_init(&s, 8 * MiB, MiB, true), 0);
+	assert_int_equal(store_faulted_bytes(&s), 8 * MiB);
+	assert_int_equal(store_take_cold(&s, ids, 3), 3);
+	assert_int_equal(store_faulted_bytes(&s), 5 * MiB); /* pages gone */
+	assert_int_equal(store_free_count(&s), 5);
+	store_put_cold(&s, ids, 3);
+	assert_int_equal(store_free_count(&s), 8);
+	assert_int_equal(store_faulted_bytes(&s), 5 * MiB);
+
+	/* A writer gets a chunk with its pages, not one of the three. */
+	assert_int_equal(store_try_alloc(&s, &id), 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(id != ids[i]);
+	assert_int_equal(store_faulted_bytes(&s), 5 * MiB);
+
+	/* The next hold takes the three again, freeing nothing more. */
+	assert_int_equal(store_take_cold(&s, again, 3), 3);
+	assert_int_equal(store_faulted_bytes(&s), 5 * MiB);
+	for (int i = 0; i < 3; i++)
+		assert_true(again[i] == ids[0] || again[i] == ids[1] ||
+			    again[i] == ids[2]);
+	/* Fewer free than asked: what there is. */
+	assert_int_equal(store_take_cold(&s, ids, 5), 4);
+	assert_int_equal(store_free_count(&s), 0);
+	store_put_cold(&s, ids, 4);
+	store_put_cold(&s, again, 3);
+	store_put(&s, id);
+	assert_int_equal(store_free_count(&s), 8);
+	store_fini(&s);
+}
+
 static void test_refs_misuse_stops(void **state)
 {
 	for (int what = 0; what < 3; what++) {
@@ -481,6 +524,7 @@ int main(void)
 		cmocka_unit_test(test_bad_sizes),
 		cmocka_unit_test(test_alloc_all_then_enospc),
 		cmocka_unit_test(test_refs),
+		cmocka_unit_test(test_cold),
 		cmocka_unit_test(test_refs_misuse_stops),
 		cmocka_unit_test(test_waiter_is_woken),
 		cmocka_unit_test(test_balancer),
