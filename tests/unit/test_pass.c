@@ -265,12 +265,8 @@ static void test_copied_at_seal(void **state)
 	struct eng_stats st;
 
 	NEED_PASS(t);
-	for (int i = 0; i < 500; i++) {
-		stats(t, &st);
-		if (st.pass_files == 1)
-			break;
-		usleep(10 * 1000);
-	}
+	wait_files(t, 1);
+	stats(t, &st);
 	assert_int_equal(st.pass_files, 1);
 	assert_int_equal(st.pass_held_bytes, 4 * MiB);
 	fr = open_as(t, O_RDONLY, &r);
@@ -284,12 +280,8 @@ static void test_copied_at_seal(void **state)
 
 	/* Written again and sealed: copied again. */
 	fx_put(t->fx.e, 1, "f", t->data + 1, FSIZE - 1);
-	for (int i = 0; i < 500; i++) {
-		stats(t, &st);
-		if (st.pass_files == 2)
-			break;
-		usleep(10 * 1000);
-	}
+	wait_files(t, 2);
+	stats(t, &st);
 	assert_int_equal(st.pass_files, 2);
 	fr = open_as(t, O_RDONLY, &r);
 	assert_int_equal(eng_pass_registered(t->fx.e, fr, 4), 4);
@@ -314,12 +306,8 @@ static void test_spare_reused(void **state)
 	uint8_t *want = calloc(1, at + 1);
 
 	NEED_PASS(t);
-	for (int i = 0; i < 500; i++) {
-		stats(t, &st);
-		if (st.pass_files == 1)
-			break;
-		usleep(10 * 1000);
-	}
+	wait_files(t, 1);
+	stats(t, &st);
 	assert_int_equal(st.pass_files, 1);
 	assert_int_equal(st.pass_reused, 0);
 
@@ -339,12 +327,8 @@ static void test_spare_reused(void **state)
 	assert_int_equal(eng_write(t->fx.e, fw, want + at, 1, at), 1);
 	assert_int_equal(eng_release(t->fx.e, fw), 0);
 
-	for (int i = 0; i < 500; i++) {
-		stats(t, &st);
-		if (st.pass_files == 2)
-			break;
-		usleep(10 * 1000);
-	}
+	wait_files(t, 2);
+	stats(t, &st);
 	assert_int_equal(st.pass_files, 2);
 	assert_int_equal(st.pass_reused, 1);
 	/* One piece held now, the spare's other three given back. */
