@@ -128,6 +128,25 @@ static void unhold(struct eng *e, struct pass *p)
 	unhold_to(e, p, 0);
 }
 
+/* @p to be freed by reap(); pass.lock held. */
+static void retire_locked(struct eng *e, struct pass *p)
+{
+	p->next = e->pass.dead;
+	e->pass.dead = p;
+	pthread_cond_signal(&e->pass.work);
+}
+
+/* @p off the list of every pass, and its file's no more; pass.lock held. */
+static void unlink_locked(struct eng *e, struct pass *p)
+{
+	for (struct pass **pp = &e->pass.all; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	p->file = NULL;
+}
+
 /*
  * A pass nobody uses any more; pass.lock held, unlinked from its file.
  *
@@ -144,23 +163,6 @@ static void unhold(struct eng *e, struct pass *p)
  * so reap() frees it with no lock held, on the copier thread (or
  * whoever needs the memory now: pass_shed).
  */
-static void retire_locked(struct eng *e, struct pass *p)
-{
-	p->next = e->pass.dead;
-	e->pass.dead = p;
-	pthread_cond_signal(&e->pass.work);
-}
-
-static void unlink_locked(struct eng *e, struct pass *p)
-{
-	for (struct pass **pp = &e->pass.all; *pp; pp = &(*pp)->next)
-		if (*pp == p) {
-			*pp = p->next;
-			break;
-		}
-	p->file = NULL;
-}
-
 static void pass_free_locked(struct eng *e, struct pass *p)
 {
 	struct stat st;
@@ -179,17 +181,15 @@ static void pass_free_locked(struct eng *e, struct pass *p)
 	retire_locked(e, p);
 }
 
-/* Every spare retired, for reap(); pass.lock held. */
-static void drop_spares_locked(struct eng *e)
+/* The spare at *@pp, taken off the list; pass.lock held. */
+static struct pass *spare_off_locked(struct eng *e, struct pass **pp)
 {
-	while (e->pass.spare) {
-		struct pass *p = e->pass.spare;
+	struct pass *p = *pp;
 
-		e->pass.spare = p->next;
-		retire_locked(e, p);
-	}
-	e->pass.nspare = 0;
-	atomic_store(&e->pass.spare_chunks, 0);
+	*pp = p->next;
+	e->pass.nspare--;
+	atomic_fetch_sub(&e->pass.spare_chunks, p->nheld);
+	return p;
 }
 
 /*
@@ -198,7 +198,7 @@ static void drop_spares_locked(struct eng *e)
  */
 static struct pass *take_spare_locked(struct eng *e, uint64_t size)
 {
-	struct pass **best = NULL, *p;
+	struct pass **best = NULL;
 
 	for (struct pass **pp = &e->pass.spare; *pp; pp = &(*pp)->next) {
 		uint64_t have = (*pp)->spare_size, was;
@@ -212,13 +212,19 @@ static struct pass *take_spare_locked(struct eng *e, uint64_t size)
 				 : was < size && have > was)
 			best = pp;
 	}
-	if (!best)
-		return NULL;
-	p = *best;
-	*best = p->next;
-	e->pass.nspare--;
-	atomic_fetch_sub(&e->pass.spare_chunks, p->nheld);
-	return p;
+	return best ? spare_off_locked(e, best) : NULL;
+}
+
+/* The oldest spare retired, for reap(); its chunks.  pass.lock held. */
+static uint32_t drop_oldest_spare_locked(struct eng *e)
+{
+	struct pass **pp = &e->pass.spare, *p;
+
+	while ((*pp)->next)
+		pp = &(*pp)->next;
+	p = spare_off_locked(e, pp);
+	retire_locked(e, p);
+	return p->nheld;
 }
 
 /* Free the retired passes: their pages first, then their budget. */
@@ -258,7 +264,8 @@ void pass_fini(struct eng *e)
 	e->pass.queue = NULL;
 	pthread_mutex_lock(&e->pass.lock);
 	e->pass.stop = true; /* no more spares */
-	drop_spares_locked(e);
+	while (e->pass.spare)
+		drop_oldest_spare_locked(e);
 	while (e->pass.all) {
 		if (e->pass.all->dirty)
 			rft_err("passthrough: a file's last writes were never "
@@ -284,21 +291,6 @@ void pass_forget(struct eng *e, struct file *f)
 		f->pass = NULL;
 	}
 	pthread_mutex_unlock(&e->pass.lock);
-}
-
-/* The oldest spare retired, for reap(); its chunks.  pass.lock held. */
-static uint32_t drop_oldest_spare_locked(struct eng *e)
-{
-	struct pass **pp = &e->pass.spare, *p;
-
-	while ((*pp)->next)
-		pp = &(*pp)->next;
-	p = *pp;
-	*pp = NULL;
-	e->pass.nspare--;
-	atomic_fetch_sub(&e->pass.spare_chunks, p->nheld);
-	retire_locked(e, p);
-	return p->nheld;
 }
 
 void pass_shed(struct eng *e, uint32_t want)
