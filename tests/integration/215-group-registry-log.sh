@@ -135,8 +135,7 @@ expect_eq "$(group_log "${M[$OLD]}" log_raft_id)" "$((OLD + 1))" \
 expect_eq "$(group_log "${M[$OLD]}" log_role)" follower \
 	"node $OLD's role after its restart at another port"
 for n in $(others "$OLD"); do
-	expect_eq "$(group_field "${M[$n]}" "$OLD" address)" \
-		"127.0.0.1:$NEWP" "node $OLD's address as node $n knows it"
+	wait_field "${M[$n]}" "$OLD" address "127.0.0.1:$NEWP" 10
 done
 log "memcached back empty: node $OLD at port $NEWP rejoined (raft id" \
 	"$((OLD + 1)), commit $COMMIT on all)"

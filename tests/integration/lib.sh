@@ -593,6 +593,21 @@ m = [m for m in g["members"] if m["node"] == sys.argv[1]][0]
 print(m[sys.argv[2]])' "$2" "$3"
 }
 
+# wait_field MNT NODE FIELD WANT [SECONDS]: wait until group_field MNT NODE
+# FIELD is WANT.  What a node learns from the registry comes at its next
+# registry round, up to a backoff (1 s) after memcached is back, not with
+# the namespace log's agreement.
+wait_field() {
+	local m=$1 node=$2 field=$3 want=$4 secs=${5:-20} i got=""
+	for i in $(seq 1 $((secs * 10))); do
+		got=$(group_field "$m" "$node" "$field" 2>/dev/null) || got=""
+		[ "$got" = "$want" ] && return 0
+		sleep 0.1
+	done
+	fail "node $node's $field as $m sees it: '$got' after ${secs}s," \
+		"want '$want'"
+}
+
 # wait_states MNT WANT [SECONDS]: wait until group_states MNT is WANT.
 wait_states() {
 	local m=$1 want=$2 secs=${3:-20} i got=""
