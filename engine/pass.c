@@ -193,26 +193,44 @@ static struct pass *spare_off_locked(struct eng *e, struct pass **pp)
 }
 
 /*
- * The spare that fits @size best (the smallest as long, else the
- * longest), taken off the list; NULL: none.  pass.lock held.
+ * The spare to make a copy of @size bytes (@n chunks) over, taken off the
+ * list; NULL: none, make it in fresh memory.  pass.lock held.
+ *
+ * A spare is kept for its pages, and a copy cuts it to size: the pages
+ * past the end are freed, and the next file that long faults them in
+ * again (on these guests in the host too).  So the first choice is the
+ * smallest spare at least as long, if at most half as long again.  Else,
+ * when the arena has room to hold the copy and still stay clear of
+ * eviction (the high mark, a quarter free), a longer spare is kept for a
+ * file that fits it: the copy grows the longest shorter spare, or goes
+ * to fresh memory.  Checkpoints save files of the same sizes again and
+ * again, so the spares come to match them.  Only short of room is a
+ * longer spare cut (the smallest), or the longest taken.
  */
-static struct pass *take_spare_locked(struct eng *e, uint64_t size)
+static struct pass *take_spare_locked(struct eng *e, uint64_t size,
+				      uint32_t n)
 {
-	struct pass **best = NULL;
+	struct pass **fit = NULL, **shorter = NULL, **pp;
+	uint32_t nfree;
 
-	for (struct pass **pp = &e->pass.spare; *pp; pp = &(*pp)->next) {
-		uint64_t have = (*pp)->spare_size, was;
+	for (pp = &e->pass.spare; *pp; pp = &(*pp)->next) {
+		uint64_t have = (*pp)->spare_size;
 
-		if (!best) {
-			best = pp;
-			continue;
+		if (have >= size) {
+			if (!fit || have < (*fit)->spare_size)
+				fit = pp;
+		} else if (!shorter || have > (*shorter)->spare_size) {
+			shorter = pp;
 		}
-		was = (*best)->spare_size;
-		if (have >= size ? was < size || have < was
-				 : was < size && have > was)
-			best = pp;
 	}
-	return best ? spare_off_locked(e, best) : NULL;
+	if (fit && (*fit)->spare_size - size <= size / 2)
+		return spare_off_locked(e, fit);
+	nfree = store_free_count(&e->store);
+	if (nfree >= n && nfree - n >= e->store.nchunks / 4)
+		return shorter ? spare_off_locked(e, shorter) : NULL;
+	if (fit)
+		return spare_off_locked(e, fit);
+	return shorter ? spare_off_locked(e, shorter) : NULL;
 }
 
 /* The oldest spare retired, for reap(); its chunks.  pass.lock held. */
@@ -768,7 +786,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p)
 		return -ENOMEM;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pthread_mutex_lock(&e->pass.lock);
-	sp = take_spare_locked(e, j->size);
+	sp = take_spare_locked(e, j->size, j->n);
 	pthread_mutex_unlock(&e->pass.lock);
 	if (sp) {
 		/* Its chunks stand for its pages: ours now. */

@@ -292,12 +292,13 @@ static void test_copied_at_seal(void **state)
 /*
  * A dropped copy's backing file is a spare: the next copy is made over its
  * pages, and what that copy does not write (holes, the rest of a piece)
- * reads as zeroes, not as the last file's bytes.
+ * reads as zeroes, not as the last file's bytes.  (The new file is long
+ * enough for the spare to fit it: test_spare_kept_for_its_size.)
  */
 static void test_spare_reused(void **state)
 {
 	struct tfx *t = *state;
-	const uint64_t at = 2 * MiB + 10;
+	const uint64_t at = 2 * MiB + MiB / 2 + 10;
 	struct eng_open_info r;
 	struct eng_file *fr, *fw;
 	struct eng_stats st;
@@ -339,6 +340,76 @@ static void test_spare_reused(void **state)
 	assert_backing(r.pass_fd, want, at + 1);
 	assert_int_equal(eng_release(t->fx.e, fr), 6);
 	free(want);
+}
+
+/*
+ * "f" cut and written again 1.5 MiB long, less than half its spare (3 MiB
+ * and more).  With room in the arena the copy goes to fresh memory and
+ * the spare stays for a file of its size, which "g" then is; without
+ * room the spare is cut to the new file (its pages past 2 MiB freed).
+ */
+static void spare_kept_or_cut(struct tfx *t, bool room)
+{
+	const size_t len = MiB + MiB / 2;
+	struct eng_open_info r;
+	struct eng_file *fr, *fw;
+	struct eng_stats st;
+	struct stat sb;
+	uint64_t g;
+
+	NEED_PASS(t);
+	wait_files(t, 1);
+	assert_int_equal(eng_create(t->fx.e, 1, "f", 0644, getuid(), getgid(),
+				    O_CREAT | O_WRONLY | O_TRUNC, &sb, &fw,
+				    NULL),
+			 0);
+	assert_int_equal(eng_write(t->fx.e, fw, t->data, len, 0), len);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	wait_files(t, 2);
+	stats(t, &st);
+	assert_int_equal(st.pass_reused, room ? 0 : 1);
+	/* The spare's 4 chunks and the new copy's 2, or the cut spare's 2. */
+	assert_held_soon(t, room ? 6 * MiB : 2 * MiB);
+	fr = open_as(t, O_RDONLY, &r);
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 7), 7);
+	assert_backing(r.pass_fd, t->data, len);
+	assert_int_equal(eng_release(t->fx.e, fr), 7);
+	if (!room)
+		return;
+
+	/* A file of the spare's size: made over it. */
+	g = fx_put(t->fx.e, 1, "g", t->data + 3, FSIZE - 3);
+	assert_true(g != 0);
+	wait_files(t, 3);
+	stats(t, &st);
+	assert_int_equal(st.pass_reused, 1);
+	assert_held_soon(t, 6 * MiB);
+	assert_int_equal(eng_open(t->fx.e, g, O_RDONLY, &fr, &r), 0);
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 8), 8);
+	assert_backing(r.pass_fd, t->data + 3, FSIZE - 3);
+	assert_int_equal(eng_release(t->fx.e, fr), 8);
+}
+
+static void test_spare_kept_for_its_size(void **state)
+{
+	spare_kept_or_cut(*state, true);
+}
+
+/*
+ * 9 MiB: "f" and its copy take 8 chunks; cut, written 2 chunks long and
+ * copied, 3 would be left free, under the high mark of eviction (a
+ * quarter, 2 chunks) once the copy took 2 more: no room.
+ */
+static int setup_tight(void **state)
+{
+	return setup_copied(state, 9 * MiB);
+}
+
+static void test_spare_cut_without_room(void **state)
+{
+	spare_kept_or_cut(*state, false);
 }
 
 /*
@@ -512,6 +583,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_spare_reused, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_spare_kept_for_its_size,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_spare_cut_without_room,
+						setup_tight, teardown),
 		cmocka_unit_test_setup_teardown(test_spare_mapped, setup_big,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_reaches_copy,
