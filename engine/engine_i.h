@@ -85,6 +85,7 @@ struct store {
 	uint8_t *faulted;	  /* per chunk; protected by lock */
 	uint32_t nfaulted;	  /* protected by lock */
 	uint32_t nfaulted_free;	  /* free ones among them; lock */
+	uint32_t ncold;		  /* taken by store_take_cold; lock */
 	uint64_t (*target)(void *ctx); /* called with no store lock */
 	void *target_ctx;
 	pthread_t balancer;
@@ -157,6 +158,9 @@ void store_put_cold(struct store *s, const uint32_t *ids, uint32_t n);
 void store_get(struct store *s, uint32_t id);
 void store_put(struct store *s, uint32_t id);
 uint32_t store_free_count(struct store *s);
+/* Free chunks and those taken cold (statfs: memory held elsewhere for a
+ * second copy of bytes the files hold, given up when wanted). */
+uint32_t store_free_or_cold(struct store *s);
 
 /* Chunks taken whole or as slabs, and the bytes small blocks hold. */
 void store_usage(struct store *s, uint32_t *slabs, uint64_t *small_bytes);
@@ -855,7 +859,6 @@ struct eng {
 		struct pass *dead; /* retired, for reap() to free; lock */
 		struct pass *spare; /* backing files to reuse; lock */
 		unsigned nspare;    /* lock */
-		_Atomic uint32_t spare_chunks; /* the spares hold */
 		/* Files sealed since, to copy in the background (held). */
 		struct inode **queue; /* lock */
 		unsigned nqueue, capqueue; /* lock */
@@ -1203,7 +1206,6 @@ void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
  * held for writing. */
 void pass_forget(struct eng *e, struct file *f);
 /* Chunks that spare backing files hold: free for the asking (pass_shed). */
-uint32_t pass_spare_chunks(struct eng *e);
 /* @in was just sealed by its last writer (no lock held): copy it into a
  * backing file in the background, kept for its first reader. */
 void pass_sealed(struct eng *e, struct inode *in);

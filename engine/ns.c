@@ -1527,8 +1527,14 @@ int eng_rename(struct eng *e, uint64_t parent, const char *name,
 
 int eng_statfs(struct eng *e, struct statvfs *sv)
 {
-	/* Spare backing files are memory given up the moment it is wanted. */
-	uint32_t nfree = store_free_count(&e->store) + pass_spare_chunks(e);
+	/*
+	 * Chunks held for passthrough's backing files count as free: a
+	 * second copy of bytes the files hold, given up when memory is
+	 * wanted (spares and kept copies at once, a copy readers have open
+	 * when they close it).  Read with the free ones under one lock, so
+	 * that a copy taking its chunks never shows as used.
+	 */
+	uint32_t nfree = store_free_or_cold(&e->store);
 
 	memset(sv, 0, sizeof(*sv));
 	sv->f_bsize = e->store.chunk_size;

@@ -175,7 +175,6 @@ static void pass_free_locked(struct eng *e, struct pass *p)
 		p->next = e->pass.spare;
 		e->pass.spare = p;
 		e->pass.nspare++;
-		atomic_fetch_add(&e->pass.spare_chunks, p->nheld);
 		return;
 	}
 	retire_locked(e, p);
@@ -188,7 +187,6 @@ static struct pass *spare_off_locked(struct eng *e, struct pass **pp)
 
 	*pp = p->next;
 	e->pass.nspare--;
-	atomic_fetch_sub(&e->pass.spare_chunks, p->nheld);
 	return p;
 }
 
@@ -494,11 +492,6 @@ int eng_pass_enable(struct eng *e, uint64_t min_size)
 		 "tmpfs huge=always, size %s)",
 		 min_size, size);
 	return 0;
-}
-
-uint32_t pass_spare_chunks(struct eng *e)
-{
-	return (uint32_t)atomic_load(&e->pass.spare_chunks);
 }
 
 bool eng_pass_enabled(struct eng *e)

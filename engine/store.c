@@ -523,6 +523,7 @@ uint32_t store_take_cold(struct store *s, uint32_t *ids, uint32_t n)
 		n = s->nfree;
 	memcpy(ids, s->free_stack, (size_t)n * sizeof(*ids));
 	s->nfree -= n;
+	s->ncold += n;
 	memmove(s->free_stack, s->free_stack + n,
 		(size_t)s->nfree * sizeof(*s->free_stack));
 	for (uint32_t i = 0; i < n; i++) {
@@ -562,6 +563,7 @@ void store_put_cold(struct store *s, const uint32_t *ids, uint32_t n)
 		(size_t)s->nfree * sizeof(*s->free_stack));
 	memcpy(s->free_stack, ids, (size_t)n * sizeof(*ids));
 	s->nfree += n;
+	s->ncold -= n;
 	for (uint32_t i = 0; i < n; i++)
 		if (s->faulted[ids[i]])
 			s->nfaulted_free++;
@@ -607,6 +609,16 @@ uint32_t store_free_count(struct store *s)
 
 	pthread_mutex_lock(&s->lock);
 	n = s->nfree;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+uint32_t store_free_or_cold(struct store *s)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&s->lock);
+	n = s->nfree + s->ncold;
 	pthread_mutex_unlock(&s->lock);
 	return n;
 }

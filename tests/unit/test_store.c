@@ -144,14 +144,17 @@ static void test_cold(void **state)
 	assert_int_equal(store_take_cold(&s, ids, 3), 3);
 	assert_int_equal(store_faulted_bytes(&s), 5 * MiB); /* pages gone */
 	assert_int_equal(store_free_count(&s), 5);
+	assert_int_equal(store_free_or_cold(&s), 8); /* statfs: still free */
 	store_put_cold(&s, ids, 3);
 	assert_int_equal(store_free_count(&s), 8);
+	assert_int_equal(store_free_or_cold(&s), 8);
 	assert_int_equal(store_faulted_bytes(&s), 5 * MiB);
 
 	/* A writer gets a chunk with its pages, not one of the three. */
 	assert_int_equal(store_try_alloc(&s, &id), 0);
 	for (int i = 0; i < 3; i++)
 		assert_true(id != ids[i]);
+	assert_int_equal(store_free_or_cold(&s), 7); /* a writer's: used */
 	assert_int_equal(store_faulted_bytes(&s), 5 * MiB);
 
 	/* The next hold takes the three again, freeing nothing more. */
