@@ -4,15 +4,16 @@
 # only if nothing failed.  Benchmarks (suite 'bench') are not run here.
 #
 # Four runs, each in its own build dir:
-#   build/       unit + integration + io_uring: the build that ships,
-#                with libfuse 3.16+ (the system's, or Debian's 3.18 built
-#                in: setup.sh); suite io_uring, with 3.18+, runs the
-#                single-node tests again over io_uring (--io-uring)
+#   build/       unit + integration + io_uring + passthrough: the build
+#                that ships, with libfuse 3.16+ (the system's, or Debian's
+#                3.18 built in: setup.sh); suite io_uring, with 3.18+, runs
+#                the single-node tests again over io_uring (--io-uring),
+#                suite passthrough with --passthrough
 #   build-fuse-system/  integration against the system's libfuse, however
 #                old (Debian 12: 3.14, where opens use the page cache)
-#   build-asan/  unit + integration + io_uring under ASan, UBSan and
-#                LeakSanitizer (the integration tests run build-asan's own
-#                reftfsd)
+#   build-asan/  unit + integration + io_uring + passthrough under ASan,
+#                UBSan and LeakSanitizer (the integration tests run
+#                build-asan's own reftfsd)
 #   build-tsan/  unit tests of the threaded engine modules under TSan
 #
 # usage: bash tools/test.sh [extra meson test arguments]
@@ -152,7 +153,8 @@ fi
 # 1. The ordinary build.  Unit tests run in parallel; integration tests are
 # is_parallel: false, so meson runs them one at a time whatever
 # --num-processes says.
-run_suite build --suite unit --suite integration --suite io_uring "$@"
+run_suite build --suite unit --suite integration --suite io_uring \
+	--suite passthrough "$@"
 
 # The shipped build must be the fast path: with an older libfuse it would
 # test the page-cache path twice and the direct one never.
@@ -189,7 +191,7 @@ if CC=clang prepare build-asan -Db_sanitize=address,undefined \
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		run_suite build-asan --suite unit --suite integration \
-		--suite io_uring \
+		--suite io_uring --suite passthrough \
 		--timeout-multiplier 2 "$@"
 else
 	echo "test: build-asan: configure or build failed" >&2

@@ -194,6 +194,9 @@ class Daemon:
 
     def __init__(self, run, opts):
         self.run = run
+        # The suite 'passthrough' (tests/integration/lib.sh).
+        if os.environ.get("RFT_TEST_PASSTHROUGH") == "1":
+            opts = opts + ["--passthrough"]
         self.opts = opts
         run.ndaemon += 1
         # lib.sh scans $T_TMP/daemon.*.log for sanitizer reports.
@@ -214,6 +217,22 @@ class Daemon:
                 raise Fail("daemon start", "not mounted after 30 s\n" +
                            self.log_tail())
             time.sleep(0.005)
+        if "--passthrough" in opts:
+            self.wait_passthrough()
+
+    def wait_passthrough(self):
+        """Said at FUSE INIT, which may come after the mount shows."""
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            with open(self.log, errors="replace") as f:
+                said = f.read()
+            if "passthrough: on" in said:
+                return
+            if "passthrough: off" in said:
+                break
+            time.sleep(0.01)
+        raise Fail("daemon start", "started with --passthrough, but it is "
+                   "not on\n" + self.log_tail())
 
     def log_tail(self, n=30):
         try:

@@ -314,13 +314,52 @@ _t_uring_check() {
 	log "requests to $1 come over io_uring"
 }
 
+# RFT_TEST_PASSTHROUGH=1 (suite 'passthrough'): every daemon with
+# --passthrough, which must then say at INIT that it is on (root, libfuse
+# 3.16+, kernel 6.9+, a node alone); a test starting one that cannot have
+# it (a group, --io-uring) has no place in that suite.
+_t_pass_prepare() {
+	_T_PASS_OPT=()
+	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || return 0
+	_T_PASS_OPT=(--passthrough)
+}
+_t_pass_check() {
+	local i on=""
+	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || return 0
+	# Decided at FUSE INIT, which may come after the mount shows.
+	for i in $(seq 1 100); do
+		on=$(admin "$1" --json status | "$PY" -c '
+import json, sys
+print(json.load(sys.stdin)["fuse"]["passthrough"])' 2>/dev/null) || on=""
+		[ "$on" = True ] && break
+		sleep 0.1
+	done
+	[ "$on" = True ] ||
+		fail "reftfsd on $1 was started with --passthrough, but it is off (status: '$on'; the daemon's log says why)"
+	log "$1 passes large sealed files through"
+}
+
+# In the log of a test run with RFT_TEST_PASSTHROUGH=1: how much passed
+# through before MNT is unmounted (tests without large files read back
+# have none).
+_t_pass_report() {
+	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || return 0
+	log "$1: $(admin "$1" --json status 2>/dev/null | "$PY" -c '
+import json, sys
+c = json.load(sys.stdin)["counters"]
+print("%d opens passed through, %d files copied, %d over a spare" % (
+    c["passthrough_opens"], c["passthrough_files"],
+    c["passthrough_reused"]))' 2>/dev/null || echo "no status")"
+}
+
 # start_daemon MNT [reftfsd options...]: run reftfsd in the foreground (-f)
 # as our child, wait until MNT is mounted.  Sets DAEMON_PID and DAEMON_LOG.
 start_daemon() {
 	local m=$1
 	shift
 	_t_uring_prepare
-	set -- "$@" "${_T_URING_OPT[@]}"
+	_t_pass_prepare
+	set -- "$@" "${_T_URING_OPT[@]}" "${_T_PASS_OPT[@]}"
 	_T_NDAEMON=$((_T_NDAEMON + 1))
 	DAEMON_LOG="$T_TMP/daemon.$_T_NDAEMON.log"
 	_T_MOUNTS+=("$m")
@@ -334,6 +373,7 @@ start_daemon() {
 	[ "$t" = fuse.reftfs ] || fail "$m mounted with type '$t', want fuse.reftfs"
 	log "mounted $m (pid $DAEMON_PID): reftfsd $m -f $*"
 	_t_uring_check "$m"
+	_t_pass_check "$m"
 }
 
 # start_daemon_bg MNT [options...]: the ordinary background mode.  reftfsd
@@ -342,7 +382,8 @@ start_daemon_bg() {
 	local m=$1 rc=0
 	shift
 	_t_uring_prepare
-	set -- "$@" "${_T_URING_OPT[@]}"
+	_t_pass_prepare
+	set -- "$@" "${_T_URING_OPT[@]}" "${_T_PASS_OPT[@]}"
 	_T_NDAEMON=$((_T_NDAEMON + 1))
 	DAEMON_LOG="$T_TMP/daemon.$_T_NDAEMON.log"
 	_T_MOUNTS+=("$m")
@@ -354,12 +395,14 @@ start_daemon_bg() {
 	_T_PIDS+=("$DAEMON_PID")
 	log "mounted $m (background pid $DAEMON_PID): reftfsd $m $*"
 	_t_uring_check "$m"
+	_t_pass_check "$m"
 }
 
 # stop_daemon MNT PID [SECONDS]: fusermount3 -u, then wait for the daemon to
 # write back and exit; fail if it does not exit 0 in time.
 stop_daemon() {
 	local m=$1 pid=$2 secs=${3:-120} i rc=0
+	_t_pass_report "$m"
 	fusermount3 -u "$m" || fail "fusermount3 -u $m failed"
 	for i in $(seq 1 $((secs * 10))); do
 		pid_alive "$pid" || break
