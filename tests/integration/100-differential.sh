@@ -11,6 +11,8 @@
 #   DIFF_TRIALS=2000 meson test -C build 100-differential -v -t 10
 . "$(dirname "$0")/lib.sh"
 need_fuse
+# Suite 'passthrough': diff_fuzz.py starts every daemon --passthrough.
+[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] && need_passthrough
 
 MNT=$(new_dir mnt)
 # The driver starts and stops its daemons itself (as children, on $MNT);

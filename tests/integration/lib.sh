@@ -315,12 +315,21 @@ _t_uring_check() {
 }
 
 # RFT_TEST_PASSTHROUGH=1 (suite 'passthrough'): every daemon with
-# --passthrough, which must then say at INIT that it is on (root, libfuse
-# 3.16+, kernel 6.9+, a node alone); a test starting one that cannot have
-# it (a group, --io-uring) has no place in that suite.
+# --passthrough, which must then say at INIT that it is on (libfuse 3.16+,
+# a node alone); skipped when not root or on a kernel before 6.9.  A test
+# starting a daemon that cannot have it (a group, --io-uring) has no
+# place in that suite.
+need_passthrough() {
+	local k
+	need_root "passthrough registers backing files (CAP_SYS_ADMIN)"
+	k=$(uname -r | sed 's/[^0-9.].*//')
+	[ "$(printf '%s\n6.9\n' "$k" | sort -V | head -n1)" = 6.9 ] ||
+		skip "kernel $k has no FUSE passthrough (6.9 and later do)"
+}
 _t_pass_prepare() {
 	_T_PASS_OPT=()
 	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || return 0
+	need_passthrough
 	_T_PASS_OPT=(--passthrough)
 }
 _t_pass_check() {
