@@ -1205,7 +1205,6 @@ void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
 /* @f goes (its inode is freed): a kept backing file with it.  ns->lock
  * held for writing. */
 void pass_forget(struct eng *e, struct file *f);
-/* Chunks that spare backing files hold: free for the asking (pass_shed). */
 /* @in was just sealed by its last writer (no lock held): copy it into a
  * backing file in the background, kept for its first reader. */
 void pass_sealed(struct eng *e, struct inode *in);
