@@ -20,26 +20,20 @@ PERSIST=$(new_dir persist)
 LOCAL=$(new_dir local)
 OPS=${MMAP_OPS:-300}
 
-# version_ge A B: dotted A >= B.
-version_ge() {
-	[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
-}
-
 log "the exerciser on a local directory"
 run_py mmap_fuzz.py "$LOCAL" --procs 2 --ops "$OPS" --fallocate >"$T_TMP/local.out" ||
 	{ cat "$T_TMP/local.out" >&2; fail "mmap_fuzz fails on a local directory"; }
 
 start_daemon "$MNT" --mem 256M --persist "$PERSIST"
 
-kernel=$(uname -r | sed 's/[^0-9.].*//')
 want="opens through the page cache"
-if version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 && version_ge "$kernel" 6.6; then
+if version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 && version_ge "$KERNEL_VERSION" 6.6; then
 	want="every open direct I/O, mmap allowed"
 fi
 wait_log "fuse: libfuse" || fail "the daemon did not log its FUSE capabilities"
 grep "fuse: libfuse" "$DAEMON_LOG" | sed 's/^/    /' >&2
 grep -qF "$want" "$DAEMON_LOG" ||
-	fail "libfuse $RFT_LIBFUSE_VERSION on kernel $kernel: want '$want'"
+	fail "libfuse $RFT_LIBFUSE_VERSION on kernel $KERNEL_VERSION: want '$want'"
 
 log "one process, then four on distinct files, on the mount"
 run_py mmap_fuzz.py "$MNT" --procs 1 --ops $((OPS * 2)) --fallocate ||

@@ -19,14 +19,10 @@ need_root "passthrough registers backing files (CAP_SYS_ADMIN)"
 MNT=$(new_dir mnt)
 PERSIST=$(new_dir persist)
 
-version_ge() {
-	[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
-}
-kernel=$(uname -r | sed 's/[^0-9.].*//')
 
 start_daemon "$MNT" --mem 512M --persist "$PERSIST" --passthrough
-if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$kernel" 6.9; then
-	log "libfuse $RFT_LIBFUSE_VERSION, kernel $kernel: passthrough must be off, and say so"
+if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$KERNEL_VERSION" 6.9; then
+	log "libfuse $RFT_LIBFUSE_VERSION, kernel $KERNEL_VERSION: passthrough must be off, and say so"
 	wait_log "passthrough: off" ||
 		fail "--passthrough without libfuse 3.16+ and kernel 6.9+: no 'passthrough: off' in the log"
 	head -c 3M /dev/urandom >"$T_TMP/ref"
@@ -36,7 +32,7 @@ if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$kernel" 6.9; t
 	exit 0
 fi
 wait_log "passthrough: on" ||
-	fail "libfuse $RFT_LIBFUSE_VERSION, kernel $kernel, root: passthrough not on ($(grep passthrough "$DAEMON_LOG"))"
+	fail "libfuse $RFT_LIBFUSE_VERSION, kernel $KERNEL_VERSION, root: passthrough not on ($(grep passthrough "$DAEMON_LOG"))"
 
 log "random operations while a reader passes through"
 run_py pass_fuzz.py "$MNT" --files 3 --ops "${PASS_OPS:-1000}" \

@@ -235,6 +235,13 @@ need_root() {
 
 is_root() { [ "$(id -u)" = 0 ]; }
 
+# version_ge A B: dotted A >= B.
+version_ge() {
+	[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+}
+# The running kernel's version, dotted numbers only (6.18.44).
+KERNEL_VERSION=$(uname -r | sed 's/[^0-9.].*//')
+
 # --- daemons -------------------------------------------------------------
 
 # new_dir NAME: make $T_TMP/NAME and print it.
@@ -320,11 +327,9 @@ _t_uring_check() {
 # starting a daemon that cannot have it (a group, --io-uring) has no
 # place in that suite.
 need_passthrough() {
-	local k
 	need_root "passthrough registers backing files (CAP_SYS_ADMIN)"
-	k=$(uname -r | sed 's/[^0-9.].*//')
-	[ "$(printf '%s\n6.9\n' "$k" | sort -V | head -n1)" = 6.9 ] ||
-		skip "kernel $k has no FUSE passthrough (6.9 and later do)"
+	version_ge "$KERNEL_VERSION" 6.9 ||
+		skip "kernel $KERNEL_VERSION has no FUSE passthrough (6.9 and later do)"
 }
 _t_pass_prepare() {
 	_T_PASS_OPT=()
