@@ -440,6 +440,8 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->pass_files = atomic_load(&e->pass.files);
 	s->pass_bytes = atomic_load(&e->pass.bytes);
 	s->pass_reused = atomic_load(&e->pass.reused);
+	s->pass_early_bytes = atomic_load(&e->pass.early_bytes);
+	s->pass_early_used = atomic_load(&e->pass.early_used);
 	s->pass_held_bytes = atomic_load(&e->pass.held);
 	s->start_time = e->start_time;
 	persist_get_stats(e, s);

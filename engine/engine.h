@@ -539,9 +539,12 @@ struct eng_stats {
 	uint64_t fetch_reads, fetch_timeouts; /* reads answered off FUSE threads */
 	/* FUSE passthrough: on, opens that passed through, files copied to a
 	   backing file and their bytes, of them copies made over a spare
-	   backing file's pages, since start; bytes held now */
+	   backing file's pages, bytes copied while their files were
+	   written (early) and of them bytes a copy at seal found unchanged
+	   (not copied again), since start; bytes held now */
 	bool pass_enabled;
 	uint64_t pass_opens, pass_files, pass_bytes, pass_reused;
+	uint64_t pass_early_bytes, pass_early_used;
 	uint64_t pass_held_bytes;
 	/* persist tier */
 	bool persist_enabled, persist_healthy;

@@ -317,6 +317,9 @@ struct file {
 				     under copier.lock, read anywhere */
 	struct pass *pass;	/* its backing file while opens pass through
 				   to it (pass.c); eng->pass.lock */
+	struct early *early;	/* its copy made while it is written
+				   (pass.c); eng->pass.lock */
+	_Atomic bool early_queued; /* for the copier's next early round */
 	/*
 	 * The group.  The owner is the node that writes the file and keeps
 	 * its data whole; the others learn its size and checksums from its
@@ -485,6 +488,7 @@ struct copier {
 	pthread_cond_t work;	/* a job was queued, or stop */
 	pthread_cond_t drained;	/* some file's pending dropped to 0 */
 	struct wjob *head, *tail; /* protected by lock */
+	struct wjob *cur;	/* the one being copied; lock */
 	bool stop;		/* protected by lock */
 	bool running;
 	pthread_t thread;
@@ -855,12 +859,21 @@ struct eng {
 		_Atomic uint64_t opens, files, bytes; /* counted since start */
 		_Atomic uint64_t reused; /* copies made in a spare */
 		_Atomic uint64_t held; /* budget bytes backing files hold now */
+		_Atomic uint64_t early_bytes; /* copied while written */
+		_Atomic uint64_t early_used; /* of them, a seal's copy used */
+		/* Files written are copied early (min_size set before). */
+		_Atomic bool early_on;
 		struct pass *all; /* every pass, for pass_fini; lock */
+		struct early *early; /* every early copy; lock */
 		struct pass *dead; /* retired, for reap() to free; lock */
 		struct pass *spare; /* backing files to reuse; lock */
 		unsigned nspare;    /* lock */
-		/* Files sealed since, to copy in the background (held). */
-		struct inode **queue; /* lock */
+		/* Files to copy in the background (held): sealed since,
+		   or written (early rounds). */
+		struct pass_job {
+			struct inode *in;
+			bool early;
+		} *queue;	/* lock */
 		unsigned nqueue, capqueue; /* lock */
 		pthread_cond_t work; /* queued, or stopping; lock */
 		bool stop;	  /* lock */
@@ -1197,6 +1210,10 @@ int pass_release(struct eng *e, struct eng_file *fp, bool *keep_writer);
 /* A writer of @in that a pass kept is gone: the last one seals.  No lock
  * held; @in held. */
 void file_drop_writer(struct eng *e, struct inode *in);
+/* Is a write to [@off, @end) of @f queued, its bytes not in yet?  f->lock
+ * held (no copy is queued while it is). */
+bool file_range_queued(struct eng *e, const struct file *f, uint64_t off,
+		       uint64_t end);
 /* GETATTR of a file whose writers pass through: the backing file's size
  * and times.  ns->lock held (pass.lock is a leaf under it). */
 void pass_stat(struct eng *e, struct file *f, struct stat *st);
@@ -1208,8 +1225,11 @@ void pass_forget(struct eng *e, struct file *f);
 /* @in was just sealed by its last writer (no lock held): copy it into a
  * backing file in the background, kept for its first reader. */
 void pass_sealed(struct eng *e, struct inode *in);
-/* Memory is short: spare backing files, then kept ones nothing has open,
- * go until @want chunks are free again (evict.c). */
+/* A write filled a piece of @in, a file over min_size being written (no
+ * lock held): copy its full pieces early, in the background. */
+void pass_wrote(struct eng *e, struct inode *in);
+/* Memory is short: spare backing files, early copies, then kept ones
+ * nothing has open, go until @want chunks are free again (evict.c). */
 void pass_shed(struct eng *e, uint32_t want);
 /* fallocate on a handle passing through: on its backing file. */
 int pass_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,

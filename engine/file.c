@@ -1812,6 +1812,27 @@ bool file_wrlock_drained(struct eng *e, struct file *f)
 	return false;
 }
 
+static bool wjob_hits(const struct wjob *w, const struct file *f,
+		      uint64_t off, uint64_t end)
+{
+	return w && &w->fp->inode->file == f && w->pos < end &&
+	       w->pos + w->size > off;
+}
+
+bool file_range_queued(struct eng *e, const struct file *f, uint64_t off,
+		       uint64_t end)
+{
+	struct copier *c = &e->copier;
+	bool hit;
+
+	pthread_mutex_lock(&c->lock);
+	hit = wjob_hits(c->cur, f, off, end);
+	for (const struct wjob *w = c->head; w && !hit; w = w->next)
+		hit = wjob_hits(w, f, off, end);
+	pthread_mutex_unlock(&c->lock);
+	return hit;
+}
+
 void file_wait_writes(struct eng *e, struct file *f)
 {
 	struct copier *c = &e->copier;
@@ -1847,6 +1868,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	uint32_t need = 0;
 	int loads = 0;
 	uint64_t pos;
+	bool early = false;
 	int rc = 0;
 
 	if (queued)
@@ -1924,6 +1946,11 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	if (pos + reserved > f->size)
 		f->size = pos + reserved;
 	f->version++;
+	/* A piece filled, of a file the copier may copy early (pass.c). */
+	early = atomic_load_explicit(&e->pass.early_on, memory_order_acquire) &&
+		f->size > e->pass.min_size &&
+		(pos + reserved) >> e->store.chunk_shift !=
+			pos >> e->store.chunk_shift;
 	eng_now(&in->mtime);
 	in->ctime = in->mtime;
 	if (done) {
@@ -1947,6 +1974,8 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 out:
 	pthread_rwlock_unlock(&f->lock);
 	free(job);
+	if (early)
+		pass_wrote(e, in);
 	if (rc == -ENOSPC)
 		atomic_fetch_add(&e->cnt.enospc, 1);
 	if (reserved == 0)
@@ -2207,11 +2236,15 @@ static void *copier_main(void *arg)
 		c->head = job->next;
 		if (!c->head)
 			c->tail = NULL;
+		c->cur = job; /* file_range_queued */
 		pthread_mutex_unlock(&c->lock);
 
 		f = &job->fp->inode->file;
 		pthread_rwlock_wrlock(&f->lock);
 		copy_range(e, f, job->src, job->size, job->pos);
+		pthread_mutex_lock(&c->lock);
+		c->cur = NULL;
+		pthread_mutex_unlock(&c->lock);
 		pthread_rwlock_unlock(&f->lock);
 
 		/* Give the buffer back before waiters on the file go on. */

@@ -23,7 +23,10 @@
  * of its own at low priority, so that its first reader finds the copy
  * made (pass_sealed); an open that comes during that copy goes direct
  * (a writer's then drops the copy, stale), unless it is a reader and the
- * copy is written over a spare's pages, fast enough to wait for.
+ * copy is written over a spare's pages, fast enough to wait for.  While
+ * a large file is still written, that thread copies its full pieces
+ * early, over a spare of about its size, so that the copy at seal has
+ * only what changed since to do (struct early).
  *
  * The copy outlives its last RELEASE while the budget has room for it,
  * so that the next read-only open of the unchanged file passes through
@@ -64,6 +67,31 @@
 #define PASS_MAP_MIN (64u << 20) /* copies stored through a mapping */
 
 enum pass_state { PASS_COPYING, PASS_REGISTERING, PASS_READY, PASS_KEPT };
+
+/*
+ * A copy made early: while a file over min_size is written, the copier
+ * thread copies each piece it finds full into a spare of about the file's
+ * size (early_round), and the copy at seal starts from it (make_copy).
+ * A piece copied keeps its chunk pinned (store_get) until the seal, and a
+ * chunk with more than one reference is never written in place (a write
+ * or a punch copies it first): so a piece whose slot still has the chunk
+ * and fill it was copied from holds the bytes that were copied.  A piece
+ * found changed is unpinned and left to the seal, so that a writer going
+ * back over its pieces pays one copy on write each at most.
+ */
+#define EARLY_NONE UINT32_MAX	     /* not copied early */
+#define EARLY_GONE (UINT32_MAX - 1) /* copied, changed since: the seal's */
+#define EARLY_ROUND 64		     /* pieces copied per round, at most */
+
+struct early {
+	struct pass *sp;     /* the spare copied over (its fd and chunks) */
+	struct file *file;   /* whose (f->early is this); NULL: dropped */
+	uint32_t *ids;	     /* per piece: the chunk copied, or EARLY_* */
+	uint32_t *fills;     /* per piece: the bytes copied */
+	uint32_t cap;	     /* entries of ids and fills */
+	bool busy;	     /* a round copies into it, with no lock held */
+	struct early *next;  /* e->pass.early */
+};
 
 struct pass {
 	enum pass_state state;
@@ -205,22 +233,35 @@ static struct pass *spare_off_locked(struct eng *e, struct pass **pp)
  * again, so the spares come to match them.  Only short of room is a
  * longer spare cut (the smallest), or the longest taken.
  */
-static struct pass *take_spare_locked(struct eng *e, uint64_t size,
-				      uint32_t n)
+/*
+ * Where the smallest spare at least @size long is on the list, NULL: none;
+ * *@shorter: the longest shorter one.  pass.lock held.
+ */
+static struct pass **spare_fit_locked(struct eng *e, uint64_t size,
+				      struct pass ***shorter)
 {
-	struct pass **fit = NULL, **shorter = NULL, **pp;
-	uint32_t nfree;
+	struct pass **fit = NULL;
 
-	for (pp = &e->pass.spare; *pp; pp = &(*pp)->next) {
+	*shorter = NULL;
+	for (struct pass **pp = &e->pass.spare; *pp; pp = &(*pp)->next) {
 		uint64_t have = (*pp)->spare_size;
 
 		if (have >= size) {
 			if (!fit || have < (*fit)->spare_size)
 				fit = pp;
-		} else if (!shorter || have > (*shorter)->spare_size) {
-			shorter = pp;
+		} else if (!*shorter || have > (**shorter)->spare_size) {
+			*shorter = pp;
 		}
 	}
+	return fit;
+}
+
+static struct pass *take_spare_locked(struct eng *e, uint64_t size,
+				      uint32_t n)
+{
+	struct pass **shorter, **fit = spare_fit_locked(e, size, &shorter);
+	uint32_t nfree;
+
 	if (fit && (*fit)->spare_size - size <= size / 2)
 		return spare_off_locked(e, fit);
 	nfree = store_free_count(&e->store);
@@ -241,6 +282,74 @@ static uint32_t drop_oldest_spare_locked(struct eng *e)
 	p = spare_off_locked(e, pp);
 	retire_locked(e, p);
 	return p->nheld;
+}
+
+/*
+ * The spare for an early copy of a file @size long so far: the smallest
+ * at least as long, if at most half as long again.  The file's final size
+ * is not known yet, and a longer spare is kept for a file of its size.
+ * NULL: none (no early copy: fresh memory is too slow to be worth it).
+ * pass.lock held.
+ */
+static struct pass *take_early_spare_locked(struct eng *e, uint64_t size)
+{
+	struct pass **shorter, **fit = spare_fit_locked(e, size, &shorter);
+
+	if (fit && (*fit)->spare_size - size <= size / 2)
+		return spare_off_locked(e, fit);
+	return NULL;
+}
+
+/* The spare @sp, taken off the list, put back (or retired when the list is
+ * full or the engine stops).  pass.lock held. */
+static void spare_back_locked(struct eng *e, struct pass *sp)
+{
+	if (e->pass.stop || e->pass.nspare >= PASS_SPARES) {
+		retire_locked(e, sp);
+		return;
+	}
+	sp->next = e->pass.spare;
+	e->pass.spare = sp;
+	e->pass.nspare++;
+}
+
+/* @ea's pins from piece @from on given back, those pieces the seal's. */
+static void early_unpin_from(struct eng *e, struct early *ea, uint32_t from)
+{
+	for (uint32_t i = from; i < ea->cap; i++) {
+		if (ea->ids[i] < EARLY_GONE)
+			store_put(&e->store, ea->ids[i]);
+		ea->ids[i] = EARLY_GONE;
+	}
+}
+
+/* Free @ea, off its file and the list: its pins given back, its spare a
+ * spare again.  pass.lock held. */
+static void early_free_locked(struct eng *e, struct early *ea)
+{
+	early_unpin_from(e, ea, 0);
+	if (ea->sp)
+		spare_back_locked(e, ea->sp);
+	free(ea->ids);
+	free(ea->fills);
+	free(ea);
+}
+
+/*
+ * @ea off its file and off the list; freed now, or by the round copying
+ * into it (busy) when that ends.  pass.lock held.
+ */
+static void early_drop_locked(struct eng *e, struct early *ea)
+{
+	for (struct early **pp = &e->pass.early; *pp; pp = &(*pp)->next)
+		if (*pp == ea) {
+			*pp = ea->next;
+			break;
+		}
+	ea->file->early = NULL;
+	ea->file = NULL;
+	if (!ea->busy)
+		early_free_locked(e, ea);
 }
 
 /* Free the retired passes: their pages first, then their budget. */
@@ -274,12 +383,15 @@ void pass_fini(struct eng *e)
 		pthread_join(e->pass.copier, NULL);
 		e->pass.copier_on = false;
 	}
+	atomic_store(&e->pass.early_on, false);
 	while (e->pass.nqueue)
-		ns_unhold(e, e->pass.queue[--e->pass.nqueue]);
+		ns_unhold(e, e->pass.queue[--e->pass.nqueue].in);
 	free(e->pass.queue);
 	e->pass.queue = NULL;
 	pthread_mutex_lock(&e->pass.lock);
 	e->pass.stop = true; /* no more spares */
+	while (e->pass.early)
+		early_drop_locked(e, e->pass.early);
 	while (e->pass.spare)
 		drop_oldest_spare_locked(e);
 	while (e->pass.all) {
@@ -299,6 +411,8 @@ void pass_fini(struct eng *e)
 void pass_forget(struct eng *e, struct file *f)
 {
 	pthread_mutex_lock(&e->pass.lock);
+	if (f->early)
+		early_drop_locked(e, f->early);
 	if (f->pass) {
 		if (f->pass->dirty)
 			rft_info("passthrough: an unlinked file's last writes, "
@@ -312,11 +426,25 @@ void pass_forget(struct eng *e, struct file *f)
 void pass_shed(struct eng *e, uint32_t want)
 {
 	uint32_t freed = 0;
+	struct pass *sp;
 
 	pthread_mutex_lock(&e->pass.lock);
-	/* Spares first, the oldest first, then copies kept for readers. */
+	/* Spares first, the oldest first, then early copies, then copies
+	 * kept for readers. */
 	while (freed < want && e->pass.spare)
 		freed += drop_oldest_spare_locked(e);
+	for (struct early *ea = e->pass.early, *next; ea && freed < want;
+	     ea = next) {
+		next = ea->next;
+		if (ea->busy)
+			continue;
+		/* Not a spare again: the memory is what is wanted. */
+		sp = ea->sp;
+		ea->sp = NULL;
+		freed += sp->nheld;
+		early_drop_locked(e, ea);
+		retire_locked(e, sp);
+	}
 	for (struct pass *p = e->pass.all, *next; p && freed < want;
 	     p = next) {
 		next = p->next;
@@ -341,6 +469,7 @@ static bool copyable(struct eng *e, const struct file *f);
 static struct pass *pass_new_locked(struct eng *e, struct file *f);
 static int make_copy(struct eng *e, struct inode *in, struct pass *p);
 static void abandon_locked(struct eng *e, struct file *f, struct pass *p);
+static bool early_round(struct eng *e, struct inode *in);
 
 /* Copy the sealed file @in into a new backing file, kept for its first
  * reader.  No lock held; @in held. */
@@ -358,6 +487,9 @@ static void copy_sealed(struct eng *e, struct inode *in)
 		if (p)
 			p->sealed_copy = true;
 	}
+	/* An early copy with no copy at seal to finish it: of no use. */
+	if (!p && f->early && f->writers == 0)
+		early_drop_locked(e, f->early);
 	pthread_mutex_unlock(&e->pass.lock);
 	pthread_rwlock_unlock(&f->lock);
 	pthread_rwlock_unlock(&e->ns.lock);
@@ -382,7 +514,7 @@ static void *copier_main(void *arg)
 	(void)nice(19);
 	pthread_mutex_lock(&e->pass.lock);
 	for (;;) {
-		struct inode *in;
+		struct pass_job job;
 
 		while (!e->pass.stop && !e->pass.nqueue && !e->pass.dead)
 			pthread_cond_wait(&e->pass.work, &e->pass.lock);
@@ -394,49 +526,74 @@ static void *copier_main(void *arg)
 			pthread_mutex_lock(&e->pass.lock);
 			continue;
 		}
-		in = e->pass.queue[0];
+		job = e->pass.queue[0];
 		memmove(e->pass.queue, e->pass.queue + 1,
 			--e->pass.nqueue * sizeof(*e->pass.queue));
 		pthread_mutex_unlock(&e->pass.lock);
-		copy_sealed(e, in);
-		ns_unhold(e, in);
+		if (!job.early)
+			copy_sealed(e, job.in);
+		else if (early_round(e, job.in))
+			pass_wrote(e, job.in); /* more: after the others */
+		ns_unhold(e, job.in);
 		pthread_mutex_lock(&e->pass.lock);
 	}
 	pthread_mutex_unlock(&e->pass.lock);
 	return NULL;
 }
 
-void pass_sealed(struct eng *e, struct inode *in)
+/* Queue @in, held here, for the copier thread.  False: no memory. */
+static bool queue_job(struct eng *e, struct inode *in, bool early)
 {
-	struct file *f = &in->file;
-	bool want;
-
-	if (e->pass.mnt < 0 || e->gops || !e->pass.copier_on)
-		return;
-	pthread_rwlock_rdlock(&f->lock);
-	want = f->size > e->pass.min_size && f->writers == 0;
-	pthread_rwlock_unlock(&f->lock);
-	if (!want)
-		return;
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in->holds++;
 	pthread_rwlock_unlock(&e->ns.lock);
 	pthread_mutex_lock(&e->pass.lock);
 	if (e->pass.nqueue == e->pass.capqueue) {
 		unsigned cap = e->pass.capqueue ? 2 * e->pass.capqueue : 16;
-		struct inode **q = realloc(e->pass.queue, cap * sizeof(*q));
+		struct pass_job *q = realloc(e->pass.queue, cap * sizeof(*q));
 
 		if (!q) {
 			pthread_mutex_unlock(&e->pass.lock);
 			ns_unhold(e, in);
-			return;
+			return false;
 		}
 		e->pass.queue = q;
 		e->pass.capqueue = cap;
 	}
-	e->pass.queue[e->pass.nqueue++] = in;
+	e->pass.queue[e->pass.nqueue++] = (struct pass_job){ in, early };
 	pthread_cond_signal(&e->pass.work);
 	pthread_mutex_unlock(&e->pass.lock);
+	return true;
+}
+
+void pass_sealed(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	bool want, gone;
+
+	if (e->pass.mnt < 0 || e->gops || !e->pass.copier_on)
+		return;
+	pthread_rwlock_rdlock(&f->lock);
+	want = f->size > e->pass.min_size && f->writers == 0;
+	gone = !want && f->writers == 0;
+	if (gone) {
+		/* Cut short before its seal: an early copy is of no use. */
+		pthread_mutex_lock(&e->pass.lock);
+		if (f->early)
+			early_drop_locked(e, f->early);
+		pthread_mutex_unlock(&e->pass.lock);
+	}
+	pthread_rwlock_unlock(&f->lock);
+	if (want)
+		queue_job(e, in, false);
+}
+
+void pass_wrote(struct eng *e, struct inode *in)
+{
+	if (atomic_exchange(&in->file.early_queued, true))
+		return; /* a round is queued, and will see this piece */
+	if (!queue_job(e, in, true))
+		atomic_store(&in->file.early_queued, false);
 }
 
 int eng_pass_enable(struct eng *e, uint64_t min_size)
@@ -482,9 +639,11 @@ int eng_pass_enable(struct eng *e, uint64_t min_size)
 	}
 	e->pass.min_size = min_size;
 	e->pass.mnt = mnt;
-	if (pthread_create(&e->pass.copier, NULL, copier_main, e) == 0)
+	if (pthread_create(&e->pass.copier, NULL, copier_main, e) == 0) {
 		e->pass.copier_on = true;
-	else
+		atomic_store_explicit(&e->pass.early_on, true,
+				      memory_order_release);
+	} else
 		rft_info("passthrough: no copier thread: files are copied "
 			 "at their first open instead");
 	rft_info("passthrough: on, for sealed files over %" PRIu64
@@ -763,6 +922,219 @@ static struct copy_job *job_new(struct eng *e, struct inode *in)
 	return j;
 }
 
+/* @ea with room for @n pieces; false: no memory.  pass.lock held. */
+static bool early_grow_locked(struct early *ea, uint32_t n)
+{
+	uint32_t *ids, *fills;
+
+	if (n <= ea->cap)
+		return true;
+	ids = realloc(ea->ids, n * sizeof(*ids));
+	if (ids)
+		ea->ids = ids;
+	fills = ids ? realloc(ea->fills, n * sizeof(*fills)) : NULL;
+	if (!fills)
+		return false;
+	ea->fills = fills;
+	for (uint32_t i = ea->cap; i < n; i++)
+		ea->ids[i] = EARLY_NONE;
+	ea->cap = n;
+	return true;
+}
+
+/*
+ * @in's early copy, made now if it has none and a spare fits it; NULL:
+ * none to make (the file is not being written, is small, passes through,
+ * is gone).  One outgrown moves to a spare that fits, from the start.
+ * ns->lock and the file's lock (read), and pass.lock held.
+ */
+static struct early *early_get_locked(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	struct early *ea = f->early;
+	struct pass *sp;
+
+	if (e->pass.stop || f->pass || in->nlink == 0) {
+		if (ea)
+			early_drop_locked(e, ea);
+		return NULL;
+	}
+	if (f->writers == 0 || f->size <= e->pass.min_size)
+		return NULL;
+	if (ea && ea->sp->spare_size < f->size &&
+	    (sp = take_early_spare_locked(e, f->size))) {
+		early_unpin_from(e, ea, 0);
+		for (uint32_t i = 0; i < ea->cap; i++)
+			ea->ids[i] = EARLY_NONE;
+		spare_back_locked(e, ea->sp);
+		ea->sp = sp;
+	}
+	if (ea || !(sp = take_early_spare_locked(e, f->size)))
+		return ea;
+	ea = calloc(1, sizeof(*ea));
+	if (!ea) {
+		spare_back_locked(e, sp);
+		return NULL;
+	}
+	ea->sp = sp;
+	ea->file = f;
+	ea->next = e->pass.early;
+	e->pass.early = ea;
+	f->early = ea;
+	return ea;
+}
+
+/*
+ * The pieces of @f to copy into @ea this round, pinned, into @j (room for
+ * EARLY_ROUND): full ones not copied yet that lie within the spare's
+ * pages, with no write to them still queued.  Pieces copied before and
+ * changed since are unpinned.  True when some were left for a next round.
+ * The file's lock (read) and pass.lock held.
+ */
+static bool early_pick_locked(struct eng *e, struct file *f, struct early *ea,
+			      struct copy_job *j)
+{
+	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
+	uint64_t room = ea->sp->spare_size >> shift;
+	bool queued = atomic_load(&f->pending) != 0, more = false;
+
+	if (!early_grow_locked(ea, f->nslots))
+		return false;
+	early_unpin_from(e, ea, f->nslots); /* cut off by a truncate */
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		const struct slot *s = &f->slots[i];
+		uint32_t had = ea->ids[i];
+
+		if (had < EARLY_GONE) {
+			if (!slot_in_ram(s) || s->chunk != had ||
+			    s->fill != ea->fills[i]) {
+				store_put(&e->store, had);
+				ea->ids[i] = EARLY_GONE;
+			}
+			continue;
+		}
+		if (had == EARLY_GONE || !slot_in_ram(s) || s->fill != cs ||
+		    i >= room)
+			continue;
+		if (j->n == EARLY_ROUND) {
+			more = true;
+			continue;
+		}
+		if (queued && file_range_queued(e, f, (uint64_t)i << shift,
+						((uint64_t)i + 1) << shift))
+			continue;
+		store_get(&e->store, s->chunk);
+		j->ids[j->n] = s->chunk;
+		j->fills[j->n] = cs;
+		j->idx[j->n++] = i;
+	}
+	return more;
+}
+
+/*
+ * One round of @in's early copy (the copier thread, no lock held, @in
+ * held): its full pieces not copied yet, EARLY_ROUND at most.  True when
+ * some were left for the next round.
+ */
+static bool early_round(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	uint32_t ids[EARLY_ROUND], fills[EARLY_ROUND], idx[EARLY_ROUND];
+	struct copy_job j = { .ids = ids, .fills = fills, .idx = idx };
+	struct early *ea;
+	bool more = false;
+	int rc;
+
+	atomic_store(&f->early_queued, false); /* writes from now queue again */
+	pthread_rwlock_rdlock(&e->ns.lock);
+	pthread_rwlock_rdlock(&f->lock);
+	pthread_mutex_lock(&e->pass.lock);
+	ea = early_get_locked(e, in);
+	if (ea)
+		more = early_pick_locked(e, f, ea, &j);
+	if (j.n)
+		ea->busy = true;
+	pthread_mutex_unlock(&e->pass.lock);
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (!j.n)
+		return false;
+
+	/* The chunks are pinned, so nothing writes them meanwhile. */
+	rc = copy_pieces(e, &j, ea->sp->fd, 0, j.n);
+
+	pthread_mutex_lock(&e->pass.lock);
+	ea->busy = false;
+	for (uint32_t k = 0; k < j.n; k++)
+		if (rc == 0 && ea->file) {
+			ea->ids[idx[k]] = ids[k]; /* the pin is its now */
+			ea->fills[idx[k]] = fills[k];
+		} else {
+			store_put(&e->store, ids[k]);
+		}
+	if (!ea->file) /* dropped while it copied */
+		early_free_locked(e, ea);
+	pthread_cond_broadcast(&e->pass.cond);
+	pthread_mutex_unlock(&e->pass.lock);
+	if (rc < 0) {
+		rft_dbg("passthrough: inode %" PRIu64 ": early copy: %s",
+			in->ino, strerror(-rc));
+		return false;
+	}
+	atomic_fetch_add(&e->pass.early_bytes, (uint64_t)j.n * fills[0]);
+	return more;
+}
+
+/*
+ * @f's early copy, taken off it for the copy at seal to finish, once no
+ * round is copying into it; NULL: none.  pass.lock held.
+ */
+static struct early *early_take_locked(struct eng *e, struct file *f)
+{
+	struct early *ea;
+
+	while ((ea = f->early) && ea->busy)
+		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+	if (!ea)
+		return NULL;
+	for (struct early **pp = &e->pass.early; *pp; pp = &(*pp)->next)
+		if (*pp == ea) {
+			*pp = ea->next;
+			break;
+		}
+	f->early = NULL;
+	ea->file = NULL;
+	return ea;
+}
+
+/*
+ * What is left of @j to copy over @ea, into @todo (arrays of @j's room):
+ * the pieces not copied early from the same chunk and fill.  Returns the
+ * bytes copied early already.
+ */
+static uint64_t early_left(const struct early *ea, const struct copy_job *j,
+			   struct copy_job *todo)
+{
+	uint64_t done = 0;
+
+	todo->n = 0;
+	todo->version = j->version;
+	todo->size = j->size;
+	for (uint32_t k = 0; k < j->n; k++) {
+		uint32_t i = j->idx[k];
+
+		if (i < ea->cap && ea->ids[i] == j->ids[k] &&
+		    ea->fills[i] == j->fills[k]) {
+			done += j->fills[k];
+			continue;
+		}
+		todo->ids[todo->n] = j->ids[k];
+		todo->fills[todo->n] = j->fills[k];
+		todo->idx[todo->n++] = i;
+	}
+	return done;
+}
+
 /*
  * @p's backing file, a spare or a new one, filled with @in's bytes, with
  * no lock held.  0, or -errno / -ESTALE (the file changed meanwhile).
@@ -770,8 +1142,10 @@ static struct copy_job *job_new(struct eng *e, struct inode *in)
 static int make_copy(struct eng *e, struct inode *in, struct pass *p)
 {
 	struct file *f = &in->file;
-	struct copy_job *j = job_new(e, in);
+	struct copy_job *j = job_new(e, in), left = { 0 };
 	struct timespec t0, t1;
+	struct early *ea;
+	uint64_t early = 0;
 	struct pass *sp;
 	int rc = 0;
 
@@ -779,7 +1153,24 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p)
 		return -ENOMEM;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pthread_mutex_lock(&e->pass.lock);
-	sp = take_spare_locked(e, j->size, j->n);
+	ea = early_take_locked(e, f);
+	if (ea) {
+		/* Its spare, and what it holds already. */
+		sp = ea->sp;
+		ea->sp = NULL;
+		left.ids = malloc(((size_t)j->n + 1) * sizeof(*left.ids));
+		left.fills = malloc(((size_t)j->n + 1) * sizeof(*left.fills));
+		left.idx = malloc(((size_t)j->n + 1) * sizeof(*left.idx));
+		if (left.ids && left.fills && left.idx)
+			early = early_left(ea, j, &left);
+		else
+			rc = -ENOMEM;
+		/* Little left to copy: fast, readers may wait for it. */
+		if (!rc && j->size - early <= j->size / 4)
+			p->over_pages = true;
+	} else {
+		sp = take_spare_locked(e, j->size, j->n);
+	}
 	pthread_mutex_unlock(&e->pass.lock);
 	if (sp) {
 		/* Its chunks stand for its pages: ours now. */
@@ -790,14 +1181,16 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p)
 		free(sp);
 		if (p->nheld > j->n)
 			unhold_to(e, p, j->n);
-		else
+		else if (!rc)
 			rc = hold(e, p, j->n - p->nheld);
 	} else {
 		p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
 			       0600);
 		rc = p->fd < 0 ? -errno : hold(e, p, j->n);
 	}
-	if (!rc)
+	if (!rc && ea)
+		rc = copy_over(e, &left, p);
+	else if (!rc)
 		rc = sp ? copy_over(e, j, p) : copy_pieces(e, j, p->fd, 0, j->n);
 	if (!rc && sp)
 		rc = punch_gaps(e, j, p->fd);
@@ -815,14 +1208,24 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p)
 		atomic_fetch_add(&e->pass.bytes, j->size);
 		if (sp)
 			atomic_fetch_add(&e->pass.reused, 1);
+		atomic_fetch_add(&e->pass.early_used, early);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	rft_dbg("passthrough: inode %" PRIu64 ": %" PRIu64 " bytes copied "
 		"in %.1f ms, over a spare of %" PRIu64 ", %" PRIu64
-		" of them mapped: %s",
+		" of them early, %" PRIu64 " mapped: %s",
 		in->ino, j->size,
 		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
-		j->spare, j->mapped, rc < 0 ? strerror(-rc) : "done");
+		j->spare, early, ea ? left.mapped : j->mapped,
+		rc < 0 ? strerror(-rc) : "done");
+	if (ea) {
+		pthread_mutex_lock(&e->pass.lock);
+		early_free_locked(e, ea); /* its pins; its spare is @p's */
+		pthread_mutex_unlock(&e->pass.lock);
+		free(left.ids);
+		free(left.fills);
+		free(left.idx);
+	}
 	job_free(e, j);
 	return rc;
 }

@@ -485,6 +485,8 @@ enum {
 	CNT_PASS_FILES,
 	CNT_PASS_BYTES,
 	CNT_PASS_REUSED,
+	CNT_PASS_EARLY,
+	CNT_PASS_EARLY_USED,
 	CNT_N
 };
 
@@ -520,6 +522,13 @@ static const struct rep_field cnt_fields[CNT_N] = {
 	[CNT_PASS_REUSED] = REP_EXPORT("passthrough_reused", REP_COUNT,
 		REP_COUNTER, "reftfs_passthrough_reused_total",
 		"Copies made over a spare backing file's pages."),
+	[CNT_PASS_EARLY] = REP_EXPORT("passthrough_early_bytes", REP_BYTES,
+		REP_COUNTER, "reftfs_passthrough_early_bytes_total",
+		"Bytes copied to backing files while their files were written."),
+	[CNT_PASS_EARLY_USED] = REP_EXPORT("passthrough_early_used_bytes",
+		REP_BYTES, REP_COUNTER,
+		"reftfs_passthrough_early_used_bytes_total",
+		"Of the bytes copied early, those a copy at seal found unchanged."),
 };
 
 enum {
@@ -1213,7 +1222,9 @@ static const struct rep_text status_text[] = {
 	    "passthrough on: {counters.passthrough_opens} opens, "
 	    "{counters.passthrough_files} files copied "
 	    "({counters.passthrough_bytes}; "
-	    "{counters.passthrough_reused} over spare pages), "
+	    "{counters.passthrough_reused} over spare pages, "
+	    "{counters.passthrough_early_bytes} while written, "
+	    "{counters.passthrough_early_used_bytes} of them used), "
 	    "{fuse.passthrough_held_bytes} held now"),
 	TXT("!persist.enabled", "persist", "disabled (no --persist directory)"),
 	TXT("persist.enabled", "persist",
@@ -1380,6 +1391,8 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_PASS_FILES, st.pass_files);
 	rep_set_u64(g, CNT_PASS_BYTES, st.pass_bytes);
 	rep_set_u64(g, CNT_PASS_REUSED, st.pass_reused);
+	rep_set_u64(g, CNT_PASS_EARLY, st.pass_early_bytes);
+	rep_set_u64(g, CNT_PASS_EARLY_USED, st.pass_early_used);
 
 	g = rep_obj(top, ST_PERSIST);
 	rep_set_bool(g, PER_ENABLED, st.persist_enabled);

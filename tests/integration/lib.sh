@@ -361,9 +361,11 @@ _t_pass_report() {
 	log "$1: $(admin "$1" --json status 2>/dev/null | "$PY" -c '
 import json, sys
 c = json.load(sys.stdin)["counters"]
-print("%d opens passed through, %d files copied, %d over a spare" % (
+print("%d opens passed through, %d files copied, %d over a spare, "
+      "%d bytes early (%d used)" % (
     c["passthrough_opens"], c["passthrough_files"],
-    c["passthrough_reused"]))' 2>/dev/null || echo "no status")"
+    c["passthrough_reused"], c["passthrough_early_bytes"],
+    c["passthrough_early_used_bytes"]))' 2>/dev/null || echo "no status")"
 }
 
 # start_daemon MNT [reftfsd options...]: run reftfsd in the foreground (-f)

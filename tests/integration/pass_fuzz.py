@@ -313,7 +313,9 @@ def main():
     print(f"pass_fuzz: {args.ops} operations {counts}; "
           f"{c['passthrough_opens']} opens passed through, "
           f"{c['passthrough_files']} files copied, "
-          f"{c['passthrough_reused']} of them over a spare", flush=True)
+          f"{c['passthrough_reused']} of them over a spare, "
+          f"{c['passthrough_early_bytes']} bytes copied early "
+          f"({c['passthrough_early_used_bytes']} used)", flush=True)
     if not st["fuse"]["passthrough"]:
         print("pass_fuzz: FAIL: passthrough is off", flush=True)
         return 1

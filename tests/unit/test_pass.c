@@ -7,6 +7,7 @@
  * through writes the backing file itself.  Needs root (the backing tmpfs
  * is mounted with fsopen); skipped otherwise.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -579,6 +581,180 @@ static void test_racing_opens(void **state)
 	}
 }
 
+/* At least @want bytes copied early so far. */
+static void wait_early(struct tfx *t, uint64_t want)
+{
+	struct eng_stats st;
+
+	for (int i = 0; i < 1000; i++) {
+		stats(t, &st);
+		if (st.pass_early_bytes >= want)
+			return;
+		usleep(10 * 1000);
+	}
+	assert_true(st.pass_early_bytes >= want);
+}
+
+static struct eng_file *create_trunc(struct tfx *t)
+{
+	struct eng_file *fw;
+	struct stat sb;
+
+	assert_int_equal(eng_create(t->fx.e, 1, "f", 0644, getuid(), getgid(),
+				    O_CREAT | O_WRONLY | O_TRUNC, &sb, &fw,
+				    NULL),
+			 0);
+	return fw;
+}
+
+/* A reader of "f" passes through to a copy that holds @want, @len bytes. */
+static void assert_reads(struct tfx *t, const uint8_t *want, size_t len,
+			 int id)
+{
+	struct eng_open_info r;
+	struct eng_file *fr = open_as(t, O_RDONLY, &r);
+
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, id), id);
+	assert_backing(r.pass_fd, want, len);
+	assert_int_equal(eng_release(t->fx.e, fr), id);
+}
+
+/*
+ * "f" written again, the spare its last copy left waiting: its full
+ * pieces are copied as they fill, once the file is long enough for the
+ * spare to fit it.  The copy at seal copies only what is not there as it
+ * is now: a piece written again after its early copy, and the last.
+ */
+static void test_early_copy(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_file *fw;
+	struct eng_stats st;
+	uint8_t *want = malloc(FSIZE);
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 11);
+	fw = create_trunc(t); /* the copy of "f" a spare of FSIZE now */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(eng_write(t->fx.e, fw, want + i * MiB, MiB,
+					   i * MiB),
+				 MiB);
+	/* 3 MiB long: the spare fits, and pieces 0-2 are full. */
+	wait_early(t, 3 * MiB);
+	want[MiB + 5] ^= 0xff;
+	assert_int_equal(eng_write(t->fx.e, fw, want + MiB + 5, 1, MiB + 5),
+			 1);
+	assert_int_equal(eng_write(t->fx.e, fw, want + 3 * MiB, FSIZE - 3 * MiB,
+				   3 * MiB),
+			 FSIZE - 3 * MiB);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	wait_files(t, 2);
+	stats(t, &st);
+	assert_int_equal(st.pass_early_bytes, 3 * MiB);
+	assert_int_equal(st.pass_early_used, 2 * MiB); /* not piece 1 */
+	assert_int_equal(st.pass_reused, 1);
+	assert_reads(t, want, FSIZE, 5);
+	free(want);
+}
+
+static uint64_t rnd(uint64_t *r, uint64_t n)
+{
+	*r ^= *r << 13;
+	*r ^= *r >> 7;
+	*r ^= *r << 17;
+	return n ? *r % n : 0;
+}
+
+/*
+ * Early copies against a model: "f" written again and again, 6-8 MiB,
+ * mostly appended to (the copier copies pieces as they fill) but also
+ * written over, cut and punched, with pauses that let rounds run between.
+ * Each time, once sealed and copied, a reader must see the model's bytes.
+ * PASS_SEED=n replays the operations (not the copier's timing).
+ */
+static void test_early_fuzz(void **state)
+{
+	struct tfx *t = *state;
+	const char *env = getenv("PASS_SEED");
+	uint64_t seed = env && *env ? strtoull(env, NULL, 0)
+				    : (uint64_t)time(NULL) | 1;
+	uint64_t r = seed, files = 1;
+	const size_t max = 10 * MiB; /* past the longest append */
+	uint8_t *model = malloc(max), *buf = malloc(2 * MiB);
+	struct eng_stats st;
+
+	NEED_PASS(t);
+	print_message("test_early_fuzz: PASS_SEED=%" PRIu64 "\n", seed);
+	wait_files(t, 1);
+	for (int round = 0; round < 12; round++) {
+		struct eng_file *fw = create_trunc(t);
+		uint64_t size = 0, target = 6 * MiB + rnd(&r, 2 * MiB);
+
+		while (size < target) {
+			uint64_t op = rnd(&r, 10), at, n;
+
+			if (op < 6) { /* append */
+				n = MiB / 2 + rnd(&r, MiB);
+				fx_fill(buf, n, (unsigned)rnd(&r, 1000));
+				assert_int_equal(eng_write(t->fx.e, fw, buf, n,
+							   (off_t)size),
+						 (ssize_t)n);
+				memcpy(model + size, buf, n);
+				size += n;
+			} else if (op < 8 && size) { /* write over */
+				at = rnd(&r, size);
+				n = 1 + rnd(&r, 64 * 1024);
+				if (at + n > max)
+					n = max - at;
+				fx_fill(buf, n, (unsigned)rnd(&r, 1000));
+				assert_int_equal(eng_write(t->fx.e, fw, buf, n,
+							   (off_t)at),
+						 (ssize_t)n);
+				memcpy(model + at, buf, n);
+				if (at + n > size)
+					size = at + n;
+			} else if (op == 8) { /* cut */
+				struct eng_setattr sa = { .valid = ENG_SET_SIZE,
+							  .size = rnd(&r,
+								      size + 1) };
+				struct stat sb;
+
+				assert_int_equal(eng_setattr(t->fx.e, t->ino, fw,
+							     &sa, &sb),
+						 0);
+				size = sa.size;
+			} else if (size) { /* punch */
+				at = rnd(&r, size);
+				n = 1 + rnd(&r, 2 * MiB);
+				assert_int_equal(
+					eng_fallocate(t->fx.e, fw,
+						      ENG_FALLOC_PUNCH_HOLE |
+							      ENG_FALLOC_KEEP_SIZE,
+						      (off_t)at, (off_t)n),
+					0);
+				memset(model + at, 0,
+				       at + n < size ? n : size - at);
+			}
+			/* Bytes past the size read as zeroes if it grows. */
+			memset(model + size, 0, max - size);
+			if (rnd(&r, 3) == 0)
+				usleep((useconds_t)rnd(&r, 3000));
+		}
+		assert_int_equal(eng_release(t->fx.e, fw), 0);
+		wait_files(t, ++files);
+		assert_reads(t, model, size, 10 + round);
+	}
+	stats(t, &st);
+	print_message("test_early_fuzz: %" PRIu64 " bytes copied early, %" PRIu64
+		      " of them used at seal\n",
+		      st.pass_early_bytes, st.pass_early_used);
+	assert_true(st.pass_early_bytes > 0);
+	assert_true(st.pass_early_used > 0);
+	free(model);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -601,6 +777,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_no_room_direct,
 						setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_racing_opens, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_early_copy, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_early_fuzz, setup_big,
 						teardown),
 	};
 
