@@ -1215,7 +1215,8 @@ void file_drop_writer(struct eng *e, struct inode *in);
 bool file_range_queued(struct eng *e, const struct file *f, uint64_t off,
 		       uint64_t end);
 /* GETATTR of a file whose writers pass through: the backing file's size
- * and times.  ns->lock held (pass.lock is a leaf under it). */
+ * and times.  ns->lock and the file's lock held (pass.lock is under
+ * them). */
 void pass_stat(struct eng *e, struct file *f, struct stat *st);
 /* A truncate of a file passing through: its backing file too.  No lock. */
 void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
