@@ -1946,9 +1946,10 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	if (pos + reserved > f->size)
 		f->size = pos + reserved;
 	f->version++;
-	/* A piece filled, of a file the copier may copy early (pass.c). */
+	/* A piece filled, of a file the copier may copy early (pass.c);
+	 * not by a take from a backing file (its file passes through). */
 	early = atomic_load_explicit(&e->pass.early_on, memory_order_acquire) &&
-		f->size > e->pass.min_size &&
+		!fp->pass && f->size > e->pass.min_size &&
 		(pos + reserved) >> e->store.chunk_shift !=
 			pos >> e->store.chunk_shift;
 	eng_now(&in->mtime);

@@ -219,21 +219,6 @@ static struct pass *spare_off_locked(struct eng *e, struct pass **pp)
 }
 
 /*
- * The spare to make a copy of @size bytes (@n chunks) over, taken off the
- * list; NULL: none, make it in fresh memory.  pass.lock held.
- *
- * A spare is kept for its pages, and a copy cuts it to size: the pages
- * past the end are freed, and the next file that long faults them in
- * again (on these guests in the host too).  So the first choice is the
- * smallest spare at least as long, if at most half as long again.  Else,
- * when the arena has room to hold the copy and still stay clear of
- * eviction (the high mark, a quarter free), a longer spare is kept for a
- * file that fits it: the copy grows the longest shorter spare, or goes
- * to fresh memory.  Checkpoints save files of the same sizes again and
- * again, so the spares come to match them.  Only short of room is a
- * longer spare cut (the smallest), or the longest taken.
- */
-/*
  * Where the smallest spare at least @size long is on the list, NULL: none;
  * *@shorter: the longest shorter one.  pass.lock held.
  */
@@ -256,6 +241,21 @@ static struct pass **spare_fit_locked(struct eng *e, uint64_t size,
 	return fit;
 }
 
+/*
+ * The spare to make a copy of @size bytes (@n chunks) over, taken off the
+ * list; NULL: none, make it in fresh memory.  pass.lock held.
+ *
+ * A spare is kept for its pages, and a copy cuts it to size: the pages
+ * past the end are freed, and the next file that long faults them in
+ * again (on these guests in the host too).  So the first choice is the
+ * smallest spare at least as long, if at most half as long again.  Else,
+ * when the arena has room to hold the copy and still stay clear of
+ * eviction (the high mark, a quarter free), a longer spare is kept for a
+ * file that fits it: the copy grows the longest shorter spare, or goes
+ * to fresh memory.  Checkpoints save files of the same sizes again and
+ * again, so the spares come to match them.  Only short of room is a
+ * longer spare cut (the smallest), or the longest taken.
+ */
 static struct pass *take_spare_locked(struct eng *e, uint64_t size,
 				      uint32_t n)
 {
@@ -335,11 +335,8 @@ static void early_free_locked(struct eng *e, struct early *ea)
 	free(ea);
 }
 
-/*
- * @ea off its file and off the list; freed now, or by the round copying
- * into it (busy) when that ends.  pass.lock held.
- */
-static void early_drop_locked(struct eng *e, struct early *ea)
+/* @ea off its file and off the list.  pass.lock held. */
+static void early_detach_locked(struct eng *e, struct early *ea)
 {
 	for (struct early **pp = &e->pass.early; *pp; pp = &(*pp)->next)
 		if (*pp == ea) {
@@ -348,6 +345,13 @@ static void early_drop_locked(struct eng *e, struct early *ea)
 		}
 	ea->file->early = NULL;
 	ea->file = NULL;
+}
+
+/* @ea detached, and freed now or by the round copying into it (busy) when
+ * that ends.  pass.lock held. */
+static void early_drop_locked(struct eng *e, struct early *ea)
+{
+	early_detach_locked(e, ea);
 	if (!ea->busy)
 		early_free_locked(e, ea);
 }
@@ -1095,15 +1099,8 @@ static struct early *early_take_locked(struct eng *e, struct file *f)
 
 	while ((ea = f->early) && ea->busy)
 		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
-	if (!ea)
-		return NULL;
-	for (struct early **pp = &e->pass.early; *pp; pp = &(*pp)->next)
-		if (*pp == ea) {
-			*pp = ea->next;
-			break;
-		}
-	f->early = NULL;
-	ea->file = NULL;
+	if (ea)
+		early_detach_locked(e, ea);
 	return ea;
 }
 
