@@ -98,18 +98,26 @@ static void stats(struct tfx *t, struct eng_stats *st)
 	eng_get_stats(t->fx.e, st);
 }
 
-/* At least @n files copied to backing files so far. */
-static void wait_files(struct tfx *t, uint64_t n)
+/* Until the counter at @off in eng_stats is at least @n (10 s at most). */
+static void wait_count(struct tfx *t, size_t off, uint64_t n)
 {
 	struct eng_stats st;
+	uint64_t got = 0;
 
 	for (int i = 0; i < 1000; i++) {
 		stats(t, &st);
-		if (st.pass_files >= n)
+		memcpy(&got, (const char *)&st + off, sizeof(got));
+		if (got >= n)
 			return;
 		usleep(10 * 1000);
 	}
-	assert_true(st.pass_files >= n);
+	assert_true(got >= n);
+}
+
+/* At least @n files copied to backing files so far. */
+static void wait_files(struct tfx *t, uint64_t n)
+{
+	wait_count(t, offsetof(struct eng_stats, pass_files), n);
 }
 
 /*
@@ -584,15 +592,7 @@ static void test_racing_opens(void **state)
 /* At least @want bytes copied early so far. */
 static void wait_early(struct tfx *t, uint64_t want)
 {
-	struct eng_stats st;
-
-	for (int i = 0; i < 1000; i++) {
-		stats(t, &st);
-		if (st.pass_early_bytes >= want)
-			return;
-		usleep(10 * 1000);
-	}
-	assert_true(st.pass_early_bytes >= want);
+	wait_count(t, offsetof(struct eng_stats, pass_early_bytes), want);
 }
 
 static struct eng_file *create_trunc(struct tfx *t)
