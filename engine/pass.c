@@ -910,12 +910,15 @@ static struct copy_job *job_new(struct eng *e, struct inode *in)
 		for (uint32_t i = 0; i < f->nslots; i++) {
 			const struct slot *s = &f->slots[i];
 			uint32_t len = file_piece_len(e, j->size, i);
+			uint32_t fill = s->fill < len ? s->fill : len;
 
-			if (s->where != PIECE_RAM)
+			/* Nothing in it: a hole to the copy (punch_gaps), where
+			 * an empty pwritev would end it with EIO. */
+			if (s->where != PIECE_RAM || fill == 0)
 				continue;
 			store_get(&e->store, s->chunk);
 			j->ids[j->n] = s->chunk;
-			j->fills[j->n] = s->fill < len ? s->fill : len;
+			j->fills[j->n] = fill;
 			j->idx[j->n++] = i;
 		}
 	pthread_rwlock_unlock(&f->lock);
