@@ -320,6 +320,8 @@ struct file {
 	struct early *early;	/* its copy made while it is written
 				   (pass.c); eng->pass.lock */
 	_Atomic bool early_queued; /* for the copier's next early round */
+	unsigned pass_cuts;	/* truncates in progress while passthrough
+				   is on (pass_cut_begin); eng->pass.lock */
 	/*
 	 * The group.  The owner is the node that writes the file and keeps
 	 * its data whole; the others learn its size and checksums from its
@@ -1220,6 +1222,14 @@ bool file_range_queued(struct eng *e, const struct file *f, uint64_t off,
 void pass_stat(struct eng *e, struct file *f, struct stat *st);
 /* A truncate of a file passing through: its backing file too.  No lock. */
 void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
+/*
+ * A truncate by SETATTR is about to change inode @ino, its backing file
+ * too: no take of a writer's bytes runs until pass_cut_end (a take in
+ * progress is waited for), lest it put back bytes or a size the truncate
+ * changed.  The inode, held, or NULL if there is none.  No lock held.
+ */
+struct inode *pass_cut_begin(struct eng *e, uint64_t ino);
+void pass_cut_end(struct eng *e, struct inode *in);
 /* @f goes (its inode is freed): a kept backing file with it.  ns->lock
  * held for writing. */
 void pass_forget(struct eng *e, struct file *f);

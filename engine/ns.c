@@ -614,10 +614,13 @@ static int apply_setattr(struct eng *e, const struct nsop *op,
 			      ENG_SET_ATIME_NOW | ENG_SET_MTIME_NOW |
 			      ENG_SET_CTIME | ENG_SET_KILL_SETID;
 	struct file *f = NULL;
-	struct inode *in;
+	struct inode *in, *cut = NULL;
 	bool kick = false, pass_trunc = false;
 	int rc = 0;
 
+	/* Its bytes and its backing file's change with no take between. */
+	if ((sa->valid & ENG_SET_SIZE) && e->pass.mnt >= 0)
+		cut = pass_cut_begin(e, op->ino);
 again:
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in = ns_find(&e->ns, op->ino);
@@ -727,6 +730,8 @@ out:
 		eng_post_dirty(e, in);
 	if (pass_trunc)
 		ns_unhold(e, in);
+	if (cut)
+		pass_cut_end(e, cut);
 	return rc;
 }
 

@@ -1454,8 +1454,7 @@ int pass_take(struct eng *e, struct eng_file *fp)
 	if (!fp->pass || !fp->writer)
 		return 0;
 	pthread_mutex_lock(&e->pass.lock);
-	p = f->pass;
-	while (p && p->taking)
+	while ((p = f->pass) && (p->taking || f->pass_cuts))
 		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
 	/*
 	 * Taken every time: stores through a shared mapping of a tmpfs file
@@ -1609,6 +1608,38 @@ void pass_truncate(struct eng *e, struct inode *in, uint64_t size)
 			"'s backing file: %s",
 			in->ino, strerror(errno));
 	close(fd);
+}
+
+struct inode *pass_cut_begin(struct eng *e, uint64_t ino)
+{
+	struct inode *in;
+	struct file *f;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode))
+		in->holds++;
+	else
+		in = NULL; /* refused by the caller */
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (!in)
+		return NULL;
+	f = &in->file;
+	pthread_mutex_lock(&e->pass.lock);
+	while (f->pass && f->pass->taking)
+		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+	f->pass_cuts++;
+	pthread_mutex_unlock(&e->pass.lock);
+	return in;
+}
+
+void pass_cut_end(struct eng *e, struct inode *in)
+{
+	pthread_mutex_lock(&e->pass.lock);
+	in->file.pass_cuts--;
+	pthread_cond_broadcast(&e->pass.cond);
+	pthread_mutex_unlock(&e->pass.lock);
+	ns_unhold(e, in);
 }
 
 int pass_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,

@@ -493,6 +493,109 @@ static void test_truncate_reaches_copy(void **state)
 	assert_int_equal(eng_release(t->fx.e, fr), 9);
 }
 
+/* A writer's take and a truncate by path, racing (test_take_vs_truncate). */
+struct cut_race {
+	struct tfx *t;
+	struct eng_file *fw;
+	uint64_t size;
+	pthread_barrier_t *go;
+};
+
+static void *release_writer(void *arg)
+{
+	struct cut_race *c = arg;
+
+	pthread_barrier_wait(c->go);
+	assert_int_equal(eng_release(c->t->fx.e, c->fw), 0);
+	return NULL;
+}
+
+static uint64_t rnd(uint64_t *r, uint64_t n);
+
+/*
+ * A writer passing through closes (its bytes are taken from the backing
+ * file) while a truncate by path cuts or grows the file: whichever goes
+ * first, the engine's bytes must end as the writer's, then truncated.  A
+ * take that read the backing file before the truncate, and wrote the
+ * engine after it, put the old size back (pass_fuzz, seed 615364887).
+ * PASS_SEED=n replays the sizes (not the threads' timing).
+ */
+static void test_take_vs_truncate(void **state)
+{
+	struct tfx *t = *state;
+	const char *env = getenv("PASS_SEED");
+	uint64_t seed = env && *env ? strtoull(env, NULL, 0)
+				    : (uint64_t)time(NULL);
+	uint64_t r = seed | 1, len = FSIZE + MiB;
+	uint8_t *model = malloc(len), *got = malloc(len + 1);
+
+	NEED_PASS(t);
+	print_message("test_take_vs_truncate: PASS_SEED=%" PRIu64 "\n", seed);
+	for (int round = 0; round < 40; round++) {
+		struct eng_setattr sa = { .valid = ENG_SET_SIZE };
+		struct eng_open_info ri, wi, di;
+		struct eng_file *fr, *fd;
+		struct cut_race c = { .t = t };
+		pthread_barrier_t go;
+		uint64_t size;
+		int id = 7;
+		pthread_t th;
+		struct stat st;
+
+		/* Opened during the last round's copy at seal: direct. */
+		for (int i = 0;; i++) {
+			fr = open_as(t, O_RDONLY, &ri);
+			if (ri.pass_fd >= 0)
+				break;
+			eng_release(t->fx.e, fr);
+			assert_true(i < 1000);
+			usleep(10 * 1000);
+		}
+		if (ri.pass_id)
+			id = ri.pass_id;
+		else
+			assert_int_equal(eng_pass_registered(t->fx.e, fr, id),
+					 id);
+		c.fw = open_as(t, O_RDWR, &wi);
+		assert_int_equal(wi.pass_fd, ri.pass_fd);
+		/* The kernel's part: the writer writes the backing file. */
+		size = FSIZE - rnd(&r, MiB);
+		fx_fill(model, size, (int)(seed + (uint64_t)round));
+		assert_int_equal(ftruncate(wi.pass_fd, 0), 0);
+		assert_int_equal(pwrite(wi.pass_fd, model, size, 0),
+				 (ssize_t)size);
+		/* Cut or grown, while the writer's bytes are taken. */
+		sa.size = rnd(&r, 2) ? MiB + 1 + rnd(&r, size - MiB)
+				     : size + rnd(&r, MiB);
+		if (sa.size > size)
+			memset(model + size, 0, sa.size - size);
+		pthread_barrier_init(&go, NULL, 2);
+		c.go = &go;
+		pthread_create(&th, NULL, release_writer, &c);
+		pthread_barrier_wait(&go);
+		assert_int_equal(eng_setattr(t->fx.e, t->ino, NULL, &sa, &st),
+				 0);
+		pthread_join(th, NULL);
+		pthread_barrier_destroy(&go);
+		assert_int_equal(eng_release(t->fx.e, fr), id);
+
+		/* Direct: the engine's own bytes. */
+		fd = open_as(t, O_RDWR, &di);
+		assert_int_equal(di.pass_fd, -1);
+		assert_int_equal(eng_getattr(t->fx.e, t->ino, &st), 0);
+		if ((uint64_t)st.st_size != sa.size)
+			fail_msg("round %d: size %jd after a truncate to %" PRIu64
+				 " racing a take of %" PRIu64 " bytes",
+				 round, (intmax_t)st.st_size, sa.size, size);
+		assert_int_equal(fx_read(t->fx.e, fd, got, len + 1, 0),
+				 (ssize_t)sa.size);
+		assert_memory_equal(got, model, sa.size);
+		eng_release(t->fx.e, fd);
+	}
+	free(model);
+	free(got);
+}
+
 /* No room in the budget for the copy: the open goes direct. */
 static void test_no_room_direct(void **state)
 {
@@ -774,6 +877,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_reaches_copy,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_take_vs_truncate, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_no_room_direct,
 						setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_racing_opens, setup,
