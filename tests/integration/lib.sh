@@ -173,12 +173,13 @@ _t_cleanup() {
 	for m in "${_T_MOUNTS[@]}"; do
 		is_mounted "$m" && fusermount3 -uz "$m" 2>/dev/null
 	done
-	# A failed test shows what each daemon it started said last.
+	# A failed test shows what each daemon it started said last
+	# (RFT_LOG_LINES lines, 25 unless set).
 	if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
 		for m in "$T_TMP"/daemon.*.log; do
 			[ -s "$m" ] || continue
 			echo "[$TEST_NAME] --- last lines of ${m##*/}:" >&2
-			tail -n 25 "$m" | sed 's/^/    /' >&2
+			tail -n ${RFT_LOG_LINES:-25} "$m" | sed 's/^/    /' >&2
 		done
 	fi
 	# After the daemons exited: LeakSanitizer reports at exit.
@@ -665,6 +666,19 @@ wait_field() {
 	done
 	fail "node $node's $field as $m sees it: '$got' after ${secs}s," \
 		"want '$want'"
+}
+
+# wait_group_log MNT FIELD WANT [SECONDS]: wait until group_log MNT FIELD
+# is WANT.  A node learns a peer's address at its next registry round,
+# which may come after the peer's first heartbeat.
+wait_group_log() {
+	local m=$1 field=$2 want=$3 secs=${4:-20} i got=""
+	for i in $(seq 1 $((secs * 10))); do
+		got=$(group_log "$m" "$field" 2>/dev/null) || got=""
+		[ "$got" = "$want" ] && return 0
+		sleep 0.1
+	done
+	fail "$field as $m sees it: '$got' after ${secs}s, want '$want'"
 }
 
 # wait_states MNT WANT [SECONDS]: wait until group_states MNT is WANT.
