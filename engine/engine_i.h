@@ -405,6 +405,8 @@ struct dir {
 struct inode {
 	uint64_t ino;
 	mode_t mode;		/* protected by ns->lock */
+	mode_t type;		/* mode's S_IFMT bits: set when made, never
+				   changed, read with no lock */
 	uid_t uid;		/* protected by ns->lock */
 	gid_t gid;		/* protected by ns->lock */
 	uint32_t nlink;		/* protected by ns->lock */

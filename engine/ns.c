@@ -111,6 +111,7 @@ struct inode *ns_new_inode_at(struct eng *e, mode_t mode, uid_t uid,
 		return NULL;
 	}
 	in->ino = ns->next_ino++;
+	in->type = mode & S_IFMT;
 	ns_set_mode(in, mode);
 	if (S_ISREG(mode)) {
 		in->file.id = file_id ? file_id : eng_new_file_id(e);

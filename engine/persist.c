@@ -495,8 +495,8 @@ static int drop_name(struct eng *e, const char *rel, bool dir)
 
 	pthread_rwlock_rdlock(&e->ns.lock);
 	in = ns_resolve(&e->ns, rel);
-	keep = in && (dir ? S_ISDIR(in->mode)
-			  : S_ISREG(in->mode) || S_ISLNK(in->mode));
+	keep = in && (dir ? S_ISDIR(in->type)
+			  : S_ISREG(in->type) || S_ISLNK(in->type));
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (keep)
 		return 0;
@@ -804,7 +804,7 @@ static int link_name(struct eng *e, struct inode *in, const char *from,
 		unlinkat(p->dirfd, tmp, 0);
 		return rc;
 	}
-	if (S_ISREG(in->mode) && sum_name(from, sfrom, sizeof(sfrom)) == 0 &&
+	if (S_ISREG(in->type) && sum_name(from, sfrom, sizeof(sfrom)) == 0 &&
 	    sum_name(to, sto, sizeof(sto)) == 0) {
 		unlinkat(p->dirfd, sto, 0);
 		/* No sidecar to link is no error: it stays unverified. */
@@ -888,7 +888,7 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 {
 	struct persist *p = e->persist;
 	char rel[PATH_MAX], sum[PATH_MAX + 16], old[PATH_MAX];
-	bool reg = S_ISREG(in->mode), moved = false, away = false;
+	bool reg = S_ISREG(in->type), moved = false, away = false;
 	uint64_t tell = 0;
 	struct stat st;
 	int rc;
@@ -1172,7 +1172,7 @@ static int persist_node(struct eng *e, struct inode *in)
 
 	pthread_rwlock_rdlock(&e->ns.lock);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
-	if (rc == 0 && S_ISLNK(in->mode))
+	if (rc == 0 && S_ISLNK(in->type))
 		snprintf(target, sizeof(target), "%s", in->target);
 	ver = in->node_version;
 	mode = in->mode;
@@ -1253,7 +1253,7 @@ static enum due writeback_due(struct eng *e, struct inode *in,
 	*bytes = 0;
 	if (!in->parent || in->nlink == 0)
 		return DUE_NOTHING;
-	if (!S_ISREG(in->mode)) {
+	if (!S_ISREG(in->type)) {
 		need = !in->node_persisted;
 	} else {
 		struct file *f = &in->file;
@@ -1322,7 +1322,7 @@ static void note_outcome(struct eng *e, struct inode *in, int rc)
 	struct file *f = &in->file;
 	uint64_t delay;
 
-	if (!S_ISREG(in->mode))
+	if (!S_ISREG(in->type))
 		return;
 	pthread_rwlock_wrlock(&f->lock);
 	f->wb_error = rc;
@@ -1430,7 +1430,7 @@ static void walk_below(struct inode *dir, const char *from, below_fn fn,
 		if (snprintf(rel, sizeof(rel), "%s/%s", from, de->name) >=
 		    (int)sizeof(rel))
 			continue;
-		if (S_ISDIR(de->inode->mode))
+		if (S_ISDIR(de->inode->type))
 			walk_below(de->inode, rel, fn, ctx);
 		fn(de->inode, de, rel, ctx);
 	}
@@ -1521,7 +1521,7 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 
 	pthread_rwlock_rdlock(&e->ns.lock);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
-	home = S_ISREG(in->mode) && in->file.copy == COPY_HOME;
+	home = S_ISREG(in->type) && in->file.copy == COPY_HOME;
 	open = in->opens > 0;
 	pthread_rwlock_unlock(&e->ns.lock);
 	/*
@@ -1529,7 +1529,7 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 	 * after the mirror): removed when empty, with empty parents.  One
 	 * that still holds copies left behind goes with the last of them.
 	 */
-	if (S_ISDIR(in->mode)) {
+	if (S_ISDIR(in->type)) {
 		/* Copies that sat away below it, carried along by the mirror. */
 		if (rc == 0 && strcmp(rel, from) != 0)
 			away_follows(e, from, rel, false, true);
@@ -1598,8 +1598,8 @@ static void check_below(struct inode *in, const struct dentry *de,
 {
 	struct check_walk *w = ctx;
 
-	if (S_ISDIR(in->mode) ||
-	    (S_ISREG(in->mode) && in->dentry == de &&
+	if (S_ISDIR(in->type) ||
+	    (S_ISREG(in->type) && in->dentry == de &&
 	     in->file.owner == w->e->node && in->file.copy == COPY_HOME))
 		add_check(w->e, w->list, in, rel, w->due);
 }
@@ -1616,12 +1616,12 @@ static void check_later(struct eng *e, struct inode *in, const char *from)
 	uint64_t due = now_ms() + CHECK_DELAY_MS;
 
 	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
-	if (S_ISDIR(in->mode)) {
+	if (S_ISDIR(in->type)) {
 		struct check_walk w = { e, due, &list };
 
 		walk_below(in, from, check_below, &w);
 		add_check(e, &list, in, from, due);
-	} else if (S_ISREG(in->mode) && in->file.owner == e->node &&
+	} else if (S_ISREG(in->type) && in->file.owner == e->node &&
 		   in->file.copy == COPY_HOME) {
 		add_check(e, &list, in, from, due);
 	}
@@ -1720,9 +1720,9 @@ static int writeback_pass(struct eng *e, const struct pass *ps,
 
 	for (size_t i = 0; i < c.n; i++) {
 		struct inode *in = c.v[i];
-		int rc = S_ISREG(in->mode)   ? persist_file(e, in, bounce,
+		int rc = S_ISREG(in->type)   ? persist_file(e, in, bounce,
 								ps->final)
-			 : S_ISDIR(in->mode) ? persist_dir_meta(e, in)
+			 : S_ISDIR(in->type) ? persist_dir_meta(e, in)
 					     : persist_node(e, in);
 
 		note_outcome(e, in, rc);
@@ -1835,7 +1835,7 @@ static int count_open_writers(void *ctx, struct inode *in)
 {
 	unsigned *n = ctx;
 
-	if (S_ISREG(in->mode) && in->nlink > 0) {
+	if (S_ISREG(in->type) && in->nlink > 0) {
 		pthread_rwlock_rdlock(&in->file.lock);
 		*n += in->file.writers > 0;
 		pthread_rwlock_unlock(&in->file.lock);
@@ -1974,7 +1974,7 @@ static void persist_mirror_unlink(struct eng *e, struct inode *in, const char *r
 		drop_or_queue(e, rel, false);
 		return;
 	}
-	if (S_ISREG(in->mode) && in->file.copy == COPY_HOME) {
+	if (S_ISREG(in->type) && in->file.copy == COPY_HOME) {
 		if (!open) {
 			set_copy(e, in, COPY_NONE, NULL);
 		} else {
@@ -1991,7 +1991,7 @@ static void persist_mirror_unlink(struct eng *e, struct inode *in, const char *r
 /* The copy must be written again (it stays where it is meanwhile). */
 static void mark_stale(struct eng *e, struct inode *in)
 {
-	if (S_ISREG(in->mode)) {
+	if (S_ISREG(in->type)) {
 		pthread_rwlock_wrlock(&in->file.lock);
 		in->file.dur.persisted_data = in->file.dur.persisted_meta = 0;
 		pthread_rwlock_unlock(&in->file.lock);
@@ -2013,7 +2013,7 @@ static void persist_mirror_link(struct eng *e, struct inode *in, const char *fro
 	if (!p)
 		return;
 	pthread_rwlock_rdlock(&e->ns.lock);
-	has = S_ISREG(in->mode) ? in->file.copy == COPY_HOME
+	has = S_ISREG(in->type) ? in->file.copy == COPY_HOME
 				: in->node_persisted;
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (!has)
@@ -2023,7 +2023,7 @@ static void persist_mirror_link(struct eng *e, struct inode *in, const char *fro
 		return;
 	set_error(p, rc, "cannot link", to);
 	/* Keep reading where the copy is; write it again, names and all. */
-	if (S_ISREG(in->mode))
+	if (S_ISREG(in->type))
 		set_copy(e, in, COPY_AWAY, from);
 	mark_stale(e, in);
 }
@@ -2034,11 +2034,11 @@ static void away_below(struct inode *in, const struct dentry *de,
 {
 	struct eng *e = ctx;
 
-	if (S_ISREG(in->mode) && in->file.copy == COPY_HOME)
+	if (S_ISREG(in->type) && in->file.copy == COPY_HOME)
 		set_copy(e, in, COPY_AWAY, rel);
-	else if (S_ISLNK(in->mode))
+	else if (S_ISLNK(in->type))
 		in->node_persisted = false;
-	if (!S_ISDIR(in->mode) && !S_ISREG(in->mode)) {
+	if (!S_ISDIR(in->type) && !S_ISREG(in->type)) {
 		pthread_mutex_lock(&e->persist->lock);
 		queue_locked(e->persist, in);
 		pthread_mutex_unlock(&e->persist->lock);
@@ -2068,7 +2068,7 @@ static void stale_below(struct inode *in, const struct dentry *de,
 	struct stale_walk *w = ctx;
 	bool stale;
 
-	if (w->nomem || !S_ISREG(in->mode) || in->file.copy != COPY_HOME ||
+	if (w->nomem || !S_ISREG(in->type) || in->file.copy != COPY_HOME ||
 	    in->dentry != de)
 		return;
 	pthread_rwlock_rdlock(&in->file.lock);
@@ -2238,9 +2238,9 @@ static void exchange_paths(struct eng *e, struct inode *a, const char *from,
 			     have_from && have_to, false);
 	/* A file among them lost its sidecar's name: write it again. */
 	for (int i = 0; i < 2; i++) {
-		if (S_ISREG(side[i]->mode) && side[i]->file.copy == COPY_HOME)
+		if (S_ISREG(side[i]->type) && side[i]->file.copy == COPY_HOME)
 			set_copy(e, side[i], COPY_NONE, NULL);
-		if (rc < 0 && S_ISDIR(side[i]->mode)) {
+		if (rc < 0 && S_ISDIR(side[i]->type)) {
 			pthread_rwlock_rdlock(&e->ns.lock);
 			subtree_away(e, side[i], i ? to : from);
 			pthread_rwlock_unlock(&e->ns.lock);
@@ -2258,7 +2258,7 @@ static void persist_mirror_rename(struct eng *e, struct inode *src, const char *
 	if (!p)
 		return;
 	if (exchange) {
-		if (S_ISREG(src->mode) && S_ISREG(dst->mode))
+		if (S_ISREG(src->type) && S_ISREG(dst->type))
 			exchange_files(e, src, from, dst, to);
 		else
 			exchange_paths(e, src, from, dst, to);
@@ -2270,12 +2270,12 @@ static void persist_mirror_rename(struct eng *e, struct inode *src, const char *
 	 * version until @src's copy replaces it; if it is still open it is
 	 * also where its readers read from.
 	 */
-	if (dst && S_ISREG(dst->mode) && dst->file.copy == COPY_HOME)
+	if (dst && S_ISREG(dst->type) && dst->file.copy == COPY_HOME)
 		set_copy(e, dst, dst_open ? COPY_AWAY : COPY_NONE,
 			 dst_open ? to : NULL);
-	if (S_ISDIR(src->mode)) {
+	if (S_ISDIR(src->type)) {
 		mirror_dir(e, src, from, to);
-	} else if (S_ISREG(src->mode) && src->file.copy == COPY_HOME) {
+	} else if (S_ISREG(src->type) && src->file.copy == COPY_HOME) {
 		bool current, needed = false;
 
 		pthread_rwlock_rdlock(&src->file.lock);
@@ -2299,7 +2299,7 @@ static void persist_mirror_rename(struct eng *e, struct inode *src, const char *
 			set_copy(e, src, COPY_NONE, NULL);
 			drop_or_queue(e, from, false);
 		}
-	} else if (S_ISLNK(src->mode) && src->node_persisted) {
+	} else if (S_ISLNK(src->type) && src->node_persisted) {
 		if (make_parents(p->dirfd, to) < 0 ||
 		    renameat(p->dirfd, from, p->dirfd, to) < 0) {
 			set_error(p, -errno, "cannot rename", from);
@@ -2324,7 +2324,7 @@ static void persist_forget(struct eng *e, struct inode *in)
 	pthread_mutex_lock(&p->lock);
 	unqueue_locked(p, in);
 	pthread_mutex_unlock(&p->lock);
-	if (!S_ISREG(in->mode))
+	if (!S_ISREG(in->type))
 		return;
 	if (f->copy == COPY_PARKED) {
 		park_path(p, in->ino, park, sizeof(park));
