@@ -600,7 +600,7 @@ void pass_wrote(struct eng *e, struct inode *in)
 		atomic_store(&in->file.early_queued, false);
 }
 
-int eng_pass_enable(struct eng *e, uint64_t min_size)
+int eng_pass_enable(struct eng *e, uint64_t min_size, bool early)
 {
 	char size[32];
 	int fs, mnt;
@@ -645,15 +645,18 @@ int eng_pass_enable(struct eng *e, uint64_t min_size)
 	e->pass.mnt = mnt;
 	if (pthread_create(&e->pass.copier, NULL, copier_main, e) == 0) {
 		e->pass.copier_on = true;
-		atomic_store_explicit(&e->pass.early_on, true,
+		atomic_store_explicit(&e->pass.early_on, early,
 				      memory_order_release);
 	} else
 		rft_info("passthrough: no copier thread: files are copied "
 			 "at their first open instead");
 	rft_info("passthrough: on, for sealed files over %" PRIu64
 		 " bytes opened when nothing else has them open (backing "
-		 "tmpfs huge=always, size %s)",
-		 min_size, size);
+		 "tmpfs huge=always, size %s)%s",
+		 min_size, size,
+		 early && e->pass.copier_on
+			 ? "; files also copied while written (--early-copy)"
+			 : "");
 	return 0;
 }
 

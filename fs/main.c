@@ -46,6 +46,7 @@ struct opts {
 	bool direct_read;
 	bool io_uring;	/* --io-uring */
 	bool passthrough; /* --passthrough */
+	bool early_copy; /* --early-copy */
 	bool mem_given;	/* --mem or -o mem= */
 	char *owned[16]; /* copies of option values (-o strings are freed) */
 	unsigned nowned;
@@ -88,6 +89,9 @@ static void usage(FILE *out)
 		"                        libfuse 3.16+) large sealed files opened when\n"
 		"                        nothing else has them open pass through to a\n"
 		"                        copy in memory: reads and mappings at tmpfs speed\n"
+		"  --early-copy          with --passthrough: copy large files while they\n"
+		"                        are written, for a read right after the save (the\n"
+		"                        writes slow down)\n"
 		"\n"
 		"sharding group (several daemons protecting each other's checkpoints):\n"
 		"  --node ID             this node's id in the group, from 0\n"
@@ -114,7 +118,7 @@ static void usage(FILE *out)
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, prefault,\n"
 		"                        no_prefault, direct_read, io_uring, passthrough,\n"
-		"                        state_dir=,\n"
+		"                        early_copy, state_dir=,\n"
 		"                        ...;\n"
 		"                        others (allow_other, ...) go to FUSE\n"
 		"  -f                    stay in the foreground\n"
@@ -281,6 +285,8 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		o->io_uring = true;
 	} else if (!strcmp(key, "passthrough")) {
 		o->passthrough = true;
+	} else if (!strcmp(key, "early-copy")) {
+		o->early_copy = true;
 	} else if (!strcmp(key, "node")) {
 		unsigned n;
 
@@ -430,6 +436,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "direct-read", no_argument, NULL, 'D' },
 		{ "io-uring", no_argument, NULL, 'I' },
 		{ "passthrough", no_argument, NULL, 'H' },
+		{ "early-copy", no_argument, NULL, 'A' },
 		{ "node", required_argument, NULL, 'n' },
 		{ "peers", required_argument, NULL, 'p' },
 		{ "registry", required_argument, NULL, 'r' },
@@ -505,6 +512,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'D': name = "direct-read"; break;
 		case 'I': name = "io-uring"; break;
 		case 'H': name = "passthrough"; break;
+		case 'A': name = "early-copy"; break;
 		case 'n': name = "node"; break;
 		case 'p': name = "peers"; break;
 		case 'r': name = "registry"; break;
@@ -523,6 +531,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		if (set_opt(o, name, optarg) != 0)
 			return -1;
 	}
+	if (o->early_copy && !o->passthrough)
+		return bad("--early-copy needs --passthrough (it copies files "
+			   "for passthrough reads)");
 	if (npos == 0)
 		return bad("no mount point given");
 	if (npos == 3)
@@ -1001,6 +1012,7 @@ int main(int argc, char **argv)
 	rfs.direct_read = o.direct_read;
 	/* Alone only, and not from ring threads (a take may wait). */
 	rfs.passthrough = o.passthrough && !grp && !o.io_uring;
+	rfs.early_copy = o.early_copy;
 	if (o.passthrough && !rfs.passthrough)
 		rft_info("passthrough: off (%s)",
 			 grp ? "in a group" : "with --io-uring");

@@ -120,7 +120,8 @@ static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 		if (!(conn->capable & FUSE_CAP_PASSTHROUGH))
 			rft_info("passthrough: off: the kernel does not offer "
 				 "it (6.9 and later do)");
-		else if (eng_pass_enable(r->eng, r->cache_small) == 0)
+		else if (eng_pass_enable(r->eng, r->cache_small,
+					 r->early_copy) == 0)
 			conn->want |= FUSE_CAP_PASSTHROUGH;
 	}
 #else

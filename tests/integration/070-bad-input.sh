@@ -70,6 +70,7 @@ expect_bad persist-every --usage -- "$MNT" -f --persist-every -1
 expect_bad mem -- "$MNT" -f -o mem=garbage
 expect_bad bogusopt -- "$MNT" -f -o bogusopt=1
 expect_bad argument --usage -- "$MNT" "$T_TMP/extra" "$T_TMP/more" -f
+expect_bad "early-copy needs --passthrough" --usage -- "$MNT" -f --early-copy
 
 # A budget the machine cannot hold: refused at once, one line that says
 # what there is, whether or not memory would be faulted in ahead.  Twice

@@ -20,7 +20,8 @@ MNT=$(new_dir mnt)
 PERSIST=$(new_dir persist)
 
 
-start_daemon "$MNT" --mem 512M --persist "$PERSIST" --passthrough
+# --early-copy: files are copied while written too (pass_fuzz's writes).
+start_daemon "$MNT" --mem 512M --persist "$PERSIST" --passthrough --early-copy
 if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$KERNEL_VERSION" 6.9; then
 	log "libfuse $RFT_LIBFUSE_VERSION, kernel $KERNEL_VERSION: passthrough must be off, and say so"
 	wait_log "passthrough: off" ||

@@ -29,14 +29,14 @@ struct tfx {
 	uint64_t ino;
 };
 
-static int setup_mem(void **state, uint64_t mem)
+static int setup_with(void **state, uint64_t mem, bool early)
 {
 	struct tfx *t = calloc(1, sizeof(*t));
 
 	fx_dirs(&t->fx);
 	assert_int_equal(fx_start(&t->fx, mem, false, 2), 0);
 	*state = t;
-	if (eng_pass_enable(t->fx.e, MiB) < 0) {
+	if (eng_pass_enable(t->fx.e, MiB, early) < 0) {
 		fx_cleanup(&t->fx);
 		free(t);
 		*state = NULL;
@@ -47,6 +47,11 @@ static int setup_mem(void **state, uint64_t mem)
 	t->ino = fx_put(t->fx.e, 1, "f", t->data, FSIZE);
 	assert_true(t->ino != 0);
 	return 0;
+}
+
+static int setup_mem(void **state, uint64_t mem)
+{
+	return setup_with(state, mem, true);
 }
 
 static int setup_copied(void **state, uint64_t mem);
@@ -761,6 +766,45 @@ static void test_early_copy(void **state)
 	free(want);
 }
 
+static int setup_no_early(void **state)
+{
+	setup_with(state, 64 * MiB, false);
+	if (*state)
+		wait_files(*state, 1);
+	return 0;
+}
+
+/* Without early copies (reftfsd without --early-copy), the same writes:
+ * nothing is copied while "f" is written, all of it at its seal. */
+static void test_no_early_copy(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_file *fw;
+	struct eng_stats st;
+	uint8_t *want = malloc(FSIZE);
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 12);
+	fw = create_trunc(t);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(eng_write(t->fx.e, fw, want + i * MiB, MiB,
+					   i * MiB),
+				 MiB);
+	/* As long as test_early_copy waits for its rounds (at most). */
+	usleep(200 * 1000);
+	assert_int_equal(eng_write(t->fx.e, fw, want + 3 * MiB, FSIZE - 3 * MiB,
+				   3 * MiB),
+			 FSIZE - 3 * MiB);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	wait_files(t, 2);
+	stats(t, &st);
+	assert_int_equal(st.pass_early_bytes, 0);
+	assert_int_equal(st.pass_early_used, 0);
+	assert_int_equal(st.pass_reused, 1);
+	assert_reads(t, want, FSIZE, 5);
+	free(want);
+}
+
 static uint64_t rnd(uint64_t *r, uint64_t n)
 {
 	*r ^= *r << 13;
@@ -885,6 +929,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_early_copy, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_no_early_copy,
+						setup_no_early, teardown),
 		cmocka_unit_test_setup_teardown(test_early_fuzz, setup_big,
 						teardown),
 	};
