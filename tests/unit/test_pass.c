@@ -728,6 +728,39 @@ static void assert_reads(struct tfx *t, const uint8_t *want, size_t len,
 	assert_int_equal(eng_release(t->fx.e, fr), id);
 }
 
+/* Pieces [@from, @to) of "f" written whole from @want. */
+static void write_pieces(struct tfx *t, struct eng_file *fw,
+			 const uint8_t *want, int from, int to)
+{
+	for (int i = from; i < to; i++)
+		assert_int_equal(eng_write(t->fx.e, fw, want + i * MiB, MiB,
+					   i * MiB),
+				 MiB);
+}
+
+/*
+ * The rest of "f" (FSIZE) written, closed and copied at seal over the
+ * spare its last copy left: @early bytes were copied while it was
+ * written, @used of them kept by the copy at seal, and a reader sees
+ * @want.
+ */
+static void seal_and_check(struct tfx *t, struct eng_file *fw,
+			   const uint8_t *want, uint64_t early, uint64_t used)
+{
+	struct eng_stats st;
+
+	assert_int_equal(eng_write(t->fx.e, fw, want + 3 * MiB, FSIZE - 3 * MiB,
+				   3 * MiB),
+			 FSIZE - 3 * MiB);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	wait_files(t, 2);
+	stats(t, &st);
+	assert_int_equal(st.pass_early_bytes, early);
+	assert_int_equal(st.pass_early_used, used);
+	assert_int_equal(st.pass_reused, 1);
+	assert_reads(t, want, FSIZE, 5);
+}
+
 /*
  * "f" written again, the spare its last copy left waiting: its full
  * pieces are copied as they fill, once the file is long enough for the
@@ -738,31 +771,18 @@ static void test_early_copy(void **state)
 {
 	struct tfx *t = *state;
 	struct eng_file *fw;
-	struct eng_stats st;
 	uint8_t *want = malloc(FSIZE);
 
 	NEED_PASS(t);
 	fx_fill(want, FSIZE, 11);
 	fw = create_trunc(t); /* the copy of "f" a spare of FSIZE now */
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(eng_write(t->fx.e, fw, want + i * MiB, MiB,
-					   i * MiB),
-				 MiB);
+	write_pieces(t, fw, want, 0, 3);
 	/* 3 MiB long: the spare fits, and pieces 0-2 are full. */
 	wait_early(t, 3 * MiB);
 	want[MiB + 5] ^= 0xff;
 	assert_int_equal(eng_write(t->fx.e, fw, want + MiB + 5, 1, MiB + 5),
 			 1);
-	assert_int_equal(eng_write(t->fx.e, fw, want + 3 * MiB, FSIZE - 3 * MiB,
-				   3 * MiB),
-			 FSIZE - 3 * MiB);
-	assert_int_equal(eng_release(t->fx.e, fw), 0);
-	wait_files(t, 2);
-	stats(t, &st);
-	assert_int_equal(st.pass_early_bytes, 3 * MiB);
-	assert_int_equal(st.pass_early_used, 2 * MiB); /* not piece 1 */
-	assert_int_equal(st.pass_reused, 1);
-	assert_reads(t, want, FSIZE, 5);
+	seal_and_check(t, fw, want, 3 * MiB, 2 * MiB); /* not piece 1 */
 	free(want);
 }
 
@@ -780,28 +800,15 @@ static void test_no_early_copy(void **state)
 {
 	struct tfx *t = *state;
 	struct eng_file *fw;
-	struct eng_stats st;
 	uint8_t *want = malloc(FSIZE);
 
 	NEED_PASS(t);
 	fx_fill(want, FSIZE, 12);
 	fw = create_trunc(t);
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(eng_write(t->fx.e, fw, want + i * MiB, MiB,
-					   i * MiB),
-				 MiB);
+	write_pieces(t, fw, want, 0, 3);
 	/* As long as test_early_copy waits for its rounds (at most). */
 	usleep(200 * 1000);
-	assert_int_equal(eng_write(t->fx.e, fw, want + 3 * MiB, FSIZE - 3 * MiB,
-				   3 * MiB),
-			 FSIZE - 3 * MiB);
-	assert_int_equal(eng_release(t->fx.e, fw), 0);
-	wait_files(t, 2);
-	stats(t, &st);
-	assert_int_equal(st.pass_early_bytes, 0);
-	assert_int_equal(st.pass_early_used, 0);
-	assert_int_equal(st.pass_reused, 1);
-	assert_reads(t, want, FSIZE, 5);
+	seal_and_check(t, fw, want, 0, 0);
 	free(want);
 }
 
