@@ -653,43 +653,45 @@ m = [m for m in g["members"] if m["node"] == sys.argv[1]][0]
 print(m[sys.argv[2]])' "$2" "$3"
 }
 
+# _t_wait_output SECONDS WANT CMD...: until CMD prints WANT (every 0.1 s,
+# SECONDS at most).  0 then; else 1, with what it printed last in GOT.
+_t_wait_output() {
+	local secs=$1 want=$2 i
+	shift 2
+	GOT=""
+	for i in $(seq 1 $((secs * 10))); do
+		GOT=$("$@" 2>/dev/null) || GOT=""
+		[ "$GOT" = "$want" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # wait_field MNT NODE FIELD WANT [SECONDS]: wait until group_field MNT NODE
 # FIELD is WANT.  What a node learns from the registry comes at its next
 # registry round, up to a backoff (1 s) after memcached is back, not with
 # the namespace log's agreement.
 wait_field() {
-	local m=$1 node=$2 field=$3 want=$4 secs=${5:-20} i got=""
-	for i in $(seq 1 $((secs * 10))); do
-		got=$(group_field "$m" "$node" "$field" 2>/dev/null) || got=""
-		[ "$got" = "$want" ] && return 0
-		sleep 0.1
-	done
-	fail "node $node's $field as $m sees it: '$got' after ${secs}s," \
-		"want '$want'"
+	local secs=${5:-20}
+	_t_wait_output "$secs" "$4" group_field "$1" "$2" "$3" ||
+		fail "node $2's $3 as $1 sees it: '$GOT' after ${secs}s," \
+			"want '$4'"
 }
 
 # wait_group_log MNT FIELD WANT [SECONDS]: wait until group_log MNT FIELD
 # is WANT.  A node learns a peer's address at its next registry round,
 # which may come after the peer's first heartbeat.
 wait_group_log() {
-	local m=$1 field=$2 want=$3 secs=${4:-20} i got=""
-	for i in $(seq 1 $((secs * 10))); do
-		got=$(group_log "$m" "$field" 2>/dev/null) || got=""
-		[ "$got" = "$want" ] && return 0
-		sleep 0.1
-	done
-	fail "$field as $m sees it: '$got' after ${secs}s, want '$want'"
+	local secs=${4:-20}
+	_t_wait_output "$secs" "$3" group_log "$1" "$2" ||
+		fail "$2 as $1 sees it: '$GOT' after ${secs}s, want '$3'"
 }
 
 # wait_states MNT WANT [SECONDS]: wait until group_states MNT is WANT.
 wait_states() {
-	local m=$1 want=$2 secs=${3:-20} i got=""
-	for i in $(seq 1 $((secs * 10))); do
-		got=$(group_states "$m" 2>/dev/null) || got=""
-		[ "$got" = "$want" ] && return 0
-		sleep 0.1
-	done
-	fail "group as $m sees it: '$got' after ${secs}s, want '$want'"
+	local secs=${3:-20}
+	_t_wait_output "$secs" "$2" group_states "$1" ||
+		fail "group as $1 sees it: '$GOT' after ${secs}s, want '$2'"
 }
 
 # log_view MNT: "ROLE LEADER TERM COMMIT" of the namespace log as the
