@@ -712,8 +712,7 @@ again:
 			kick = true;
 		}
 	}
-	if (pass_trunc)
-		in->holds++;
+	/* pass_trunc: @cut is @in, held, so it stays ours past the lock. */
 	if (rc == 0 && out && !pass_trunc)
 		ns_fill_stat(e, in, &out->st);
 out:
@@ -729,8 +728,6 @@ out:
 	}
 	if (kick)
 		eng_post_dirty(e, in);
-	if (pass_trunc)
-		ns_unhold(e, in);
 	if (cut)
 		pass_cut_end(e, cut);
 	return rc;
