@@ -256,11 +256,16 @@ struct eng_open_info {
 /*
  * FUSE passthrough (docs/design.md, "Passthrough"): mount the engine's own
  * backing tmpfs, so that sealed files larger than @min_size opened on this
- * node alone may pass through to a copy of their bytes there.  @early:
- * such files are also copied while they are written ("Early copies"), at
- * a cost to the writes.  Needs CAP_SYS_ADMIN.  0 or -errno (logged).
+ * node alone may pass through to a copy of their bytes there.  A sealed
+ * file is copied in the background once the writes to the engine have
+ * stopped for @quiet_ms (less than 1 MiB in that time; 0: at once), so
+ * that the copies do not slow a save down ("A copy at seal, once the
+ * writes stop").  @early: such files are also copied while they are
+ * written ("Early copies"), at a cost to the writes.  Needs CAP_SYS_ADMIN.
+ * 0 or -errno (logged).
  */
-int eng_pass_enable(struct eng *e, uint64_t min_size, bool early);
+int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
+		    unsigned quiet_ms);
 bool eng_pass_enabled(struct eng *e);
 /*
  * The caller registered @fp's backing file with the kernel as @id (<= 0:

@@ -880,6 +880,12 @@ struct eng {
 		} *queue;	/* lock */
 		unsigned nqueue, capqueue; /* lock */
 		pthread_cond_t work; /* queued, or stopping; lock */
+		/* Copies at seal start once the writes stopped for
+		   quiet_ms (writes_quiet): write_bytes when they last
+		   went on, and since when. */
+		unsigned quiet_ms;
+		uint64_t quiet_bytes;	    /* copier only */
+		struct timespec quiet_since; /* copier only */
 		bool stop;	  /* lock */
 		pthread_t copier;
 		bool copier_on;

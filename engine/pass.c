@@ -65,6 +65,7 @@
 #define PASS_RUN_MAX 8 /* pieces per pwritev */
 #define PASS_SPARES 8	/* backing files kept for reuse, at most */
 #define PASS_MAP_MIN (64u << 20) /* copies stored through a mapping */
+#define PASS_QUIET_BYTES (1u << 20) /* written in quiet_ms: not quiet */
 
 enum pass_state { PASS_COPYING, PASS_REGISTERING, PASS_READY, PASS_KEPT };
 
@@ -117,7 +118,7 @@ void pass_init(struct eng *e)
 	e->pass.mnt = -1;
 	pthread_mutex_init(&e->pass.lock, NULL);
 	pthread_cond_init(&e->pass.cond, NULL);
-	pthread_cond_init(&e->pass.work, NULL);
+	rft_cond_init(&e->pass.work); /* timed waits: copier_main */
 }
 
 /*
@@ -471,7 +472,8 @@ void pass_shed(struct eng *e, uint32_t want)
 
 static bool copyable(struct eng *e, const struct file *f);
 static struct pass *pass_new_locked(struct eng *e, struct file *f);
-static int make_copy(struct eng *e, struct inode *in, struct pass *p);
+static int make_copy(struct eng *e, struct inode *in, struct pass *p,
+		     bool at_open);
 static void abandon_locked(struct eng *e, struct file *f, struct pass *p);
 static bool early_round(struct eng *e, struct inode *in);
 
@@ -499,7 +501,7 @@ static void copy_sealed(struct eng *e, struct inode *in)
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (!p)
 		return;
-	rc = make_copy(e, in, p);
+	rc = make_copy(e, in, p, false);
 	pthread_mutex_lock(&e->pass.lock);
 	if (rc < 0) {
 		abandon_locked(e, f, p);
@@ -510,6 +512,66 @@ static void copy_sealed(struct eng *e, struct inode *in)
 	pthread_mutex_unlock(&e->pass.lock);
 }
 
+static uint64_t ts_ns(const struct timespec *t)
+{
+	return (uint64_t)t->tv_sec * 1000000000u + (uint64_t)t->tv_nsec;
+}
+
+/*
+ * Have the writes stopped: less than PASS_QUIET_BYTES written in the last
+ * quiet_ms?  Else *@until is when to look again (every quarter of it, so
+ * a copy starts within 1.25 quiet_ms of the last write).  Writes to any
+ * file count: the files of a save are written one after the other, and a
+ * copy made beside the next one's writes costs them memory bandwidth, not
+ * CPU time (docs/benchmarks.md, "Passthrough's copies against the
+ * writes").  A trickle (a log written now and then) does not hold the
+ * copies back.  The copier thread only.
+ */
+static bool writes_quiet(struct eng *e, struct timespec *until)
+{
+	uint64_t bytes = atomic_load_explicit(&e->cnt.write_bytes,
+					      memory_order_relaxed);
+	uint64_t quiet = (uint64_t)e->pass.quiet_ms * 1000000u, at;
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (bytes - e->pass.quiet_bytes >= PASS_QUIET_BYTES) {
+		e->pass.quiet_bytes = bytes;
+		e->pass.quiet_since = now;
+	}
+	if (ts_ns(&e->pass.quiet_since) + quiet <= ts_ns(&now))
+		return true;
+	at = ts_ns(&now) + (quiet / 4 ? quiet / 4 : 1000000u);
+	until->tv_sec = (time_t)(at / 1000000000u);
+	until->tv_nsec = (long)(at % 1000000000u);
+	return false;
+}
+
+/*
+ * The next job to run, taken off the queue; false: none yet, look again
+ * at *@until.  Early rounds run as they come (they are there to overlap
+ * the writes); copies at seal in order, once the writes are quiet.
+ * pass.lock held; the copier thread only.
+ */
+static bool next_job_locked(struct eng *e, struct pass_job *job,
+			    struct timespec *until)
+{
+	unsigned k = 0;
+
+	while (k < e->pass.nqueue && !e->pass.queue[k].early)
+		k++;
+	if (k == e->pass.nqueue) {
+		/* Copies at seal only: the first, once the writes stop. */
+		if (e->pass.quiet_ms && !writes_quiet(e, until))
+			return false;
+		k = 0;
+	}
+	*job = e->pass.queue[k];
+	memmove(e->pass.queue + k, e->pass.queue + k + 1,
+		(--e->pass.nqueue - k) * sizeof(*e->pass.queue));
+	return true;
+}
+
 static void *copier_main(void *arg)
 {
 	struct eng *e = arg;
@@ -518,6 +580,7 @@ static void *copier_main(void *arg)
 	(void)nice(19);
 	pthread_mutex_lock(&e->pass.lock);
 	for (;;) {
+		struct timespec until;
 		struct pass_job job;
 
 		while (!e->pass.stop && !e->pass.nqueue && !e->pass.dead)
@@ -530,9 +593,12 @@ static void *copier_main(void *arg)
 			pthread_mutex_lock(&e->pass.lock);
 			continue;
 		}
-		job = e->pass.queue[0];
-		memmove(e->pass.queue, e->pass.queue + 1,
-			--e->pass.nqueue * sizeof(*e->pass.queue));
+		if (!next_job_locked(e, &job, &until)) {
+			/* Writes going on: a new job, or the quiet, wakes. */
+			pthread_cond_timedwait(&e->pass.work, &e->pass.lock,
+					       &until);
+			continue;
+		}
 		pthread_mutex_unlock(&e->pass.lock);
 		if (!job.early)
 			copy_sealed(e, job.in);
@@ -570,6 +636,15 @@ static bool queue_job(struct eng *e, struct inode *in, bool early)
 	return true;
 }
 
+/* Is a copy at seal of @in queued?  pass.lock held. */
+static bool seal_queued_locked(struct eng *e, const struct inode *in)
+{
+	for (unsigned k = 0; k < e->pass.nqueue; k++)
+		if (e->pass.queue[k].in == in && !e->pass.queue[k].early)
+			return true;
+	return false;
+}
+
 void pass_sealed(struct eng *e, struct inode *in)
 {
 	struct file *f = &in->file;
@@ -600,7 +675,8 @@ void pass_wrote(struct eng *e, struct inode *in)
 		atomic_store(&in->file.early_queued, false);
 }
 
-int eng_pass_enable(struct eng *e, uint64_t min_size, bool early)
+int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
+		    unsigned quiet_ms)
 {
 	char size[32];
 	int fs, mnt;
@@ -642,6 +718,7 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early)
 		return rc;
 	}
 	e->pass.min_size = min_size;
+	e->pass.quiet_ms = quiet_ms;
 	e->pass.mnt = mnt;
 	if (pthread_create(&e->pass.copier, NULL, copier_main, e) == 0) {
 		e->pass.copier_on = true;
@@ -652,8 +729,9 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early)
 			 "at their first open instead");
 	rft_info("passthrough: on, for sealed files over %" PRIu64
 		 " bytes opened when nothing else has them open (backing "
-		 "tmpfs huge=always, size %s)%s",
-		 min_size, size,
+		 "tmpfs huge=always, size %s); copied once the writes stop "
+		 "for %u ms%s",
+		 min_size, size, quiet_ms,
 		 early && e->pass.copier_on
 			 ? "; files also copied while written (--early-copy)"
 			 : "");
@@ -1140,9 +1218,11 @@ static uint64_t early_left(const struct early *ea, const struct copy_job *j,
 
 /*
  * @p's backing file, a spare or a new one, filled with @in's bytes, with
- * no lock held.  0, or -errno / -ESTALE (the file changed meanwhile).
+ * no lock held.  0, or -errno / -ESTALE (the file changed meanwhile) /
+ * -EAGAIN (@at_open: better made in the background).
  */
-static int make_copy(struct eng *e, struct inode *in, struct pass *p)
+static int make_copy(struct eng *e, struct inode *in, struct pass *p,
+		     bool at_open)
 {
 	struct file *f = &in->file;
 	struct copy_job *j = job_new(e, in), left = { 0 };
@@ -1173,6 +1253,20 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p)
 			p->over_pages = true;
 	} else {
 		sp = take_spare_locked(e, j->size, j->n);
+		/*
+		 * An opener waits for its copy.  Into fresh memory a large
+		 * one runs at about 1 GB/s on these guests, where a direct
+		 * read runs at 6-10: the open goes direct, and the copier
+		 * makes the copy in the background (pass_open).
+		 */
+		if (at_open && e->pass.copier_on && j->size > PASS_MAP_MIN &&
+		    (!sp || sp->spare_size < j->size / 4 * 3)) {
+			if (sp)
+				spare_back_locked(e, sp);
+			pthread_mutex_unlock(&e->pass.lock);
+			job_free(e, j);
+			return -EAGAIN;
+		}
 	}
 	pthread_mutex_unlock(&e->pass.lock);
 	if (sp) {
@@ -1315,15 +1409,21 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 	}
 	pthread_mutex_unlock(&e->pass.lock);
 
-	rc = make_copy(e, in, p);
+	rc = make_copy(e, in, p, true);
 	pthread_mutex_lock(&e->pass.lock);
 	if (rc < 0) {
-		if (rc != -ESTALE && rc != -ENOSPC)
+		bool later;
+
+		if (rc != -ESTALE && rc != -ENOSPC && rc != -EAGAIN)
 			rft_info("passthrough: inode %" PRIu64
 				 " opens direct: %s",
 				 in->ino, strerror(-rc));
 		abandon_locked(e, f, p);
+		/* The copier's to make (if the copy at seal went). */
+		later = rc == -EAGAIN && !seal_queued_locked(e, in);
 		pthread_mutex_unlock(&e->pass.lock);
+		if (later)
+			queue_job(e, in, false);
 		return;
 	}
 	p->state = PASS_REGISTERING;

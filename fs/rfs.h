@@ -17,6 +17,14 @@
 /* The largest sealed file a read-only open reads through the page cache. */
 #define RFS_CACHE_SMALL (1ULL << 20)
 
+/*
+ * With --passthrough, how long the writes must have stopped before the
+ * files sealed meanwhile are copied to backing files: a save's files are
+ * written back to back, and a copy beside the next file's writes costs
+ * them memory bandwidth (docs/benchmarks.md).
+ */
+#define RFS_PASS_QUIET_MS 250
+
 /* What the FUSE operations need besides the engine. */
 struct rfs {
 	struct eng *eng;

@@ -19,7 +19,8 @@
 #   --reps R       repetitions, the median is reported (default 3)
 #   --mem SIZE     reftfsd --mem (default: dd + state dict + 2 GiB, at least 6G)
 #   --compare-build DIR  also measure DIR/fs/reftfsd (phase 3)
-#   --json-dir DIR keep the raw per-round results (JSON) there
+#   --json-dir DIR keep the raw per-round results (JSON) there, and
+#                  each reftfsd's log (reftfsd-PHASE.log)
 #   after --        extra options passed to both reftfsd runs
 # Run as root to get a private tmpfs and page-cache drops before reads.
 set -euo pipefail
@@ -126,10 +127,11 @@ start() {
 	exit 1
 }
 
-stop() {
+stop() { # stop NAME: unmount; the daemon's log kept as JSONDIR/NAME.log
 	fusermount3 -u "$MNT"
 	wait "$PID" || echo "reftfsd exited $?" >&2
 	PID=""
+	cp "$WORK/reftfsd.log" "$JSONDIR/reftfsd-$1.log"
 }
 
 run() { # run NAME JSON: tmpfs vs the mounted reftfs
@@ -143,14 +145,14 @@ NAME=reftfs-$FUSE_V
 echo "== phase 1: tmpfs vs reftfsd (libfuse $FUSE_V) --mem $MEM ${EXTRA[*]}"
 start "$REFTFSD" "${EXTRA[@]}"
 run "$NAME" "$JSONDIR/fs_bench_default.json"
-stop
+stop default
 files=("$JSONDIR/fs_bench_default.json")
 if [ "$DIRECT" = 1 ] &&
 	[ "$(printf '%s\n3.16\n' "$FUSE_V" | sort -V | head -n1)" != 3.16 ]; then
 	echo "== phase 2: tmpfs vs reftfsd (libfuse $FUSE_V) --mem $MEM --direct-read ${EXTRA[*]}"
 	start "$REFTFSD" --direct-read "${EXTRA[@]}"
 	run "$NAME-dread" "$JSONDIR/fs_bench_direct_read.json"
-	stop
+	stop direct_read
 	files+=("$JSONDIR/fs_bench_direct_read.json")
 fi
 if [ -n "$COMPARE" ]; then
@@ -160,7 +162,7 @@ if [ -n "$COMPARE" ]; then
 	echo "== phase 3: tmpfs vs $bin (libfuse $v) --mem $MEM ${EXTRA[*]}"
 	start "$bin" "${EXTRA[@]}"
 	run "reftfs-$v" "$JSONDIR/fs_bench_compare.json"
-	stop
+	stop compare
 	files+=("$JSONDIR/fs_bench_compare.json")
 fi
 [ "$TMPFS_MOUNTED" = 1 ] || rm -rf "$TMPFS"

@@ -4,7 +4,8 @@
 # the next is written), then one large file, on tmpfs and on reftfs
 # mounted three ways, one after the other, each a fresh mount:
 #   reftfs                                 no passthrough
-#   reftfs --passthrough                   copies at seal
+#   reftfs --passthrough                   copies at seal, once the
+#                                          writes stop
 #   reftfs --passthrough --early-copy      copies while written, too
 # Each round: N files of M MiB with dd (bs=1M), timed as one; a pause for
 # the copies to end; one file of G GiB, timed; a pause; rm.  Round 1 of
@@ -14,13 +15,15 @@
 # the order of the targets.
 #
 # usage: tests/bench/run_series_bench.sh [--files N] [--mib M] [--gib G]
-#          [--rounds R] [--passes P] [--mem SIZE]
+#          [--rounds R] [--passes P] [--mem SIZE] [--targets "T..."]
 #   --files N   files per checkpoint (default 8)
 #   --mib M     size of each, MiB (default 512)
 #   --gib G     the large file, GiB (default 4)
 #   --rounds R  rounds per mount, the first not counted (default 5)
 #   --passes P  times each target is mounted (default 2)
 #   --mem SIZE  reftfsd --mem and the tmpfs's size (default 12G)
+#   --targets   which of tmpfs reftfs passthrough early-copy (default all;
+#               ratios need tmpfs, and "vs ref" needs reftfs)
 # As root (passthrough needs it; the tmpfs is mounted for the run).
 set -euo pipefail
 
@@ -29,6 +32,7 @@ SRCDIR=$(cd "$(dirname "$0")/../.." && pwd)
 : "${REFTFSD:=$BUILDDIR/fs/reftfsd}"
 PY=/usr/bin/python3
 FILES=8 MIB=512 GIB=4 ROUNDS=5 PASSES=2 MEM=12G
+TARGETS=(tmpfs reftfs passthrough early-copy)
 while [ $# -gt 0 ]; do
 	case $1 in
 	--files) FILES=$2; shift 2 ;;
@@ -37,6 +41,7 @@ while [ $# -gt 0 ]; do
 	--rounds) ROUNDS=$2; shift 2 ;;
 	--passes) PASSES=$2; shift 2 ;;
 	--mem) MEM=$2; shift 2 ;;
+	--targets) read -ra TARGETS <<<"$2"; shift 2 ;;
 	-h | --help) sed -n "2,/^set -euo/p" "$0" | sed "$ d"; exit 0 ;;
 	*) echo "run_series_bench.sh: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -102,10 +107,20 @@ now() { date +%s.%N; }
 
 RESULTS=$WORK/results
 : >"$RESULTS"
-TARGETS=(tmpfs reftfs passthrough early-copy)
+for t in "${TARGETS[@]}"; do
+	case $t in
+	tmpfs | reftfs | passthrough | early-copy) ;;
+	*) echo "run_series_bench.sh: unknown target $t" >&2; exit 2 ;;
+	esac
+done
 for pass in $(seq 1 "$PASSES"); do
 	order=("${TARGETS[@]}")
-	[ $((pass % 2)) = 0 ] && order=(early-copy passthrough reftfs tmpfs)
+	if [ $((pass % 2)) = 0 ]; then
+		order=()
+		for ((k = ${#TARGETS[@]} - 1; k >= 0; k--)); do
+			order+=("${TARGETS[k]}")
+		done
+	fi
 	for t in "${order[@]}"; do
 		mount_target "$t"
 		line="pass $pass, $t:"
@@ -140,14 +155,21 @@ med = {}
 for t in ("tmpfs", "reftfs", "passthrough", "early-copy"):
     s = [float(r[1]) for r in rows if r[0] == t]
     b = [float(r[2]) for r in rows if r[0] == t]
-    med[t] = (statistics.median(s), statistics.median(b), len(s))
+    if s:
+        med[t] = (statistics.median(s), statistics.median(b), len(s))
+n = next(iter(med.values()))[2]
 print("medians (s) over %d rounds each; ratio = tmpfs time / time, "
-      "and time against reftfs without passthrough" % med["tmpfs"][2])
+      "and time against reftfs without passthrough" % n)
 print("%-12s %18s %8s %8s %14s %8s %8s" % (
     "target", "%d x %d MiB" % (files, mib), "ratio", "vs ref",
     "%d GiB file" % gib, "ratio", "vs ref"))
+def ratio(t, i, s):
+    return "%7.2fx" % (med[t][i] / s) if t in med else "%8s" % "-"
+def vs(t, i, s):
+    return "%+7.1f%%" % (100 * (s / med[t][i] - 1)) if t in med else \
+        "%8s" % "-"
 for t, (s, b, n) in med.items():
-    print("%-12s %16.3f s %7.2fx %+7.1f%% %12.3f s %7.2fx %+7.1f%%" % (
-        t, s, med["tmpfs"][0] / s, 100 * (s / med["reftfs"][0] - 1),
-        b, med["tmpfs"][1] / b, 100 * (b / med["reftfs"][1] - 1)))
+    print("%-12s %16.3f s %s %s %12.3f s %s %s" % (
+        t, s, ratio("tmpfs", 0, s), vs("reftfs", 0, s),
+        b, ratio("tmpfs", 1, b), vs("reftfs", 1, b)))
 EOF

@@ -34,6 +34,9 @@ if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$KERNEL_VERSION
 fi
 wait_log "passthrough: on" ||
 	fail "libfuse $RFT_LIBFUSE_VERSION, kernel $KERNEL_VERSION, root: passthrough not on ($(grep passthrough "$DAEMON_LOG"))"
+# Copies at seal wait for the writes to stop (test_pass has the timing).
+grep -q "passthrough: on.*copied once the writes stop for 250 ms" "$DAEMON_LOG" ||
+	fail "the daemon does not say that copies wait for the writes to stop: $(grep "passthrough: on" "$DAEMON_LOG")"
 
 log "random operations while a reader passes through"
 run_py pass_fuzz.py "$MNT" --files 3 --ops "${PASS_OPS:-1000}" \

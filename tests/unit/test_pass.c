@@ -29,14 +29,18 @@ struct tfx {
 	uint64_t ino;
 };
 
-static int setup_with(void **state, uint64_t mem, bool early)
+/* Copies at seal wait for the writes to stop this long, in most tests. */
+#define QUIET_MS 10
+
+static int setup_with(void **state, uint64_t mem, bool early,
+		      unsigned quiet_ms)
 {
 	struct tfx *t = calloc(1, sizeof(*t));
 
 	fx_dirs(&t->fx);
 	assert_int_equal(fx_start(&t->fx, mem, false, 2), 0);
 	*state = t;
-	if (eng_pass_enable(t->fx.e, MiB, early) < 0) {
+	if (eng_pass_enable(t->fx.e, MiB, early, quiet_ms) < 0) {
 		fx_cleanup(&t->fx);
 		free(t);
 		*state = NULL;
@@ -51,7 +55,7 @@ static int setup_with(void **state, uint64_t mem, bool early)
 
 static int setup_mem(void **state, uint64_t mem)
 {
-	return setup_with(state, mem, true);
+	return setup_with(state, mem, true, QUIET_MS);
 }
 
 static int setup_copied(void **state, uint64_t mem);
@@ -788,7 +792,7 @@ static void test_early_copy(void **state)
 
 static int setup_no_early(void **state)
 {
-	setup_with(state, 64 * MiB, false);
+	setup_with(state, 64 * MiB, false, QUIET_MS);
 	if (*state)
 		wait_files(*state, 1);
 	return 0;
@@ -810,6 +814,125 @@ static void test_no_early_copy(void **state)
 	usleep(200 * 1000);
 	seal_and_check(t, fw, want, 0, 0);
 	free(want);
+}
+
+/* Copies at seal wait this long for the writes to stop, in the tests of
+ * that wait: long enough that the test's own pauses never reach it. */
+#define LONG_QUIET_MS 1500
+
+static int setup_quiet(void **state)
+{
+	return setup_with(state, 64 * MiB, false, LONG_QUIET_MS);
+}
+
+static int setup_quiet_big(void **state)
+{
+	return setup_with(state, 256 * MiB, false, LONG_QUIET_MS);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/*
+ * "f", sealed by setup, is not copied while another file is written (256
+ * KiB every 20 ms for a second: a save's next file), but once those
+ * writes have stopped for LONG_QUIET_MS, though a trickle (4 KiB every 20
+ * ms: a log) goes on.  (Stopped: less than 1 MiB in that time, so the
+ * copy may start up to 80 ms early here.)
+ */
+static void test_copy_waits_for_quiet(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_file *fw;
+	struct eng_stats st;
+	struct stat sb;
+	double last, copied;
+	int i;
+
+	NEED_PASS(t);
+	assert_int_equal(eng_create(t->fx.e, 1, "g", 0644, getuid(), getgid(),
+				    O_CREAT | O_WRONLY, &sb, &fw, NULL),
+			 0);
+	/* Over and over at 0: "g" stays small, with no copy of its own. */
+	for (i = 0; i < 50; i++) {
+		assert_int_equal(eng_write(t->fx.e, fw, t->data, 256 * 1024,
+					   0),
+				 256 * 1024);
+		usleep(20 * 1000);
+	}
+	last = now_ms();
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 0);
+	for (i = 0; i < 500 && st.pass_files == 0; i++) {
+		assert_int_equal(eng_write(t->fx.e, fw, t->data, 4096, 0), 4096);
+		usleep(20 * 1000);
+		stats(t, &st);
+	}
+	copied = now_ms();
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	print_message("test_copy_waits_for_quiet: copied %.0f ms after the "
+		      "last large write, %d small writes since\n",
+		      copied - last, i);
+	assert_int_equal(st.pass_files, 1);
+	assert_true(copied - last >= LONG_QUIET_MS - 200);
+	assert_reads(t, t->data, FSIZE, 3);
+}
+
+/*
+ * A large file opened while its copy at seal waits for the writes to stop:
+ * with no spare to make the copy over, the open goes direct (a copy into
+ * fresh memory is slower than a direct read) and the copier makes it
+ * later, for the next reader.  Written again, its copy's backing file is a
+ * spare that fits: the next open right after makes the copy over it and
+ * passes through.
+ */
+static void test_open_direct_until_copied(void **state)
+{
+	struct tfx *t = *state;
+	const size_t big = 70 * MiB + 5;
+	uint8_t *a = malloc(big), *got = malloc(big);
+	struct eng_open_info r;
+	struct eng_file *fr;
+	struct eng_stats st;
+	uint64_t ino;
+
+	NEED_PASS(t);
+	fx_fill(a, big, 21);
+	ino = fx_put(t->fx.e, 1, "big", a, big);
+	assert_true(ino != 0);
+	assert_int_equal(eng_open(t->fx.e, ino, O_RDONLY, &fr, &r), 0);
+	assert_int_equal(r.pass_fd, -1);
+	assert_int_equal(fx_read(t->fx.e, fr, got, big, 0), (ssize_t)big);
+	assert_memory_equal(got, a, big);
+	assert_int_equal(eng_release(t->fx.e, fr), 0);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 0);
+
+	wait_files(t, 2); /* "f" and "big", in the background */
+	assert_int_equal(eng_open(t->fx.e, ino, O_RDONLY, &fr, &r), 0);
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 12), 12);
+	assert_backing(r.pass_fd, a, big);
+	assert_int_equal(eng_release(t->fx.e, fr), 12);
+
+	/* Written again (its copy a spare now), and read at once. */
+	fx_fill(a, big, 22);
+	assert_int_equal(fx_put(t->fx.e, 1, "big", a, big), ino);
+	assert_int_equal(eng_open(t->fx.e, ino, O_RDONLY, &fr, &r), 0);
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 13), 13);
+	assert_backing(r.pass_fd, a, big);
+	assert_int_equal(eng_release(t->fx.e, fr), 13);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 3);
+	assert_int_equal(st.pass_reused, 1);
+	free(a);
+	free(got);
 }
 
 static uint64_t rnd(uint64_t *r, uint64_t n)
@@ -940,6 +1063,10 @@ int main(void)
 						setup_no_early, teardown),
 		cmocka_unit_test_setup_teardown(test_early_fuzz, setup_big,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_copy_waits_for_quiet,
+						setup_quiet, teardown),
+		cmocka_unit_test_setup_teardown(test_open_direct_until_copied,
+						setup_quiet_big, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
