@@ -443,6 +443,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->pass_early_bytes = atomic_load(&e->pass.early_bytes);
 	s->pass_early_used = atomic_load(&e->pass.early_used);
 	s->pass_held_bytes = atomic_load(&e->pass.held);
+	s->pass_waiting = pass_waiting(e);
 	s->start_time = e->start_time;
 	persist_get_stats(e, s);
 }

@@ -552,6 +552,7 @@ struct eng_stats {
 	uint64_t pass_opens, pass_files, pass_bytes, pass_reused;
 	uint64_t pass_early_bytes, pass_early_used;
 	uint64_t pass_held_bytes;
+	uint32_t pass_waiting; /* sealed files waiting for the writes to stop */
 	/* persist tier */
 	bool persist_enabled, persist_healthy;
 	/* written back since start */

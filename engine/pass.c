@@ -645,6 +645,17 @@ static bool seal_queued_locked(struct eng *e, const struct inode *in)
 	return false;
 }
 
+uint32_t pass_waiting(struct eng *e)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&e->pass.lock);
+	for (unsigned k = 0; k < e->pass.nqueue; k++)
+		n += !e->pass.queue[k].early;
+	pthread_mutex_unlock(&e->pass.lock);
+	return n;
+}
+
 void pass_sealed(struct eng *e, struct inode *in)
 {
 	struct file *f = &in->file;

@@ -457,7 +457,8 @@ static const struct rep_field io_fields[IO_N] = {
 		"reftfs_read_bytes_total", "Bytes read."),
 };
 
-enum { FU_LIBFUSE, FU_PROTO, FU_URING, FU_PASS, FU_PASS_HELD, FU_N };
+enum { FU_LIBFUSE, FU_PROTO, FU_URING, FU_PASS, FU_PASS_HELD, FU_PASS_WAITING,
+       FU_N };
 
 static const struct rep_field fuse_fields[FU_N] = {
 	[FU_LIBFUSE] = REP_FIELD("libfuse", REP_STRING),
@@ -471,6 +472,9 @@ static const struct rep_field fuse_fields[FU_N] = {
 	[FU_PASS_HELD] = REP_EXPORT("passthrough_held_bytes", REP_BYTES,
 		REP_GAUGE, "reftfs_fuse_passthrough_held_bytes",
 		"Budget held by backing files of files passing through now."),
+	[FU_PASS_WAITING] = REP_EXPORT("passthrough_waiting", REP_COUNT,
+		REP_GAUGE, "reftfs_fuse_passthrough_waiting",
+		"Sealed files whose copy waits for the writes to stop."),
 };
 
 enum {
@@ -1225,7 +1229,8 @@ static const struct rep_text status_text[] = {
 	    "{counters.passthrough_reused} over spare pages, "
 	    "{counters.passthrough_early_bytes} while written, "
 	    "{counters.passthrough_early_used_bytes} of them used), "
-	    "{fuse.passthrough_held_bytes} held now"),
+	    "{fuse.passthrough_held_bytes} held now, "
+	    "{fuse.passthrough_waiting} files waiting for the writes to stop"),
 	TXT("!persist.enabled", "persist", "disabled (no --persist directory)"),
 	TXT("persist.enabled", "persist",
 	    "{persist.dir}, {persist.healthy?healthy|FAILING}"),
@@ -1378,6 +1383,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	fill_fuse(r->c->fuse, rep_obj(top, ST_FUSE));
 	rep_set_bool(rep_obj(top, ST_FUSE), FU_PASS, st.pass_enabled);
 	rep_set_u64(rep_obj(top, ST_FUSE), FU_PASS_HELD, st.pass_held_bytes);
+	rep_set_u64(rep_obj(top, ST_FUSE), FU_PASS_WAITING, st.pass_waiting);
 
 	g = rep_obj(top, ST_COUNTERS);
 	rep_set_u64(g, CNT_ENOSPC, st.enospc);

@@ -868,6 +868,7 @@ static void test_copy_waits_for_quiet(void **state)
 	last = now_ms();
 	stats(t, &st);
 	assert_int_equal(st.pass_files, 0);
+	assert_int_equal(st.pass_waiting, 1); /* what status shows */
 	for (i = 0; i < 500 && st.pass_files == 0; i++) {
 		assert_int_equal(eng_write(t->fx.e, fw, t->data, 4096, 0), 4096);
 		usleep(20 * 1000);
@@ -879,6 +880,7 @@ static void test_copy_waits_for_quiet(void **state)
 		      "last large write, %d small writes since\n",
 		      copied - last, i);
 	assert_int_equal(st.pass_files, 1);
+	assert_int_equal(st.pass_waiting, 0);
 	assert_true(copied - last >= LONG_QUIET_MS - 200);
 	assert_reads(t, t->data, FSIZE, 3);
 }
