@@ -1244,6 +1244,12 @@ void pass_forget(struct eng *e, struct file *f);
 /* @in was just sealed by its last writer (no lock held): copy it into a
  * backing file in the background, kept for its first reader. */
 void pass_sealed(struct eng *e, struct inode *in);
+/*
+ * @in's last name went: the copies queued for it are dropped with their
+ * holds, so that its memory is freed now and not when the copier, waiting
+ * for the writes to stop, gets to them.  ns->lock held for writing.
+ */
+void pass_unlinked(struct eng *e, struct inode *in);
 /* Files whose copy at seal waits for the writes to stop (status). */
 uint32_t pass_waiting(struct eng *e);
 /* A write filled a piece of @in, a file over min_size being written (no

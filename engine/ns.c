@@ -267,6 +267,8 @@ static void unlink_dentry(struct eng *e, struct inode *dir, struct dentry *de,
 		d->nsubdirs--;
 
 	child->nlink--;
+	if (child->nlink == 0 && S_ISREG(child->mode))
+		pass_unlinked(e, child); /* no copy of it to wait for */
 	for (struct dentry **lp = &child->dentry; *lp; lp = &(*lp)->lnext)
 		if (*lp == de) {
 			*lp = de->lnext;

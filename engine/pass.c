@@ -645,6 +645,28 @@ static bool seal_queued_locked(struct eng *e, const struct inode *in)
 	return false;
 }
 
+void pass_unlinked(struct eng *e, struct inode *in)
+{
+	unsigned n = 0;
+
+	if (e->pass.mnt < 0)
+		return;
+	pthread_mutex_lock(&e->pass.lock);
+	for (unsigned k = 0; k < e->pass.nqueue; k++) {
+		struct pass_job job = e->pass.queue[k];
+
+		if (job.in != in) {
+			e->pass.queue[n++] = job;
+			continue;
+		}
+		in->holds--; /* ns->lock held: the caller frees it */
+		if (job.early)
+			atomic_store(&in->file.early_queued, false);
+	}
+	e->pass.nqueue = n;
+	pthread_mutex_unlock(&e->pass.lock);
+}
+
 uint32_t pass_waiting(struct eng *e)
 {
 	uint32_t n = 0;

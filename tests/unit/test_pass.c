@@ -886,6 +886,33 @@ static void test_copy_waits_for_quiet(void **state)
 }
 
 /*
+ * A file unlinked while its copy at seal waits for the writes to stop: its
+ * memory comes back at once, not when the copier gets to it (CI: statfs in
+ * 010-basic-posix saw an earlier file's chunks freed 250 ms late).
+ */
+static void test_unlinked_while_waiting(void **state)
+{
+	struct tfx *t = *state;
+	struct statvfs sv0, sv1;
+	struct eng_stats st;
+	uint64_t g;
+
+	NEED_PASS(t);
+	assert_int_equal(eng_statfs(t->fx.e, &sv0), 0);
+	g = fx_put(t->fx.e, 1, "g", t->data, FSIZE);
+	assert_true(g != 0);
+	stats(t, &st);
+	assert_int_equal(st.pass_waiting, 2); /* "f" (setup) and "g" */
+	assert_int_equal(eng_unlink(t->fx.e, 1, "g"), 0);
+	eng_forget(t->fx.e, g, 1); /* the kernel's last reference */
+	assert_int_equal(eng_statfs(t->fx.e, &sv1), 0);
+	assert_int_equal(sv1.f_bfree, sv0.f_bfree);
+	stats(t, &st);
+	assert_int_equal(st.pass_waiting, 1);
+	assert_int_equal(st.pass_files, 0);
+}
+
+/*
  * A large file opened while its copy at seal waits for the writes to stop:
  * with no spare to make the copy over, the open goes direct (a copy into
  * fresh memory is slower than a direct read) and the copier makes it
@@ -1069,6 +1096,8 @@ int main(void)
 						setup_quiet, teardown),
 		cmocka_unit_test_setup_teardown(test_open_direct_until_copied,
 						setup_quiet_big, teardown),
+		cmocka_unit_test_setup_teardown(test_unlinked_while_waiting,
+						setup_quiet, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
