@@ -531,7 +531,7 @@ static bool writes_quiet(struct eng *e, struct timespec *until)
 {
 	uint64_t bytes = atomic_load_explicit(&e->cnt.write_bytes,
 					      memory_order_relaxed);
-	uint64_t quiet = (uint64_t)e->pass.quiet_ms * 1000000u, at;
+	uint64_t quiet = (uint64_t)e->pass.quiet_ms * 1000000u;
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
@@ -541,9 +541,7 @@ static bool writes_quiet(struct eng *e, struct timespec *until)
 	}
 	if (ts_ns(&e->pass.quiet_since) + quiet <= ts_ns(&now))
 		return true;
-	at = ts_ns(&now) + (quiet / 4 ? quiet / 4 : 1000000u);
-	until->tv_sec = (time_t)(at / 1000000000u);
-	until->tv_nsec = (long)(at % 1000000000u);
+	store_deadline(e->pass.quiet_ms / 4 ? e->pass.quiet_ms / 4 : 1, until);
 	return false;
 }
 
