@@ -11,7 +11,7 @@
  *
  * A file is written back as a temporary in .reftfs-tmp, fsync()ed, then
  * renamed over its name, so the tree never holds a torn file.  Its sidecar
- * is renamed in just before it; a sidecar is trusted only when its own
+ * is renamed in just after it; a sidecar is trusted only when its own
  * CRC, and the size and mtime it records, match the file beside it.
  *
  * One worker thread does all write-back, and runs eviction.  Name changes in the
@@ -878,6 +878,26 @@ static void drop_empty_parents(struct eng *e, const char *rel)
 }
 
 /*
+ * Rename the finished temporary @tmp to @rel, making its parents.  In a
+ * group another node's rename may move a parent away in between (its
+ * mirror), even between a copy and its sidecar: made again.  What then
+ * sits under a name this node has not seen change yet, check_copy finds
+ * once it has.
+ */
+static int rename_in(struct persist *p, const char *tmp, const char *rel)
+{
+	int rc;
+
+	for (int t = 0;; t++) {
+		rc = make_parents(p->dirfd, rel);
+		if (rc == 0 && renameat(p->dirfd, tmp, p->dirfd, rel) < 0)
+			rc = -errno;
+		if (rc != -ENOENT || t == PARENT_TRIES - 1)
+			return rc;
+	}
+}
+
+/*
  * Move the finished temporaries into place under the file's current name:
  * data first, then its sums (a sidecar is trusted only beside the data it
  * describes, so a crash between the two loses checksums, never data).
@@ -924,24 +944,10 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		rc = sum_name(rel, sum, sizeof(sum));
 	if (rc == 0 && fstatat(p->dirfd, tmp, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		rc = -errno;
-	/*
-	 * In a group another node's rename may move a parent away between
-	 * the two steps (its mirror): make it again.  The copy then sits
-	 * under a name this node has not seen change yet; check_copy finds
-	 * it there once it has.
-	 */
-	for (int t = 0; rc == 0; t++) {
-		rc = make_parents(p->dirfd, rel);
-		if (rc == 0 && renameat(p->dirfd, tmp, p->dirfd, rel) < 0)
-			rc = -errno;
-		if (rc != -ENOENT || t == PARENT_TRIES - 1)
-			break;
-		rc = 0;
-	}
-	if (rc == 0 && tmpsum && renameat(p->dirfd, tmpsum, p->dirfd, sum) < 0) {
-		rc = -errno;
+	if (rc == 0)
+		rc = rename_in(p, tmp, rel);
+	if (rc == 0 && tmpsum && (rc = rename_in(p, tmpsum, sum)) < 0)
 		unlinkat(p->dirfd, sum, 0); /* an older one must not stay */
-	}
 	if (rc == 0)
 		rc = fsync_parent(p->dirfd, rel);
 	if (rc < 0) {
@@ -1498,6 +1504,59 @@ static void away_follows(struct eng *e, const char *a, const char *b,
 	free(v);
 }
 
+/* The file id the sidecar @sum records; 0 if none can be read. */
+static uint64_t sum_file_id(struct persist *p, const char *sum)
+{
+	struct sum_header h;
+	int fd = openat(p->dirfd, sum, O_RDONLY | O_CLOEXEC);
+	bool ok;
+
+	if (fd < 0)
+		return 0;
+	ok = pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+	     memcmp(h.magic, SUM_MAGIC, sizeof(SUM_MAGIC)) == 0;
+	close(fd);
+	return ok ? h.file_id : 0;
+}
+
+/*
+ * @in's sidecar left at @from without the data it describes: another
+ * node's mirror moved the data away (or removed it) between commit()'s
+ * two renames, and the sidecar came in after.  It goes along to @to, where
+ * @in's copy now is, unless @to has one (@to NULL: it goes), and the
+ * directories it kept from going are removed.  Another file's sidecar
+ * (by the file id it records) is left alone.  Mirror lock held.
+ */
+static void stray_sum(struct eng *e, struct inode *in, const char *from,
+		      const char *to)
+{
+	struct persist *p = e->persist;
+	char sfrom[PATH_MAX + 16], sto[PATH_MAX + 16];
+	uint64_t id;
+
+	pthread_rwlock_rdlock(&in->file.lock);
+	id = in->file.id;
+	pthread_rwlock_unlock(&in->file.lock);
+	if (sum_name(from, sfrom, sizeof(sfrom)) < 0 ||
+	    sum_file_id(p, sfrom) != id)
+		return;
+	if (to && sum_name(to, sto, sizeof(sto)) == 0 &&
+	    faccessat(p->dirfd, sto, F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
+	    renameat(p->dirfd, sfrom, p->dirfd, sto) == 0) {
+		rft_warn("persist: the sums of %s were left under its old "
+			 "name %s by another node's rename; moved along", to,
+			 from);
+	} else if (unlinkat(p->dirfd, sfrom, 0) < 0) {
+		if (errno != ENOENT)
+			queue_op(p, sfrom, false);
+		return;
+	} else {
+		rft_warn("persist: the sums of %s were left behind by another "
+			 "node's %s; removed", from, to ? "rename" : "removal");
+	}
+	drop_empty_parents(e, from);
+}
+
 /*
  * Where is @in's copy, now that its name is no longer @from?  (A regular
  * file; a directory is below.)  Under its name: done.  Still under @from:
@@ -1508,7 +1567,8 @@ static void away_follows(struct eng *e, const char *a, const char *b,
  * for the readers that still have the file open here, read from there
  * and removed when the file is freed.  Nothing at @from: the renamer's
  * mirror moved it along, or a later rename did, and that rename's own
- * check looks for it.  Mirror lock held.
+ * check looks for it.  The sidecar may be left behind all the same
+ * (stray_sum).  Mirror lock held.
  */
 static void check_copy(struct eng *e, struct inode *in, const char *from)
 {
@@ -1543,11 +1603,16 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 	    (rc == 0 && strcmp(rel, from) == 0))
 		return;
 	if (rc == 0 && fstatat(p->dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    is_copy(&st, &id))
+	    is_copy(&st, &id)) {
+		stray_sum(e, in, from, rel);
 		return;
+	}
 	if (fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-	    !is_copy(&st, &id))
+	    !is_copy(&st, &id)) {
+		if (rc == -ENOENT)
+			stray_sum(e, in, from, NULL);
 		return;
+	}
 	if (rc == 0) {
 		rft_warn("persist: %s was written back under its old name %s, "
 			 "after another node's rename; writing it again", rel,

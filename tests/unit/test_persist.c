@@ -662,6 +662,66 @@ static void test_copy_left_behind_by_a_rename(void **state)
 	free(data);
 }
 
+/* Rename @from to @to in the persist dir, as another node's mirror does. */
+static void host_rename(struct fixture *fx, const char *from, const char *to)
+{
+	char a[2 * PATH_MAX + 32], b[2 * PATH_MAX + 32];
+
+	snprintf(a, sizeof(a), "%s/%s", fx->persist, from);
+	snprintf(b, sizeof(b), "%s/%s", fx->persist, to);
+	assert_int_equal(rename(a, b), 0);
+}
+
+/*
+ * Another node's mirror may move or remove a copy between the two renames
+ * that put the copy and then its sidecar in: the sidecar lands under the
+ * old name, beside no data.  The owner carries it to the copy, or removes
+ * it with the directory it kept from going; another file's sidecar there
+ * stays.
+ */
+static void test_sidecar_left_behind(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *data = write_checkpoint(fx);
+	char path[PATH_MAX + 64];
+	struct stat st;
+	uint64_t d;
+
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 2), 0);
+	d = lookup(fx->e, RFT_ROOT_INO, "step_1");
+
+	/* Moved without its sidecar: the sidecar follows. */
+	host_rename(fx, "step_1/model.pt", "step_1/moved.pt");
+	remote_rename(fx->e, d, "model.pt", d, "moved.pt", 0);
+	wait_moved(fx, "step_1/.moved.pt.rftsum", "step_1/.model.pt.rftsum");
+	assert_copy(fx, "step_1/moved.pt", data, FILE_SIZE);
+
+	/*
+	 * Removed without its sidecar, with its directory (whose mirror
+	 * found the sidecar there): the sidecar goes, then the directory.
+	 */
+	snprintf(path, sizeof(path), "%s/step_1/moved.pt", fx->persist);
+	assert_int_equal(unlink(path), 0);
+	remote_remove(fx->e, NSOP_UNLINK, d, "moved.pt");
+	remote_remove(fx->e, NSOP_RMDIR, RFT_ROOT_INO, "step_1");
+	wait_moved(fx, NULL, "step_1");
+
+	/* Another file's sidecar under a removed file's name stays. */
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "step_2", 0755, 0, 0,
+				   &st), 0);
+	d = st.st_ino;
+	assert_int_not_equal(fx_put(fx->e, d, "a.pt", data, FILE_SIZE), 0);
+	assert_int_not_equal(fx_put(fx->e, d, "b.pt", data, FILE_SIZE), 0);
+	assert_int_equal(flush_wait(fx->e), 0);
+	snprintf(path, sizeof(path), "%s/step_2/a.pt", fx->persist);
+	assert_int_equal(unlink(path), 0);
+	host_rename(fx, "step_2/.b.pt.rftsum", "step_2/.a.pt.rftsum");
+	remote_remove(fx->e, NSOP_UNLINK, d, "a.pt");
+	usleep((CHECK_DELAY_TEST_MS + 1500) * 1000);
+	assert_true(host_exists(fx, "step_2/.a.pt.rftsum"));
+	free(data);
+}
+
 /*
  * The copy of file @ino waits in the staging dir (parked) with @len bytes
  * of @data.
@@ -893,6 +953,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(
 			test_copy_left_behind_by_a_rename, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_sidecar_left_behind, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_over_a_file, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_error_then_retry, setup,
