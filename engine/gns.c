@@ -209,9 +209,22 @@ static void req_free(struct eng *e, struct gns_req *r)
 	free(r);
 }
 
+static void finish(struct gns *g, struct gns_req *r, int rc);
+
+/*
+ * Hand @r to the submitters.  After gns_stop none is left to take it (the
+ * last write-back at unmount still tells of what it persisted): it fails
+ * here, as the submitters fail what they find queued at the stop.
+ */
 static void enqueue(struct gns *g, struct gns_req *r)
 {
 	pthread_mutex_lock(&g->lock);
+	if (g->stop) {
+		pthread_mutex_unlock(&g->lock);
+		finish(g, r, -ESHUTDOWN);
+		req_free(g->e, r);
+		return;
+	}
 	r->next = NULL;
 	if (g->q_tail)
 		g->q_tail->next = r;
