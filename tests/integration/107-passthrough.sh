@@ -4,8 +4,8 @@
 # every open of such a file passes through while one does, and writers
 # passing through have their bytes taken at FLUSH, FSYNC and RELEASE.
 # tests/integration/pass_fuzz.py runs random writes, mapped writes,
-# truncates, hole punches, O_TRUNC rewrites and closes while a reader
-# passes through, checked against a model after each one (seed printed;
+# truncates, hole punches, O_TRUNC rewrites, removals with a new file of
+# the same name, and closes while a reader passes through, checked against a model after each one (seed printed;
 # PASS_SEED replays); what it wrote must then be written back and read
 # the same after a remount.  mmap_fuzz.py runs on the same mount, for
 # files that writers open first (those stay direct).

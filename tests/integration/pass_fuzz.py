@@ -15,6 +15,10 @@ while the reader holds it must pass through too.  Operations, at random:
   truncate   ftruncate(2) of a writer's descriptor, or truncate(2) by path
   punch      fallocate(PUNCH_HOLE | KEEP_SIZE) through a writer
   otrunc     open(O_WRONLY | O_TRUNC), write, close: torch.save's pattern
+  recreate   rm, and a new file of the same name written and closed: the
+             next checkpoint's save (its copy is made over the spare the
+             old copy left); a reader of the old file sometimes stays, and
+             must still read the old bytes
   close      a writer closes (its bytes are taken then), mapping or not
   fsync      a writer's fsync(2)
   reread     (no writer open) the reader closes and opens again: the
@@ -178,6 +182,42 @@ class PassFile:
         self.remap_reader()
         self.last = f"O_TRUNC open, write {len(data)}, close"
 
+    def op_recreate(self):
+        # Every writer gone; sometimes the reader's descriptor and mapping
+        # stay on the removed file, which must read its old bytes still.
+        for m in self.writers_gone_maps:
+            m.close()
+        self.writers_gone_maps = []
+        old = None
+        if self.rng.random() < 0.3:
+            old = (self.reader, self.rmap, bytes(self.model))
+            self.reader = self.rmap = None
+        self.close_all()
+        os.unlink(self.path)
+        size = self.rng.randrange(2, 6) * MiB + self.rng.randrange(4096)
+        data = self.payload(size)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        off = 0
+        while off < size:
+            n = min(size - off, self.rng.choice([4096, MiB, 3 * MiB]))
+            os.pwrite(fd, data[off:off + n], off)
+            off += n
+        os.close(fd)
+        self.model = bytearray(data)
+        self.last = f"rm, and a new file of {size} bytes written"
+        if old:
+            fd, m, want = old
+            got = os.pread(fd, len(want) + 4096, 0)
+            n = min(len(m), len(want)) if m is not None else 0
+            ok = got == want and (m is None or m[:n] == want[:n])
+            if m is not None:
+                m.close()
+            os.close(fd)
+            if not ok:
+                raise Mismatch(f"{self.path}: a reader of the removed file "
+                               f"sees other bytes, after {self.last}")
+        self.open_reader()
+
     def op_close(self):
         if not self.writers:
             return self.op_write()
@@ -280,8 +320,8 @@ def main():
         f.writers_gone_maps = []
         f.open_reader()
     ops = ["write", "map_write", "truncate", "punch", "otrunc", "close",
-           "fsync", "reread", "cycle"]
-    weights = [6, 4, 2, 2, 1, 3, 1, 2, 1]
+           "fsync", "reread", "cycle", "recreate"]
+    weights = [6, 4, 2, 2, 1, 3, 1, 2, 1, 2]
     counts = dict.fromkeys(ops, 0)
     try:
         for i in range(args.ops):
