@@ -503,12 +503,9 @@ static void copy_sealed(struct eng *e, struct inode *in)
 		return;
 	rc = make_copy(e, in, p, false);
 	pthread_mutex_lock(&e->pass.lock);
-	if (rc < 0) {
+	if (rc < 0)
 		abandon_locked(e, f, p);
-	} else {
-		p->state = PASS_KEPT;
-		pthread_cond_broadcast(&e->pass.cond);
-	}
+	/* (Else make_copy made it PASS_KEPT.) */
 	pthread_mutex_unlock(&e->pass.lock);
 }
 
@@ -1332,6 +1329,14 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 	}
 	if (!rc) {
 		p->version = j->version;
+		/*
+		 * Ready (kept, or the opener's to register) before it is
+		 * counted: whoever waits for the count finds it so.
+		 */
+		pthread_mutex_lock(&e->pass.lock);
+		p->state = at_open ? PASS_REGISTERING : PASS_KEPT;
+		pthread_cond_broadcast(&e->pass.cond);
+		pthread_mutex_unlock(&e->pass.lock);
 		atomic_fetch_add(&e->pass.files, 1);
 		atomic_fetch_add(&e->pass.bytes, j->size);
 		if (sp)
@@ -1457,7 +1462,7 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 			queue_job(e, in, false);
 		return;
 	}
-	p->state = PASS_REGISTERING;
+	/* make_copy made it PASS_REGISTERING: the others wait for us. */
 	join_locked(e, p, fp, info);
 	pthread_mutex_unlock(&e->pass.lock);
 }
