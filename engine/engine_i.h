@@ -58,6 +58,34 @@ struct slab {
  * named by index, never by pointer, so that the arena can later live in a
  * named shared-memory object and be re-attached at another address.
  */
+/*
+ * A home: the pages of a backing file that a large file's pieces are
+ * written into in place (pass.c, "in place").  A chunk lent to one of its
+ * pages (store_lend) reads and writes that page, not its arena memory, so
+ * that what the engine writes, checksums, protects and writes back is
+ * what passthrough later reads, with no copy.  The chunk was one held
+ * cold for the backing file's memory: lent, it counts as used; its last
+ * put gives it back to the home (cold again, on h->back), not to the free
+ * stack, so the page's memory is counted once either way.
+ */
+struct store_home {
+	uint8_t *map;	     /* the backing file, mapped shared */
+	uint32_t pages;	     /* chunk-sized pages mapped */
+	uint32_t live;	     /* chunks lent and not back; store lock */
+	uint32_t *back;	     /* [pages]: chunks back, cold; store lock */
+	uint32_t nback;	     /* store lock */
+	uint32_t *page_id;   /* [pages]: the chunk lent there, or
+				STORE_NO_PAGE; store lock */
+	_Atomic bool frozen; /* sealed: a write copies a lent chunk first */
+};
+
+#define STORE_NO_PAGE UINT32_MAX
+
+struct store_lent {
+	struct store_home *home; /* NULL: the chunk is the arena's */
+	uint32_t page;
+};
+
 struct store {
 	uint8_t *base;
 	uint64_t bytes;
@@ -93,6 +121,9 @@ struct store {
 	bool balance_stop;	  /* protected by lock */
 	pthread_cond_t balance_wake; /* stop; protected by lock */
 	_Atomic uint64_t trimmed; /* bytes given back since start */
+
+	/* Chunks lent to a home's page (store_lend); per chunk, lock. */
+	struct store_lent *lent;
 
 	/* Small blocks: none when small_max is 0. */
 	uint32_t small_max;	/* the largest piece a block holds */
@@ -165,12 +196,64 @@ uint32_t store_free_or_cold(struct store *s);
 /* Chunks taken whole or as slabs, and the bytes small blocks hold. */
 void store_usage(struct store *s, uint32_t *slabs, uint64_t *small_bytes);
 
+/*
+ * Homes.  store_home_init maps nothing: @map is the caller's, @pages long.
+ * store_lend lends @id, a chunk taken cold (store_take_cold, refs 1), to
+ * page @page of @h; a chunk is lent to one page at most, a page has one
+ * chunk at most (the caller's rules).  store_home_collect takes up to
+ * @max chunks back from their pages (cold, refs 1, the caller's again).
+ * A home is freed (store_home_fini) only with nothing live and nothing
+ * back.  Any lock may be held.
+ */
+int store_home_init(struct store_home *h, uint8_t *map, uint32_t pages);
+void store_home_fini(struct store_home *h);
+uint8_t *store_lend(struct store *s, struct store_home *h, uint32_t id,
+		    uint32_t page);
+uint32_t store_home_collect(struct store *s, struct store_home *h,
+			    uint32_t *ids, uint32_t max);
+uint32_t store_home_live(struct store *s, struct store_home *h);
+/* Is page @page of @h lent to a chunk now? */
+bool store_page_lent(struct store *s, struct store_home *h, uint32_t page);
+/* The home @id is lent to, or NULL (a holder of a reference may ask). */
+static inline struct store_home *store_lent_home(const struct store *s,
+						 uint32_t id)
+{
+	return (id & STORE_SMALL) ? NULL : s->lent[id].home;
+}
+
+/* The arena's memory of chunk @id, wherever it points: for madvise. */
+static inline uint8_t *store_arena_ptr(const struct store *s, uint32_t id)
+{
+	return s->base + ((uint64_t)id << s->chunk_shift);
+}
+
+/*
+ * The bytes of chunk or block @id (a holder of a reference may ask): a
+ * chunk lent to a home is its page there.  The lend happens before the
+ * chunk is handed to anyone, and the loan ends at its last put.
+ */
 static inline uint8_t *store_ptr(const struct store *s, uint32_t id)
 {
+	const struct store_lent *l;
+
 	if (id & STORE_SMALL)
 		return s->base + ((uint64_t)(id & ~STORE_SMALL)
 				  << STORE_UNIT_SHIFT);
-	return s->base + ((uint64_t)id << s->chunk_shift);
+	l = &s->lent[id];
+	if (l->home)
+		return l->home->map + ((uint64_t)l->page << s->chunk_shift);
+	return store_arena_ptr(s, id);
+}
+
+/* Is @id lent to a frozen home: must a write copy it first? */
+static inline bool store_frozen(const struct store *s, uint32_t id)
+{
+	const struct store_home *h;
+
+	if (id & STORE_SMALL)
+		return false;
+	h = s->lent[id].home;
+	return h && atomic_load_explicit(&h->frozen, memory_order_acquire);
 }
 
 /* The slab of small block @id, and the block's index in it. */
@@ -320,6 +403,11 @@ struct file {
 	struct early *early;	/* its copy made while it is written
 				   (pass.c); eng->pass.lock */
 	_Atomic bool early_queued; /* for the copier's next early round */
+	struct pass *home;	/* the backing file its pieces are written
+				   into while it is written (pass_place);
+				   eng->pass.lock */
+	uint64_t name_hash;	/* of its name at create (pass_name_hash),
+				   0: none; set once, before it is shared */
 	unsigned pass_cuts;	/* truncates in progress while passthrough
 				   is on (pass_cut_begin); eng->pass.lock */
 	/*
@@ -867,6 +955,13 @@ struct eng {
 		_Atomic uint64_t early_used; /* of them, a seal's copy used */
 		/* Files written are copied early (min_size set before). */
 		_Atomic bool early_on;
+		/* Large files are written into backing files (pass_place;
+		   min_size set before). */
+		_Atomic bool in_place;
+		_Atomic uint64_t placed_bytes; /* pieces written in place */
+		_Atomic uint64_t placed_used;  /* of them, a seal used */
+		struct pass *homes; /* backing files chunks still point
+				       into, no file's pass nor home; lock */
 		struct pass *all; /* every pass, for pass_fini; lock */
 		struct early *early; /* every early copy; lock */
 		struct pass *dead; /* retired, for reap() to free; lock */
@@ -1256,8 +1351,22 @@ uint32_t pass_waiting(struct eng *e);
  * lock held): copy its full pieces early, in the background. */
 void pass_wrote(struct eng *e, struct inode *in);
 /* Memory is short: spare backing files, early copies, then kept ones
- * nothing has open, go until @want chunks are free again (evict.c). */
+ * nothing has open, go until @want chunks are free again (evict.c); and
+ * backing files whose pieces eviction just put back. */
 void pass_shed(struct eng *e, uint32_t want);
+/*
+ * In place (eng_pass_in_place): piece @idx of @f, a file over min_size
+ * being written, is new; the chunk for it, lent to the page at its offset
+ * of the backing file the last copy of a file of the same name left
+ * (refs 1, counted as used), or RFT_NO_CHUNK: take one from the store.
+ * f->lock held for writing.
+ */
+uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx);
+/* The hash of base name @name, for a file's home (never 0). */
+uint64_t pass_name_hash(const char *name);
+/* After the files are gone (ns_fini): the backing files they pointed
+ * into, freed. */
+void pass_homes_fini(struct eng *e);
 /* fallocate on a handle passing through: on its backing file. */
 int pass_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 		   off_t off, off_t len);

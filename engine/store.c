@@ -61,7 +61,9 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	s->free_stack = malloc(n * sizeof(*s->free_stack));
 	s->faulted = calloc(n, 1);
 	s->slabs = calloc(n, sizeof(*s->slabs));
-	if (!s->refs || !s->free_stack || !s->faulted || !s->slabs) {
+	s->lent = calloc(n, sizeof(*s->lent));
+	if (!s->refs || !s->free_stack || !s->faulted || !s->slabs ||
+	    !s->lent) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -92,6 +94,7 @@ fail:
 	free(s->free_stack);
 	free(s->faulted);
 	free(s->slabs);
+	free(s->lent);
 	munmap(s->base, s->bytes);
 	memset(s, 0, sizeof(*s));
 	return rc;
@@ -134,7 +137,7 @@ static uint32_t fault_in(struct store *s, uint32_t max)
 	 * populating writes nothing, it only faults pages in.
 	 */
 	for (uint32_t i = 0; i < n; i++)
-		if (madvise(store_ptr(s, ids[i]), s->chunk_size,
+		if (madvise(store_arena_ptr(s, ids[i]), s->chunk_size,
 			    MADV_POPULATE_WRITE) < 0) {
 			rft_info("prefault stopped: %s", strerror(errno));
 			break;
@@ -166,7 +169,8 @@ static uint32_t give_back(struct store *s, uint32_t max)
 	s->nfree = k;
 	pthread_mutex_unlock(&s->lock);
 	for (uint32_t i = 0; i < n; i++)
-		madvise(store_ptr(s, ids[i]), s->chunk_size, MADV_DONTNEED);
+		madvise(store_arena_ptr(s, ids[i]), s->chunk_size,
+			MADV_DONTNEED);
 	pthread_mutex_lock(&s->lock);
 	memmove(s->free_stack + n, s->free_stack,
 		(size_t)s->nfree * sizeof(*s->free_stack));
@@ -273,6 +277,7 @@ void store_fini(struct store *s)
 	for (uint32_t i = 0; i < s->nchunks; i++)
 		free(s->slabs[i]);
 	free(s->slabs);
+	free(s->lent);
 	munmap(s->base, s->bytes);
 	memset(s, 0, sizeof(*s));
 }
@@ -542,7 +547,8 @@ uint32_t store_take_cold(struct store *s, uint32_t *ids, uint32_t n)
 	pthread_mutex_unlock(&s->lock);
 	/* Ours now: no one else touches their pages. */
 	for (uint32_t i = 0; i < ndrop; i++)
-		madvise(store_ptr(s, ids[i]), s->chunk_size, MADV_DONTNEED);
+		madvise(store_arena_ptr(s, ids[i]), s->chunk_size,
+			MADV_DONTNEED);
 	return n;
 }
 
@@ -599,8 +605,108 @@ void store_put(struct store *s, uint32_t id)
 		return;
 	}
 	pthread_mutex_lock(&s->lock);
-	push_free_locked(s, id);
+	if (s->lent[id].home) {
+		/* Its memory is the home's page: back to the home, cold. */
+		struct store_home *h = s->lent[id].home;
+
+		s->lent[id].home = NULL;
+		atomic_store_explicit(&s->refs[id], 1, memory_order_relaxed);
+		s->ncold++;
+		h->live--;
+		h->back[h->nback++] = id;
+		h->page_id[s->lent[id].page] = STORE_NO_PAGE;
+	} else {
+		push_free_locked(s, id);
+	}
 	pthread_mutex_unlock(&s->lock);
+}
+
+int store_home_init(struct store_home *h, uint8_t *map, uint32_t pages)
+{
+	memset(h, 0, sizeof(*h));
+	h->back = malloc(((size_t)pages + 1) * sizeof(*h->back));
+	h->page_id = malloc(((size_t)pages + 1) * sizeof(*h->page_id));
+	if (!h->back || !h->page_id) {
+		free(h->back);
+		free(h->page_id);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < pages; i++)
+		h->page_id[i] = STORE_NO_PAGE;
+	h->map = map;
+	h->pages = pages;
+	return 0;
+}
+
+void store_home_fini(struct store_home *h)
+{
+	if (h->live || h->nback) {
+		rft_err("store: a home freed with %u chunks lent and %u back",
+			h->live, h->nback);
+		abort();
+	}
+	free(h->back);
+	free(h->page_id);
+	h->back = h->page_id = NULL;
+}
+
+uint8_t *store_lend(struct store *s, struct store_home *h, uint32_t id,
+		    uint32_t page)
+{
+	if ((id & STORE_SMALL) || page >= h->pages ||
+	    store_refs(s, id) != 1 || s->lent[id].home) {
+		rft_err("store: chunk %#x lent to page %u of %u", id, page,
+			h->pages);
+		abort();
+	}
+	pthread_mutex_lock(&s->lock);
+	/* h->back has room for every chunk lent at once, one a page. */
+	if (h->live + h->nback >= h->pages ||
+	    h->page_id[page] != STORE_NO_PAGE) {
+		rft_err("store: page %u of a home of %u pages lent twice "
+			"(%u chunks lent, %u back)",
+			page, h->pages, h->live, h->nback);
+		abort();
+	}
+	s->lent[id] = (struct store_lent){ h, page };
+	h->page_id[page] = id;
+	h->live++;
+	s->ncold--; /* the file's now: used */
+	pthread_mutex_unlock(&s->lock);
+	return store_ptr(s, id);
+}
+
+uint32_t store_home_collect(struct store *s, struct store_home *h,
+			    uint32_t *ids, uint32_t max)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&s->lock);
+	n = h->nback < max ? h->nback : max;
+	h->nback -= n;
+	memcpy(ids, h->back + h->nback, (size_t)n * sizeof(*ids));
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+bool store_page_lent(struct store *s, struct store_home *h, uint32_t page)
+{
+	bool lent;
+
+	pthread_mutex_lock(&s->lock);
+	lent = page < h->pages && h->page_id[page] != STORE_NO_PAGE;
+	pthread_mutex_unlock(&s->lock);
+	return lent;
+}
+
+uint32_t store_home_live(struct store *s, struct store_home *h)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&s->lock);
+	n = h->live;
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }
 
 uint32_t store_free_count(struct store *s)

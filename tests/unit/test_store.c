@@ -521,6 +521,268 @@ static void test_small_threads(void **state)
 	store_fini(&s);
 }
 
+/* --- homes: chunks lent to a backing file's pages ----------------------- */
+
+#define HOME_PAGES 8
+#define HOME_NONE UINT32_MAX
+
+/* A backing file's stand-in: @pages MiB of a memfd, mapped shared. */
+static uint8_t *home_map(uint32_t pages)
+{
+	int fd = memfd_create("home", 0);
+	void *m;
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)pages * MiB), 0);
+	m = mmap(NULL, (size_t)pages * MiB, PROT_READ | PROT_WRITE,
+		 MAP_SHARED, fd, 0);
+	close(fd);
+	assert_true(m != MAP_FAILED);
+	return m;
+}
+
+struct home_model {
+	uint32_t held[HOME_PAGES], nheld;  /* cold, ours to lend */
+	uint32_t page_id[HOME_PAGES];	   /* lent there, or HOME_NONE */
+	uint32_t page_refs[HOME_PAGES];
+	uint8_t page_tag[HOME_PAGES];	   /* what the page holds */
+	uint32_t nback, live;
+	uint32_t arena[32], arena_refs[32], narena;
+	uint8_t arena_tag[32];
+	bool frozen;
+};
+
+static void home_check(struct store *s, struct store_home *h,
+		       const struct home_model *m, uint32_t nchunks)
+{
+	uint32_t cold = m->nheld + m->nback;
+	uint32_t used = m->live + m->narena;
+
+	assert_int_equal(store_home_live(s, h), m->live);
+	assert_int_equal(store_free_count(s), nchunks - cold - used);
+	/* statfs: the cold ones count as free, lent ones as used. */
+	assert_int_equal(store_free_or_cold(s), nchunks - used);
+	for (uint32_t p = 0; p < HOME_PAGES; p++) {
+		uint32_t id = m->page_id[p];
+
+		if (id == HOME_NONE)
+			continue;
+		assert_ptr_equal(store_ptr(s, id), h->map + (size_t)p * MiB);
+		assert_ptr_equal(store_lent_home(s, id), h);
+		assert_true(store_page_lent(s, h, p));
+		assert_int_equal(store_refs(s, id), m->page_refs[p]);
+		assert_int_equal(store_frozen(s, id), m->frozen);
+		assert_int_equal(store_ptr(s, id)[p * 4099 % MiB],
+				 m->page_tag[p]);
+	}
+	for (uint32_t i = 0; i < m->narena; i++) {
+		assert_ptr_equal(store_ptr(s, m->arena[i]),
+				 store_arena_ptr(s, m->arena[i]));
+		assert_false(store_frozen(s, m->arena[i]));
+		assert_int_equal(store_ptr(s, m->arena[i])[i * 8191 % MiB],
+				 m->arena_tag[i]);
+	}
+}
+
+/*
+ * Random holds, lends, pins, puts, collects and freezes of one home beside
+ * ordinary chunks, checked after each against a model: where each chunk
+ * points, what the page holds, refs, live, and the budget as the store and
+ * statfs count it.  HOME_SEED replays.
+ */
+static void test_home_random(void **state)
+{
+	unsigned long seed = seed_from_env("HOME_SEED");
+	const uint32_t nchunks = 24;
+	struct home_model m = { .nheld = 0 };
+	struct store_home h;
+	uint8_t *map = home_map(HOME_PAGES);
+	struct store s;
+
+	(void)state;
+	srandom((unsigned)seed);
+	for (uint32_t p = 0; p < HOME_PAGES; p++)
+		m.page_id[p] = HOME_NONE;
+	assert_int_equal(store_init(&s, nchunks * MiB, MiB, false), 0);
+	assert_int_equal(store_home_init(&h, map, HOME_PAGES), 0);
+	for (int op = 0; op < 20000; op++) {
+		uint32_t p = (uint32_t)random() % HOME_PAGES, id, k;
+
+		switch (random() % 9) {
+		case 0: /* hold one more page's memory */
+			if (m.nheld + m.live + m.nback < HOME_PAGES &&
+			    store_take_cold(&s, &id, 1) == 1)
+				m.held[m.nheld++] = id;
+			break;
+		case 1: /* give one back */
+			if (m.nheld) {
+				store_put_cold(&s, &m.held[--m.nheld], 1);
+			}
+			break;
+		case 2: /* lend a held chunk to a free page, write it */
+			if (!m.nheld || m.page_id[p] != HOME_NONE)
+				break;
+			id = m.held[--m.nheld];
+			assert_ptr_equal(store_lend(&s, &h, id, p),
+					 map + (size_t)p * MiB);
+			m.page_id[p] = id;
+			m.page_refs[p] = 1;
+			m.page_tag[p] = (uint8_t)(1 + random() % 255);
+			m.live++;
+			memset(store_ptr(&s, id), m.page_tag[p], MiB);
+			break;
+		case 3: /* a reader pins it */
+			if (m.page_id[p] == HOME_NONE)
+				break;
+			store_get(&s, m.page_id[p]);
+			m.page_refs[p]++;
+			break;
+		case 4: /* a put; the last one gives it back to the home */
+			if (m.page_id[p] == HOME_NONE)
+				break;
+			id = m.page_id[p];
+			store_put(&s, id);
+			if (--m.page_refs[p] == 0) {
+				m.page_id[p] = HOME_NONE;
+				m.live--;
+				m.nback++;
+				/* The page keeps its bytes; the chunk is the
+				 * arena's again. */
+				assert_int_equal(map[(size_t)p * MiB + 77],
+						 m.page_tag[p]);
+				assert_ptr_equal(store_ptr(&s, id),
+						 store_arena_ptr(&s, id));
+				assert_null(store_lent_home(&s, id));
+				assert_false(store_page_lent(&s, &h, p));
+				assert_int_equal(store_refs(&s, id), 1);
+			}
+			break;
+		case 5: { /* collect some back: ours (held) again */
+			uint32_t ids[HOME_PAGES];
+
+			k = store_home_collect(&s, &h, ids,
+					       1 + (uint32_t)random() % 3);
+			assert_int_equal(k, m.nback < 1 ? 0 : k);
+			assert_true(k <= m.nback);
+			for (uint32_t i = 0; i < k; i++) {
+				assert_int_equal(store_refs(&s, ids[i]), 1);
+				m.held[m.nheld++] = ids[i];
+			}
+			m.nback -= k;
+			break;
+		}
+		case 6: /* an ordinary chunk, written */
+			if (m.narena < 32 && store_try_alloc(&s, &id) == 0) {
+				m.arena[m.narena] = id;
+				m.arena_refs[m.narena] = 1;
+				m.arena_tag[m.narena] =
+					(uint8_t)(1 + random() % 255);
+				memset(store_ptr(&s, id), m.arena_tag[m.narena],
+				       MiB);
+				m.narena++;
+			}
+			break;
+		case 7: /* one dropped */
+			if (m.narena) {
+				k = (uint32_t)random() % m.narena;
+				store_put(&s, m.arena[k]);
+				m.narena--;
+				m.arena[k] = m.arena[m.narena];
+				m.arena_tag[k] = m.arena_tag[m.narena];
+			}
+			break;
+		case 8: /* sealed, or open again */
+			m.frozen = !m.frozen;
+			atomic_store(&h.frozen, m.frozen);
+			break;
+		}
+		home_check(&s, &h, &m, nchunks);
+	}
+	for (uint32_t p = 0; p < HOME_PAGES; p++)
+		while (m.page_id[p] != HOME_NONE && m.page_refs[p]--)
+			store_put(&s, m.page_id[p]);
+	m.nheld += store_home_collect(&s, &h, m.held + m.nheld, HOME_PAGES);
+	store_put_cold(&s, m.held, m.nheld);
+	for (uint32_t i = 0; i < m.narena; i++)
+		store_put(&s, m.arena[i]);
+	assert_int_equal(store_free_count(&s), nchunks);
+	assert_int_equal(store_free_or_cold(&s), nchunks);
+	store_home_fini(&h);
+	munmap(map, HOME_PAGES * MiB);
+	store_fini(&s);
+}
+
+struct lender {
+	struct store *s;
+	struct store_home *h;
+	uint32_t page; /* this thread's */
+	int fails;
+};
+
+/*
+ * Threads lending, pinning and putting chunks of one home, each on its own
+ * page, beside allocations: the loans and the home's counts under the
+ * store lock (TSan).
+ */
+static void *lender_main(void *arg)
+{
+	struct lender *l = arg;
+	uint8_t tag = (uint8_t)(l->page + 1);
+
+	for (int round = 0; round < 2000; round++) {
+		uint32_t id, other;
+		uint8_t *p;
+
+		if (store_take_cold(l->s, &id, 1) != 1)
+			continue;
+		p = store_lend(l->s, l->h, id, l->page);
+		p[round % MiB] = tag;
+		store_get(l->s, id);
+		if (store_try_alloc(l->s, &other) == 0) {
+			store_ptr(l->s, other)[0] = tag;
+			store_put(l->s, other);
+		}
+		store_put(l->s, id);
+		if (store_ptr(l->s, id)[round % MiB] != tag)
+			l->fails++;
+		store_put(l->s, id); /* back to the home */
+	}
+	return NULL;
+}
+
+static void test_home_threads(void **state)
+{
+	struct lender l[4];
+	struct store_home h;
+	uint8_t *map = home_map(4);
+	uint32_t ids[4 * 2000], n;
+	pthread_t t[4];
+	struct store s;
+
+	(void)state;
+	assert_int_equal(store_init(&s, 16 * MiB, MiB, false), 0);
+	/* Room on back for every round's chunk: collected at the end. */
+	assert_int_equal(store_home_init(&h, map, 4 * 2000), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		l[i] = (struct lender){ &s, &h, i, 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, lender_main,
+						&l[i]),
+				 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(l[i].fails, 0);
+	}
+	assert_int_equal(store_home_live(&s, &h), 0);
+	n = store_home_collect(&s, &h, ids, 4 * 2000);
+	assert_true(n > 0 && n <= 16);
+	store_put_cold(&s, ids, n);
+	assert_int_equal(store_free_count(&s), 16);
+	store_home_fini(&h);
+	munmap(map, 4 * MiB);
+	store_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -534,6 +796,8 @@ int main(void)
 		cmocka_unit_test(test_small_random),
 		cmocka_unit_test(test_small_budget),
 		cmocka_unit_test(test_small_threads),
+		cmocka_unit_test(test_home_random),
+		cmocka_unit_test(test_home_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
