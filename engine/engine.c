@@ -257,6 +257,7 @@ void eng_free(struct eng *e)
 	persist_free(e->persist);
 	if (e->ns.table)
 		ns_fini(e);
+	pass_homes_fini(e); /* the files pointed into them */
 	if (e->zeros)
 		munmap((void *)e->zeros, e->store.chunk_size);
 	store_fini(&e->store);
@@ -442,6 +443,9 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->pass_reused = atomic_load(&e->pass.reused);
 	s->pass_early_bytes = atomic_load(&e->pass.early_bytes);
 	s->pass_early_used = atomic_load(&e->pass.early_used);
+	s->pass_placed_bytes = atomic_load(&e->pass.placed_bytes);
+	s->pass_placed_used = atomic_load(&e->pass.placed_used);
+	s->pass_in_place = atomic_load(&e->pass.in_place);
 	s->pass_held_bytes = atomic_load(&e->pass.held);
 	s->pass_waiting = pass_waiting(e);
 	s->start_time = e->start_time;

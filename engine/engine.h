@@ -268,6 +268,14 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 		    unsigned quiet_ms);
 bool eng_pass_enabled(struct eng *e);
 /*
+ * After eng_pass_enable: a large file is written into the backing file
+ * that the last copy of a file of the same base name left (in place), so
+ * that its copy at seal has (nearly) nothing to copy.  Early copies are
+ * then off (this replaces them).  docs/design.md, "Writing large files
+ * into their backing files".
+ */
+void eng_pass_in_place(struct eng *e, bool on);
+/*
  * The caller registered @fp's backing file with the kernel as @id (<= 0:
  * it could not).  Returns the id to open @fp with, or 0: it does not pass
  * through (open it direct).  The caller closes its own @id when the
@@ -551,6 +559,8 @@ struct eng_stats {
 	bool pass_enabled;
 	uint64_t pass_opens, pass_files, pass_bytes, pass_reused;
 	uint64_t pass_early_bytes, pass_early_used;
+	uint64_t pass_placed_bytes, pass_placed_used;
+	bool pass_in_place;
 	uint64_t pass_held_bytes;
 	uint32_t pass_waiting; /* sealed files waiting for the writes to stop */
 	/* persist tier */

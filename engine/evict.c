@@ -120,6 +120,13 @@ void evict_run(struct eng *e, bool pressure)
 	pthread_rwlock_rdlock(&e->ns.lock);
 	evict_walk(&ev);
 	pthread_rwlock_unlock(&e->ns.lock);
+	/*
+	 * A piece written in place frees no chunk when evicted: its memory
+	 * is its backing file's page, which the copy kept for readers holds.
+	 * Those copies, their pieces just put back, are given up now.
+	 */
+	if (ev.freed && store_free_count(&e->store) < ev.target)
+		pass_shed(e, ev.target - store_free_count(&e->store));
 	if (ev.freed) {
 		atomic_fetch_add(&e->cnt.evicted_chunks, ev.freed);
 		rft_info("evicted %u persisted pieces", ev.freed);

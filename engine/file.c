@@ -1620,9 +1620,11 @@ static bool needs_chunk(struct eng *e, const struct file *f, uint32_t idx,
 {
 	const struct slot *s = idx < f->nslots ? &f->slots[idx] : NULL;
 
-	/* Not in memory, a write-back holds it (copy on write), or it is
-	 * a small block the write outgrows. */
+	/* Not in memory, a write-back holds it (copy on write), it is a
+	 * page of a backing file a passthrough reader may see (pass.c), or
+	 * it is a small block the write outgrows. */
 	return !s || !slot_in_ram(s) || store_refs(&e->store, s->chunk) > 1 ||
+	       store_frozen(&e->store, s->chunk) ||
 	       store_cap(&e->store, s->chunk) < end;
 }
 
@@ -1666,7 +1668,8 @@ static uint32_t piece_end(struct eng *e, uint32_t idx, uint64_t pos,
  * writing; never waits.
  */
 static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
-			     size_t size, bool partial, uint32_t *needed)
+			     size_t size, bool partial, bool place,
+			     uint32_t *needed)
 {
 	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
 	uint32_t first = (uint32_t)(pos >> shift);
@@ -1687,6 +1690,13 @@ static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
 
 		if (!needs_chunk(e, f, i, end))
 			continue;
+		/* A new piece of a large file: in its backing file's page? */
+		if (place && (i >= f->nslots || !slot_in_ram(&f->slots[i])) &&
+		    piece_want(e, f, i, end) == cs &&
+		    (ids[got] = pass_place(e, f, i)) != RFT_NO_CHUNK) {
+			got++;
+			continue;
+		}
 		if (store_try_alloc_len(&e->store, piece_want(e, f, i, end),
 					&ids[got]) < 0)
 			break;
@@ -1914,8 +1924,12 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			}
 			continue;
 		}
-		/* Past the deadline, what memory there is: a short write. */
-		got = reserve_range(e, f, pos, size, timed_out, &need);
+		/* Past the deadline, what memory there is: a short write.
+		 * In place: not a take from a backing file (it passes
+		 * through). */
+		got = reserve_range(e, f, pos, size, timed_out,
+				    !fp->pass && pos + size > e->pass.min_size,
+				    &need);
 		if (got >= 0) {
 			reserved = (size_t)got;
 			break;
@@ -2085,10 +2099,13 @@ static int punch_prepare(struct eng *e, struct file *f, uint64_t off,
 			*load = idx;
 			return 0;
 		}
-		if (!slot_in_ram(s) || store_refs(&e->store, s->chunk) <= 1)
+		if (!slot_in_ram(s) ||
+		    (store_refs(&e->store, s->chunk) <= 1 &&
+		     !store_frozen(&e->store, s->chunk)))
 			continue;
 		/* A private copy of what the piece holds, no bigger. */
-		got = reserve_range(e, f, ps, s->fill ? s->fill : 1, false, &n);
+		got = reserve_range(e, f, ps, s->fill ? s->fill : 1, false,
+				    false, &n);
 		if (got < 0) {
 			*need = n;
 			return (int)got;
@@ -2171,7 +2188,7 @@ int eng_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 			if (load == UINT32_MAX) {
 				ssize_t got = reserve_range(e, f, (uint64_t)off,
 							    (size_t)len, false,
-							    &need);
+							    false, &need);
 
 				rc = got < 0 ? (int)got : 0;
 			}

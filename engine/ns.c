@@ -790,8 +790,10 @@ int ns_make_entry(struct eng *e, const struct nsop *op, mode_t mode,
 		if (S_ISDIR(mode))
 			in->mode |= S_ISGID;
 	}
-	if (S_ISREG(mode))
+	if (S_ISREG(mode)) {
 		in->file.owner = op->node;
+		in->file.name_hash = pass_name_hash(op->name);
+	}
 	rc = ns_link_child(e, dir, op->name, in, true);
 	if (rc < 0) {
 		in->nlink = 0;

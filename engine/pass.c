@@ -94,6 +94,18 @@ struct early {
 	struct early *next;  /* e->pass.early */
 };
 
+/*
+ * A backing file whose pages a file's pieces are written into (in place):
+ * its mapping, and the store's record of the chunks lent to its pages.  It
+ * goes with its pass from spare to the file written (f->home) to the copy
+ * at seal (f->pass), and is closed (home_close) only once no chunk points
+ * into it; till then a pass that no file has keeps it on e->pass.homes.
+ */
+struct pass_home {
+	struct store_home sh;
+	size_t len; /* of the mapping */
+};
+
 struct pass {
 	enum pass_state state;
 	int fd;		  /* the backing file */
@@ -109,6 +121,8 @@ struct pass {
 	uint32_t nheld;
 	uint64_t version; /* the file's version the copy holds */
 	uint64_t spare_size; /* a spare's backing file's size */
+	uint64_t name;	  /* the hash of its file's name (a spare: the last) */
+	struct pass_home *home; /* pages chunks are lent to; NULL: none */
 	struct file *file; /* whose (f->pass is this) */
 	struct pass *next; /* every pass, for pass_fini */
 };
@@ -192,21 +206,12 @@ static void unlink_locked(struct eng *e, struct pass *p)
  * so reap() frees it with no lock held, on the copier thread (or
  * whoever needs the memory now: pass_shed).
  */
+static void pass_spare_locked(struct eng *e, struct pass *p);
+
 static void pass_free_locked(struct eng *e, struct pass *p)
 {
-	struct stat st;
-
 	unlink_locked(e, p);
-	if (!p->dirty && !e->pass.stop && e->pass.nspare < PASS_SPARES &&
-	    p->fd >= 0 && p->nheld && fstat(p->fd, &st) == 0 &&
-	    st.st_size > 0) {
-		p->spare_size = (uint64_t)st.st_size;
-		p->next = e->pass.spare;
-		e->pass.spare = p;
-		e->pass.nspare++;
-		return;
-	}
-	retire_locked(e, p);
+	pass_spare_locked(e, p);
 }
 
 /* The spare at *@pp, taken off the list; pass.lock held. */
@@ -257,11 +262,19 @@ static struct pass **spare_fit_locked(struct eng *e, uint64_t size,
  * again, so the spares come to match them.  Only short of room is a
  * longer spare cut (the smallest), or the longest taken.
  */
+static struct pass *take_named_spare_locked(struct eng *e, uint64_t name);
+
 static struct pass *take_spare_locked(struct eng *e, uint64_t size,
-				      uint32_t n)
+				      uint32_t n, uint64_t name)
 {
-	struct pass **shorter, **fit = spare_fit_locked(e, size, &shorter);
+	struct pass **shorter, **fit, *sp;
 	uint32_t nfree;
+
+	/* In place, a name's spare is its next file's home: its own. */
+	if (atomic_load_explicit(&e->pass.in_place, memory_order_relaxed) &&
+	    name && (sp = take_named_spare_locked(e, name)))
+		return sp;
+	fit = spare_fit_locked(e, size, &shorter);
 
 	if (fit && (*fit)->spare_size - size <= size / 2)
 		return spare_off_locked(e, fit);
@@ -312,6 +325,230 @@ static void spare_back_locked(struct eng *e, struct pass *sp)
 	sp->next = e->pass.spare;
 	e->pass.spare = sp;
 	e->pass.nspare++;
+}
+
+uint64_t pass_name_hash(const char *name)
+{
+	uint64_t h = 14695981039346656037ULL; /* FNV-1a */
+
+	for (; *name; name++) {
+		h ^= (uint8_t)*name;
+		h *= 1099511628211ULL;
+	}
+	return h ? h : 1;
+}
+
+/*
+ * @p's chunks back from its home's pages, held again.  Called before each
+ * lend, so that the chunks lent and back never outnumber the pages (the
+ * room the store keeps for those back).  pass.lock held.
+ */
+static void home_collect_locked(struct eng *e, struct pass *p)
+{
+	uint32_t ids[64], got;
+
+	while ((got = store_home_collect(&e->store, &p->home->sh, ids, 64))) {
+		uint32_t *held = realloc(p->held, ((size_t)p->nheld + got + 1) *
+							  sizeof(*held));
+
+		if (!held) {
+			/* Free chunks then: the budget counts these pages
+			 * short until the backing file goes. */
+			store_put_cold(&e->store, ids, got);
+			continue;
+		}
+		p->held = held;
+		memcpy(p->held + p->nheld, ids, got * sizeof(*ids));
+		p->nheld += got;
+		atomic_fetch_add(&e->pass.held,
+				 (uint64_t)got << e->store.chunk_shift);
+	}
+}
+
+/*
+ * @p's home closed, if no chunk points into it any more: its chunks held
+ * again, its mapping gone.  False: some still do (or no memory to take
+ * them back).  Nothing lends while pass.lock is held: a count of 0 stays
+ * 0.  pass.lock held.
+ */
+static bool home_close_locked(struct eng *e, struct pass *p)
+{
+	struct pass_home *h = p->home;
+
+	if (!h)
+		return true;
+	if (store_home_live(&e->store, &h->sh))
+		return false;
+	home_collect_locked(e, p);
+	munmap(h->sh.map, h->len);
+	store_home_fini(&h->sh);
+	free(h);
+	p->home = NULL;
+	return true;
+}
+
+/*
+ * @p, on no list and no file's: a spare for the next copy (up to
+ * PASS_SPARES), else retired.  While chunks still point into its home it
+ * waits on e->pass.homes instead (homes_settle_locked).  pass.lock held.
+ *
+ * A spare keeps its pages and the chunks that stand for them: writing
+ * over pages a file already has is a plain copy, where fresh ones cost a
+ * fault each, and on a guest that hands freed memory back to its host
+ * (free page reporting) a fault in the host too, which made copies at
+ * seal run at 1-10 GB/s (docs/benchmarks.md).  pass_shed gives spares up
+ * first when memory runs short.
+ *
+ * Retired, reap() frees it: closing a backing file frees the copy's
+ * pages, milliseconds for a GiB, and callers hold the namespace or file
+ * locks, so that is done with no lock held, on the copier thread (or by
+ * whoever needs the memory now: pass_shed).
+ */
+static void pass_spare_locked(struct eng *e, struct pass *p)
+{
+	struct stat st;
+
+	p->file = NULL;
+	if (!home_close_locked(e, p)) {
+		p->next = e->pass.homes;
+		e->pass.homes = p;
+		return;
+	}
+	if (!p->dirty && !e->pass.stop && e->pass.nspare < PASS_SPARES &&
+	    p->fd >= 0 && p->nheld && fstat(p->fd, &st) == 0 &&
+	    st.st_size > 0) {
+		p->spare_size = (uint64_t)st.st_size;
+		p->next = e->pass.spare;
+		e->pass.spare = p;
+		e->pass.nspare++;
+		return;
+	}
+	retire_locked(e, p);
+}
+
+/*
+ * The passes waiting on e->pass.homes whose home no chunk points into any
+ * more: spares again, or with @retire retired (their memory is wanted).
+ * Returns the chunks retired.  pass.lock held.
+ */
+static uint32_t homes_settle_locked(struct eng *e, bool retire)
+{
+	uint32_t freed = 0;
+
+	for (struct pass **pp = &e->pass.homes; *pp;) {
+		struct pass *p = *pp;
+
+		if (!home_close_locked(e, p)) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		if (retire) {
+			freed += p->nheld;
+			retire_locked(e, p);
+		} else {
+			pass_spare_locked(e, p);
+		}
+	}
+	return freed;
+}
+
+/* The spare a copy of a file named @name left, taken off the list; NULL:
+ * none.  pass.lock held. */
+static struct pass *take_named_spare_locked(struct eng *e, uint64_t name)
+{
+	homes_settle_locked(e, false);
+	for (struct pass **pp = &e->pass.spare; *pp; pp = &(*pp)->next)
+		if ((*pp)->name == name)
+			return spare_off_locked(e, pp);
+	return NULL;
+}
+
+/*
+ * @sp, a spare, mapped as a home for a file's pieces: its pages from 0 up
+ * to its first hole, pages the tmpfs has, so that a store there neither
+ * faults memory in nor can fail (SIGBUS).  pass.lock held.
+ */
+static int home_open_locked(struct eng *e, struct pass *sp)
+{
+	off_t full = lseek(sp->fd, 0, SEEK_HOLE);
+	struct pass_home *h;
+	uint32_t pages;
+	void *map;
+
+	if (full < 0)
+		return -errno;
+	if ((uint64_t)full > sp->spare_size)
+		full = (off_t)sp->spare_size;
+	pages = (uint32_t)((uint64_t)full >> e->store.chunk_shift);
+	if (pages == 0)
+		return -ENODATA;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->len = (size_t)pages << e->store.chunk_shift;
+	map = mmap(NULL, h->len, PROT_READ | PROT_WRITE, MAP_SHARED, sp->fd,
+		   0);
+	if (map == MAP_FAILED) {
+		int rc = -errno;
+
+		free(h);
+		return rc;
+	}
+	if (store_home_init(&h->sh, map, pages) < 0) {
+		munmap(map, h->len);
+		free(h);
+		return -ENOMEM;
+	}
+	sp->home = h;
+	return 0;
+}
+
+/* @f's home, if it has one, given up (a spare again once nothing points
+ * into it).  pass.lock held. */
+static void home_drop_locked(struct eng *e, struct file *f)
+{
+	struct pass *hp = f->home;
+
+	if (!hp)
+		return;
+	f->home = NULL;
+	pass_spare_locked(e, hp);
+}
+
+uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx)
+{
+	uint32_t id = RFT_NO_CHUNK;
+	struct pass *hp;
+
+	if (!atomic_load_explicit(&e->pass.in_place, memory_order_acquire) ||
+	    !f->name_hash)
+		return RFT_NO_CHUNK;
+	pthread_mutex_lock(&e->pass.lock);
+	hp = f->home;
+	if (!hp && !f->pass && !e->pass.stop) {
+		hp = take_named_spare_locked(e, f->name_hash);
+		if (hp && home_open_locked(e, hp) < 0) {
+			spare_back_locked(e, hp);
+			hp = NULL;
+		}
+		f->home = hp;
+	}
+	if (hp && !f->pass && idx < hp->home->sh.pages &&
+	    !atomic_load_explicit(&hp->home->sh.frozen,
+				  memory_order_relaxed)) {
+		home_collect_locked(e, hp);
+		if (hp->nheld &&
+		    !store_page_lent(&e->store, &hp->home->sh, idx)) {
+			id = hp->held[--hp->nheld];
+			atomic_fetch_sub(&e->pass.held, e->store.chunk_size);
+			store_lend(&e->store, &hp->home->sh, id, idx);
+			atomic_fetch_add(&e->pass.placed_bytes,
+					 e->store.chunk_size);
+		}
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+	return id;
 }
 
 /* @ea's pins from piece @from on given back, those pieces the seal's. */
@@ -413,11 +650,23 @@ void pass_fini(struct eng *e)
 	e->pass.mnt = -1;
 }
 
+void pass_homes_fini(struct eng *e)
+{
+	pthread_mutex_lock(&e->pass.lock);
+	homes_settle_locked(e, true);
+	if (e->pass.homes)
+		rft_err("passthrough: backing files that chunks still point "
+			"into at the end: left mapped");
+	pthread_mutex_unlock(&e->pass.lock);
+	reap(e);
+}
+
 void pass_forget(struct eng *e, struct file *f)
 {
 	pthread_mutex_lock(&e->pass.lock);
 	if (f->early)
 		early_drop_locked(e, f->early);
+	home_drop_locked(e, f);
 	if (f->pass) {
 		if (f->pass->dirty)
 			rft_info("passthrough: an unlinked file's last writes, "
@@ -434,8 +683,12 @@ void pass_shed(struct eng *e, uint32_t want)
 	struct pass *sp;
 
 	pthread_mutex_lock(&e->pass.lock);
-	/* Spares first, the oldest first, then early copies, then copies
-	 * kept for readers. */
+	/*
+	 * Backing files no file points into any more (those eviction just
+	 * put every piece of back, when called after it), spares, the oldest
+	 * first, then early copies, then copies kept for readers.
+	 */
+	freed += homes_settle_locked(e, true);
 	while (freed < want && e->pass.spare)
 		freed += drop_oldest_spare_locked(e);
 	for (struct early *ea = e->pass.early, *next; ea && freed < want;
@@ -454,6 +707,11 @@ void pass_shed(struct eng *e, uint32_t want)
 	     p = next) {
 		next = p->next;
 		if (p->state != PASS_KEPT || p->dirty)
+			continue;
+		/* Its file's pieces are its pages: nothing to free. */
+		if (p->home && store_home_live(&e->store, &p->home->sh))
+			continue;
+		if (!home_close_locked(e, p))
 			continue;
 		freed += p->nheld;
 		p->file->pass = NULL;
@@ -493,9 +751,12 @@ static void copy_sealed(struct eng *e, struct inode *in)
 		if (p)
 			p->sealed_copy = true;
 	}
-	/* An early copy with no copy at seal to finish it: of no use. */
+	/* An early copy or a home with no copy at seal to finish it: of no
+	 * use. */
 	if (!p && f->early && f->writers == 0)
 		early_drop_locked(e, f->early);
+	if (!p && f->writers == 0)
+		home_drop_locked(e, f);
 	pthread_mutex_unlock(&e->pass.lock);
 	pthread_rwlock_unlock(&f->lock);
 	pthread_rwlock_unlock(&e->ns.lock);
@@ -684,10 +945,12 @@ void pass_sealed(struct eng *e, struct inode *in)
 	want = f->size > e->pass.min_size && f->writers == 0;
 	gone = !want && f->writers == 0;
 	if (gone) {
-		/* Cut short before its seal: an early copy is of no use. */
+		/* Cut short before its seal: an early copy or a home is of
+		 * no use. */
 		pthread_mutex_lock(&e->pass.lock);
 		if (f->early)
 			early_drop_locked(e, f->early);
+		home_drop_locked(e, f);
 		pthread_mutex_unlock(&e->pass.lock);
 	}
 	pthread_rwlock_unlock(&f->lock);
@@ -766,6 +1029,19 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 	return 0;
 }
 
+void eng_pass_in_place(struct eng *e, bool on)
+{
+	if (e->pass.mnt < 0)
+		return;
+	atomic_store_explicit(&e->pass.in_place, on, memory_order_release);
+	if (on && atomic_exchange(&e->pass.early_on, false))
+		rft_info("passthrough: no early copies in place (nothing to "
+			 "copy early)");
+	if (on)
+		rft_info("passthrough: large files written in place, into the "
+			 "backing file their name's last copy left");
+}
+
 bool eng_pass_enabled(struct eng *e)
 {
 	return e->pass.mnt >= 0;
@@ -805,6 +1081,7 @@ static struct pass *pass_new_locked(struct eng *e, struct file *f)
 	if (p) {
 		p->state = PASS_COPYING;
 		p->fd = -1;
+		p->name = f->name_hash;
 		p->file = f;
 		p->next = e->pass.all;
 		e->pass.all = p;
@@ -1245,42 +1522,102 @@ static uint64_t early_left(const struct early *ea, const struct copy_job *j,
 }
 
 /*
+ * What is left of @j to copy into @h's backing file, into @todo (arrays
+ * of @j's room): the pieces whose chunk is not lent to their own page of
+ * it.  *@placed: the bytes of those that are, *@nplaced their count.
+ * -EBUSY when a chunk that is no piece of @j points into it (an old one
+ * that a reader or the write-back still pins): its page is neither the
+ * copy's to write nor to cut, and the bytes a pin reads never change.
+ * @j's pins keep its own chunks lent meanwhile.
+ */
+static int home_left(struct eng *e, struct pass_home *h,
+		     const struct copy_job *j, struct copy_job *todo,
+		     uint64_t *placed, uint32_t *nplaced)
+{
+	*placed = 0;
+	*nplaced = 0;
+	todo->n = 0;
+	todo->version = j->version;
+	todo->size = j->size;
+	for (uint32_t k = 0; k < j->n; k++) {
+		uint32_t id = j->ids[k];
+
+		if (store_lent_home(&e->store, id) == &h->sh &&
+		    e->store.lent[id].page == j->idx[k]) {
+			*placed += j->fills[k];
+			(*nplaced)++;
+			continue;
+		}
+		todo->ids[todo->n] = id;
+		todo->fills[todo->n] = j->fills[k];
+		todo->idx[todo->n++] = j->idx[k];
+	}
+	return store_home_live(&e->store, &h->sh) == *nplaced ? 0 : -EBUSY;
+}
+
+/*
  * @p's backing file, a spare or a new one, filled with @in's bytes, with
  * no lock held.  0, or -errno / -ESTALE (the file changed meanwhile) /
- * -EAGAIN (@at_open: better made in the background).
+ * -EAGAIN (@at_open: better made in the background) / -EBUSY (its home
+ * has a page an old chunk still points into).
+ *
+ * A file written in place (f->home) has its copy mostly made: the home
+ * is frozen first (a write from then on copies a lent chunk before it
+ * changes it, so that the bytes a passthrough reader sees never change
+ * behind the kernel), and only the pieces not in their page are copied.
  */
 static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		     bool at_open)
 {
 	struct file *f = &in->file;
-	struct copy_job *j = job_new(e, in), left = { 0 };
+	struct copy_job *j, left = { 0 };
 	struct timespec t0, t1;
-	struct early *ea;
-	uint64_t early = 0;
-	struct pass *sp;
+	struct early *ea = NULL;
+	uint64_t early = 0, placed = 0;
+	uint32_t nplaced = 0;
+	struct pass *sp = NULL;
+	bool homed = false;
 	int rc = 0;
 
+	pthread_mutex_lock(&e->pass.lock);
+	if (f->home)
+		atomic_store_explicit(&f->home->home->sh.frozen, true,
+				      memory_order_release);
+	pthread_mutex_unlock(&e->pass.lock);
+	j = job_new(e, in);
 	if (!j)
 		return -ENOMEM;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pthread_mutex_lock(&e->pass.lock);
-	ea = early_take_locked(e, f);
-	if (ea) {
-		/* Its spare, and what it holds already. */
-		sp = ea->sp;
-		ea->sp = NULL;
+	if (f->home && atomic_load(&f->home->home->sh.frozen)) {
+		sp = f->home;
+		f->home = NULL;
+		homed = true;
+	} else {
+		ea = early_take_locked(e, f);
+	}
+	if (homed || ea) {
 		left.ids = malloc(((size_t)j->n + 1) * sizeof(*left.ids));
 		left.fills = malloc(((size_t)j->n + 1) * sizeof(*left.fills));
 		left.idx = malloc(((size_t)j->n + 1) * sizeof(*left.idx));
-		if (left.ids && left.fills && left.idx)
-			early = early_left(ea, j, &left);
-		else
-			rc = -ENOMEM;
+	}
+	if ((homed || ea) && !(left.ids && left.fills && left.idx)) {
+		rc = -ENOMEM;
+	} else if (homed) {
+		rc = home_left(e, sp->home, j, &left, &placed, &nplaced);
 		/* Little left to copy: fast, readers may wait for it. */
-		if (!rc && j->size - early <= j->size / 4)
+		if (!rc && j->size - placed <= j->size / 4)
+			p->over_pages = true;
+	} else if (ea) {
+		/* Its spare, and what it holds already. */
+		sp = ea->sp;
+		ea->sp = NULL;
+		early = early_left(ea, j, &left);
+		/* Little left to copy: fast, readers may wait for it. */
+		if (j->size - early <= j->size / 4)
 			p->over_pages = true;
 	} else {
-		sp = take_spare_locked(e, j->size, j->n);
+		sp = take_spare_locked(e, j->size, j->n, f->name_hash);
 		/*
 		 * An opener waits for its copy.  Into fresh memory a large
 		 * one runs at about 1 GB/s on these guests, where a direct
@@ -1296,24 +1633,33 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 			return -EAGAIN;
 		}
 	}
-	pthread_mutex_unlock(&e->pass.lock);
 	if (sp) {
 		/* Its chunks stand for its pages: ours now. */
 		p->fd = sp->fd;
 		j->spare = sp->spare_size;
 		p->held = sp->held;
 		p->nheld = sp->nheld;
+		p->home = sp->home;
 		free(sp);
-		if (p->nheld > j->n)
-			unhold_to(e, p, j->n);
+		/* Those its pieces gave back since, too. */
+		if (p->home)
+			home_collect_locked(e, p);
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+	if (sp) {
+		/* Pieces in place count as their file's, not the copy's. */
+		uint32_t want = j->n - nplaced;
+
+		if (p->nheld > want)
+			unhold_to(e, p, want);
 		else if (!rc)
-			rc = hold(e, p, j->n - p->nheld);
+			rc = hold(e, p, want - p->nheld);
 	} else {
 		p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
 			       0600);
 		rc = p->fd < 0 ? -errno : hold(e, p, j->n);
 	}
-	if (!rc && ea)
+	if (!rc && (ea || homed))
 		rc = copy_over(e, &left, p);
 	else if (!rc)
 		rc = sp ? copy_over(e, j, p) : copy_pieces(e, j, p->fd, 0, j->n);
@@ -1342,25 +1688,106 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		if (sp)
 			atomic_fetch_add(&e->pass.reused, 1);
 		atomic_fetch_add(&e->pass.early_used, early);
+		atomic_fetch_add(&e->pass.placed_used, placed);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	rft_dbg("passthrough: inode %" PRIu64 ": %" PRIu64 " bytes copied "
 		"in %.1f ms, over a spare of %" PRIu64 ", %" PRIu64
-		" of them early, %" PRIu64 " mapped: %s",
+		" of them early, %" PRIu64 " written in place, %" PRIu64
+		" mapped: %s",
 		in->ino, j->size,
 		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
-		j->spare, early, ea ? left.mapped : j->mapped,
+		j->spare, early, placed, ea || homed ? left.mapped : j->mapped,
 		rc < 0 ? strerror(-rc) : "done");
 	if (ea) {
 		pthread_mutex_lock(&e->pass.lock);
 		early_free_locked(e, ea); /* its pins; its spare is @p's */
 		pthread_mutex_unlock(&e->pass.lock);
-		free(left.ids);
-		free(left.fills);
-		free(left.idx);
 	}
+	free(left.ids);
+	free(left.fills);
+	free(left.idx);
 	job_free(e, j);
 	return rc;
+}
+
+#define DETACH_BATCH 2 /* pieces copied out per hold of the file's lock */
+
+/*
+ * Before anything but the engine writes or cuts @p's backing file (a
+ * writer joining the pass writes it through the kernel; a truncate by path
+ * cuts it), the pieces of @in that are its pages (in place) move to arena
+ * chunks: copied with the file's lock held, a few at a time, and the old
+ * chunks put.  Then the pins others hold on the old chunks (a reader's,
+ * the write-back's) are waited for, with no lock held, so that the bytes
+ * they read never change.  0, or -ENOSPC (no memory to copy to).  No lock
+ * held; @in held.
+ */
+static int detach(struct eng *e, struct inode *in, struct pass *p)
+{
+	struct file *f = &in->file;
+	struct store_home *sh;
+	unsigned waited = 0;
+
+	pthread_mutex_lock(&e->pass.lock);
+	sh = f->pass == p && p->home ? &p->home->sh : NULL;
+	pthread_mutex_unlock(&e->pass.lock);
+	if (!sh)
+		return 0;
+	for (;;) {
+		uint32_t ids[DETACH_BATCH], want = 0, got = 0, used = 0;
+
+		pthread_rwlock_rdlock(&f->lock);
+		for (uint32_t i = 0; i < f->nslots && want < DETACH_BATCH; i++)
+			want += slot_in_ram(&f->slots[i]) &&
+				store_lent_home(&e->store,
+						f->slots[i].chunk) == sh;
+		pthread_rwlock_unlock(&f->lock);
+		if (!want)
+			break;
+		while (got < want && store_alloc(&e->store,
+						 e->cfg.enospc_wait_ms,
+						 &ids[got]) == 0)
+			got++;
+		if (!got)
+			return -ENOSPC;
+		while (!file_wrlock_drained(e, f))
+			file_wait_writes(e, f);
+		for (uint32_t i = 0; i < f->nslots && used < got; i++) {
+			struct slot *s = &f->slots[i];
+
+			if (!slot_in_ram(s) ||
+			    store_lent_home(&e->store, s->chunk) != sh)
+				continue;
+			memcpy(store_ptr(&e->store, ids[used]),
+			       store_ptr(&e->store, s->chunk), s->fill);
+			store_put(&e->store, s->chunk);
+			s->chunk = ids[used++];
+		}
+		pthread_rwlock_unlock(&f->lock);
+		while (used < got)
+			store_put(&e->store, ids[used++]);
+	}
+	/* Still the file's pass (which keeps @sh): its old pins. */
+	pthread_mutex_lock(&e->pass.lock);
+	while (f->pass == p && p->home && store_home_live(&e->store, sh)) {
+		pthread_mutex_unlock(&e->pass.lock);
+		if (++waited == 5000)
+			rft_info("passthrough: inode %" PRIu64 ": waiting for "
+				 "the old pieces in its backing file to be "
+				 "let go (a write-back reading them)",
+				 in->ino);
+		usleep(1000);
+		pthread_mutex_lock(&e->pass.lock);
+	}
+	pthread_mutex_unlock(&e->pass.lock);
+	return 0;
+}
+
+/* Do chunks point into @p's backing file?  pass.lock held. */
+static bool home_live_locked(struct eng *e, struct pass *p)
+{
+	return p->home && store_home_live(&e->store, &p->home->sh);
 }
 
 void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
@@ -1410,6 +1837,20 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 			p = pass_new_locked(e, f);
 		pthread_rwlock_unlock(&f->lock);
 		pthread_rwlock_unlock(&e->ns.lock);
+		if (p && !start && p->state == PASS_READY && fp->writer &&
+		    home_live_locked(e, p)) {
+			/* It will write the backing file: the engine's
+			 * pieces out of it first. */
+			pthread_mutex_unlock(&e->pass.lock);
+			if (detach(e, in, p) < 0) {
+				rft_info("passthrough: inode %" PRIu64 ": no "
+					 "memory to move its pieces out of its "
+					 "backing file for a writer: it opens "
+					 "direct", in->ino);
+				return;
+			}
+			continue;
+		}
 		if (!p || start || p->state == PASS_READY)
 			break;
 		/*
@@ -1765,8 +2206,25 @@ struct inode *pass_cut_begin(struct eng *e, uint64_t ino)
 		return NULL;
 	f = &in->file;
 	pthread_mutex_lock(&e->pass.lock);
-	while (f->pass && f->pass->taking)
-		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+	for (;;) {
+		struct pass *p;
+
+		while (f->pass && f->pass->taking)
+			pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+		p = f->pass;
+		if (!p || !home_live_locked(e, p))
+			break;
+		/* The cut reaches the backing file: the pieces out first. */
+		pthread_mutex_unlock(&e->pass.lock);
+		if (detach(e, in, p) < 0) {
+			struct timespec later;
+
+			/* The memory comes back as others free it. */
+			store_deadline(e->cfg.enospc_wait_ms, &later);
+			store_wait_free(&e->store, DETACH_BATCH, &later);
+		}
+		pthread_mutex_lock(&e->pass.lock);
+	}
 	f->pass_cuts++;
 	pthread_mutex_unlock(&e->pass.lock);
 	return in;

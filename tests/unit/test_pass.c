@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <sys/mman.h>
+#include <syslog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "eng_fixture.h"
+#include "erasure.h"
 
 #define FSIZE (3 * MiB + 4097)
 
@@ -939,8 +941,10 @@ static void test_open_direct_until_copied(void **state)
 	assert_int_equal(fx_read(t->fx.e, fr, got, big, 0), (ssize_t)big);
 	assert_memory_equal(got, a, big);
 	assert_int_equal(eng_release(t->fx.e, fr), 0);
+	/* Not copied at the open ("f" may be by now, on a slow machine:
+	 * the quiet it waits for may have passed). */
 	stats(t, &st);
-	assert_int_equal(st.pass_files, 0);
+	assert_true(st.pass_bytes < big);
 
 	wait_files(t, 2); /* "f" and "big", in the background */
 	assert_int_equal(eng_open(t->fx.e, ino, O_RDONLY, &fr, &r), 0);
@@ -1061,6 +1065,469 @@ static void test_early_fuzz(void **state)
 	free(buf);
 }
 
+/* --- in place (eng_pass_in_place) ---------------------------------------- */
+
+/* "f" as setup_mem left it, copied at seal, with in place on from now. */
+static int setup_in_place_mem(void **state, uint64_t mem)
+{
+	setup_with(state, mem, false, QUIET_MS);
+	if (*state) {
+		struct tfx *t = *state;
+
+		eng_pass_in_place(t->fx.e, true);
+		wait_files(t, 1);
+	}
+	return 0;
+}
+
+static int setup_in_place(void **state)
+{
+	return setup_in_place_mem(state, 64 * MiB);
+}
+
+static int setup_in_place_big(void **state)
+{
+	return setup_in_place_mem(state, 256 * MiB);
+}
+
+/* The engine's own bytes of "f" (read from the engine even by an open
+ * that passes through: the kernel would not ask). */
+static void assert_engine(struct tfx *t, const uint8_t *want, size_t len)
+{
+	struct eng_open_info d;
+	struct eng_file *fd = open_as(t, O_RDONLY, &d);
+	uint8_t *got = malloc(len + 1);
+
+	if (d.pass_fd >= 0 && d.pass_id == 0)
+		eng_pass_registered(t->fx.e, fd, 99);
+	assert_int_equal(fx_read(t->fx.e, fd, got, len + 1, 0), (ssize_t)len);
+	assert_memory_equal(got, want, len);
+	eng_release(t->fx.e, fd);
+	free(got);
+}
+
+/* Chunks of "f" lent to a backing file's pages now. */
+static uint32_t lent_pieces(struct tfx *t)
+{
+	struct inode *in;
+	struct file *f;
+	uint32_t n = 0;
+
+	pthread_rwlock_rdlock(&t->fx.e->ns.lock);
+	in = ns_find(&t->fx.e->ns, t->ino);
+	assert_non_null(in);
+	f = &in->file;
+	pthread_rwlock_rdlock(&f->lock);
+	for (uint32_t i = 0; i < f->nslots; i++)
+		n += slot_in_ram(&f->slots[i]) &&
+		     store_lent_home(&t->fx.e->store, f->slots[i].chunk);
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&t->fx.e->ns.lock);
+	return n;
+}
+
+/* Piece @idx of "f"'s chunk, pinned (a write-back's reference). */
+static uint32_t pin_piece(struct tfx *t, uint32_t idx)
+{
+	struct inode *in;
+	struct file *f;
+	uint32_t id;
+
+	pthread_rwlock_rdlock(&t->fx.e->ns.lock);
+	in = ns_find(&t->fx.e->ns, t->ino);
+	f = &in->file;
+	pthread_rwlock_rdlock(&f->lock);
+	assert_true(idx < f->nslots && slot_in_ram(&f->slots[idx]));
+	id = f->slots[idx].chunk;
+	store_get(&t->fx.e->store, id);
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&t->fx.e->ns.lock);
+	return id;
+}
+
+/*
+ * "f" written again in place: the spare its last copy left is its home,
+ * and its pieces past min_size are written into their pages (not piece 0,
+ * written before the file passed min_size, nor the last, past the spare's
+ * whole pages).  The copy at seal copies only those two, and a placed page
+ * counts once in the budget: as the file's chunk, not also the copy's.
+ */
+static void test_written_in_place(void **state)
+{
+	struct tfx *t = *state;
+	uint8_t *want = malloc(FSIZE);
+	struct eng_file *fw;
+	struct eng_stats st;
+	struct statvfs sv;
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 21);
+	fw = create_trunc(t); /* the copy of "f" a spare of FSIZE now */
+	write_pieces(t, fw, want, 0, 3);
+	stats(t, &st);
+	assert_int_equal(st.pass_placed_bytes, 2 * MiB);
+	assert_int_equal(lent_pieces(t), 2);
+	assert_engine(t, want, 3 * MiB);
+	seal_and_check(t, fw, want, 0, 0);
+	stats(t, &st);
+	assert_int_equal(st.pass_placed_used, 2 * MiB);
+	/* The file's 4 chunks used (2 of them pages of the copy), and the
+	 * copy holds 2 more for the pages it copied, counted free. */
+	assert_int_equal(st.pass_held_bytes, 2 * MiB);
+	assert_int_equal(eng_statfs(t->fx.e, &sv), 0);
+	assert_int_equal(sv.f_bfree, sv.f_blocks - 4);
+	assert_int_equal(store_free_count(&t->fx.e->store),
+			 t->fx.e->store.nchunks - 4 - 2);
+
+	/* Written again in place after the seal: the piece is copied first,
+	 * so the copy (now a spare's pages) never changes under a reader. */
+	fw = open_as(t, O_RDWR, NULL);
+	want[MiB + 5] ^= 0xff;
+	assert_int_equal(eng_write(t->fx.e, fw, want + MiB + 5, 1, MiB + 5),
+			 1);
+	assert_int_equal(lent_pieces(t), 1);
+	assert_engine(t, want, FSIZE);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	wait_files(t, 3);
+	assert_reads(t, want, FSIZE, 6);
+	free(want);
+}
+
+/*
+ * A writer that joins readers passing through writes the backing file
+ * itself (the kernel's part, played here): the engine's pieces in its
+ * pages move out first, so the engine keeps its own bytes until the take.
+ */
+static void test_writer_detaches(void **state)
+{
+	struct tfx *t = *state;
+	uint8_t *want = malloc(FSIZE);
+	struct eng_open_info r, w;
+	struct eng_file *fr, *fw;
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 22);
+	fw = create_trunc(t);
+	write_pieces(t, fw, want, 0, 3);
+	seal_and_check(t, fw, want, 0, 0);
+	assert_int_equal(lent_pieces(t), 2);
+
+	fr = open_as(t, O_RDONLY, &r);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 7), 7);
+	fw = open_as(t, O_RDWR, &w);
+	assert_int_equal(w.pass_fd, r.pass_fd); /* joined */
+	assert_int_equal(lent_pieces(t), 0);	/* after moving out */
+	assert_int_equal(pwrite(w.pass_fd, "new", 3, 2 * MiB), 3);
+	/* Not taken yet: the engine's bytes are the old ones. */
+	{
+		uint8_t got[3];
+
+		assert_int_equal(fx_read(t->fx.e, fr, got, 3, 2 * MiB), 3);
+		assert_memory_equal(got, want + 2 * MiB, 3);
+	}
+	memcpy(want + 2 * MiB, "new", 3);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	assert_int_equal(eng_release(t->fx.e, fr), 7);
+	assert_engine(t, want, FSIZE);
+	free(want);
+}
+
+/* A truncate by path of a file written in place, a reader passing
+ * through: the pieces move out before its backing file is cut. */
+static void test_cut_detaches(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_setattr sa = { .valid = ENG_SET_SIZE, .size = MiB + 10 };
+	uint8_t *want = malloc(FSIZE);
+	struct eng_open_info r;
+	struct eng_file *fr, *fw;
+	struct stat st;
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 23);
+	fw = create_trunc(t);
+	write_pieces(t, fw, want, 0, 3);
+	seal_and_check(t, fw, want, 0, 0);
+	fr = open_as(t, O_RDONLY, &r);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 8), 8);
+	assert_int_equal(eng_setattr(t->fx.e, t->ino, NULL, &sa, &st), 0);
+	assert_int_equal(lent_pieces(t), 0);
+	assert_backing(r.pass_fd, want, MiB + 10);
+	assert_int_equal(eng_release(t->fx.e, fr), 8);
+	assert_engine(t, want, MiB + 10);
+	free(want);
+}
+
+/*
+ * A piece written in place and pinned (the write-back reads it), then
+ * written again before the seal: the write goes to a new chunk, and the
+ * seal must not copy it into the page the pinned one still is (-EBUSY:
+ * no pass; opens go direct).  The pinned bytes never change.
+ */
+static void test_pinned_piece_kept(void **state)
+{
+	struct tfx *t = *state;
+	uint8_t *want = malloc(FSIZE), *old = malloc(MiB);
+	struct eng_open_info r;
+	struct eng_file *fw, *fr;
+	struct eng_stats st;
+	uint32_t pinned;
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 24);
+	fw = create_trunc(t);
+	write_pieces(t, fw, want, 0, 3);
+	memcpy(old, want + MiB, MiB);
+	pinned = pin_piece(t, 1);
+	assert_ptr_not_equal(store_lent_home(&t->fx.e->store, pinned), NULL);
+	fx_fill(want + MiB, MiB, 25);
+	write_pieces(t, fw, want, 1, 2);
+	assert_int_equal(eng_write(t->fx.e, fw, want + 3 * MiB,
+				   FSIZE - 3 * MiB, 3 * MiB),
+			 FSIZE - 3 * MiB);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	/* The copy at seal gives up: wait for it to have run. */
+	for (int i = 0; i < 1000 && pass_waiting(t->fx.e); i++)
+		usleep(10 * 1000);
+	usleep(100 * 1000);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 1);
+	assert_memory_equal(store_ptr(&t->fx.e->store, pinned), old, MiB);
+	/* The first reader makes a copy of its own, in fresh memory. */
+	fr = open_as(t, O_RDONLY, &r);
+	assert_true(r.pass_fd >= 0);
+	assert_int_equal(eng_pass_registered(t->fx.e, fr, 9), 9);
+	assert_backing(r.pass_fd, want, FSIZE);
+	eng_release(t->fx.e, fr);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 2);
+	assert_int_equal(st.pass_reused, 0);
+	assert_memory_equal(store_ptr(&t->fx.e->store, pinned), old, MiB);
+	assert_engine(t, want, FSIZE);
+	store_put(&t->fx.e->store, pinned);
+	free(want);
+	free(old);
+}
+
+/*
+ * In place against a model: "f" written again and again, 4-8 MiB, appended
+ * to, written over, cut and punched, with pins that a write-back would hold
+ * taken and let go between (a pinned chunk's bytes must never change), the
+ * engine's bytes checked after every operation and, once sealed and copied,
+ * what a reader passing through sees.  PASS_SEED=n replays the operations.
+ */
+static void test_in_place_fuzz(void **state)
+{
+	struct tfx *t = *state;
+	const char *env = getenv("PASS_SEED");
+	uint64_t seed = env && *env ? strtoull(env, NULL, 0)
+				    : (uint64_t)time(NULL) | 1;
+	uint64_t r = seed, files = 1;
+	const size_t max = 10 * MiB;
+	uint8_t *model = malloc(max), *buf = malloc(2 * MiB);
+	struct pin {
+		uint32_t id, fill, crc;
+	} pins[8];
+	unsigned npins = 0;
+	struct eng_stats st;
+
+	NEED_PASS(t);
+	print_message("test_in_place_fuzz: PASS_SEED=%" PRIu64 "\n", seed);
+	for (int round = 0; round < 10; round++) {
+		struct eng_file *fw = create_trunc(t);
+		uint64_t size = 0, target = 4 * MiB + rnd(&r, 4 * MiB);
+
+		memset(model, 0, max);
+		while (size < target) {
+			uint64_t op = rnd(&r, 12), at, n;
+
+			if (op < 5) { /* append */
+				n = MiB / 2 + rnd(&r, MiB);
+				fx_fill(buf, n, (unsigned)rnd(&r, 1000));
+				assert_int_equal(eng_write(t->fx.e, fw, buf, n,
+							   (off_t)size),
+						 (ssize_t)n);
+				memcpy(model + size, buf, n);
+				size += n;
+			} else if (op < 7 && size) { /* write over */
+				at = rnd(&r, size);
+				n = 1 + rnd(&r, 64 * 1024);
+				fx_fill(buf, n, (unsigned)rnd(&r, 1000));
+				assert_int_equal(eng_write(t->fx.e, fw, buf, n,
+							   (off_t)at),
+						 (ssize_t)n);
+				memcpy(model + at, buf, n);
+				if (at + n > size)
+					size = at + n;
+			} else if (op == 7) { /* cut */
+				struct eng_setattr sa = { .valid = ENG_SET_SIZE,
+							  .size = rnd(&r,
+								      size + 1) };
+				struct stat sb;
+
+				assert_int_equal(eng_setattr(t->fx.e, t->ino, fw,
+							     &sa, &sb),
+						 0);
+				size = sa.size;
+			} else if (op == 8 && size) { /* punch */
+				at = rnd(&r, size);
+				n = 1 + rnd(&r, 2 * MiB);
+				assert_int_equal(
+					eng_fallocate(t->fx.e, fw,
+						      ENG_FALLOC_PUNCH_HOLE |
+							      ENG_FALLOC_KEEP_SIZE,
+						      (off_t)at, (off_t)n),
+					0);
+				memset(model + at, 0,
+				       at + n < size ? n : size - at);
+			} else if (op == 9 && npins < 8 && size > MiB) {
+				/* A write-back pins a piece. */
+				struct inode *in;
+				struct file *f;
+				uint32_t i = (uint32_t)rnd(&r, size / MiB);
+
+				pthread_rwlock_rdlock(&t->fx.e->ns.lock);
+				in = ns_find(&t->fx.e->ns, t->ino);
+				f = &in->file;
+				pthread_rwlock_rdlock(&f->lock);
+				if (i < f->nslots && slot_in_ram(&f->slots[i])) {
+					struct pin *p = &pins[npins++];
+
+					p->id = f->slots[i].chunk;
+					p->fill = f->slots[i].fill;
+					store_get(&t->fx.e->store, p->id);
+					p->crc = ers_crc32c(
+						0,
+						store_ptr(&t->fx.e->store,
+							  p->id),
+						p->fill);
+				}
+				pthread_rwlock_unlock(&f->lock);
+				pthread_rwlock_unlock(&t->fx.e->ns.lock);
+			} else if (op >= 10 && npins) { /* and lets it go */
+				struct pin *p = &pins[rnd(&r, npins)];
+
+				assert_int_equal(
+					ers_crc32c(0,
+						   store_ptr(&t->fx.e->store,
+							     p->id),
+						   p->fill),
+					p->crc);
+				store_put(&t->fx.e->store, p->id);
+				*p = pins[--npins];
+			}
+			if (rnd(&r, 4) == 0)
+				assert_engine(t, model, size);
+		}
+		assert_engine(t, model, size);
+		/* Pins gone before the seal: else it makes no pass
+		 * (test_pinned_piece_kept). */
+		while (npins) {
+			struct pin *p = &pins[--npins];
+
+			assert_int_equal(ers_crc32c(0,
+						    store_ptr(&t->fx.e->store,
+							      p->id),
+						    p->fill),
+					 p->crc);
+			store_put(&t->fx.e->store, p->id);
+		}
+		assert_int_equal(eng_release(t->fx.e, fw), 0);
+		wait_files(t, ++files);
+		assert_reads(t, model, size, 10 + round);
+	}
+	stats(t, &st);
+	print_message("test_in_place_fuzz: %" PRIu64 " bytes written in place, "
+		      "%" PRIu64 " of them used at seal\n",
+		      st.pass_placed_bytes, st.pass_placed_used);
+	assert_true(st.pass_placed_bytes > 0);
+	assert_true(st.pass_placed_used > 0);
+	free(model);
+	free(buf);
+}
+
+/* A persist dir and 32 MiB, in place, no "f". */
+static int setup_in_place_persist(void **state)
+{
+	struct tfx *t = calloc(1, sizeof(*t));
+
+	fx_dirs(&t->fx);
+	assert_int_equal(fx_start(&t->fx, 32 * MiB, true, 1), 0);
+	*state = t;
+	if (eng_pass_enable(t->fx.e, MiB, false, QUIET_MS) < 0) {
+		fx_cleanup(&t->fx);
+		free(t);
+		*state = NULL;
+		return 0;
+	}
+	eng_pass_in_place(t->fx.e, true);
+	t->data = malloc(28 * MiB);
+	fx_fill(t->data, 28 * MiB, 31);
+	return 0;
+}
+
+static void flush_all(struct eng *e)
+{
+	struct eng_flush_progress p;
+	uint64_t ticket;
+
+	assert_int_equal(eng_flush_request(e, &ticket), 0);
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(eng_flush_progress(e, ticket, &p), 0);
+		if (p.finished) {
+			assert_int_equal(p.error, 0);
+			return;
+		}
+		usleep(10 * 1000);
+	}
+	fail_msg("flush did not finish in 10 s");
+}
+
+/*
+ * An older checkpoint written in place, persisted, and a new one that needs
+ * its memory: evicting a piece in place frees no chunk (its memory is the
+ * page its copy keeps for readers), so the copy kept for the old file goes
+ * with it once its pieces are evicted, and the new write gets all of its
+ * memory.
+ */
+static void test_pressure_sheds_placed_copy(void **state)
+{
+	struct tfx *t = *state;
+	uint64_t c1, c2, c3, m1;
+	struct eng_stats st;
+	struct stat sb;
+
+	NEED_PASS(t);
+	assert_int_equal(eng_mkdir(t->fx.e, 1, "c1", 0755, 0, 0, &sb), 0);
+	c1 = sb.st_ino;
+	assert_int_equal(eng_mkdir(t->fx.e, 1, "c2", 0755, 0, 0, &sb), 0);
+	c2 = sb.st_ino;
+	/* c1/m's copy, once m is gone, is the spare m's next file takes. */
+	m1 = fx_put(t->fx.e, c1, "m", t->data, 6 * MiB);
+	assert_true(m1 != 0);
+	wait_files(t, 1);
+	flush_all(t->fx.e); /* no write-back pins m's chunks any more */
+	assert_int_equal(eng_unlink(t->fx.e, c1, "m"), 0);
+	eng_forget(t->fx.e, m1, 1); /* the kernel's lookup */
+	assert_true(fx_put(t->fx.e, c2, "m", t->data, 6 * MiB) != 0);
+	wait_files(t, 2);
+	flush_all(t->fx.e);
+	stats(t, &st);
+	/* One write took it past min_size: all of it in place (6 chunks,
+	 * its copy's pages; the copy holds none more), 26 free.  c3 puts
+	 * c2 out of the keep window, and its 28 MiB need c2/m's 6, which
+	 * evicting it does not free: its copy must go too. */
+	assert_int_equal(st.pass_placed_used, 6 * MiB);
+	assert_int_equal(store_free_count(&t->fx.e->store), 26);
+	assert_int_equal(eng_mkdir(t->fx.e, 1, "c3", 0755, 0, 0, &sb), 0);
+	c3 = sb.st_ino;
+	assert_int_equal(fx_put(t->fx.e, c3, "big", t->data, 28 * MiB) != 0,
+			 true);
+	stats(t, &st);
+	(void)c2;
+	assert_int_equal(st.enospc, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1098,6 +1565,19 @@ int main(void)
 						setup_quiet_big, teardown),
 		cmocka_unit_test_setup_teardown(test_unlinked_while_waiting,
 						setup_quiet, teardown),
+		cmocka_unit_test_setup_teardown(test_written_in_place,
+						setup_in_place, teardown),
+		cmocka_unit_test_setup_teardown(test_writer_detaches,
+						setup_in_place, teardown),
+		cmocka_unit_test_setup_teardown(test_cut_detaches,
+						setup_in_place, teardown),
+		cmocka_unit_test_setup_teardown(test_pinned_piece_kept,
+						setup_in_place, teardown),
+		cmocka_unit_test_setup_teardown(test_in_place_fuzz,
+						setup_in_place_big, teardown),
+		cmocka_unit_test_setup_teardown(test_pressure_sheds_placed_copy,
+						setup_in_place_persist,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
