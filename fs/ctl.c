@@ -457,8 +457,8 @@ static const struct rep_field io_fields[IO_N] = {
 		"reftfs_read_bytes_total", "Bytes read."),
 };
 
-enum { FU_LIBFUSE, FU_PROTO, FU_URING, FU_PASS, FU_PASS_HELD, FU_PASS_WAITING,
-       FU_N };
+enum { FU_LIBFUSE, FU_PROTO, FU_URING, FU_PASS, FU_PASS_IN_PLACE, FU_PASS_HELD,
+       FU_PASS_WAITING, FU_N };
 
 static const struct rep_field fuse_fields[FU_N] = {
 	[FU_LIBFUSE] = REP_FIELD("libfuse", REP_STRING),
@@ -469,6 +469,10 @@ static const struct rep_field fuse_fields[FU_N] = {
 	[FU_PASS] = REP_EXPORT("passthrough", REP_BOOL, REP_GAUGE,
 		"reftfs_fuse_passthrough",
 		"1 when large sealed files may pass through (--passthrough)."),
+	[FU_PASS_IN_PLACE] = REP_EXPORT("passthrough_in_place", REP_BOOL,
+		REP_GAUGE, "reftfs_fuse_passthrough_in_place",
+		"1 when large files are written into their backing files "
+		"(--in-place)."),
 	[FU_PASS_HELD] = REP_EXPORT("passthrough_held_bytes", REP_BYTES,
 		REP_GAUGE, "reftfs_fuse_passthrough_held_bytes",
 		"Budget held by backing files of files passing through now."),
@@ -491,6 +495,8 @@ enum {
 	CNT_PASS_REUSED,
 	CNT_PASS_EARLY,
 	CNT_PASS_EARLY_USED,
+	CNT_PASS_PLACED,
+	CNT_PASS_PLACED_USED,
 	CNT_N
 };
 
@@ -533,6 +539,13 @@ static const struct rep_field cnt_fields[CNT_N] = {
 		REP_BYTES, REP_COUNTER,
 		"reftfs_passthrough_early_used_bytes_total",
 		"Of the bytes copied early, those a copy at seal found unchanged."),
+	[CNT_PASS_PLACED] = REP_EXPORT("passthrough_placed_bytes", REP_BYTES,
+		REP_COUNTER, "reftfs_passthrough_placed_bytes_total",
+		"Pieces written in place, into their files' backing files."),
+	[CNT_PASS_PLACED_USED] = REP_EXPORT("passthrough_placed_used_bytes",
+		REP_BYTES, REP_COUNTER,
+		"reftfs_passthrough_placed_used_bytes_total",
+		"Of the bytes written in place, those a copy at seal used."),
 };
 
 enum {
@@ -1228,7 +1241,10 @@ static const struct rep_text status_text[] = {
 	    "({counters.passthrough_bytes}; "
 	    "{counters.passthrough_reused} over spare pages, "
 	    "{counters.passthrough_early_bytes} while written, "
-	    "{counters.passthrough_early_used_bytes} of them used), "
+	    "{counters.passthrough_early_used_bytes} of them used; "
+	    "{counters.passthrough_placed_used_bytes} of "
+	    "{counters.passthrough_placed_bytes} written in place used"
+	    "{fuse.passthrough_in_place?| (in place off)}), "
 	    "{fuse.passthrough_held_bytes} held now, "
 	    "{fuse.passthrough_waiting} files waiting for the writes to stop"),
 	TXT("!persist.enabled", "persist", "disabled (no --persist directory)"),
@@ -1382,6 +1398,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 
 	fill_fuse(r->c->fuse, rep_obj(top, ST_FUSE));
 	rep_set_bool(rep_obj(top, ST_FUSE), FU_PASS, st.pass_enabled);
+	rep_set_bool(rep_obj(top, ST_FUSE), FU_PASS_IN_PLACE, st.pass_in_place);
 	rep_set_u64(rep_obj(top, ST_FUSE), FU_PASS_HELD, st.pass_held_bytes);
 	rep_set_u64(rep_obj(top, ST_FUSE), FU_PASS_WAITING, st.pass_waiting);
 
@@ -1399,6 +1416,8 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_PASS_REUSED, st.pass_reused);
 	rep_set_u64(g, CNT_PASS_EARLY, st.pass_early_bytes);
 	rep_set_u64(g, CNT_PASS_EARLY_USED, st.pass_early_used);
+	rep_set_u64(g, CNT_PASS_PLACED, st.pass_placed_bytes);
+	rep_set_u64(g, CNT_PASS_PLACED_USED, st.pass_placed_used);
 
 	g = rep_obj(top, ST_PERSIST);
 	rep_set_bool(g, PER_ENABLED, st.persist_enabled);

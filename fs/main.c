@@ -47,6 +47,7 @@ struct opts {
 	bool io_uring;	/* --io-uring */
 	bool passthrough; /* --passthrough */
 	bool early_copy; /* --early-copy */
+	bool in_place; /* --in-place */
 	bool mem_given;	/* --mem or -o mem= */
 	char *owned[16]; /* copies of option values (-o strings are freed) */
 	unsigned nowned;
@@ -92,6 +93,10 @@ static void usage(FILE *out)
 		"  --early-copy          with --passthrough: copy large files while they\n"
 		"                        are written, for a read right after the save (the\n"
 		"                        writes slow down)\n"
+		"  --in-place            with --passthrough: write large files straight\n"
+		"                        into the memory their copy for passthrough is\n"
+		"                        kept in (the one a file of the same name left),\n"
+		"                        so that a read right after the save needs no copy\n"
 		"\n"
 		"sharding group (several daemons protecting each other's checkpoints):\n"
 		"  --node ID             this node's id in the group, from 0\n"
@@ -118,7 +123,7 @@ static void usage(FILE *out)
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, prefault,\n"
 		"                        no_prefault, direct_read, io_uring, passthrough,\n"
-		"                        early_copy, state_dir=,\n"
+		"                        early_copy, in_place, state_dir=,\n"
 		"                        ...;\n"
 		"                        others (allow_other, ...) go to FUSE\n"
 		"  -f                    stay in the foreground\n"
@@ -287,6 +292,8 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		o->passthrough = true;
 	} else if (!strcmp(key, "early-copy")) {
 		o->early_copy = true;
+	} else if (!strcmp(key, "in-place")) {
+		o->in_place = true;
 	} else if (!strcmp(key, "node")) {
 		unsigned n;
 
@@ -437,6 +444,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "io-uring", no_argument, NULL, 'I' },
 		{ "passthrough", no_argument, NULL, 'H' },
 		{ "early-copy", no_argument, NULL, 'A' },
+		{ "in-place", no_argument, NULL, 'L' },
 		{ "node", required_argument, NULL, 'n' },
 		{ "peers", required_argument, NULL, 'p' },
 		{ "registry", required_argument, NULL, 'r' },
@@ -513,6 +521,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'I': name = "io-uring"; break;
 		case 'H': name = "passthrough"; break;
 		case 'A': name = "early-copy"; break;
+		case 'L': name = "in-place"; break;
 		case 'n': name = "node"; break;
 		case 'p': name = "peers"; break;
 		case 'r': name = "registry"; break;
@@ -534,6 +543,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	if (o->early_copy && !o->passthrough)
 		return bad("--early-copy needs --passthrough (it copies files "
 			   "for passthrough reads)");
+	if (o->in_place && !o->passthrough)
+		return bad("--in-place needs --passthrough (it writes files into "
+			   "their backing files for passthrough reads)");
+	if (o->in_place && o->early_copy)
+		return bad("--in-place and --early-copy do not go together (in "
+			   "place there is nothing to copy early)");
 	if (npos == 0)
 		return bad("no mount point given");
 	if (npos == 3)
@@ -1013,6 +1028,7 @@ int main(int argc, char **argv)
 	/* Alone only, and not from ring threads (a take may wait). */
 	rfs.passthrough = o.passthrough && !grp && !o.io_uring;
 	rfs.early_copy = o.early_copy;
+	rfs.in_place = o.in_place;
 	if (o.passthrough && !rfs.passthrough)
 		rft_info("passthrough: off (%s)",
 			 grp ? "in a group" : "with --io-uring");

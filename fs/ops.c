@@ -121,8 +121,10 @@ static void rfs_init(void *userdata, struct fuse_conn_info *conn)
 			rft_info("passthrough: off: the kernel does not offer "
 				 "it (6.9 and later do)");
 		else if (eng_pass_enable(r->eng, r->cache_small,
-					 r->early_copy, RFS_PASS_QUIET_MS) == 0)
+					 r->early_copy, RFS_PASS_QUIET_MS) == 0) {
 			conn->want |= FUSE_CAP_PASSTHROUGH;
+			eng_pass_in_place(r->eng, r->in_place);
+		}
 	}
 #else
 	if (r->passthrough)

@@ -42,6 +42,7 @@ struct rfs {
 	struct rfs_lane *lane;	/* with io_uring: lane.c; else NULL */
 	bool passthrough;	/* --passthrough, alone, no io_uring */
 	bool early_copy;	/* --early-copy */
+	bool in_place;		/* --in-place */
 	/* Backing ids whose open was never answered (interrupted): closed
 	   with the next request that can (libfuse needs one). */
 	pthread_mutex_t stale_lock;

@@ -4,14 +4,16 @@
 # only if nothing failed.  Benchmarks (suite 'bench') are not run here.
 #
 # Four runs, each in its own build dir:
-#   build/       unit + integration + io_uring + passthrough: the build
-#                that ships, with libfuse 3.16+ (the system's, or Debian's
-#                3.18 built in: setup.sh); suite io_uring, with 3.18+, runs
-#                the single-node tests again over io_uring (--io-uring),
-#                suite passthrough with --passthrough
+#   build/       unit + integration + io_uring + passthrough + in_place:
+#                the build that ships, with libfuse 3.16+ (the system's, or
+#                Debian's 3.18 built in: setup.sh); suite io_uring, with
+#                3.18+, runs the single-node tests again over io_uring
+#                (--io-uring), suite passthrough with --passthrough, suite
+#                in_place with --passthrough --in-place
 #   build-fuse-system/  integration against the system's libfuse, however
 #                old (Debian 12: 3.14, where opens use the page cache)
-#   build-asan/  unit + integration + io_uring + passthrough under ASan,
+#   build-asan/  unit + integration + io_uring + passthrough + in_place
+#                under ASan,
 #                UBSan and LeakSanitizer (the integration tests run
 #                build-asan's own reftfsd)
 #   build-tsan/  unit tests of the threaded engine modules under TSan
@@ -154,7 +156,7 @@ fi
 # is_parallel: false, so meson runs them one at a time whatever
 # --num-processes says.
 run_suite build --suite unit --suite integration --suite io_uring \
-	--suite passthrough "$@"
+	--suite passthrough --suite in_place "$@"
 
 # The shipped build must be the fast path: with an older libfuse it would
 # test the page-cache path twice and the direct one never.
@@ -191,7 +193,7 @@ if CC=clang prepare build-asan -Db_sanitize=address,undefined \
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		run_suite build-asan --suite unit --suite integration \
-		--suite io_uring --suite passthrough \
+		--suite io_uring --suite passthrough --suite in_place \
 		--timeout-multiplier 2 "$@"
 else
 	echo "test: build-asan: configure or build failed" >&2

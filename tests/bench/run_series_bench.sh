@@ -7,6 +7,8 @@
 #   reftfs --passthrough                   copies at seal, once the
 #                                          writes stop
 #   reftfs --passthrough --early-copy      copies while written, too
+#   reftfs --passthrough --in-place        written into their names'
+#                                          spares (not a default target)
 # Each round: N files of M MiB with dd (bs=1M), timed as one; a pause for
 # the copies to end; one file of G GiB, timed; a pause; rm.  Round 1 of
 # each mount is a warm-up (the backing tmpfs's first pages fault in) and
@@ -22,8 +24,9 @@
 #   --rounds R  rounds per mount, the first not counted (default 5)
 #   --passes P  times each target is mounted (default 2)
 #   --mem SIZE  reftfsd --mem and the tmpfs's size (default 12G)
-#   --targets   which of tmpfs reftfs passthrough early-copy (default all;
-#               ratios need tmpfs, and "vs ref" needs reftfs)
+#   --targets   which of tmpfs reftfs passthrough early-copy in-place
+#               (default all but in-place; ratios need tmpfs, and "vs
+#               ref" needs reftfs)
 # As root (passthrough needs it; the tmpfs is mounted for the run).
 set -euo pipefail
 
@@ -77,6 +80,7 @@ mount_target() { # mount_target NAME: on $MNT
 	reftfs) set -- ;;
 	passthrough) set -- --passthrough ;;
 	early-copy) set -- --passthrough --early-copy ;;
+	in-place) set -- --passthrough --in-place ;;
 	esac
 	"$REFTFSD" "$MNT" -f --mem "$MEM" --prefault "$@" >"$WORK/reftfsd.log" 2>&1 &
 	PID=$!
@@ -109,7 +113,7 @@ RESULTS=$WORK/results
 : >"$RESULTS"
 for t in "${TARGETS[@]}"; do
 	case $t in
-	tmpfs | reftfs | passthrough | early-copy) ;;
+	tmpfs | reftfs | passthrough | early-copy | in-place) ;;
 	*) echo "run_series_bench.sh: unknown target $t" >&2; exit 2 ;;
 	esac
 done
@@ -152,7 +156,7 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 files, mib, gib = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 med = {}
-for t in ("tmpfs", "reftfs", "passthrough", "early-copy"):
+for t in ("tmpfs", "reftfs", "passthrough", "early-copy", "in-place"):
     s = [float(r[1]) for r in rows if r[0] == t]
     b = [float(r[2]) for r in rows if r[0] == t]
     if s:

@@ -12,7 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 # Suite 'passthrough': diff_fuzz.py starts every daemon --passthrough.
-[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] && need_passthrough
+{ [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || [ "${RFT_TEST_IN_PLACE:-0}" = 1 ]; } && need_passthrough
 
 MNT=$(new_dir mnt)
 # The driver starts and stops its daemons itself (as children, on $MNT);

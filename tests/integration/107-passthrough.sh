@@ -21,7 +21,15 @@ PERSIST=$(new_dir persist)
 
 
 # --early-copy: files are copied while written too (pass_fuzz's writes).
-start_daemon "$MNT" --mem 512M --persist "$PERSIST" --passthrough --early-copy
+# In suite in_place (RFT_TEST_IN_PLACE=1), --in-place instead: files are
+# written into the spares their names' last copies left.
+how=(--early-copy)
+fuzz_how=()
+if [ "${RFT_TEST_IN_PLACE:-0}" = 1 ]; then
+	how=(--in-place)
+	fuzz_how=(--in-place)
+fi
+start_daemon "$MNT" --mem 512M --persist "$PERSIST" --passthrough "${how[@]}"
 if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$KERNEL_VERSION" 6.9; then
 	log "libfuse $RFT_LIBFUSE_VERSION, kernel $KERNEL_VERSION: passthrough must be off, and say so"
 	wait_log "passthrough: off" ||
@@ -39,7 +47,7 @@ grep -q "passthrough: on.*copied once the writes stop for 250 ms" "$DAEMON_LOG" 
 	fail "the daemon does not say that copies wait for the writes to stop: $(grep "passthrough: on" "$DAEMON_LOG")"
 
 log "random operations while a reader passes through"
-run_py pass_fuzz.py "$MNT" --files 3 --ops "${PASS_OPS:-1000}" \
+run_py pass_fuzz.py "$MNT" --files 3 --ops "${PASS_OPS:-1000}" "${fuzz_how[@]}" \
 	--manifest "$T_TMP/manifest.json" \
 	--ctl-json "timeout 60 $REFTFS_ADMIN -m $MNT --json status" ||
 	fail "pass_fuzz"

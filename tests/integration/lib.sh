@@ -332,41 +332,53 @@ need_passthrough() {
 	version_ge "$KERNEL_VERSION" 6.9 ||
 		skip "kernel $KERNEL_VERSION has no FUSE passthrough (6.9 and later do)"
 }
+# RFT_TEST_IN_PLACE=1 (suite 'in_place'): the same with --passthrough
+# --in-place, which the daemon must then say is on too.
 _t_pass_prepare() {
 	_T_PASS_OPT=()
+	if [ "${RFT_TEST_IN_PLACE:-0}" = 1 ]; then
+		need_passthrough
+		_T_PASS_OPT=(--passthrough --in-place)
+		return 0
+	fi
 	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || return 0
 	need_passthrough
 	_T_PASS_OPT=(--passthrough)
 }
 _t_pass_check() {
-	local i on=""
-	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || return 0
+	local i on="" want="True False"
+	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] ||
+		[ "${RFT_TEST_IN_PLACE:-0}" = 1 ] || return 0
+	[ "${RFT_TEST_IN_PLACE:-0}" = 1 ] && want="True True"
 	# Decided at FUSE INIT, which may come after the mount shows.
 	for i in $(seq 1 100); do
 		on=$(admin "$1" --json status | "$PY" -c '
 import json, sys
-print(json.load(sys.stdin)["fuse"]["passthrough"])' 2>/dev/null) || on=""
-		[ "$on" = True ] && break
+f = json.load(sys.stdin)["fuse"]
+print(f["passthrough"], f["passthrough_in_place"])' 2>/dev/null) || on=""
+		[ "$on" = "$want" ] && break
 		sleep 0.1
 	done
-	[ "$on" = True ] ||
-		fail "reftfsd on $1 was started with --passthrough, but it is off (status: '$on'; the daemon's log says why)"
-	log "$1 passes large sealed files through"
+	[ "$on" = "$want" ] ||
+		fail "reftfsd on $1 was started with ${_T_PASS_OPT[*]}, but its status says passthrough, in place: '$on' (want '$want'; the daemon's log says why)"
+	log "$1 passes large sealed files through${RFT_TEST_IN_PLACE:+, written in place}"
 }
 
 # In the log of a test run with RFT_TEST_PASSTHROUGH=1: how much passed
 # through before MNT is unmounted (tests without large files read back
 # have none).
 _t_pass_report() {
-	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || return 0
+	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] ||
+		[ "${RFT_TEST_IN_PLACE:-0}" = 1 ] || return 0
 	log "$1: $(admin "$1" --json status 2>/dev/null | "$PY" -c '
 import json, sys
 c = json.load(sys.stdin)["counters"]
 print("%d opens passed through, %d files copied, %d over a spare, "
-      "%d bytes early (%d used)" % (
+      "%d bytes early (%d used), %d in place (%d used)" % (
     c["passthrough_opens"], c["passthrough_files"],
     c["passthrough_reused"], c["passthrough_early_bytes"],
-    c["passthrough_early_used_bytes"]))' 2>/dev/null || echo "no status")"
+    c["passthrough_early_used_bytes"], c["passthrough_placed_bytes"],
+    c["passthrough_placed_used_bytes"]))' 2>/dev/null || echo "no status")"
 }
 
 # start_daemon MNT [reftfsd options...]: run reftfsd in the foreground (-f)

@@ -31,7 +31,9 @@ while the reader holds it must pass through too.  Operations, at random:
 After every operation the reader's descriptor, its mapping and stat(2)
 must show the model.  At the end every file is closed and compared once
 more.  --ctl-json CMD prints the daemon's `status --json`: the run fails
-unless opens passed through and files were copied.  --manifest F: each
+unless opens passed through and files were copied.  --in-place: the daemon
+runs with --in-place, and the run fails unless its status says so and a
+copy at seal used bytes written in place.  --manifest F: each
 file's size and sha256 at the end, as JSON, for the caller to check after
 a remount.  The seed is printed
 first; PASS_SEED replays a run.
@@ -307,6 +309,7 @@ def main():
     ap.add_argument("--ops", type=int, default=200)
     ap.add_argument("--seed", type=int)
     ap.add_argument("--manifest")
+    ap.add_argument("--in-place", action="store_true")
     args = ap.parse_args()
     seed = args.seed
     if seed is None:
@@ -355,7 +358,9 @@ def main():
           f"{c['passthrough_files']} files copied, "
           f"{c['passthrough_reused']} of them over a spare, "
           f"{c['passthrough_early_bytes']} bytes copied early "
-          f"({c['passthrough_early_used_bytes']} used)", flush=True)
+          f"({c['passthrough_early_used_bytes']} used), "
+          f"{c['passthrough_placed_bytes']} bytes written in place "
+          f"({c['passthrough_placed_used_bytes']} used)", flush=True)
     if not st["fuse"]["passthrough"]:
         print("pass_fuzz: FAIL: passthrough is off", flush=True)
         return 1
@@ -370,6 +375,14 @@ def main():
     # a copy leaves unwritten switched off, this fails within 700 ops).
     if c["passthrough_reused"] < 1:
         print("pass_fuzz: FAIL: no copy was made over a spare", flush=True)
+        return 1
+    # Recreated files are written into their names' spares.
+    if args.in_place and not st["fuse"]["passthrough_in_place"]:
+        print("pass_fuzz: FAIL: in place is off", flush=True)
+        return 1
+    if args.in_place and c["passthrough_placed_used_bytes"] == 0:
+        print("pass_fuzz: FAIL: no copy at seal used bytes written in "
+              "place", flush=True)
         return 1
     return 0
 
