@@ -26,7 +26,11 @@
  * copy is written over a spare's pages, fast enough to wait for.  While
  * a large file is still written, that thread copies its full pieces
  * early, over a spare of about its size, so that the copy at seal has
- * only what changed since to do (struct early).
+ * only what changed since to do (struct early).  In place (--in-place)
+ * there is no copy to make early: a large file's new pieces are written
+ * straight into the pages of the spare its name's last copy left (its
+ * home: pass_place, struct pass_home), and the copy at seal copies only
+ * the rest.
  *
  * The copy outlives its last RELEASE while the budget has room for it,
  * so that the next read-only open of the unchanged file passes through
@@ -191,20 +195,8 @@ static void unlink_locked(struct eng *e, struct pass *p)
 }
 
 /*
- * A pass nobody uses any more; pass.lock held, unlinked from its file.
- *
- * Its backing file, with its pages and the chunks that stand for them,
- * becomes a spare for the next copy (up to PASS_SPARES): writing over
- * pages a file already has is a plain copy, where fresh ones cost a
- * fault each, and on a guest that hands freed memory back to its host
- * (free page reporting) a fault in the host too, which made copies at
- * seal run at 1-10 GB/s (docs/benchmarks.md).  pass_shed gives spares up
- * first when memory runs short.
- *
- * Else it is retired: closing a backing file frees the copy's pages,
- * milliseconds for a GiB, and callers hold the namespace or file locks,
- * so reap() frees it with no lock held, on the copier thread (or
- * whoever needs the memory now: pass_shed).
+ * A pass nobody uses any more, off the list of every pass: a spare, or
+ * retired (pass_spare_locked).  pass.lock held, unlinked from its file.
  */
 static void pass_spare_locked(struct eng *e, struct pass *p);
 
@@ -270,10 +262,20 @@ static struct pass *take_spare_locked(struct eng *e, uint64_t size,
 	struct pass **shorter, **fit, *sp;
 	uint32_t nfree;
 
-	/* In place, a name's spare is its next file's home: its own. */
-	if (atomic_load_explicit(&e->pass.in_place, memory_order_relaxed) &&
-	    name && (sp = take_named_spare_locked(e, name)))
-		return sp;
+	/*
+	 * In place, a name's spare is its next file's home: its own.  With
+	 * none, fresh memory while the store has it: another name's spare
+	 * taken here leaves that name's next file no home, which then takes
+	 * a third's at its seal, and so on at every save (measured: two 4
+	 * GiB files that swapped spares at every round were never written
+	 * in place).
+	 */
+	if (atomic_load_explicit(&e->pass.in_place, memory_order_relaxed)) {
+		if (name && (sp = take_named_spare_locked(e, name)))
+			return sp;
+		if (store_free_count(&e->store) >= n)
+			return NULL;
+	}
 	fit = spare_fit_locked(e, size, &shorter);
 
 	if (fit && (*fit)->spare_size - size <= size / 2)
@@ -904,6 +906,7 @@ static bool seal_queued_locked(struct eng *e, const struct inode *in)
 void pass_unlinked(struct eng *e, struct inode *in)
 {
 	unsigned n = 0;
+	struct pass *p;
 
 	if (e->pass.mnt < 0)
 		return;
@@ -920,6 +923,17 @@ void pass_unlinked(struct eng *e, struct inode *in)
 			atomic_store(&in->file.early_queued, false);
 	}
 	e->pass.nqueue = n;
+	/*
+	 * A copy kept for the next reader: none comes without a name.  A
+	 * spare now, not once the kernel forgets the inode (seconds later,
+	 * measured): the next checkpoint's file of the same name, written
+	 * at once, takes it as its home (in place) or copies over it.
+	 */
+	p = in->file.pass;
+	if (p && p->state == PASS_KEPT && !p->dirty) {
+		in->file.pass = NULL;
+		pass_free_locked(e, p);
+	}
 	pthread_mutex_unlock(&e->pass.lock);
 }
 
@@ -1139,6 +1153,10 @@ struct copy_job {
 	uint32_t *ids, *fills, *idx; /* chunk, bytes, piece index */
 	uint64_t version, size;	     /* the file's, when the job was made */
 	uint64_t spare, mapped;	     /* bytes: the spare's, copied mapped */
+	/* Chunks lent to a backing file's page that hold no byte of the
+	 * file (fill 0): nothing to copy, but pinned too, so that every
+	 * chunk of the file that points into its home is known. */
+	uint32_t *zero, nzero;
 };
 
 /* Copy pieces [@from, @to) of @j into @fd: 0 or -errno. */
@@ -1270,6 +1288,9 @@ static void job_free(struct eng *e, struct copy_job *j)
 		return;
 	for (uint32_t k = 0; k < j->n; k++)
 		store_put(&e->store, j->ids[k]);
+	for (uint32_t k = 0; k < j->nzero; k++)
+		store_put(&e->store, j->zero[k]);
+	free(j->zero);
 	free(j->ids);
 	free(j->fills);
 	free(j->idx);
@@ -1290,25 +1311,33 @@ static struct copy_job *job_new(struct eng *e, struct inode *in)
 	j->ids = malloc(cap * sizeof(*j->ids));
 	j->fills = malloc(cap * sizeof(*j->fills));
 	j->idx = malloc(cap * sizeof(*j->idx));
+	j->zero = malloc(cap * sizeof(*j->zero));
 	j->version = f->version;
 	j->size = f->size;
-	if (j->ids && j->fills && j->idx)
+	if (j->ids && j->fills && j->idx && j->zero)
 		for (uint32_t i = 0; i < f->nslots; i++) {
 			const struct slot *s = &f->slots[i];
 			uint32_t len = file_piece_len(e, j->size, i);
 			uint32_t fill = s->fill < len ? s->fill : len;
 
+			if (s->where != PIECE_RAM)
+				continue;
 			/* Nothing in it: a hole to the copy (punch_gaps), where
 			 * an empty pwritev would end it with EIO. */
-			if (s->where != PIECE_RAM || fill == 0)
+			if (fill == 0) {
+				if (store_lent_home(&e->store, s->chunk)) {
+					store_get(&e->store, s->chunk);
+					j->zero[j->nzero++] = s->chunk;
+				}
 				continue;
+			}
 			store_get(&e->store, s->chunk);
 			j->ids[j->n] = s->chunk;
 			j->fills[j->n] = fill;
 			j->idx[j->n++] = i;
 		}
 	pthread_rwlock_unlock(&f->lock);
-	if (!j->ids || !j->fills || !j->idx) {
+	if (!j->ids || !j->fills || !j->idx || !j->zero) {
 		job_free(e, j);
 		return NULL;
 	}
@@ -1525,15 +1554,18 @@ static uint64_t early_left(const struct early *ea, const struct copy_job *j,
  * What is left of @j to copy into @h's backing file, into @todo (arrays
  * of @j's room): the pieces whose chunk is not lent to their own page of
  * it.  *@placed: the bytes of those that are, *@nplaced their count.
- * -EBUSY when a chunk that is no piece of @j points into it (an old one
- * that a reader or the write-back still pins): its page is neither the
- * copy's to write nor to cut, and the bytes a pin reads never change.
+ * -EBUSY when a chunk that is no piece of @j (nor one of @j->zero) points
+ * into it (an old one that a reader or the write-back still pins): its
+ * page is neither the copy's to write nor to cut, and the bytes a pin
+ * reads never change.
  * @j's pins keep its own chunks lent meanwhile.
  */
 static int home_left(struct eng *e, struct pass_home *h,
 		     const struct copy_job *j, struct copy_job *todo,
 		     uint64_t *placed, uint32_t *nplaced)
 {
+	uint32_t mine;
+
 	*placed = 0;
 	*nplaced = 0;
 	todo->n = 0;
@@ -1552,7 +1584,11 @@ static int home_left(struct eng *e, struct pass_home *h,
 		todo->fills[todo->n] = j->fills[k];
 		todo->idx[todo->n++] = j->idx[k];
 	}
-	return store_home_live(&e->store, &h->sh) == *nplaced ? 0 : -EBUSY;
+	/* Pieces in place holding no byte (cut or punched to nothing). */
+	mine = *nplaced;
+	for (uint32_t k = 0; k < j->nzero; k++)
+		mine += store_lent_home(&e->store, j->zero[k]) == &h->sh;
+	return store_home_live(&e->store, &h->sh) == mine ? 0 : -EBUSY;
 }
 
 /*

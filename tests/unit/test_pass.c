@@ -1528,6 +1528,78 @@ static void test_pressure_sheds_placed_copy(void **state)
 	assert_int_equal(st.enospc, 0);
 }
 
+/*
+ * In place, a name's spare waits for that name: a file of another name
+ * with no spare of its own is copied into fresh memory while the budget
+ * has it, not over it (two files that took each other's spares at every
+ * save were never written in place).  And a kept copy becomes a spare
+ * when its file's last name goes, not once the kernel forgets the inode
+ * (this fixture never does): the next file of the name, written at once,
+ * finds it.
+ */
+static void test_spare_kept_for_its_name(void **state)
+{
+	struct tfx *t = *state;
+	uint8_t *want = malloc(FSIZE);
+	struct eng_stats st;
+	uint64_t c;
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 26);
+	/* "f"'s copy (setup) a spare once "f" is gone. */
+	assert_int_equal(eng_unlink(t->fx.e, 1, "f"), 0);
+	c = fx_put(t->fx.e, 1, "c", want, FSIZE);
+	assert_true(c != 0);
+	wait_files(t, 2);
+	stats(t, &st);
+	assert_int_equal(st.pass_reused, 0); /* not over "f"'s */
+	t->ino = fx_put(t->fx.e, 1, "f", want, FSIZE);
+	assert_true(t->ino != 0);
+	wait_files(t, 3);
+	stats(t, &st);
+	assert_int_equal(st.pass_reused, 1);
+	/* One write, past min_size at once: every whole page in place. */
+	assert_int_equal(st.pass_placed_used, 3 * MiB);
+	assert_reads(t, want, FSIZE, 11);
+	free(want);
+}
+
+/*
+ * A piece in place cut and punched down to no byte (fill 0) is still the
+ * file's chunk in its page: the copy at seal must count it as such, not
+ * as an old chunk someone pins (-EBUSY, no pass).  Found by
+ * test_in_place_fuzz, PASS_SEED=1795812753.
+ */
+static void test_emptied_piece_in_place(void **state)
+{
+	struct tfx *t = *state;
+	struct eng_setattr sa = { .valid = ENG_SET_SIZE, .size = MiB + 1 };
+	uint8_t *want = calloc(1, FSIZE);
+	struct eng_file *fw;
+	struct stat sb;
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 27);
+	fw = create_trunc(t);
+	write_pieces(t, fw, want, 0, 3);
+	assert_int_equal(eng_setattr(t->fx.e, t->ino, fw, &sa, &sb), 0);
+	assert_int_equal(eng_fallocate(t->fx.e, fw,
+				       ENG_FALLOC_PUNCH_HOLE |
+					       ENG_FALLOC_KEEP_SIZE,
+				       MiB, 1),
+			 0);
+	memset(want + MiB, 0, FSIZE - MiB);
+	assert_int_equal(lent_pieces(t), 1); /* piece 1, holding nothing */
+	fx_fill(want + 2 * MiB, FSIZE - 2 * MiB, 28);
+	assert_int_equal(eng_write(t->fx.e, fw, want + 2 * MiB,
+				   FSIZE - 2 * MiB, 2 * MiB),
+			 FSIZE - 2 * MiB);
+	assert_int_equal(eng_release(t->fx.e, fw), 0);
+	wait_files(t, 2);
+	assert_reads(t, want, FSIZE, 12);
+	free(want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1572,6 +1644,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cut_detaches,
 						setup_in_place, teardown),
 		cmocka_unit_test_setup_teardown(test_pinned_piece_kept,
+						setup_in_place, teardown),
+		cmocka_unit_test_setup_teardown(test_spare_kept_for_its_name,
+						setup_in_place, teardown),
+		cmocka_unit_test_setup_teardown(test_emptied_piece_in_place,
 						setup_in_place, teardown),
 		cmocka_unit_test_setup_teardown(test_in_place_fuzz,
 						setup_in_place_big, teardown),
