@@ -12,8 +12,8 @@
 #                in_place with --passthrough --in-place
 #   build-fuse-system/  integration against the system's libfuse, however
 #                old (Debian 12: 3.14, where opens use the page cache)
-#   build-asan/  unit + integration + io_uring + passthrough + in_place
-#                under ASan,
+#   build-asan/  unit + integration + io_uring + passthrough, and four
+#                tests of in_place, under ASan,
 #                UBSan and LeakSanitizer (the integration tests run
 #                build-asan's own reftfsd)
 #   build-tsan/  unit tests of the threaded engine modules under TSan
@@ -193,8 +193,15 @@ if CC=clang prepare build-asan -Db_sanitize=address,undefined \
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		run_suite build-asan --suite unit --suite integration \
-		--suite io_uring --suite passthrough --suite in_place \
+		--suite io_uring --suite passthrough \
 		--timeout-multiplier 2 "$@"
+	# In place under ASan: the tests that write files again and again
+	# (the rest of suite in_place runs in build/).
+	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		run_suite build-asan --timeout-multiplier 2 \
+		107-passthrough+in_place 045-truncate-race+in_place \
+		050-enospc+in_place 105-mmap+in_place
 else
 	echo "test: build-asan: configure or build failed" >&2
 	FAILED=$((FAILED + 1))
