@@ -1612,6 +1612,16 @@ int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
 /* --- write -------------------------------------------------------------- */
 
 /*
+ * Must chunk @id be copied before it is changed: a write-back (or another
+ * pin) holds it, or it is a page of a backing file a passthrough reader
+ * may see (pass.c)?
+ */
+static bool copy_first(struct eng *e, uint32_t id)
+{
+	return store_refs(&e->store, id) > 1 || store_frozen(&e->store, id);
+}
+
+/*
  * Does piece @idx need new memory before a write up to byte @end of it?
  * f->lock held.
  */
@@ -1620,11 +1630,9 @@ static bool needs_chunk(struct eng *e, const struct file *f, uint32_t idx,
 {
 	const struct slot *s = idx < f->nslots ? &f->slots[idx] : NULL;
 
-	/* Not in memory, a write-back holds it (copy on write), it is a
-	 * page of a backing file a passthrough reader may see (pass.c), or
-	 * it is a small block the write outgrows. */
-	return !s || !slot_in_ram(s) || store_refs(&e->store, s->chunk) > 1 ||
-	       store_frozen(&e->store, s->chunk) ||
+	/* Not in memory, to be copied first (copy_first), or a small block
+	 * the write outgrows. */
+	return !s || !slot_in_ram(s) || copy_first(e, s->chunk) ||
 	       store_cap(&e->store, s->chunk) < end;
 }
 
@@ -1928,7 +1936,10 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 		 * In place: not a take from a backing file (it passes
 		 * through). */
 		got = reserve_range(e, f, pos, size, timed_out,
-				    !fp->pass && pos + size > e->pass.min_size,
+				    !fp->pass && pos + size > e->pass.min_size &&
+					    atomic_load_explicit(
+						    &e->pass.in_place,
+						    memory_order_relaxed),
 				    &need);
 		if (got >= 0) {
 			reserved = (size_t)got;
@@ -2099,9 +2110,7 @@ static int punch_prepare(struct eng *e, struct file *f, uint64_t off,
 			*load = idx;
 			return 0;
 		}
-		if (!slot_in_ram(s) ||
-		    (store_refs(&e->store, s->chunk) <= 1 &&
-		     !store_frozen(&e->store, s->chunk)))
+		if (!slot_in_ram(s) || !copy_first(e, s->chunk))
 			continue;
 		/* A private copy of what the piece holds, no bigger. */
 		got = reserve_range(e, f, ps, s->fill ? s->fill : 1, false,
