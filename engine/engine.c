@@ -445,6 +445,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->pass_early_used = atomic_load(&e->pass.early_used);
 	s->pass_placed_bytes = atomic_load(&e->pass.placed_bytes);
 	s->pass_placed_used = atomic_load(&e->pass.placed_used);
+	s->pass_no_spare = atomic_load(&e->pass.no_spare);
 	s->pass_in_place = atomic_load(&e->pass.in_place);
 	s->pass_held_bytes = atomic_load(&e->pass.held);
 	s->pass_waiting = pass_waiting(e);

@@ -560,6 +560,7 @@ struct eng_stats {
 	uint64_t pass_opens, pass_files, pass_bytes, pass_reused;
 	uint64_t pass_early_bytes, pass_early_used;
 	uint64_t pass_placed_bytes, pass_placed_used;
+	uint64_t pass_no_spare; /* in place: copies not made (no room) */
 	bool pass_in_place;
 	uint64_t pass_held_bytes;
 	uint32_t pass_waiting; /* sealed files waiting for the writes to stop */

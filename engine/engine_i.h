@@ -960,6 +960,8 @@ struct eng {
 		_Atomic bool in_place;
 		_Atomic uint64_t placed_bytes; /* pieces written in place */
 		_Atomic uint64_t placed_used;  /* of them, a seal used */
+		_Atomic uint64_t no_spare; /* copies not made, in place: no
+					      spare of the name, no room */
 		struct pass *homes; /* backing files chunks still point
 				       into, no file's pass nor home; lock */
 		struct pass *all; /* every pass, for pass_fini; lock */

@@ -241,7 +241,8 @@ static struct pass **spare_fit_locked(struct eng *e, uint64_t size,
 
 /*
  * The spare to make a copy of @size bytes (@n chunks) over, taken off the
- * list; NULL: none, make it in fresh memory.  pass.lock held.
+ * list; NULL: none, make it in fresh memory, or, with *@none set, make no
+ * copy.  pass.lock held.
  *
  * A spare is kept for its pages, and a copy cuts it to size: the pages
  * past the end are freed, and the next file that long faults them in
@@ -257,24 +258,28 @@ static struct pass **spare_fit_locked(struct eng *e, uint64_t size,
 static struct pass *take_named_spare_locked(struct eng *e, uint64_t name);
 
 static struct pass *take_spare_locked(struct eng *e, uint64_t size,
-				      uint32_t n, uint64_t name)
+				      uint32_t n, uint64_t name, bool *none)
 {
 	struct pass **shorter, **fit, *sp;
 	uint32_t nfree;
 
+	*none = false;
 	/*
 	 * In place, a name's spare is its next file's home: its own.  With
-	 * none, fresh memory while the store has it: another name's spare
-	 * taken here leaves that name's next file no home, which then takes
-	 * a third's at its seal, and so on at every save (measured: two 4
-	 * GiB files that swapped spares at every round were never written
-	 * in place).
+	 * none, fresh memory while the store has it, else no copy: another
+	 * name's spare taken here leaves that name's next file no home,
+	 * which then takes a third's at its seal, and so on at every save
+	 * (measured: two 4 GiB files that swapped spares at every round
+	 * were never written in place, and every save paid a copy).  A
+	 * budget too small for every name's spare so keeps those it has,
+	 * and their files in place; the others are read direct.  Memory
+	 * pressure still sheds spares (pass_shed).
 	 */
 	if (atomic_load_explicit(&e->pass.in_place, memory_order_relaxed)) {
 		if (name && (sp = take_named_spare_locked(e, name)))
 			return sp;
-		if (store_free_count(&e->store) >= n)
-			return NULL;
+		*none = store_free_count(&e->store) < n;
+		return NULL;
 	}
 	fit = spare_fit_locked(e, size, &shorter);
 
@@ -1653,7 +1658,17 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		if (j->size - early <= j->size / 4)
 			p->over_pages = true;
 	} else {
-		sp = take_spare_locked(e, j->size, j->n, f->name_hash);
+		bool none;
+
+		sp = take_spare_locked(e, j->size, j->n, f->name_hash, &none);
+		if (none) {
+			pthread_mutex_unlock(&e->pass.lock);
+			atomic_fetch_add(&e->pass.no_spare, 1);
+			rft_dbg("passthrough: inode %" PRIu64 ": no copy: no "
+				"spare of its name, no room for one", in->ino);
+			job_free(e, j);
+			return -ENOSPC;
+		}
 		/*
 		 * An opener waits for its copy.  Into fresh memory a large
 		 * one runs at about 1 GB/s on these guests, where a direct

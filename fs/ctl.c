@@ -497,6 +497,7 @@ enum {
 	CNT_PASS_EARLY_USED,
 	CNT_PASS_PLACED,
 	CNT_PASS_PLACED_USED,
+	CNT_PASS_NO_SPARE,
 	CNT_N
 };
 
@@ -546,6 +547,10 @@ static const struct rep_field cnt_fields[CNT_N] = {
 		REP_BYTES, REP_COUNTER,
 		"reftfs_passthrough_placed_used_bytes_total",
 		"Of the bytes written in place, those a copy at seal used."),
+	[CNT_PASS_NO_SPARE] = REP_EXPORT("passthrough_no_spare", REP_COUNT,
+		REP_COUNTER, "reftfs_passthrough_no_spare_total",
+		"In place: copies not made, their file's name having no spare "
+		"and the budget no room for one."),
 };
 
 enum {
@@ -1243,7 +1248,8 @@ static const struct rep_text status_text[] = {
 	    "{counters.passthrough_early_bytes} while written, "
 	    "{counters.passthrough_early_used_bytes} of them used; "
 	    "{counters.passthrough_placed_used_bytes} of "
-	    "{counters.passthrough_placed_bytes} written in place used"
+	    "{counters.passthrough_placed_bytes} written in place used, "
+	    "{counters.passthrough_no_spare} not copied for want of room"
 	    "{fuse.passthrough_in_place?| (in place off)}), "
 	    "{fuse.passthrough_held_bytes} held now, "
 	    "{fuse.passthrough_waiting} files waiting for the writes to stop"),
@@ -1418,6 +1424,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_PASS_EARLY_USED, st.pass_early_used);
 	rep_set_u64(g, CNT_PASS_PLACED, st.pass_placed_bytes);
 	rep_set_u64(g, CNT_PASS_PLACED_USED, st.pass_placed_used);
+	rep_set_u64(g, CNT_PASS_NO_SPARE, st.pass_no_spare);
 
 	g = rep_obj(top, ST_PERSIST);
 	rep_set_bool(g, PER_ENABLED, st.persist_enabled);

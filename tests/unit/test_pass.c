@@ -1564,6 +1564,60 @@ static void test_spare_kept_for_its_name(void **state)
 	free(want);
 }
 
+static int setup_in_place_tight(void **state)
+{
+	return setup_in_place_mem(state, 11 * MiB);
+}
+
+/*
+ * A budget too small for every name's spare: the copy at seal of a file
+ * whose name has none, with no room for a fresh one, is not made, rather
+ * than made over another name's spare (which would leave that name's next
+ * file no home, and so on at every save: none ever in place).  "f"'s
+ * spare stays "f"'s, and "f" written again goes in place; "c" reads
+ * direct.
+ */
+static void test_no_room_no_copy(void **state)
+{
+	struct tfx *t = *state;
+	uint8_t *want = malloc(FSIZE), *got = malloc(FSIZE);
+	struct eng_open_info r;
+	struct eng_file *fr;
+	struct eng_stats st;
+	uint64_t c;
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 27);
+	/* "f"'s copy a spare (4 chunks); "c" 4 more, and 3 left free. */
+	assert_int_equal(eng_unlink(t->fx.e, 1, "f"), 0);
+	eng_forget(t->fx.e, t->ino, 1);
+	c = fx_put(t->fx.e, 1, "c", want, FSIZE);
+	assert_true(c != 0);
+	wait_count(t, offsetof(struct eng_stats, pass_no_spare), 1);
+	stats(t, &st);
+	assert_int_equal(st.pass_files, 1);
+	assert_int_equal(st.pass_reused, 0);
+	assert_int_equal(st.pass_held_bytes, 4 * MiB); /* "f"'s spare */
+
+	/* "c" opened to read: no copy either, and its bytes direct. */
+	assert_int_equal(eng_open(t->fx.e, c, O_RDONLY, &fr, &r), 0);
+	assert_int_equal(r.pass_fd, -1);
+	assert_int_equal(fx_read(t->fx.e, fr, got, FSIZE, 0), FSIZE);
+	assert_memory_equal(got, want, FSIZE);
+	eng_release(t->fx.e, fr);
+
+	/* "f" again: in place in its name's spare. */
+	t->ino = fx_put(t->fx.e, 1, "f", want, FSIZE);
+	assert_true(t->ino != 0);
+	wait_files(t, 2);
+	stats(t, &st);
+	assert_int_equal(st.pass_reused, 1);
+	assert_int_equal(st.pass_placed_used, 3 * MiB);
+	assert_reads(t, want, FSIZE, 12);
+	free(got);
+	free(want);
+}
+
 /*
  * A piece in place cut and punched down to no byte (fill 0) is still the
  * file's chunk in its page: the copy at seal must count it as such, not
@@ -1647,6 +1701,8 @@ int main(void)
 						setup_in_place, teardown),
 		cmocka_unit_test_setup_teardown(test_spare_kept_for_its_name,
 						setup_in_place, teardown),
+		cmocka_unit_test_setup_teardown(test_no_room_no_copy,
+						setup_in_place_tight, teardown),
 		cmocka_unit_test_setup_teardown(test_emptied_piece_in_place,
 						setup_in_place, teardown),
 		cmocka_unit_test_setup_teardown(test_in_place_fuzz,
