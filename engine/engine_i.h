@@ -967,6 +967,8 @@ struct eng {
 		struct pass *all; /* every pass, for pass_fini; lock */
 		struct early *early; /* every early copy; lock */
 		struct pass *dead; /* retired, for reap() to free; lock */
+		struct pass_home *unmaps; /* closed homes, for reap() to
+					     unmap; lock */
 		struct pass *spare; /* backing files to reuse; lock */
 		unsigned nspare;    /* lock */
 		/* Files to copy in the background (held): sealed since,

@@ -108,6 +108,7 @@ struct early {
 struct pass_home {
 	struct store_home sh;
 	size_t len; /* of the mapping */
+	struct pass_home *next; /* closed: e->pass.unmaps */
 };
 
 struct pass {
@@ -374,9 +375,11 @@ static void home_collect_locked(struct eng *e, struct pass *p)
 
 /*
  * @p's home closed, if no chunk points into it any more: its chunks held
- * again, its mapping gone.  False: some still do (or no memory to take
- * them back).  Nothing lends while pass.lock is held: a count of 0 stays
- * 0.  pass.lock held.
+ * again, its mapping left to reap() (unmapping a GiB takes milliseconds,
+ * and callers hold the file's lock: nothing reaches the mapping once the
+ * home is closed).  False: some still do (or no memory to take them
+ * back).  Nothing lends while pass.lock is held: a count of 0 stays 0.
+ * pass.lock held.
  */
 static bool home_close_locked(struct eng *e, struct pass *p)
 {
@@ -387,9 +390,10 @@ static bool home_close_locked(struct eng *e, struct pass *p)
 	if (store_home_live(&e->store, &h->sh))
 		return false;
 	home_collect_locked(e, p);
-	munmap(h->sh.map, h->len);
 	store_home_fini(&h->sh);
-	free(h);
+	h->next = e->pass.unmaps;
+	e->pass.unmaps = h;
+	pthread_cond_signal(&e->pass.work);
 	p->home = NULL;
 	return true;
 }
@@ -601,15 +605,29 @@ static void early_drop_locked(struct eng *e, struct early *ea)
 		early_free_locked(e, ea);
 }
 
-/* Free the retired passes: their pages first, then their budget. */
+/*
+ * Unmap the closed homes and free the retired passes: their pages first,
+ * then their budget (a retired pass's home was closed before it was
+ * retired, so its mapping goes before its file is closed).  No lock held.
+ */
 static void reap(struct eng *e)
 {
+	struct pass_home *h;
 	struct pass *p;
 
 	pthread_mutex_lock(&e->pass.lock);
+	h = e->pass.unmaps;
+	e->pass.unmaps = NULL;
 	p = e->pass.dead;
 	e->pass.dead = NULL;
 	pthread_mutex_unlock(&e->pass.lock);
+	while (h) {
+		struct pass_home *next = h->next;
+
+		munmap(h->sh.map, h->len);
+		free(h);
+		h = next;
+	}
 	while (p) {
 		struct pass *next = p->next;
 
@@ -846,11 +864,12 @@ static void *copier_main(void *arg)
 		struct timespec until;
 		struct pass_job job;
 
-		while (!e->pass.stop && !e->pass.nqueue && !e->pass.dead)
+		while (!e->pass.stop && !e->pass.nqueue && !e->pass.dead &&
+		       !e->pass.unmaps)
 			pthread_cond_wait(&e->pass.work, &e->pass.lock);
 		if (e->pass.stop)
 			break;
-		if (e->pass.dead) {
+		if (e->pass.dead || e->pass.unmaps) {
 			pthread_mutex_unlock(&e->pass.lock);
 			reap(e);
 			pthread_mutex_lock(&e->pass.lock);
