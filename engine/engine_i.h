@@ -944,7 +944,10 @@ struct eng {
 	_Atomic bool caught_up;	/* eng_group_ready() succeeded once */
 	struct eng_invalidator inval; /* fs/'s, or all NULL */
 	struct pass_ctl {	/* FUSE passthrough (pass.c) */
-		int mnt;	/* the backing tmpfs, -1: passthrough off */
+		/* The backing tmpfs, -1: passthrough off.  Set at FUSE INIT,
+		   after everything below it is ready, and read by any
+		   thread (the control socket's, the workers'): atomic. */
+		_Atomic int mnt;
 		uint64_t min_size; /* files above this size pass through */
 		pthread_mutex_t lock; /* every file's pass; see the order */
 		pthread_cond_t cond;  /* a pass changed state */
@@ -987,7 +990,7 @@ struct eng {
 		struct timespec quiet_since; /* copier only */
 		bool stop;	  /* lock */
 		pthread_t copier;
-		bool copier_on;
+		bool copier_on; /* set before mnt, read after it */
 	} pass;
 };
 

@@ -1048,7 +1048,6 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 	}
 	e->pass.min_size = min_size;
 	e->pass.quiet_ms = quiet_ms;
-	e->pass.mnt = mnt;
 	if (pthread_create(&e->pass.copier, NULL, copier_main, e) == 0) {
 		e->pass.copier_on = true;
 		atomic_store_explicit(&e->pass.early_on, early,
@@ -1056,6 +1055,9 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 	} else
 		rft_info("passthrough: no copier thread: files are copied "
 			 "at their first open instead");
+	/* On, last: whoever sees it sees what is set above (the control
+	 * socket's thread asks at any time, INIT comes on a worker). */
+	atomic_store(&e->pass.mnt, mnt);
 	rft_info("passthrough: on, for sealed files over %" PRIu64
 		 " bytes opened when nothing else has them open (backing "
 		 "tmpfs huge=always, size %s); copied once the writes stop "
