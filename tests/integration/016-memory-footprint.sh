@@ -5,6 +5,9 @@
 # checkpoints is given back beyond that.  Measured as the daemon's VmRSS.
 . "$(dirname "$0")/lib.sh"
 need_fuse
+case ${RFT_SANITIZE:-none} in
+*thread*) skip "ThreadSanitizer's shadow memory is resident with the daemon's own" ;;
+esac
 
 MNT=$(new_dir mnt)
 start_daemon "$MNT" --mem 4G
