@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A read right after a save: what a job that loads the checkpoint it just
 # wrote (an evaluation, a restart on the same node) sees.  Each round
-# writes one file with dd (bs=1M), drops the page cache, and times a dd
-# read of it at once (bs=1M, to /dev/null); the file is then removed, and
+# writes one file with dd (bs=1M; timed too: what in place costs the save),
+# drops the page cache, and times a dd read of it at once (bs=1M, to
+# /dev/null); the file is then removed, and
 # the next round writes a new file of the same name, as the next
 # checkpoint does.  Targets one after the other, each a fresh mount:
 #   tmpfs
@@ -118,8 +119,10 @@ for t in "${TARGETS[@]}"; do
 	mkdir -p "$MNT/step"
 	line="$t:"
 	for r in $(seq 1 "$ROUNDS"); do
+		w0=$(now)
 		dd if=/dev/zero of="$MNT/step/model.bin" bs=1M \
 			count=$((GIB * 1024)) status=none
+		w1=$(now)
 		sync -f "$MNT" 2>/dev/null || true
 		echo 3 >/proc/sys/vm/drop_caches
 		t0=$(now)
@@ -127,11 +130,11 @@ for t in "${TARGETS[@]}"; do
 		t1=$(now)
 		rm -f "$MNT/step/model.bin"
 		sleep 1
-		s=$("$PY" -c "print('%.3f' % ($t1 - $t0))")
-		line="$line $s"
+		s=$("$PY" -c "print('%.3f %.3f' % ($w1 - $w0, $t1 - $t0))")
+		line="$line ${s/ //}"
 		[ "$r" = 1 ] || echo "$t $s" >>"$RESULTS"
 	done
-	echo "$line  (s, $GIB GiB read right after its save)"
+	echo "$line  (s, $GIB GiB: written/read right after)"
 	unmount_target
 done
 
@@ -141,13 +144,17 @@ rows = [l.split() for l in open(sys.argv[1])]
 gib = int(sys.argv[2])
 med = {}
 for t in ("tmpfs", "reftfs", "passthrough", "in-place"):
-    s = [float(r[1]) for r in rows if r[0] == t]
+    w = [float(r[1]) for r in rows if r[0] == t]
+    s = [float(r[2]) for r in rows if r[0] == t]
     if s:
-        med[t] = (statistics.median(s), len(s))
+        med[t] = (statistics.median(w), statistics.median(s), len(s))
 print("medians over %d rounds each; GB/s = 1e9 B/s; ratio = tmpfs time / "
-      "time" % next(iter(med.values()))[1])
-for t, (s, n) in med.items():
-    ratio = "%.2fx" % (med["tmpfs"][0] / s) if "tmpfs" in med else "-"
-    print("%-12s %8.3f s %7.2f GB/s %8s" % (
-        t, s, gib * 2**30 / s / 1e9, ratio))
+      "time" % next(iter(med.values()))[2])
+print("%-12s %10s %10s %7s  %10s %10s %7s" % (
+    "", "write s", "GB/s", "ratio", "read s", "GB/s", "ratio"))
+for t, (w, s, n) in med.items():
+    wr = "%.2fx" % (med["tmpfs"][0] / w) if "tmpfs" in med else "-"
+    rr = "%.2fx" % (med["tmpfs"][1] / s) if "tmpfs" in med else "-"
+    print("%-12s %10.3f %10.2f %7s  %10.3f %10.2f %7s" % (
+        t, w, gib * 2**30 / w / 1e9, wr, s, gib * 2**30 / s / 1e9, rr))
 EOF
