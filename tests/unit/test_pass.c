@@ -1529,6 +1529,25 @@ static void test_pressure_sheds_placed_copy(void **state)
 }
 
 /*
+ * "f" written again from @want, the @files'th file copied: over its name's
+ * spare, and in one write, past min_size at once, so every whole page in
+ * place; a reader then passes through with id @id.
+ */
+static void put_f_in_place(struct tfx *t, const uint8_t *want,
+			   uint64_t files, int id)
+{
+	struct eng_stats st;
+
+	t->ino = fx_put(t->fx.e, 1, "f", want, FSIZE);
+	assert_true(t->ino != 0);
+	wait_files(t, files);
+	stats(t, &st);
+	assert_int_equal(st.pass_reused, 1);
+	assert_int_equal(st.pass_placed_used, 3 * MiB);
+	assert_reads(t, want, FSIZE, id);
+}
+
+/*
  * In place, a name's spare waits for that name: a file of another name
  * with no spare of its own is copied into fresh memory while the budget
  * has it, not over it (two files that took each other's spares at every
@@ -1553,14 +1572,7 @@ static void test_spare_kept_for_its_name(void **state)
 	wait_files(t, 2);
 	stats(t, &st);
 	assert_int_equal(st.pass_reused, 0); /* not over "f"'s */
-	t->ino = fx_put(t->fx.e, 1, "f", want, FSIZE);
-	assert_true(t->ino != 0);
-	wait_files(t, 3);
-	stats(t, &st);
-	assert_int_equal(st.pass_reused, 1);
-	/* One write, past min_size at once: every whole page in place. */
-	assert_int_equal(st.pass_placed_used, 3 * MiB);
-	assert_reads(t, want, FSIZE, 11);
+	put_f_in_place(t, want, 3, 11);
 	free(want);
 }
 
@@ -1606,14 +1618,7 @@ static void test_no_room_no_copy(void **state)
 	assert_memory_equal(got, want, FSIZE);
 	eng_release(t->fx.e, fr);
 
-	/* "f" again: in place in its name's spare. */
-	t->ino = fx_put(t->fx.e, 1, "f", want, FSIZE);
-	assert_true(t->ino != 0);
-	wait_files(t, 2);
-	stats(t, &st);
-	assert_int_equal(st.pass_reused, 1);
-	assert_int_equal(st.pass_placed_used, 3 * MiB);
-	assert_reads(t, want, FSIZE, 12);
+	put_f_in_place(t, want, 2, 12);
 	free(got);
 	free(want);
 }
