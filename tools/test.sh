@@ -11,7 +11,9 @@
 #                (--io-uring), suite passthrough with --passthrough, suite
 #                in_place with --passthrough --in-place
 #   build-fuse-system/  integration against the system's libfuse, however
-#                old (Debian 12: 3.14, where opens use the page cache)
+#                old (Debian 12: 3.14, where opens use the page cache):
+#                the single-node tests and 240-group-data (the other
+#                group tests are in suite 'group' there, not run)
 #   build-asan/  unit + integration, and the racing, mapping and
 #                filling tests of io_uring, passthrough and in_place,
 #                under ASan, UBSan and LeakSanitizer (the integration
