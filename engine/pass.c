@@ -1021,8 +1021,10 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 	if (fs < 0) {
 		int rc = -errno;
 
-		rft_info("passthrough: off: no backing tmpfs (%s)",
-			 strerror(-rc));
+		rft_info("passthrough: off: no backing tmpfs (%s%s)",
+			 strerror(-rc),
+			 rc == -EPERM ? ": mounting one, and registering "
+					"backing files, need root" : "");
 		return rc;
 	}
 	/* The budget caps what writers passing through can add. */

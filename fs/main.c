@@ -45,9 +45,10 @@ struct opts {
 	bool single_thread;
 	bool direct_read;
 	bool io_uring;	/* --io-uring */
-	bool passthrough; /* --passthrough */
+	/* 1 asked for, 0 turned off (--no-...), -1 the default */
+	int passthrough; /* --passthrough, --no-passthrough */
 	bool early_copy; /* --early-copy */
-	bool in_place; /* --in-place */
+	int in_place; /* --in-place, --no-in-place */
 	bool mem_given;	/* --mem or -o mem= */
 	char *owned[16]; /* copies of option values (-o strings are freed) */
 	unsigned nowned;
@@ -86,17 +87,19 @@ static void usage(FILE *out)
 		"  --io-uring            take FUSE requests over io_uring where the kernel\n"
 		"                        offers it (libfuse 3.18+): small-file operations\n"
 		"                        about twice as fast, large reads and writes slower\n"
-		"  --passthrough         (experimental; as root, alone, kernel 6.9+ and\n"
-		"                        libfuse 3.16+) large sealed files opened when\n"
-		"                        nothing else has them open pass through to a\n"
-		"                        copy in memory: reads and mappings at tmpfs speed\n"
-		"  --early-copy          with --passthrough: copy large files while they\n"
-		"                        are written, for a read right after the save (the\n"
-		"                        writes slow down)\n"
-		"  --in-place            with --passthrough: write large files straight\n"
-		"                        into the memory their copy for passthrough is\n"
-		"                        kept in (the one a file of the same name left),\n"
-		"                        so that a read right after the save needs no copy\n"
+		"  --no-passthrough      serve every read and mapping through the daemon.\n"
+		"                        Default, where it can (as root, alone, without\n"
+		"                        --io-uring, kernel 6.9+ and libfuse 3.16+): large\n"
+		"                        sealed files pass through to a copy in memory\n"
+		"                        (reads and mappings at tmpfs speed), written in\n"
+		"                        place (below); the log says why where it cannot\n"
+		"  --no-in-place         copy a large file for passthrough at seal.\n"
+		"                        Default: write it straight into the memory its\n"
+		"                        copy is kept in (the one a file of the same name\n"
+		"                        left), so a read right after the save needs no copy\n"
+		"  --early-copy          copy large files for passthrough while they are\n"
+		"                        written (the writes slow down; not in place)\n"
+		"  --passthrough, --in-place  the defaults, said outright\n"
 		"\n"
 		"sharding group (several daemons protecting each other's checkpoints):\n"
 		"  --node ID             this node's id in the group, from 0\n"
@@ -123,7 +126,8 @@ static void usage(FILE *out)
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, prefault,\n"
 		"                        no_prefault, direct_read, io_uring, passthrough,\n"
-		"                        early_copy, in_place, state_dir=,\n"
+		"                        no_passthrough, early_copy, in_place,\n"
+		"                        no_in_place, state_dir=,\n"
 		"                        ...;\n"
 		"                        others (allow_other, ...) go to FUSE\n"
 		"  -f                    stay in the foreground\n"
@@ -289,11 +293,15 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 	} else if (!strcmp(key, "io-uring")) {
 		o->io_uring = true;
 	} else if (!strcmp(key, "passthrough")) {
-		o->passthrough = true;
+		o->passthrough = 1;
+	} else if (!strcmp(key, "no-passthrough")) {
+		o->passthrough = 0;
 	} else if (!strcmp(key, "early-copy")) {
 		o->early_copy = true;
 	} else if (!strcmp(key, "in-place")) {
-		o->in_place = true;
+		o->in_place = 1;
+	} else if (!strcmp(key, "no-in-place")) {
+		o->in_place = 0;
 	} else if (!strcmp(key, "node")) {
 		unsigned n;
 
@@ -426,6 +434,9 @@ static int parse_o(struct opts *o, const char *arg)
 	return rc;
 }
 
+/* Long options with no letter of their own. */
+enum { OPT_NO_PASSTHROUGH = 0x100, OPT_NO_IN_PLACE };
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
@@ -445,6 +456,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "passthrough", no_argument, NULL, 'H' },
 		{ "early-copy", no_argument, NULL, 'A' },
 		{ "in-place", no_argument, NULL, 'L' },
+		{ "no-passthrough", no_argument, NULL, OPT_NO_PASSTHROUGH },
+		{ "no-in-place", no_argument, NULL, OPT_NO_IN_PLACE },
 		{ "node", required_argument, NULL, 'n' },
 		{ "peers", required_argument, NULL, 'p' },
 		{ "registry", required_argument, NULL, 'r' },
@@ -522,6 +535,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'H': name = "passthrough"; break;
 		case 'A': name = "early-copy"; break;
 		case 'L': name = "in-place"; break;
+		case OPT_NO_PASSTHROUGH: name = "no-passthrough"; break;
+		case OPT_NO_IN_PLACE: name = "no-in-place"; break;
 		case 'n': name = "node"; break;
 		case 'p': name = "peers"; break;
 		case 'r': name = "registry"; break;
@@ -540,15 +555,21 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		if (set_opt(o, name, optarg) != 0)
 			return -1;
 	}
-	if (o->early_copy && !o->passthrough)
-		return bad("--early-copy needs --passthrough (it copies files "
-			   "for passthrough reads)");
-	if (o->in_place && !o->passthrough)
-		return bad("--in-place needs --passthrough (it writes files into "
-			   "their backing files for passthrough reads)");
-	if (o->in_place && o->early_copy)
+	if (o->early_copy && o->passthrough == 0)
+		return bad("--early-copy and --no-passthrough do not go together "
+			   "(it copies files for passthrough reads)");
+	if (o->in_place == 1 && o->passthrough == 0)
+		return bad("--in-place and --no-passthrough do not go together "
+			   "(it writes files into their backing files for "
+			   "passthrough reads)");
+	if (o->in_place == 1 && o->early_copy)
 		return bad("--in-place and --early-copy do not go together (in "
 			   "place there is nothing to copy early)");
+	/* On unless turned off; in place unless copied early or turned off. */
+	if (o->passthrough < 0)
+		o->passthrough = 1;
+	if (o->in_place < 0)
+		o->in_place = o->passthrough && !o->early_copy;
 	if (npos == 0)
 		return bad("no mount point given");
 	if (npos == 3)
@@ -982,6 +1003,7 @@ int main(int argc, char **argv)
 
 	prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	memset(&o, 0, sizeof(o));
+	o.passthrough = o.in_place = -1;
 	memset(&rfs, 0, sizeof(rfs));
 	eng_config_defaults(&o.cfg);
 	grp_config_defaults(&o.grp);
@@ -1029,9 +1051,14 @@ int main(int argc, char **argv)
 	rfs.passthrough = o.passthrough && !grp && !o.io_uring;
 	rfs.early_copy = o.early_copy;
 	rfs.in_place = o.in_place;
-	if (o.passthrough && !rfs.passthrough)
+	if (!o.passthrough)
+		rft_info("passthrough: off (--no-passthrough)");
+	else if (!rfs.passthrough)
 		rft_info("passthrough: off (%s)",
-			 grp ? "in a group" : "with --io-uring");
+			 grp ? "in a group: another node's write changes a "
+			       "file without this kernel seeing it" :
+			       "with --io-uring: a take may wait, and ring "
+			       "threads must not");
 	/*
 	 * In a group, other nodes change names and sizes: the kernel must
 	 * ask each time, not answer from what it cached.  Alone, every change

@@ -4,18 +4,20 @@
 # only if nothing failed.  Benchmarks (suite 'bench') are not run here.
 #
 # Four runs, each in its own build dir:
-#   build/       unit + integration + io_uring + passthrough + in_place:
+#   build/       unit + integration + io_uring + passthrough + direct:
 #                the build that ships, with libfuse 3.16+ (the system's, or
-#                Debian's 3.18 built in: setup.sh); suite io_uring, with
-#                3.18+, runs the single-node tests again over io_uring
-#                (--io-uring), suite passthrough with --passthrough, suite
-#                in_place with --passthrough --in-place
+#                Debian's 3.18 built in: setup.sh); integration with the
+#                daemon's defaults (as root: passthrough, in place), suite
+#                io_uring, with 3.18+, runs the single-node tests again
+#                over io_uring (--io-uring), suite passthrough with copies
+#                at seal (--no-in-place), suite direct with every read
+#                through the daemon (--no-passthrough)
 #   build-fuse-system/  integration against the system's libfuse, however
 #                old (Debian 12: 3.14, where opens use the page cache):
 #                the single-node tests and 240-group-data (the other
 #                group tests are in suite 'group' there, not run)
-#   build-asan/  unit + integration, and the racing, mapping and
-#                filling tests of io_uring, passthrough and in_place,
+#   build-asan/  unit + integration, and the racing and mapping tests
+#                of io_uring, passthrough and direct,
 #                under ASan, UBSan and LeakSanitizer (the integration
 #                tests run build-asan's own reftfsd)
 #   build-tsan/  unit tests of the threaded engine modules under TSan
@@ -158,7 +160,7 @@ fi
 # is_parallel: false, so meson runs them one at a time whatever
 # --num-processes says.
 run_suite build --suite unit --suite integration --suite io_uring \
-	--suite passthrough --suite in_place "$@"
+	--suite passthrough --suite direct "$@"
 
 # The shipped build must be the fast path: with an older libfuse it would
 # test the page-cache path twice and the direct one never.
@@ -200,15 +202,15 @@ if CC=clang prepare build-asan -Db_sanitize=address,undefined \
 		run_suite build-asan --suite unit --suite integration \
 		--timeout-multiplier 2 "$@"
 	# The other ways of starting the daemon, under ASan: the tests that
-	# race, map, fill the budget and write again and again in each (the
+	# race and map, and passthrough's own random test, in each (the
 	# rest of those suites runs in build/; all of them here took CI near
 	# its 90 minutes on a slow guest).
 	asan_more=()
 	asan_list=$(meson test -C build-asan --list 2>/dev/null)
 	for t in 112-io-uring 045-truncate-race+io_uring 105-mmap+io_uring \
 		045-truncate-race+passthrough 105-mmap+passthrough \
-		107-passthrough+in_place 045-truncate-race+in_place \
-		050-enospc+in_place 105-mmap+in_place; do
+		107-passthrough+passthrough 045-truncate-race+direct \
+		105-mmap+direct; do
 		grep -q " / $t\$" <<<"$asan_list" && asan_more+=("$t")
 	done
 	[ ${#asan_more[@]} = 0 ] ||

@@ -7,9 +7,9 @@
 # the next round writes a new file of the same name, as the next
 # checkpoint does.  Targets one after the other, each a fresh mount:
 #   tmpfs
-#   reftfs                                  no passthrough
-#   reftfs --passthrough                    the read's open makes the copy
-#   reftfs --passthrough --in-place         the file written into the
+#   reftfs --no-passthrough                 no passthrough
+#   reftfs --no-in-place                    the read's open makes the copy
+#   reftfs (the default: in place)          the file written into the
 #                                           spare its name's last copy left
 # Round 1 of each mount is not counted (no spare of the name yet); the
 # medians of the others are printed, with the ratio to tmpfs.
@@ -74,8 +74,8 @@ mount_target() { # mount_target NAME: on $MNT
 		mount -t tmpfs -o "size=$MEM" tmpfs "$MNT"
 		TMPFS_ON=1
 		return ;;
-	reftfs) set -- ;;
-	passthrough) set -- --passthrough ;;
+	reftfs) set -- --no-passthrough ;;
+	passthrough) set -- --passthrough --no-in-place ;;
 	in-place) set -- --passthrough --in-place ;;
 	esac
 	"$REFTFSD" "$MNT" -f --mem "$MEM" --prefault "$@" >"$WORK/reftfsd.log" 2>&1 &

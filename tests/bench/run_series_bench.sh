@@ -3,11 +3,11 @@
 # several files written back to back (each file's copy at seal runs while
 # the next is written), then one large file, on tmpfs and on reftfs
 # mounted three ways, one after the other, each a fresh mount:
-#   reftfs                                 no passthrough
-#   reftfs --passthrough                   copies at seal, once the
+#   reftfs --no-passthrough                no passthrough
+#   reftfs --no-in-place                   copies at seal, once the
 #                                          writes stop
-#   reftfs --passthrough --early-copy      copies while written, too
-#   reftfs --passthrough --in-place        written into their names'
+#   reftfs --early-copy                    copies while written, too
+#   reftfs (the default: in place)         written into their names'
 #                                          spares (not a default target)
 # Each round: N files of M MiB with dd (bs=1M), timed as one; a pause for
 # the copies to end; one file of G GiB, timed; a pause; rm.  Round 1 of
@@ -77,8 +77,8 @@ mount_target() { # mount_target NAME: on $MNT
 		mount -t tmpfs -o "size=$MEM" tmpfs "$MNT"
 		TMPFS_ON=1
 		return ;;
-	reftfs) set -- ;;
-	passthrough) set -- --passthrough ;;
+	reftfs) set -- --no-passthrough ;;
+	passthrough) set -- --passthrough --no-in-place ;;
 	early-copy) set -- --passthrough --early-copy ;;
 	in-place) set -- --passthrough --in-place ;;
 	esac

@@ -11,8 +11,9 @@
 #   DIFF_TRIALS=2000 meson test -C build 100-differential -v -t 10
 . "$(dirname "$0")/lib.sh"
 need_fuse
-# Suite 'passthrough': diff_fuzz.py starts every daemon --passthrough.
-{ [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || [ "${RFT_TEST_IN_PLACE:-0}" = 1 ]; } && need_passthrough
+# Suites 'passthrough' and 'direct': diff_fuzz.py starts every daemon
+# --no-in-place or --no-passthrough (lib.sh).
+[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] && need_passthrough
 
 MNT=$(new_dir mnt)
 # The driver starts and stops its daemons itself (as children, on $MNT);

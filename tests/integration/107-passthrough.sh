@@ -20,14 +20,15 @@ MNT=$(new_dir mnt)
 PERSIST=$(new_dir persist)
 
 
-# --early-copy: files are copied while written too (pass_fuzz's writes).
-# In suite in_place (RFT_TEST_IN_PLACE=1), --in-place instead: files are
-# written into the spares their names' last copies left.
-how=(--early-copy)
-fuzz_how=()
-if [ "${RFT_TEST_IN_PLACE:-0}" = 1 ]; then
-	how=(--in-place)
-	fuzz_how=(--in-place)
+# By default large files are written in place, into the spares their
+# names' last copies left.  In suite passthrough (RFT_TEST_PASSTHROUGH=1),
+# --early-copy instead: files are copied while written too (pass_fuzz's
+# writes).
+how=()
+fuzz_how=(--in-place)
+if [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ]; then
+	how=(--early-copy)
+	fuzz_how=()
 fi
 start_daemon "$MNT" --mem 512M --persist "$PERSIST" --passthrough "${how[@]}"
 if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$KERNEL_VERSION" 6.9; then

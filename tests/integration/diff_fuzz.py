@@ -194,9 +194,11 @@ class Daemon:
 
     def __init__(self, run, opts):
         self.run = run
-        # The suite 'passthrough' (tests/integration/lib.sh).
+        # The suites 'passthrough' and 'direct' (tests/integration/lib.sh).
         if os.environ.get("RFT_TEST_PASSTHROUGH") == "1":
-            opts = opts + ["--passthrough"]
+            opts = opts + ["--no-in-place"]
+        if os.environ.get("RFT_TEST_DIRECT") == "1":
+            opts = opts + ["--no-passthrough"]
         self.opts = opts
         run.ndaemon += 1
         # lib.sh scans $T_TMP/daemon.*.log for sanitizer reports.

@@ -322,37 +322,75 @@ _t_uring_check() {
 	log "requests to $1 come over io_uring"
 }
 
-# RFT_TEST_PASSTHROUGH=1 (suite 'passthrough'): every daemon with
-# --passthrough, which must then say at INIT that it is on (libfuse 3.16+,
-# a node alone); skipped when not root or on a kernel before 6.9.  A test
-# starting a daemon that cannot have it (a group, --io-uring) has no
-# place in that suite.
+# Passthrough is on by default where it can be: as root, on a kernel with
+# FUSE passthrough (6.9+), with libfuse 3.16+, a node alone, without
+# --io-uring; large files are then written in place.  Every daemon
+# start_daemon or start_daemon_bg starts must say so, or say it is off
+# where it cannot be on.  Other suites start every daemon another way:
+#   RFT_TEST_DIRECT=1       (suite 'direct') --no-passthrough: every read
+#                           and mapping through the daemon;
+#   RFT_TEST_PASSTHROUGH=1  (suite 'passthrough') --no-in-place: large
+#                           files copied for passthrough at seal; skipped
+#                           where passthrough cannot be on.
+# A test starting daemons that cannot have it (a group, --io-uring) has no
+# place in suite 'passthrough'.
 need_passthrough() {
 	need_root "passthrough registers backing files (CAP_SYS_ADMIN)"
 	version_ge "$KERNEL_VERSION" 6.9 ||
 		skip "kernel $KERNEL_VERSION has no FUSE passthrough (6.9 and later do)"
+	version_ge "${RFT_LIBFUSE_VERSION:-3.18}" 3.16 ||
+		skip "libfuse $RFT_LIBFUSE_VERSION cannot ask for FUSE passthrough (3.16 and later can)"
 }
-# RFT_TEST_IN_PLACE=1 (suite 'in_place'): the same with --passthrough
-# --in-place, which the daemon must then say is on too.
+# passthrough_possible: true where a node alone gets passthrough by default.
+passthrough_possible() {
+	[ "$(id -u)" = 0 ] && version_ge "$KERNEL_VERSION" 6.9 &&
+		version_ge "${RFT_LIBFUSE_VERSION:-3.18}" 3.16
+}
 _t_pass_prepare() {
 	_T_PASS_OPT=()
-	if [ "${RFT_TEST_IN_PLACE:-0}" = 1 ]; then
+	if [ "${RFT_TEST_DIRECT:-0}" = 1 ]; then
+		_T_PASS_OPT=(--no-passthrough)
+	elif [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ]; then
 		need_passthrough
-		_T_PASS_OPT=(--passthrough --in-place)
-		return 0
+		_T_PASS_OPT=(--no-in-place)
 	fi
-	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] || return 0
-	need_passthrough
-	_T_PASS_OPT=(--passthrough)
 }
+# _t_pass_check MNT [the daemon's options...]: what its status must say of
+# passthrough and in place.  Not checked where the test chose the mode
+# itself, or started a daemon that cannot have passthrough.
 _t_pass_check() {
-	local i on="" want="True False"
-	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] ||
-		[ "${RFT_TEST_IN_PLACE:-0}" = 1 ] || return 0
-	[ "${RFT_TEST_IN_PLACE:-0}" = 1 ] && want="True True"
+	local m=$1 i on="" want a prev="" where
+	shift
+	where=(-m "$m")
+	for a in "$@"; do
+		[ "$prev" = --ctl ] && where=(-s "$a")
+		prev=$a
+	done
+	if [ "${RFT_TEST_DIRECT:-0}" = 1 ]; then
+		want="False False"
+	elif [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ]; then
+		want="True False"
+	else
+		prev=""
+		for a in "$@"; do
+			case $a in
+			--*passthrough | --*in-place | --early-copy | --io-uring | \
+				--peers | --registry) return 0 ;;
+			esac
+			if [ "$prev" = -o ]; then
+				case ,$a in
+				*,*passthrough* | *,*in_place* | *,early_copy* | \
+					*,io_uring* | *,peers=* | *,registry=*) return 0 ;;
+				esac
+			fi
+			prev=$a
+		done
+		want="False False"
+		passthrough_possible && want="True True"
+	fi
 	# Decided at FUSE INIT, which may come after the mount shows.
 	for i in $(seq 1 100); do
-		on=$(admin "$1" --json status | "$PY" -c '
+		on=$(timeout 60 "$REFTFS_ADMIN" "${where[@]}" --json status | "$PY" -c '
 import json, sys
 f = json.load(sys.stdin)["fuse"]
 print(f["passthrough"], f["passthrough_in_place"])' 2>/dev/null) || on=""
@@ -360,19 +398,24 @@ print(f["passthrough"], f["passthrough_in_place"])' 2>/dev/null) || on=""
 		sleep 0.1
 	done
 	[ "$on" = "$want" ] ||
-		fail "reftfsd on $1 was started with ${_T_PASS_OPT[*]}, but its status says passthrough, in place: '$on' (want '$want'; the daemon's log says why)"
-	log "$1 passes large sealed files through${RFT_TEST_IN_PLACE:+, written in place}"
+		fail "reftfsd on $m ($*): its status says passthrough, in place: '$on' (want '$want'; the daemon's log says why)"
+	case $want in
+	"True True") log "$m passes large sealed files through, written in place" ;;
+	"True False") log "$m passes large sealed files through, copied at seal" ;;
+	*) log "$m serves every read through the daemon" ;;
+	esac
 }
 
-# In the log of a test run with RFT_TEST_PASSTHROUGH=1: how much passed
-# through before MNT is unmounted (tests without large files read back
-# have none).
+# In the log of a test: how much passed through before MNT is unmounted
+# (tests without large files read back have none).
 _t_pass_report() {
-	[ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] ||
-		[ "${RFT_TEST_IN_PLACE:-0}" = 1 ] || return 0
 	log "$1: $(admin "$1" --json status 2>/dev/null | "$PY" -c '
 import json, sys
-c = json.load(sys.stdin)["counters"]
+s = json.load(sys.stdin)
+c = s["counters"]
+if not s["fuse"]["passthrough"]:
+    print("passthrough off")
+    sys.exit(0)
 print("%d opens passed through, %d files copied, %d over a spare, "
       "%d bytes early (%d used), %d in place (%d used)" % (
     c["passthrough_opens"], c["passthrough_files"],
@@ -402,7 +445,7 @@ start_daemon() {
 	[ "$t" = fuse.reftfs ] || fail "$m mounted with type '$t', want fuse.reftfs"
 	log "mounted $m (pid $DAEMON_PID): reftfsd $m -f $*"
 	_t_uring_check "$m"
-	_t_pass_check "$m"
+	_t_pass_check "$m" "$@"
 }
 
 # start_daemon_bg MNT [options...]: the ordinary background mode.  reftfsd
@@ -424,7 +467,7 @@ start_daemon_bg() {
 	_T_PIDS+=("$DAEMON_PID")
 	log "mounted $m (background pid $DAEMON_PID): reftfsd $m $*"
 	_t_uring_check "$m"
-	_t_pass_check "$m"
+	_t_pass_check "$m" "$@"
 }
 
 # stop_daemon MNT PID [SECONDS]: fusermount3 -u, then wait for the daemon to
