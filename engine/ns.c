@@ -343,6 +343,9 @@ void ns_fini(struct eng *e)
 				}
 				free(in->dir.table);
 			} else if (S_ISREG(in->mode)) {
+				/* A home it was written into (pass_fini has
+				 * let go of its pass and early copy). */
+				pass_forget(e, &in->file);
 				file_fini(e, &in->file);
 			} else if (S_ISLNK(in->mode)) {
 				free(in->target);

@@ -662,11 +662,15 @@ void pass_fini(struct eng *e)
 	while (e->pass.spare)
 		drop_oldest_spare_locked(e);
 	while (e->pass.all) {
-		if (e->pass.all->dirty)
+		struct pass *p = e->pass.all;
+
+		if (p->dirty)
 			rft_err("passthrough: a file's last writes were never "
 				"taken from its backing file (out of memory "
 				"at its close): lost at this unmount");
-		pass_free_locked(e, e->pass.all);
+		if (p->file)
+			p->file->pass = NULL; /* ns_fini's pass_forget */
+		pass_free_locked(e, p);
 	}
 	pthread_mutex_unlock(&e->pass.lock);
 	reap(e);

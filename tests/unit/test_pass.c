@@ -1576,6 +1576,28 @@ static void test_spare_kept_for_its_name(void **state)
 	free(want);
 }
 
+/*
+ * The engine ends while a file is written in place, its writer open: the
+ * backing file its pieces were written into goes with it (LeakSanitizer
+ * finds the pass, its home and its held chunks otherwise: ns_fini freed
+ * the file and forgot its home).
+ */
+static void test_home_at_the_end(void **state)
+{
+	struct tfx *t = *state;
+	uint8_t *want = malloc(FSIZE);
+	struct eng_file *fw;
+
+	NEED_PASS(t);
+	fx_fill(want, FSIZE, 28);
+	fw = create_trunc(t);
+	write_pieces(t, fw, want, 0, 3);
+	assert_int_equal(lent_pieces(t), 2);
+	assert_engine(t, want, 3 * MiB);
+	(void)fw; /* still open: the teardown frees the engine with it */
+	free(want);
+}
+
 static int setup_in_place_tight(void **state)
 {
 	return setup_in_place_mem(state, 11 * MiB);
@@ -1708,6 +1730,8 @@ int main(void)
 						setup_in_place, teardown),
 		cmocka_unit_test_setup_teardown(test_no_room_no_copy,
 						setup_in_place_tight, teardown),
+		cmocka_unit_test_setup_teardown(test_home_at_the_end,
+						setup_in_place, teardown),
 		cmocka_unit_test_setup_teardown(test_emptied_piece_in_place,
 						setup_in_place, teardown),
 		cmocka_unit_test_setup_teardown(test_in_place_fuzz,
