@@ -43,20 +43,24 @@ for n in 0 1 2; do
 done
 log "mkdir, create, rename, unlink, rmdir seen on every node"
 
-# Every rank makes the same directories at once (exist_ok=True).
+# Every rank makes the same directories at once (exist_ok=True).  Each
+# call has a time limit (exit 124): a namespace change the group never
+# answers then fails here, with the daemons' logs, instead of hanging
+# until meson kills the test with nothing said (once in CI, 2026-11-28).
+HANG="timeout -k 5 60"
 for n in 0 1 2; do
-	"$PY" -c 'import os, sys
+	$HANG "$PY" -c 'import os, sys
 for i in range(20):
     os.makedirs(os.path.join(sys.argv[1], "tmp-checkpoint-1", "sub%d" % i), exist_ok=True)' "${M[$n]}" &
 done
 rc=0
 for j in 1 2 3; do wait -n || rc=$?; done
-[ "$rc" = 0 ] || fail "concurrent os.makedirs(exist_ok=True) failed on some node"
+[ "$rc" = 0 ] || fail "concurrent os.makedirs(exist_ok=True) failed on some node (exit $rc; 124: hung for 60 s)"
 # Exclusive creates of one name from two nodes: exactly one wins.
 wins=0
 for k in $(seq 1 10); do
 	for n in 0 1; do
-		"$PY" -c 'import os, sys
+		$HANG "$PY" -c 'import os, sys
 try:
     os.close(os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
 except FileExistsError:
@@ -65,7 +69,7 @@ except FileExistsError:
 	ok=0 ex=0
 	for j in 1 2; do
 		if wait -n; then ok=$((ok + 1)); else
-			rc=$?; [ "$rc" = 3 ] || fail "O_EXCL create failed with $rc"; ex=$((ex + 1)); fi
+			rc=$?; [ "$rc" = 3 ] || fail "O_EXCL create failed with $rc (124: hung for 60 s)"; ex=$((ex + 1)); fi
 	done
 	[ "$ok" = 1 ] && [ "$ex" = 1 ] || fail "O_EXCL race $k: $ok won, $ex got EEXIST"
 	wins=$((wins + 1))
