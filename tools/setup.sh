@@ -23,6 +23,7 @@ PKGS=(
 	libmemcached-dev memcached libraft-dev libuv1-dev libssl-dev
 	python3 python3-torch python3-numpy
 	fio psmisc util-linux mount
+	procps gdb	# the tests' watchdog: pgrep, and a hung daemon's stacks
 )
 
 SUDO=()

@@ -44,9 +44,9 @@ done
 log "mkdir, create, rename, unlink, rmdir seen on every node"
 
 # Every rank makes the same directories at once (exist_ok=True).  Each
-# call has a time limit (exit 124): a namespace change the group never
-# answers then fails here, with the daemons' logs, instead of hanging
-# until meson kills the test with nothing said (once in CI, 2026-11-28).
+# call has a time limit (exit 124) where the daemon has not read its
+# request yet; one it has read waits past any signal, and the test's
+# deadline (lib.sh) reports it (hung once in CI, 2026-11-28).
 HANG="timeout -k 5 60"
 for n in 0 1 2; do
 	$HANG "$PY" -c 'import os, sys

@@ -150,6 +150,7 @@ _t_cleanup() {
 	local rc=$? m p i
 	set +e
 	trap - EXIT INT TERM
+	_t_watchdog_stop
 	for m in "${_T_MOUNTS[@]}"; do
 		if is_mounted "$m"; then
 			fusermount3 -u "$m" 2>/dev/null ||
@@ -209,6 +210,165 @@ _t_cleanup() {
 trap _t_cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
+
+# --- the deadline ----------------------------------------------------------
+#
+# meson ends a test that runs past its timeout with SIGTERM and, half a
+# second later, SIGKILL: no cleanup (mounts and daemons left behind) and
+# nothing said about what hung.  So a test run by meson (RFT_TIMEOUT, its
+# timeout in seconds, from meson.build) has a deadline of its own, 10% (at
+# least 30 s, at most half) before meson's, both scaled by the run's
+# --timeout-multiplier.  At it the watchdog says what hangs
+# (_t_hang_report), kills the test's daemons (their FUSE calls return),
+# and ends the test with SIGTERM: the usual cleanup runs and prints the
+# daemons' logs.
+
+# The --timeout-multiplier of the meson test that runs us: RFT_TIMEOUT_MULT
+# if set, else read from meson's command line; 1 if neither says.
+_t_timeout_mult() {
+	local a prev=""
+
+	if [ -n "${RFT_TIMEOUT_MULT:-}" ]; then
+		echo "$RFT_TIMEOUT_MULT"
+		return
+	fi
+	while IFS= read -r -d '' a; do
+		case $prev in --timeout-multiplier | -t)
+			echo "$a"
+			return
+			;;
+		esac
+		case $a in
+		--timeout-multiplier=*) echo "${a#*=}"; return ;;
+		-t?*) echo "${a#-t}"; return ;;
+		esac
+		prev=$a
+	done <"/proc/$PPID/cmdline" 2>/dev/null
+	echo 1
+}
+
+# The watchdog is a copy of the test's shell made at the start: it sees
+# the mounts and daemons the test made since through the system, as the
+# FUSE mounts under $T_TMP and the reftfsd processes with a path there.
+
+# The FUSE connection numbers (/sys/fs/fuse/connections/N) of the mounts
+# under $T_TMP, from mountinfo's major:minor: a stat of a hung mount would
+# hang too.
+_t_fuse_conns() {
+	awk -v t="$T_TMP/" 'index($5, t) == 1 {
+		for (i = 7; i < NF && $i != "-"; i++) ;
+		if ($(i + 1) ~ /^fuse/) { split($3, d, ":"); print d[2] } }' \
+		/proc/self/mountinfo | sort -u
+}
+
+# The reftfsd processes with an argument under $T_TMP.
+_t_test_daemons() {
+	local p arg comm
+
+	for p in /proc/[0-9]*; do
+		comm=$(cat "$p/comm" 2>/dev/null) || continue
+		case $comm in reftfsd | reftfs) ;; *) continue ;; esac
+		while IFS= read -r -d '' arg; do
+			case $arg in "$T_TMP"/*)
+				echo "${p#/proc/}"
+				break
+				;;
+			esac
+		done <"$p/cmdline" 2>/dev/null
+	done
+}
+
+# The kernel's view of a process: state, where it waits, its stack (root).
+_t_proc_report() {
+	local p=$1 t
+
+	for t in /proc/"$p"/task/*; do
+		printf '      task %s %s: %s, waits in %s\n' "${t##*/}" \
+			"$(cat "$t/comm" 2>/dev/null)" \
+			"$(awk '{ print $3 }' "$t/stat" 2>/dev/null)" \
+			"$(cat "$t/wchan" 2>/dev/null)"
+		sed 's/^/        /' "$t/stack" 2>/dev/null
+	done
+}
+
+# What hangs: each FUSE connection's waiting requests, every process of the
+# machine waiting for a FUSE answer (request_wait_answer) or blocked in the
+# kernel (state D), and each daemon of ours, thread by thread (with gdb
+# where there is one: the daemon's own stacks).
+_t_hang_report() {
+	local c p
+
+	echo "[$TEST_NAME] FAIL: still running at its deadline (${_T_DEADLINE} s; meson's timeout comes soon after): what hangs:"
+	for c in $(_t_fuse_conns); do
+		# fusectl, where it is mounted
+		[ -r /sys/fs/fuse/connections/"$c"/waiting ] &&
+			echo "  FUSE connection $c: $(cat /sys/fs/fuse/connections/"$c"/waiting) requests waiting"
+	done
+	for p in /proc/[0-9]*; do
+		[ "$(cat "$p/wchan" 2>/dev/null)" = request_wait_answer ] ||
+			[ "$(awk '{ print $3 }' "$p/stat" 2>/dev/null)" = D ] ||
+			continue
+		echo "  blocked: pid ${p#/proc/} $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-200)"
+		_t_proc_report "${p#/proc/}"
+	done
+	for p in $(_t_test_daemons); do
+		echo "  daemon pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-200)"
+		if command -v gdb >/dev/null; then
+			timeout 20 gdb -p "$p" -batch -nx \
+				-ex 'set pagination off' \
+				-ex 'thread apply all bt 20' 2>&1 |
+				grep -E '^(Thread|#)' | sed 's/^/      /'
+		else
+			_t_proc_report "$p"
+		fi
+	done
+}
+
+_t_watchdog() {
+	local c p
+
+	# Named, so that a test can see that none is left behind.
+	(exec -a "reftfs-deadline-$$" sleep "$_T_DEADLINE") \
+		</dev/null >/dev/null 2>&1
+	_t_hang_report >&2
+	# A caller whose request the daemon has read waits it out, even past
+	# SIGKILL: only an aborted connection ends that wait, which a
+	# daemon's death does too (fusectl is not mounted everywhere).
+	for c in $(_t_fuse_conns); do
+		[ -w /sys/fs/fuse/connections/"$c"/abort ] &&
+			echo 1 >/sys/fs/fuse/connections/"$c"/abort
+	done
+	for p in $(_t_test_daemons); do
+		kill -KILL "$p" 2>/dev/null
+	done
+	# The shell takes the TERM once what it runs in the foreground ends,
+	# and starts nothing more: so its children go too, after it.
+	kill -TERM $$
+	for p in $(pgrep -P $$); do
+		[ "$p" = "$BASHPID" ] || kill -TERM "$p" 2>/dev/null
+	done
+}
+
+# Stop the watchdog and its sleep (found first: once the watchdog is gone
+# the sleep is no longer its child).
+_t_watchdog_stop() {
+	local kids
+
+	[ -n "$_T_WATCHDOG" ] || return 0
+	kids=$(pgrep -P "$_T_WATCHDOG")
+	kill "$_T_WATCHDOG" $kids 2>/dev/null
+	_T_WATCHDOG=""
+}
+
+_T_WATCHDOG=""
+_T_DEADLINE=$(awk -v t="${RFT_TIMEOUT:-0}" -v m="$(_t_timeout_mult)" 'BEGIN {
+	if (t <= 0 || m <= 0) { print 0; exit }
+	t *= m; s = t / 10 > 30 ? t / 10 : 30; if (s > t / 2) s = t / 2
+	print int(t - s) }')
+if [ "$_T_DEADLINE" -gt 0 ]; then
+	(set +e; _t_watchdog) &
+	_T_WATCHDOG=$!
+fi
 
 # --- preconditions ------------------------------------------------------
 
