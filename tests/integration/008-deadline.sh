@@ -2,7 +2,7 @@
 # The tests' own deadline (lib.sh): a test that hangs in a FUSE request
 # says what hangs, gets its calls back, cleans up and fails, before meson's
 # timeout would SIGKILL it with nothing said and its mounts left behind.
-# Two tests of our own run inside this one with a 20 s timeout (a 10 s
+# Two tests of our own run inside this one with a 12 s timeout (a 6 s
 # deadline): one hangs on a stopped daemon, one finishes in time.
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -15,7 +15,7 @@ inner() {
 		. "$HELPERS/lib.sh"
 		$2
 	EOF
-	RFT_TIMEOUT=20 RFT_TIMEOUT_MULT=1 bash "$T_TMP/$name.sh" \
+	RFT_TIMEOUT=12 RFT_TIMEOUT_MULT=1 bash "$T_TMP/$name.sh" \
 		>"$T_TMP/$name.out" 2>&1 &
 	INNER_PID=$!
 	if ! timeout -k 5 60 tail --pid="$INNER_PID" -f /dev/null; then
