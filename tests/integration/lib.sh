@@ -63,6 +63,7 @@ _T_LAST_LOG=""
 _T_URING_PARAM=/sys/module/fuse/parameters/enable_uring
 _T_URING_WAS=""	# the parameter's value before uring_set changed it
 _T_URING_OPT=()	# what start_daemon adds: (--io-uring) or ()
+_T_WATCHDOG=""	# the deadline's watchdog (below), while it runs
 
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*" >&2; }
 fail() {
@@ -94,15 +95,17 @@ pid_alive() {
 }
 
 # PIDs of reftfsd processes (command name reftfsd, or reftfs when started
-# by mount.fuse3) with mount point $1 among their arguments.  Used for
-# daemons that went to the background and are not our children.
+# by mount.fuse3) with mount point $1 among their arguments, or with
+# "under" as $2, any path below $1.  Used for daemons that went to the
+# background and are not our children, and by the watchdog.
 daemon_pids_for() {
-	local m=$1 p arg comm
+	local m=$1 under=${2:-} p arg comm
 	for p in /proc/[0-9]*; do
 		comm=$(cat "$p/comm" 2>/dev/null) || continue
 		case $comm in reftfsd | reftfs) ;; *) continue ;; esac
 		while IFS= read -r -d '' arg; do
-			if [ "$arg" = "$m" ]; then
+			if [ "$arg" = "$m" ] || { [ "$under" = under ] &&
+				[ "${arg#"$m"/}" != "$arg" ]; }; then
 				echo "${p#/proc/}"
 				break
 			fi
@@ -249,7 +252,8 @@ _t_timeout_mult() {
 
 # The watchdog is a copy of the test's shell made at the start: it sees
 # the mounts and daemons the test made since through the system, as the
-# FUSE mounts under $T_TMP and the reftfsd processes with a path there.
+# FUSE mounts under $T_TMP and the reftfsd processes with a path there
+# (daemon_pids_for "$T_TMP" under).
 
 # The FUSE connection numbers (/sys/fs/fuse/connections/N) of the mounts
 # under $T_TMP, from mountinfo's major:minor: a stat of a hung mount would
@@ -259,23 +263,6 @@ _t_fuse_conns() {
 		for (i = 7; i < NF && $i != "-"; i++) ;
 		if ($(i + 1) ~ /^fuse/) { split($3, d, ":"); print d[2] } }' \
 		/proc/self/mountinfo | sort -u
-}
-
-# The reftfsd processes with an argument under $T_TMP.
-_t_test_daemons() {
-	local p arg comm
-
-	for p in /proc/[0-9]*; do
-		comm=$(cat "$p/comm" 2>/dev/null) || continue
-		case $comm in reftfsd | reftfs) ;; *) continue ;; esac
-		while IFS= read -r -d '' arg; do
-			case $arg in "$T_TMP"/*)
-				echo "${p#/proc/}"
-				break
-				;;
-			esac
-		done <"$p/cmdline" 2>/dev/null
-	done
 }
 
 # The kernel's view of a process: state, where it waits, its stack (root).
@@ -311,7 +298,7 @@ _t_hang_report() {
 		echo "  blocked: pid ${p#/proc/} $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-200)"
 		_t_proc_report "${p#/proc/}"
 	done
-	for p in $(_t_test_daemons); do
+	for p in $(daemon_pids_for "$T_TMP" under); do
 		echo "  daemon pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-200)"
 		if command -v gdb >/dev/null; then
 			timeout 20 gdb -p "$p" -batch -nx \
@@ -338,7 +325,7 @@ _t_watchdog() {
 		[ -w /sys/fs/fuse/connections/"$c"/abort ] &&
 			echo 1 >/sys/fs/fuse/connections/"$c"/abort
 	done
-	for p in $(_t_test_daemons); do
+	for p in $(daemon_pids_for "$T_TMP" under); do
 		kill -KILL "$p" 2>/dev/null
 	done
 	# The shell takes the TERM once what it runs in the foreground ends,
@@ -360,7 +347,6 @@ _t_watchdog_stop() {
 	_T_WATCHDOG=""
 }
 
-_T_WATCHDOG=""
 _T_DEADLINE=$(awk -v t="${RFT_TIMEOUT:-0}" -v m="$(_t_timeout_mult)" 'BEGIN {
 	if (t <= 0 || m <= 0) { print 0; exit }
 	t *= m; s = t / 10 > 30 ? t / 10 : 30; if (s > t / 2) s = t / 2
