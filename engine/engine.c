@@ -864,7 +864,7 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	struct eng_verify_copy *here = NULL;
 	struct eng_piece pc = { 0 };
 	uint64_t gseal = 0, holders = 0;
-	uint32_t *bad = NULL;
+	uint32_t *bad = NULL, digest = 0, off = 0;
 	bool owner = false, good_copy = false, resend = false;
 	bool is_protected = false;
 	int rc;
@@ -890,8 +890,14 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 					 .stripe_ckpt = f->stripe_ckpt,
 					 .chunk_base = f->chunk_base };
 		is_protected = f->dur.protected_data == f->version;
+		/* The others are asked about the group's seal, as logged. */
+		if (f->sealed)
+			gseal = f->sealed->index;
+		digest = file_seal_digest_locked(f);
 	}
 	rc = vi->sealed ? file_verify_take_locked(e, f, 0, &fs) : -EBUSY;
+	if (rc == 0)
+		off = file_seal_off_locked(e, f, path);
 	pthread_rwlock_unlock(&f->lock);
 	if (!vi->sealed)
 		return;
@@ -903,24 +909,41 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	for (uint32_t i = 0; rc == 0 && i < fs.nslots; i++)
 		if (slot_in_ram(&fs.slots[i]))
 			holders |= 1ULL << e->node;
-	if (!e->gops || (holders & (1ULL << e->node)) || rc < 0) {
+	if (!e->gops || (holders & (1ULL << e->node)) || rc < 0 || off) {
 		here = &vi->copy[vi->ncopies++];
 		here->node = e->gops ? e->node : -1;
 		here->rc = rc;
+		here->off = off;
 		if (rc == 0)
 			file_verify_snap(e, &fs, path, here, bad);
+		/* What this node shows is off the log's seal: show it. */
+		if (rc == 0 && off && repair && file_resync(e, in) == 0)
+			here->synced = true;
 	}
+	/*
+	 * Each node with the sealed bytes checks them where they are; every
+	 * other live node compares what it shows, and its record of the
+	 * seal, with the group's (listed only when they differ).
+	 */
 	for (int n = 0; gseal && n < 64 && vi->ncopies < ENG_VERIFY_MAX_COPIES;
 	     n++) {
+		bool holder = holders & (1ULL << n);
 		struct eng_verify_copy *vc;
 
-		if (n == e->node || !(holders & (1ULL << n)))
+		if (n == e->node)
 			continue;
 		vc = &vi->copy[vi->ncopies++];
-		/* The owner has a holder drop its bad pieces, to resend. */
-		e->gops->verify(e->gctx, n, in->ino, gseal, repair && owner,
-				vc);
-		if (vc->rc == 0 && !vc->bad)
+		/*
+		 * A holder drops its bad pieces when the owner asks (to send
+		 * them again); any node has another give up a view off the
+		 * seal.
+		 */
+		e->gops->verify(e->gctx, n, in->ino, gseal, digest, repair, vc);
+		if (!holder && (vc->rc < 0 || (!vc->off && !vc->seal_differs))) {
+			vi->ncopies--;
+			continue;
+		}
+		if (vc->rc == 0 && !vc->bad && !vc->off && !vc->seal_differs)
 			good_copy = true;
 		/* Its bad pieces dropped there: send them again. */
 		if (vc->rc == 0 && vc->repaired)

@@ -663,6 +663,17 @@ struct eng_verify_copy {
 	 */
 	uint32_t repaired;
 	int repair_rc;
+	/*
+	 * In a group: what that node shows of the file against the group's
+	 * seal (the log's SEAL): off, how many of its recorded checksums
+	 * (its size counted as one) differ, whatever its bytes; and
+	 * seal_differs when its record of the seal itself differs from this
+	 * node's.  Either is bad (the nodes disagree); with repair a node
+	 * that is off shows the group's seal again (synced: it did).
+	 */
+	uint32_t off;
+	bool seal_differs;
+	bool synced;
 };
 
 #define ENG_VERIFY_MAX_COPIES 64

@@ -371,6 +371,8 @@ struct durability {
 	uint64_t protect_epoch;
 };
 
+struct seal_rec;
+
 struct file {
 	pthread_rwlock_t lock;
 	uint64_t id;		/* stable across remounts: in the sidecar */
@@ -411,20 +413,35 @@ struct file {
 	unsigned pass_cuts;	/* truncates in progress while passthrough
 				   is on (pass_cut_begin); eng->pass.lock */
 	/*
-	 * The group.  The owner is the node that writes the file and keeps
-	 * its data whole; the others learn its size and checksums from its
-	 * SEAL, at log index gseal, and fetch pieces (PIECE_PEER) from the
-	 * nodes in @holders.  On a single node: owner 0, the rest 0.
+	 * The group.  A file's content is that of its last SEAL in the log
+	 * (docs/design.md, "Several writers"); the owner is the node that
+	 * sealed it (or made it, before its first seal) and keeps its data
+	 * whole; the others learn its size and checksums from the SEAL, at
+	 * log index gseal, and fetch pieces (PIECE_PEER) from the nodes in
+	 * @holders.  On a single node: owner 0, the rest 0.
 	 */
 	int owner;		/* node id; lock */
 	uint64_t gseal;		/* log index of the seal the pieces are of;
 				   lock */
 	uint64_t holders;	/* nodes holding gseal's bytes (bit per id);
 				   lock */
-	bool remote_writer;	/* the owner (another node) has it open for
-				   writing: not sealed here; lock */
-	uint64_t seal_sent;	/* the owner: last version whose SEAL it
+	uint64_t remote_writers; /* nodes that made it or truncate it and
+				    have not sealed it since (bit per id): not
+				    sealed here; lock */
+	uint64_t seal_sent;	/* last version whose SEAL this node
 				   proposed; lock */
+	/*
+	 * The group's version: what the last SEAL applied says (NULL before
+	 * the first).  The slots show it, unless this node has a version of
+	 * its own (a draft): the data changed here since the slots were
+	 * last the group's (synced: f->version then), to be sealed at its
+	 * last writer's close.  Until then the slots stay this node's,
+	 * whatever other nodes seal meanwhile.  lock.
+	 */
+	struct seal_rec *sealed;
+	uint64_t synced;
+	bool fetch_said;	/* a piece of gseal could not be fetched:
+				   logged once per seal; lock */
 	/*
 	 * Erasure-coded protection (parity.c): gseal's scheme (a
 	 * stripe_code(), 0 for none or replicas), and where its pieces sit
@@ -444,7 +461,7 @@ struct file {
 /* The derived properties; f->lock held (read is enough). */
 static inline bool file_sealed(const struct file *f)
 {
-	return f->writers == 0 && !f->remote_writer &&
+	return f->writers == 0 && !f->remote_writers &&
 	       f->dur.sealed == f->version;
 }
 
@@ -724,9 +741,10 @@ enum nsop_kind {
 	NSOP_RMDIR,
 	NSOP_RENAME,
 	NSOP_SETATTR,
-	NSOP_OPEN,	/* open for writing by another node than the owner, or
-			   with O_TRUNC: the proposer becomes the owner */
-	NSOP_SEAL,	/* a file's final size and checksums, from its owner */
+	NSOP_OPEN,	/* (old logs) an open for writing by another node
+			   than the owner: marks it written elsewhere */
+	NSOP_SEAL,	/* a file's content: size and checksums, from the
+			   node that has it; the last one wins */
 	NSOP_PROTECT,	/* a seal's copies are acknowledged by its holders */
 	NSOP_LOST,	/* the proposer is a new daemon: what its node held
 			   before is gone */
@@ -739,6 +757,27 @@ enum nsop_kind {
 struct nsop_piece {
 	uint32_t crc;	/* CRC32C of the whole piece as the file shows it */
 	uint8_t hole;	/* reads as zeros: nothing to fetch */
+};
+
+/*
+ * A file's version as the group's log says it (struct file's sealed):
+ * the last SEAL applied, and what was applied of it since (PROTECT,
+ * PERSIST).  Every node keeps it, the same everywhere: verify checks what
+ * a node shows against it and against the other nodes' records, and a
+ * draft that cannot be sealed gives way to it (file_revert).
+ */
+struct seal_rec {
+	uint64_t index;		/* its log index */
+	int node;		/* the node that sealed it */
+	uint64_t size;
+	struct timespec mtime, ctime;
+	uint32_t scheme;	/* as struct file's */
+	uint64_t ckpt, base;
+	uint64_t holders, parity_holders; /* PROTECT applied since */
+	uint64_t protect_flags;	/* PROTECT's flags, when protected */
+	bool protected, persisted;
+	uint32_t npieces;
+	struct nsop_piece pieces[];
 };
 
 struct nsop {
@@ -877,11 +916,14 @@ struct eng_group_ops {
 	/* Wait until the namespace caught up with the group (see engine.h). */
 	int (*ready)(void *ctx, int timeout_ms);
 	/*
-	 * Ask @node to check its copy of @ino's seal @gseal (eng_verify):
-	 * fills @vc (node and rc too).  No lock held; sleeps.
+	 * Ask @node to check its copy of @ino's seal @gseal (eng_verify),
+	 * and what it shows against the group's seal, whose record here has
+	 * @digest (file_seal_digest_locked): fills @vc (node and rc too).
+	 * No lock held; sleeps.
 	 */
 	void (*verify)(void *ctx, int node, uint64_t ino, uint64_t gseal,
-		       bool repair, struct eng_verify_copy *vc);
+		       uint32_t digest, bool repair,
+		       struct eng_verify_copy *vc);
 	/*
 	 * verify's scrub of @pc's seal (erasure-coded): the parity rows of
 	 * the stripes of its @npieces pieces, into @vi's rows_* counts.  No
@@ -1122,18 +1164,38 @@ void file_snap_drop(struct eng *e, struct file_snap *fs);
  */
 bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs);
 /*
- * CREATE and OPEN calls (file.c): open on this node when it may (the owner
- * opening its own file, or any reader), else build the op that makes the
- * caller the owner.  Returns like prepare() in ns.c: 0 to apply @op, 1
- * when finished (result in *@rc).
+ * CREATE and OPEN calls (file.c): an open of an existing file is this
+ * node's alone (a writer's changes are its draft until its seal); a new
+ * name goes round the log (CREATE).  Returns like prepare() in ns.c: 0 to
+ * apply @op, 1 when finished (result in *@rc).
  */
 int file_prepare_open(struct eng *e, struct eng_call *c, struct nsop *op,
 		      int *rc);
 /* Apply CREATE or OPEN (see ns_apply). */
 int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
 		    struct nsop_out *out);
-/* Apply SEAL (see ns_apply). */
+/*
+ * Apply SEAL (see ns_apply): the file's content from now on, whoever
+ * sealed it (the last seal wins); a node with a draft of its own keeps
+ * showing it until its own seal (or file_revert).
+ */
 int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index);
+/*
+ * In a group: has this node a version of @f to seal?  A draft (changes
+ * since its slots were the group's version), or, on the owner, a version
+ * whose seal it has not proposed (a new file).  f->lock held.
+ */
+bool file_to_seal(const struct eng *e, const struct file *f);
+/* In a group: does this node show a draft of its own of @f?  f->lock. */
+bool file_draft(const struct eng *e, const struct file *f);
+/*
+ * @in's draft here cannot be sealed (pieces of the version it was based
+ * on are gone) and the group sealed another version since: drop the
+ * draft and show the group's version.  Logs why.  0, or -EAGAIN when
+ * the group's version is the draft's own base (try the seal again).
+ * Takes ns->lock and the file's lock; no lock held on entry.
+ */
+int file_revert(struct eng *e, struct inode *in, int why);
 /*
  * Replicas on a holder (protect.c), called on a transport thread: never
  * sleep.  file_replica_dest() takes an arena chunk (without waiting) for
@@ -1174,9 +1236,13 @@ int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
  * written, -ESTALE when @gseal (0: any) is not its seal here.
  * file_verify_snap() checks them with no lock held (then file_snap_drop),
  * the indexes of bad ones into @bad (room for every piece) unless NULL.
- * file_verify_ino(): both, for node @from that asks (@ino at @gseal;
- * -ENOENT); with @repair, and @from the file's owner, the bad pieces of
- * this node's copy are dropped for the owner to send again.
+ * file_verify_ino(): both, for node @from that asks (@ino at @gseal, the
+ * asker's record of the group's seal; -ENOENT), and what this node shows
+ * against the group's seal (vc->off, file_seal_off_locked) and its record
+ * of that seal (*@digest, file_seal_digest_locked); with @repair, and
+ * @from the file's owner, the bad pieces of this node's copy are dropped
+ * for the owner to send again, and from any node, what this node shows
+ * off the group's seal is given up for it (file_resync).
  */
 int file_verify_take_locked(struct eng *e, struct file *f, uint64_t gseal,
 			    struct file_snap *fs);
@@ -1184,7 +1250,30 @@ void file_verify_snap(struct eng *e, const struct file_snap *fs,
 		      const char *what, struct eng_verify_copy *vc,
 		      uint32_t *bad);
 int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
-		    bool repair, struct eng_verify_copy *vc);
+		    bool repair, struct eng_verify_copy *vc,
+		    uint32_t *digest);
+/*
+ * In a group, of a sealed file with no draft here: how many of what this
+ * node shows of @f differ from the group's seal (f->sealed): pieces whose
+ * recorded CRC32C is another, its size, the seal its slots are of, each
+ * counted once and logged (@what names the file).  0 before any seal.
+ * f->lock held (read is enough).
+ */
+uint32_t file_seal_off_locked(struct eng *e, const struct file *f,
+			      const char *what);
+/*
+ * A CRC32C of this node's record of @f's group seal (its log index, node,
+ * size and piece checksums): the same on every node that applied the
+ * same log.  0 before any seal.  f->lock held.
+ */
+uint32_t file_seal_digest_locked(const struct file *f);
+/*
+ * verify --repair: what this node shows of @in (no draft here) is off the
+ * group's seal: show that seal again (pieces fetched from its holders).
+ * Not on the node that sealed it (its bytes are the seal's).  0, -EAGAIN
+ * (nothing to do), -errno.  No lock held on entry.
+ */
+int file_resync(struct eng *e, struct inode *in);
 /*
  * verify --repair: drop pieces @idx[0..@n) of @in that verify found bad in
  * snapshot @fs, where they still hold what it saw (with @cache_only, only

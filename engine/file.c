@@ -83,6 +83,7 @@ int file_init(struct file *f)
 	/* Version 0 stands for "none" in the durability record. */
 	f->version = 1;
 	f->meta_version = 1;
+	f->synced = 1;
 	return pthread_rwlock_init(&f->lock, NULL) ? -ENOMEM : 0;
 }
 
@@ -101,6 +102,7 @@ void file_fini(struct eng *e, struct file *f)
 		drop_slot(e, f, &f->slots[i]);
 	free(f->slots);
 	free(f->away_rel);
+	free(f->sealed);
 	pthread_rwlock_destroy(&f->lock);
 }
 
@@ -386,6 +388,34 @@ static void loads_end(struct eng *e, const struct inode *in, uint32_t i)
 	pthread_mutex_unlock(&l->lock);
 }
 
+/*
+ * Piece @i of @in could not be fetched from the nodes holding it (@rc):
+ * said once per seal, so that the EIO a reader or writer gets has its
+ * reason in the log.  @theirs: the node that sealed a newer version since
+ * this node's draft began, or -1.  No lock held.
+ */
+static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
+			     int rc, int theirs)
+{
+	char path[PATH_MAX];
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	if (ns_path(&e->ns, in, path, sizeof(path)) < 0)
+		snprintf(path, sizeof(path), "inode %llu",
+			 (unsigned long long)in->ino);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (theirs >= 0)
+		rft_warn("%s: piece %u of the version this node's writers "
+			 "changed cannot be read (%s): node %d sealed another "
+			 "version since and its holders dropped this one; "
+			 "this node's changes to the file will not be sealed",
+			 path, i, strerror(-rc), theirs);
+	else
+		rft_warn("%s: piece %u cannot be read from the nodes holding "
+			 "it (%s)",
+			 path, i, strerror(-rc));
+}
+
 static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		      const struct copy_id *cid, uint32_t i,
 		      const struct timespec *deadline, bool ahead)
@@ -395,6 +425,8 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	struct slot want;
 	uint64_t gseal;
 	uint32_t len, room, id;
+	bool say = false;
+	int theirs = -1;
 	int rc;
 
 	pthread_rwlock_rdlock(&f->lock);
@@ -456,6 +488,14 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		f->crc_bad = true;
 		atomic_fetch_add(&e->cnt.crc_errors, 1);
 	}
+	if (rc < 0 && want.where == PIECE_PEER && !ahead && !f->fetch_said &&
+	    f->gseal == gseal) {
+		f->fetch_said = true;
+		say = true;
+		theirs = f->sealed && f->sealed->index != f->gseal
+				 ? f->sealed->node
+				 : -1;
+	}
 	if (rc == 0 && i < f->nslots && f->slots[i].where == want.where &&
 	    f->slots[i].fill == want.fill && f->slots[i].crc == want.crc &&
 	    f->slots[i].crc_len == want.crc_len &&
@@ -488,6 +528,8 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	loads_end(e, in, i);
 	if (id != RFT_NO_CHUNK)
 		store_put(&e->store, id); /* failed, or changed meanwhile */
+	if (say)
+		say_fetch_failed(e, in, i, rc, theirs);
 	return rc;
 }
 
@@ -679,28 +721,6 @@ static void wait_unlocked(struct eng *e, struct inode *in)
 }
 
 /*
- * Does opening @in with @flags change what other nodes see, so that it
- * must go through the group's log?  A writer that is not the owner takes
- * the file over; O_TRUNC of a file others know with data empties it for
- * everyone.  The owner's other opens, and every read-only open, are
- * local.  ns->lock held.
- */
-static bool open_needs_log(struct eng *e, struct inode *in, int flags)
-{
-	bool writer = (flags & O_ACCMODE) != O_RDONLY;
-	struct file *f = &in->file;
-	bool log;
-
-	if (!e->gops || !writer || !S_ISREG(in->mode))
-		return false;
-	pthread_rwlock_rdlock(&f->lock);
-	log = f->owner != e->node ||
-	      ((flags & O_TRUNC) && f->gseal != 0);
-	pthread_rwlock_unlock(&f->lock);
-	return log;
-}
-
-/*
  * Open the regular file @in with @flags on this node (the caller's handle),
  * and for CREATE take the kernel's lookup reference too.  ns->lock held
  * for writing on entry, released on return.
@@ -775,11 +795,11 @@ int file_prepare_open(struct eng *e, struct eng_call *c, struct nsop *op,
 			return 1;
 		}
 	}
-	if (open_needs_log(e, in, c->flags)) {
-		pthread_rwlock_unlock(&e->ns.lock);
-		/* CREATE of an existing name applies as an open of it. */
-		return 0;
-	}
+	/*
+	 * An existing file opens here alone, for writing too: what a writer
+	 * changes is this node's draft, which goes round the log as a SEAL
+	 * at its last close (docs/design.md, "Several writers").
+	 */
 	*rc = open_here(e, in, c->flags, create, &op->now, &out);
 	if (*rc == 0)
 		eng_call_take(c, &out);
@@ -790,15 +810,12 @@ int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
 		    struct nsop_out *out)
 {
 	bool writer = (op->flags & O_ACCMODE) != O_RDONLY;
-	bool trunc = writer && (op->flags & O_TRUNC);
 	bool create = op->kind == NSOP_CREATE;
 	struct inode *in, *dir;
 	struct dentry *de;
 	struct file *f;
-	bool made = false;
 	int rc;
 
-again:
 	pthread_rwlock_wrlock(&e->ns.lock);
 	if (create) {
 		dir = ns_find(&e->ns, op->parent);
@@ -815,11 +832,11 @@ again:
 		if (de) {
 			in = de->inode;
 		} else {
+			/* Its maker owns it (ns_make_entry). */
 			rc = ns_make_entry(e, op, S_IFREG | (op->mode & 07777),
 					   &in);
 			if (rc < 0)
 				goto out;
-			made = true;
 		}
 	} else {
 		in = ns_find(&e->ns, op->ino);
@@ -838,33 +855,17 @@ again:
 	}
 	f = &in->file;
 	/*
-	 * Every node: a writer from another node takes the file over, and
-	 * until its seal the file is being written (remote_writer).  The
-	 * proposer's own open (open_here) does its truncate itself.
+	 * On the proposer: its open (an O_TRUNC truncates its own draft).
+	 * Elsewhere nothing changes but that the file is being written
+	 * there until that node's seal: only a SEAL changes what a node
+	 * shows (an OPEN of an old log, with O_TRUNC too, is the same).
 	 */
-	if (!out && (writer || made)) {
-		if (trunc && !file_wrlock_drained(e, f)) {
-			wait_unlocked(e, in);
-			goto again;
-		}
-		if (!trunc)
-			pthread_rwlock_wrlock(&f->lock);
-		f->owner = op->node;
-		if (writer)
-			f->remote_writer = true;
-		if (trunc && (f->size > 0 || f->gseal)) {
-			file_truncate_locked(e, f, 0);
-			in->mtime = op->now;
-			in->ctime = op->now;
-			f->dur.sealed = f->version;
-		}
-		pthread_rwlock_unlock(&f->lock);
-	}
-	if (out) {
-		pthread_rwlock_wrlock(&f->lock);
-		f->owner = op->node;
-		pthread_rwlock_unlock(&f->lock);
+	if (out)
 		return open_here(e, in, (int)op->flags, create, &op->now, out);
+	if (writer && op->node >= 0 && op->node < 64) {
+		pthread_rwlock_wrlock(&f->lock);
+		f->remote_writers |= 1ULL << op->node;
+		pthread_rwlock_unlock(&f->lock);
 	}
 	rc = 0;
 out:
@@ -873,40 +874,81 @@ out:
 	return rc;
 }
 
+bool file_draft(const struct eng *e, const struct file *f)
+{
+	return e->gops && f->version != f->synced;
+}
+
+bool file_to_seal(const struct eng *e, const struct file *f)
+{
+	return e->gops && f->seal_sent != f->version &&
+	       (file_draft(e, f) || f->owner == e->node);
+}
+
 /*
- * Make @f's pieces those of a seal by another node: holes stay holes, the
- * rest are on the seal's holders (PIECE_PEER).  f->lock held for writing;
- * the old pieces' chunks go (readers hold their own pins).
+ * Make @f's pieces those of a seal by another node (@size bytes, @n
+ * pieces): holes stay holes, the rest are on the seal's holders
+ * (PIECE_PEER).  The slots are the group's version from then on.  f->lock
+ * held for writing; the old pieces' chunks go (readers hold their own
+ * pins).
  */
-static int take_remote_seal(struct eng *e, struct file *f,
-			    const struct nsop *op)
+static int take_remote_seal(struct eng *e, struct file *f, uint64_t size,
+			    uint32_t n, const struct nsop_piece *pcs)
 {
 	struct slot *slots = NULL;
 
-	if (op->npieces) {
-		slots = malloc((size_t)op->npieces * sizeof(*slots));
+	if (n) {
+		slots = malloc((size_t)n * sizeof(*slots));
 		if (!slots)
 			return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < op->npieces; i++) {
-		uint32_t len = file_piece_len(e, op->size, i);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t len = file_piece_len(e, size, i);
 
-		slots[i] = (struct slot){ 0, op->pieces[i].hole ? 0 : len,
-					  op->pieces[i].crc, len,
-					  op->pieces[i].hole ? PIECE_HOLE
-							     : PIECE_PEER,
+		slots[i] = (struct slot){ 0, pcs[i].hole ? 0 : len,
+					  pcs[i].crc, len,
+					  pcs[i].hole ? PIECE_HOLE
+						      : PIECE_PEER,
 					  0 };
 	}
 	for (uint32_t i = 0; i < f->nslots; i++)
 		drop_slot(e, f, &f->slots[i]);
 	free(f->slots);
 	f->slots = slots;
-	f->nslots = f->cap = op->npieces;
-	f->size = op->size;
+	f->nslots = f->cap = n;
+	f->size = size;
 	f->version++;
 	f->dur.sealed = f->version;
+	f->synced = f->version;
 	f->crc_unverified = false;
 	f->crc_bad = false;
+	f->fetch_said = false;
+	return 0;
+}
+
+/*
+ * Record @op (at @index, its pieces at @ckpt/@base of its stripes) as the
+ * group's version of @f.  f->lock held for writing.  0 or -ENOMEM.
+ */
+static int note_sealed(struct file *f, const struct nsop *op,
+		       uint64_t index, uint64_t ckpt, uint64_t base)
+{
+	struct seal_rec *t;
+
+	t = malloc(sizeof(*t) + (size_t)op->npieces * sizeof(t->pieces[0]));
+	if (!t)
+		return -ENOMEM;
+	*t = (struct seal_rec){
+		.index = index, .node = op->node, .size = op->size,
+		.mtime = op->mtime, .ctime = op->now, .scheme = op->flags,
+		.ckpt = ckpt, .base = base, .holders = 1ULL << op->node,
+		.npieces = op->npieces,
+	};
+	if (op->npieces)
+		memcpy(t->pieces, op->pieces,
+		       (size_t)op->npieces * sizeof(t->pieces[0]));
+	free(f->sealed);
+	f->sealed = t;
 	return 0;
 }
 
@@ -962,6 +1004,7 @@ static int take_chunks(struct eng *e, struct inode *in, uint32_t scheme,
 
 int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 {
+	bool own = op->node == e->node && op->inc == e->inc;
 	struct inode *in;
 	struct file *f;
 	uint64_t ckpt = 0, base = 0;
@@ -983,60 +1026,158 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 		rc = -EPROTO;
 		goto out;
 	}
+	if (op->node < 0 || op->node >= 64) {
+		rc = -EINVAL;
+		goto out;
+	}
 	f = &in->file;
 	pthread_rwlock_wrlock(&f->lock);
 	/*
-	 * An erasure-coded seal takes the next chunk numbers of its owner in
+	 * An erasure-coded seal takes the next chunk numbers of its node in
 	 * its checkpoint's stripe space, whatever this node does with it
 	 * below: every node numbers alike.
 	 */
-	if (op->node == f->owner && op->flags && op->node >= 0 &&
-	    op->node < 64 &&
-	    take_chunks(e, in, op->flags, op->node, op->npieces, &ckpt,
-			&base) < 0) {
+	if (op->flags && take_chunks(e, in, op->flags, op->node, op->npieces,
+				     &ckpt, &base) < 0) {
 		pthread_rwlock_unlock(&f->lock);
 		rc = -ENOMEM;
 		goto out;
 	}
-	if (op->node != f->owner) {
-		/* Another node took the file over since: its seal counts. */
-		rc = -ESTALE;
-	} else if (op->node == e->node && op->inc == e->inc) {
-		/* The owner keeps its bytes; they are this seal's if unchanged. */
-		if (f->version == op->version) {
-			f->gseal = index;
-			f->holders = 1ULL << e->node;
-			f->scheme = op->flags;
-			f->stripe_ckpt = ckpt;
-			f->chunk_base = base;
-			f->parity_holders = 0;
-		}
+	/*
+	 * Whoever sealed it, this is the file's content now (the last seal
+	 * in the log wins), and its node holds its bytes.  A node that was
+	 * writing it elsewhere has sealed or will seal its own.
+	 */
+	f->owner = op->node;
+	f->remote_writers = 0;
+	rc = note_sealed(f, op, index, ckpt, base);
+	if (rc < 0) {
+		/* What this node shows stays as it was. */
+	} else if (own && f->version == op->version) {
+		/* This node's draft as sealed: its slots are the group's. */
+		f->gseal = index;
+		f->holders = 1ULL << e->node;
+		f->scheme = op->flags;
+		f->stripe_ckpt = ckpt;
+		f->chunk_base = base;
+		f->parity_holders = 0;
+		f->synced = f->version;
+		f->fetch_said = false;
+	} else if (file_draft(e, f)) {
+		/*
+		 * This node changed the file since its slots were the group's
+		 * version: its writers go on with their own, sealed at their
+		 * last close (later in the log, so it wins), or given up
+		 * (file_revert) when it cannot be.
+		 */
 	} else {
 		/*
 		 * Another node's seal, or this node's from an earlier daemon
 		 * (a restart replaying the log): the bytes are elsewhere, or
 		 * nowhere when that daemon took them with it.
 		 */
-		rc = take_remote_seal(e, f, op);
+		rc = take_remote_seal(e, f, op->size, op->npieces, op->pieces);
 		if (rc == 0) {
 			f->gseal = index;
-			f->holders = op->node == e->node ? 0 : 1ULL << op->node;
+			f->holders = op->node == e->node ? 0
+							 : 1ULL << op->node;
 			f->scheme = op->flags;
 			f->stripe_ckpt = ckpt;
 			f->chunk_base = base;
 			f->parity_holders = 0;
-			f->remote_writer = false;
 			in->mtime = op->mtime;
 			in->ctime = op->now;
 			kick = true;
 		}
 	}
+	if (rc < 0)
+		rft_err("seal of inode %llu by node %d (entry %llu): %s: this "
+			"node's view of it differs from the group's",
+			(unsigned long long)op->ino, op->node,
+			(unsigned long long)index, strerror(-rc));
 	pthread_rwlock_unlock(&f->lock);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (kick)
 		eng_post_dirty(e, in);
 	return rc;
+}
+
+/*
+ * Show the group's version of @f (f->sealed) in place of what this node
+ * has: its pieces from their holders, its protection and persisted copy
+ * as the log recorded them.  ns->lock and f->lock held for writing.
+ */
+static int take_sealed(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	const struct seal_rec *t = f->sealed;
+	int rc;
+
+	rc = take_remote_seal(e, f, t->size, t->npieces, t->pieces);
+	if (rc < 0)
+		return rc;
+	f->gseal = t->index;
+	f->scheme = t->scheme;
+	f->stripe_ckpt = t->ckpt;
+	f->chunk_base = t->base;
+	/* Parity holders hold rows, not bytes (file_apply_protect). */
+	f->holders = (t->scheme ? 1ULL << t->node : t->holders) &
+		     ~(1ULL << e->node);
+	f->parity_holders = t->scheme ? t->parity_holders : 0;
+	f->seal_sent = f->version;
+	in->mtime = t->mtime;
+	in->ctime = t->ctime;
+	if (t->protected) {
+		f->dur.protected_data = f->version;
+		f->dur.protect_scheme = t->protect_flags;
+		f->dur.protect_epoch = t->index;
+	}
+	if (t->persisted) {
+		if (f->copy == COPY_NONE) {
+			f->copy = COPY_HOME;
+			f->copy_id = (struct copy_id){ 0, 0 };
+		}
+		f->dur.persisted_data = f->version;
+		f->dur.persisted_meta = f->meta_version;
+	}
+	return 0;
+}
+
+int file_revert(struct eng *e, struct inode *in, int why)
+{
+	struct file *f = &in->file;
+	char path[PATH_MAX];
+	int node = -1, rc = -EAGAIN;
+
+	/* f->copy changes under the names lock too (struct file). */
+	eng_names_lock(e);
+	pthread_rwlock_wrlock(&e->ns.lock);
+	pthread_rwlock_wrlock(&f->lock);
+	/*
+	 * Only when another node sealed since the draft's base: this node's
+	 * own seal's bytes are the draft's (changed since), and the base,
+	 * while still the group's, may come back (a holder up again).
+	 */
+	if (f->sealed && f->sealed->index != f->gseal &&
+	    f->sealed->node != e->node && file_draft(e, f)) {
+		node = f->sealed->node;
+		rc = take_sealed(e, in);
+	}
+	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
+		snprintf(path, sizeof(path), "inode %llu",
+			 (unsigned long long)in->ino);
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	eng_names_unlock(e);
+	if (rc < 0)
+		return rc;
+	rft_warn("%s: this node's changes could not be sealed (%s) and node "
+		 "%d sealed another version since: they are dropped, the "
+		 "file reads as node %d's version here too",
+		 path, strerror(-why), node, node);
+	eng_post_dirty(e, in);
+	return 0;
 }
 
 /*
@@ -1277,23 +1418,134 @@ uint32_t file_drop_pieces(struct eng *e, struct inode *in,
 	return dropped;
 }
 
+uint32_t file_seal_off_locked(struct eng *e, const struct file *f,
+			      const char *what)
+{
+	const struct seal_rec *t = f->sealed;
+	uint32_t off = 0;
+
+	if (!e->gops || !t || file_draft(e, f))
+		return 0;
+	if (f->gseal != t->index) {
+		rft_warn("verify: %s: this node shows the seal of entry %llu, "
+			 "the group's is entry %llu (node %d)",
+			 what, (unsigned long long)f->gseal,
+			 (unsigned long long)t->index, t->node);
+		off++;
+	}
+	if (f->size != t->size) {
+		rft_warn("verify: %s: %llu bytes here, the group's seal says "
+			 "%llu",
+			 what, (unsigned long long)f->size,
+			 (unsigned long long)t->size);
+		off++;
+	}
+	for (uint32_t i = 0; i < t->npieces; i++) {
+		const struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
+		uint32_t len = file_piece_len(e, t->size, i);
+		uint32_t crc = s ? s->crc : crc_zeros(0, len);
+
+		if (s && s->crc_len != len)
+			continue; /* a size that differs is counted above */
+		if (crc == t->pieces[i].crc)
+			continue;
+		if (off++ < 8)
+			rft_warn("verify: %s: piece %u is recorded here with "
+				 "CRC32C %08x, the group's seal (entry %llu, "
+				 "node %d) says %08x",
+				 what, i, crc, (unsigned long long)t->index,
+				 t->node, t->pieces[i].crc);
+	}
+	return off;
+}
+
+uint32_t file_seal_digest_locked(const struct file *f)
+{
+	const struct seal_rec *t = f->sealed;
+	uint8_t b[24];
+	uint32_t crc;
+
+	if (!t)
+		return 0;
+	for (int k = 0; k < 8; k++) {
+		b[k] = (uint8_t)(t->index >> (8 * k));
+		b[8 + k] = (uint8_t)(t->size >> (8 * k));
+	}
+	for (int k = 0; k < 4; k++) {
+		b[16 + k] = (uint8_t)((uint32_t)t->node >> (8 * k));
+		b[20 + k] = (uint8_t)(t->npieces >> (8 * k));
+	}
+	crc = ers_crc32c(0, b, sizeof(b));
+	for (uint32_t i = 0; i < t->npieces; i++) {
+		for (int k = 0; k < 4; k++)
+			b[k] = (uint8_t)(t->pieces[i].crc >> (8 * k));
+		b[4] = t->pieces[i].hole;
+		crc = ers_crc32c(crc, b, 5);
+	}
+	/* Never 0: that is "no record". */
+	return crc ? crc : 1;
+}
+
+int file_resync(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	char path[PATH_MAX];
+	int rc = -EAGAIN, node = -1;
+
+	eng_names_lock(e);
+	pthread_rwlock_wrlock(&e->ns.lock);
+	pthread_rwlock_wrlock(&f->lock);
+	if (f->sealed && f->sealed->node != e->node && !file_draft(e, f) &&
+	    f->writers == 0) {
+		node = f->sealed->node;
+		rc = take_sealed(e, in);
+	}
+	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
+		snprintf(path, sizeof(path), "inode %llu",
+			 (unsigned long long)in->ino);
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	eng_names_unlock(e);
+	if (rc < 0)
+		return rc;
+	rft_warn("verify --repair: %s: what this node showed was off the "
+		 "group's seal: it shows node %d's sealed version again",
+		 path, node);
+	eng_post_dirty(e, in);
+	return 0;
+}
+
 int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
-		    bool repair, struct eng_verify_copy *vc)
+		    bool repair, struct eng_verify_copy *vc,
+		    uint32_t *digest)
 {
 	struct file_snap fs = { 0 };
 	struct inode *in;
 	uint32_t *bad = NULL;
+	bool repair_bad = false;
 	char what[48];
 	int rc = -ENOENT;
 
+	*digest = 0;
+	snprintf(what, sizeof(what), "inode %llu", (unsigned long long)ino);
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode)) {
-		pthread_rwlock_rdlock(&in->file.lock);
-		rc = file_verify_take_locked(e, &in->file, gseal, &fs);
+		struct file *f = &in->file;
+
+		pthread_rwlock_rdlock(&f->lock);
+		/* The asker's record of the group's seal, or this one's. */
+		if (gseal && (!f->sealed || f->sealed->index != gseal))
+			rc = -ESTALE;
+		else
+			rc = file_verify_take_locked(e, f, 0, &fs);
+		if (rc == 0) {
+			*digest = file_seal_digest_locked(f);
+			vc->off = file_seal_off_locked(e, f, what);
+		}
 		/* Only the owner has a holder's copy dropped to send it again. */
-		repair = repair && in->file.owner == from && from != e->node;
-		pthread_rwlock_unlock(&in->file.lock);
+		repair_bad = repair && f->owner == from && from != e->node;
+		pthread_rwlock_unlock(&f->lock);
 		if (rc == 0)
 			in->holds++;
 	}
@@ -1301,15 +1553,17 @@ int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
 	vc->rc = rc;
 	if (rc < 0)
 		return rc;
-	if (repair)
+	if (repair_bad)
 		bad = malloc((fs.nslots ? fs.nslots : 1) * sizeof(*bad));
-	snprintf(what, sizeof(what), "inode %llu", (unsigned long long)ino);
 	file_verify_snap(e, &fs, what, vc, bad);
 	if (bad && vc->bad)
 		vc->repaired = file_drop_pieces(e, in, &fs, bad, vc->bad,
 						false);
 	free(bad);
 	file_snap_drop(e, &fs);
+	/* The log's seal is every node's to follow: asked by any node. */
+	if (repair && vc->off && file_resync(e, in) == 0)
+		vc->synced = true;
 	ns_unhold(e, in);
 	return 0;
 }
@@ -1341,14 +1595,22 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 				f->holders |= op->holders;
 			}
 			/* This node's data is that seal's unless rewritten. */
-			if (f->dur.sealed == f->version) {
+			if (f->dur.sealed == f->version && !file_draft(e, f)) {
 				f->dur.protected_data = f->version;
 				f->dur.protect_scheme = op->flags;
 				f->dur.protect_epoch = op->gseal;
 			}
 			rc = 0;
-		} else {
+		} else if (!(f->sealed && f->sealed->index == op->gseal)) {
 			rc = -ESTALE;
+		} else {
+			rc = 0; /* this node has a draft; noted below */
+		}
+		if (f->sealed && f->sealed->index == op->gseal) {
+			f->sealed->holders |= op->holders;
+			f->sealed->parity_holders |= op->holders;
+			f->sealed->protected = true;
+			f->sealed->protect_flags = op->flags;
 		}
 		pthread_rwlock_unlock(&f->lock);
 	}
@@ -1371,6 +1633,7 @@ int file_apply_persist(struct eng *e, const struct nsop *op)
 		pthread_rwlock_wrlock(&f->lock);
 		rc = -ESTALE;
 		if (f->gseal == op->gseal && f->dur.sealed == f->version &&
+		    !file_draft(e, f) &&
 		    !(op->node == e->node && op->inc == e->inc)) {
 			/* Its copy is home: under its name, found by path. */
 			if (f->copy == COPY_NONE) {
@@ -1386,7 +1649,11 @@ int file_apply_persist(struct eng *e, const struct nsop *op)
 			rc = 0;
 		} else if (f->gseal == op->gseal) {
 			rc = 0; /* the owner's own: recorded at write-back */
+		} else if (f->sealed && f->sealed->index == op->gseal) {
+			rc = 0; /* this node has a draft; noted below */
 		}
+		if (f->sealed && f->sealed->index == op->gseal)
+			f->sealed->persisted = true;
 		pthread_rwlock_unlock(&f->lock);
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
@@ -1437,6 +1704,14 @@ static int lost_one(void *ctx, struct inode *in)
 	if (!S_ISREG(in->mode))
 		return 0;
 	pthread_rwlock_wrlock(&f->lock);
+	/* Whatever it was writing went with it. */
+	f->remote_writers &= ~w->bit;
+	if (f->sealed &&
+	    (f->sealed->holders | f->sealed->parity_holders) & w->bit) {
+		f->sealed->holders &= ~w->bit;
+		f->sealed->parity_holders &= ~w->bit;
+		f->sealed->protected = false;
+	}
 	if ((f->holders | f->parity_holders) & w->bit) {
 		f->holders &= ~w->bit;
 		f->parity_holders &= ~w->bit;
@@ -1513,11 +1788,10 @@ static void writer_gone(struct eng *e, struct file *f, bool *sealed,
 	 */
 	*sealed = f->writers == 0 && !file_persisted(f);
 	/*
-	 * In a group the owner's seal goes to the others, unless a FLUSH sent
-	 * this very version already.
+	 * In a group this node's version goes to the others, unless a FLUSH
+	 * sent this very version already.
 	 */
-	*tell = e->gops && f->writers == 0 && f->owner == e->node &&
-		f->seal_sent != f->version;
+	*tell = f->writers == 0 && file_to_seal(e, f);
 	pthread_rwlock_unlock(&f->lock);
 }
 
@@ -1581,8 +1855,7 @@ int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c)
 	 * sends after close has returned).
 	 */
 	pthread_rwlock_rdlock(&f->lock);
-	tell = f->writers == 1 && f->owner == e->node &&
-	       f->seal_sent != f->version;
+	tell = f->writers == 1 && file_to_seal(e, f);
 	pthread_rwlock_unlock(&f->lock);
 	return tell ? e->gops->seal(e->gctx, fp->inode, c) : 0;
 }

@@ -32,13 +32,19 @@
  *               piece's bytes as bulk (bulk_crc its CRC32C) when this node
  *               holds that sealed version's piece whole, else -ESTALE.
  *   GNS_T_VERIFY u64 ino, u64 gseal, u32 flags (GNS_VERIFY_REPAIR), u32
- *               0.  This node recomputes the CRC32C of each piece of that
- *               seal it holds in memory (reftfs-admin verify): u32
- *               checked, u32 bad, u32 first bad, u32 absent, u64 bytes,
- *               u32 dropped, u32 0; -ESTALE (another seal), -EBUSY (being
- *               written), -ENOENT.  With REPAIR from the file's owner, the
- *               bad pieces are dropped here (dropped: how many), for the
- *               owner to send again.
+ *               digest of the asker's record of the group's seal.  This
+ *               node recomputes the CRC32C of each piece of that seal it
+ *               holds in memory (reftfs-admin verify), and compares what
+ *               it shows with the group's seal and its record of that
+ *               seal with the asker's: u32 checked, u32 bad, u32 first
+ *               bad, u32 absent, u64 bytes, u32 dropped, u32 flags
+ *               (DIFFERS: its record differs; SYNCED: it shows the seal
+ *               again), u32 off (what it shows that differs from the
+ *               seal), u32 its digest; -ESTALE (another seal), -EBUSY
+ *               (being written), -ENOENT.  With REPAIR from the file's
+ *               owner, the bad pieces are dropped here (dropped: how
+ *               many), for the owner to send again; with REPAIR from any
+ *               node, what is off the seal is given up for it.
  * Requests are served on GNS_SERVERS threads: transport threads only
  * queue them.
  *
@@ -74,7 +80,9 @@ enum {
 #define GNS_SEAL_RETRY_MS 1000	/* a seal that did not commit goes again */
 #define GNS_SEND_MS 5000	/* answers handed to the transport */
 #define GNS_VERIFY_MS 60000	/* a peer's check of one file */
-#define GNS_VERIFY_REPAIR 0x1
+#define GNS_VERIFY_REPAIR 0x1	/* request: repair what is off */
+#define GNS_VERIFY_DIFFERS 0x1	/* answer: its record of the seal differs */
+#define GNS_VERIFY_SYNCED 0x2	/* answer: it shows the seal again */
 #define GNS_TICK_MS 100		/* the ticker's period */
 #define GNS_STALE_MIN_MS 250	/* a gap in the ticks at least this long
 				   (and half of --dead-after) is a freeze */
@@ -289,10 +297,11 @@ static void gns_persisted(void *ctx, struct inode *in, uint64_t gseal)
 }
 
 /*
- * Build a seal of @r->in as it is now: pieces that are elsewhere are
- * brought in first (the owner keeps its files whole), checksums made
- * final.  0, 1 when there is nothing to seal (no longer the owner, or this
- * version's seal went already), or -errno.
+ * Build a seal of @r->in as this node has it now: pieces that are
+ * elsewhere are brought in first (the node that seals a file keeps it
+ * whole), checksums made final.  0, 1 when there is nothing to seal (this
+ * version's seal went already, or the group's version shows here), or
+ * -errno.
  */
 static int seal_build(struct gns *g, struct gns_req *r)
 {
@@ -314,7 +323,8 @@ static int seal_build(struct gns *g, struct gns_req *r)
 	}
 	while (!file_wrlock_drained(e, f))
 		file_wait_writes(e, f);
-	if (f->owner != e->node) {
+	if (!file_to_seal(e, f)) {
+		/* Sealed already, or another node's version shows here. */
 		pthread_rwlock_unlock(&f->lock);
 		return 1;
 	}
@@ -483,7 +493,7 @@ static bool reseal(struct gns *g, struct gns_req *r)
 	in = ns_find(&e->ns, r->op.ino);
 	if (in && S_ISREG(in->mode)) {
 		pthread_rwlock_rdlock(&in->file.lock);
-		go = in->file.owner == g->self && in->file.writers == 0;
+		go = in->file.writers == 0 && file_to_seal(e, &in->file);
 		pthread_rwlock_unlock(&in->file.lock);
 	}
 	s = go ? calloc(1, sizeof(*s)) : NULL;
@@ -510,13 +520,23 @@ static void run_req(struct gns *g, struct gns_req *r)
 
 	if (r->op.kind == NSOP_SEAL) {
 		rc = seal_build(g, r);
-		if (rc < 0)
-			rft_dbg("seal of inode %llu: %s",
-				(unsigned long long)r->op.ino, strerror(-rc));
 		if (rc == 1) {
 			finish(g, r, 0);
 			return req_free(g->e, r);
 		}
+		/*
+		 * Pieces of the version this node's changes were made on
+		 * could not be brought in: when another node sealed since,
+		 * they never will (its holders took the new one), and the
+		 * group's version shows here again.  Else try again later.
+		 */
+		if (rc < 0 && rc != -EAGAIN && file_revert(g->e, r->in, rc) == 0) {
+			finish(g, r, -EIO);
+			return req_free(g->e, r);
+		}
+		if (rc < 0 && !r->retry_at_ms)
+			rft_warn("seal of inode %llu: %s; trying again",
+				 (unsigned long long)r->op.ino, strerror(-rc));
 	}
 	if (rc == 0)
 		rc = submit(g, r, &index);
@@ -789,29 +809,35 @@ static void serve_get(struct gns *g, struct gns_job *j)
 static void serve_verify(struct gns *g, struct gns_job *j)
 {
 	struct eng_verify_copy vc = { .node = g->self };
-	uint8_t meta[32];
+	uint8_t meta[40];
 	struct peer_frame rep = { .meta = meta, .meta_len = sizeof(meta) };
+	uint32_t digest, flags = 0;
 	int rc;
 
-	if (get32(j->meta + 16) & ~(uint32_t)GNS_VERIFY_REPAIR ||
-	    get32(j->meta + 20)) {
+	if (get32(j->meta + 16) & ~(uint32_t)GNS_VERIFY_REPAIR) {
 		peer_reply_err(g->x, j->node, &j->f, -EINVAL, GNS_SEND_MS);
 		return;
 	}
 	rc = file_verify_ino(g->e, get64(j->meta), get64(j->meta + 8),
 			     j->node, get32(j->meta + 16) & GNS_VERIFY_REPAIR,
-			     &vc);
+			     &vc, &digest);
 	if (rc < 0) {
 		peer_reply_err(g->x, j->node, &j->f, rc, GNS_SEND_MS);
 		return;
 	}
+	if (digest != get32(j->meta + 20))
+		flags |= GNS_VERIFY_DIFFERS;
+	if (vc.synced)
+		flags |= GNS_VERIFY_SYNCED;
 	put32(meta, vc.checked);
 	put32(meta + 4, vc.bad);
 	put32(meta + 8, vc.first_bad);
 	put32(meta + 12, vc.absent);
 	put64(meta + 16, vc.bytes);
 	put32(meta + 24, vc.repaired);
-	put32(meta + 28, 0);
+	put32(meta + 28, flags);
+	put32(meta + 32, vc.off);
+	put32(meta + 36, digest);
 	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
 }
 
@@ -999,11 +1025,12 @@ static void gns_scrub(void *ctx, const struct eng_piece *pc, uint32_t npieces,
  * asked; one that does not answer in GNS_VERIFY_MS is reported so.
  */
 static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
-		       bool repair, struct eng_verify_copy *vc)
+		       uint32_t digest, bool repair,
+		       struct eng_verify_copy *vc)
 {
 	struct gns *g = ctx;
 	struct memb_view v;
-	uint8_t meta[24], ans[32];
+	uint8_t meta[24], ans[40];
 	struct peer_frame f = { .type = GNS_T_VERIFY, .meta = meta,
 				.meta_len = sizeof(meta) };
 	struct peer_reply rep = { .meta = ans, .meta_cap = sizeof(ans) };
@@ -1018,7 +1045,7 @@ static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
 	put64(meta, ino);
 	put64(meta + 8, gseal);
 	put32(meta + 16, repair ? GNS_VERIFY_REPAIR : 0);
-	put32(meta + 20, 0);
+	put32(meta + 20, digest);
 	vc->rc = peer_call(g->x, node, &f, &rep, GNS_VERIFY_MS);
 	if (vc->rc == 0 && rep.meta_len != sizeof(ans))
 		vc->rc = -EPROTO;
@@ -1030,6 +1057,9 @@ static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
 	vc->absent = get32(ans + 12);
 	vc->bytes = get64(ans + 16);
 	vc->repaired = get32(ans + 24); /* dropped there, to send again */
+	vc->seal_differs = get32(ans + 28) & GNS_VERIFY_DIFFERS;
+	vc->synced = get32(ans + 28) & GNS_VERIFY_SYNCED;
+	vc->off = get32(ans + 32);
 }
 
 /* --- readiness, life ------------------------------------------------------ */

@@ -677,16 +677,15 @@ again:
 		    !(op->node == e->node && op->inc == e->inc)) {
 			/*
 			 * Another node's truncate (or this node's from an
-			 * earlier daemon, replayed): the proposer owns the
-			 * file from now on and seals the result; until its
-			 * SEAL this node keeps the old seal's pieces, which
-			 * the proposer may need to fetch.
+			 * earlier daemon, replayed): the proposer seals the
+			 * result (its draft); until its SEAL this node keeps
+			 * the group's version, whose pieces the proposer may
+			 * need to fetch.
 			 */
-			f->owner = op->node;
-			f->remote_writer = true;
+			if (op->node >= 0 && op->node < 64)
+				f->remote_writers |= 1ULL << op->node;
 		} else if (sa->valid & ENG_SET_SIZE) {
-			/* Whoever changes a file's data owns it from now on. */
-			f->owner = op->node;
+			/* In a group, a draft here until its seal. */
 			rc = file_truncate_locked(e, f, sa->size);
 			if (rc == 0)
 				in->mtime = op->now;

@@ -2054,7 +2054,8 @@ static int cmd_placement(struct ctl_req *r, struct rep_out *o)
 /* --- verify --------------------------------------------------------------- */
 
 enum { VC_PATH, VC_NODE, VC_RESULT, VC_PIECES, VC_BAD, VC_FIRST_BAD,
-       VC_ABSENT, VC_BYTES, VC_REPAIRED, VC_REPAIR_ERR, VC_N };
+       VC_ABSENT, VC_BYTES, VC_REPAIRED, VC_REPAIR_ERR, VC_OFF,
+       VC_SEAL_DIFFERS, VC_N };
 
 static const struct rep_field vc_fields[VC_N] = {
 	[VC_PATH] = REP_FIELD("path", REP_STRING),
@@ -2062,8 +2063,11 @@ static const struct rep_field vc_fields[VC_N] = {
 	[VC_NODE] = REP_FIELD("node", REP_INT),
 	/* ok, bad, repaired (here: read back from a good copy), resending
 	   (a holder's bad pieces dropped, sent again: protect --wait),
-	   writing (not checked), down, stale (that node holds another
-	   seal), no answer, or why it could not be checked */
+	   off seal (it shows other checksums than the group's seal),
+	   other seal (its record of the seal differs), resynced (it was
+	   off, and shows the seal again), writing (not checked), down,
+	   stale (that node holds another seal), no answer, or why it
+	   could not be checked */
 	[VC_RESULT] = REP_FIELD("result", REP_STRING),
 	[VC_PIECES] = REP_FIELD("pieces_checked", REP_COUNT),
 	[VC_BAD] = REP_FIELD("pieces_bad", REP_COUNT),
@@ -2073,6 +2077,11 @@ static const struct rep_field vc_fields[VC_N] = {
 	[VC_REPAIRED] = REP_FIELD("pieces_repaired", REP_COUNT),
 	/* why bad pieces were not repaired, with --repair */
 	[VC_REPAIR_ERR] = REP_FIELD("repair_error", REP_STRING),
+	/* in a group: what that node shows (piece checksums, size) that
+	   differs from the group's seal of the file, and whether its
+	   record of that seal differs from this node's */
+	[VC_OFF] = REP_FIELD("off_seal", REP_COUNT),
+	[VC_SEAL_DIFFERS] = REP_FIELD("seal_differs", REP_BOOL),
 };
 
 enum { VF_FILES, VF_WRITING, VF_COPIES, VF_UNCHECKED, VF_PIECES, VF_BAD,
@@ -2138,6 +2147,7 @@ struct verify_sum {
 	struct rep *rep;
 	int self; /* this node; -1 without a group */
 	uint64_t files, writing, copies, unchecked, pieces, bad, repaired;
+	uint64_t disagree; /* copies off the group's seal, not resynced */
 	uint64_t bytes;
 	bool striped;
 	uint64_t rows, rows_bad, rows_unchecked;
@@ -2145,6 +2155,10 @@ struct verify_sum {
 
 static const char *verify_result(const struct eng_verify_copy *vc, int self)
 {
+	if (vc->rc == 0 && (vc->off || vc->seal_differs))
+		return vc->seal_differs ? "other seal"
+		       : vc->synced	? "resynced"
+					: "off seal";
 	if (vc->rc == 0 && vc->bad && vc->repaired == vc->bad)
 		return vc->node == self ? "repaired" : "resending";
 	if (vc->rc == 0)
@@ -2199,6 +2213,12 @@ static int verify_row(void *ctx, const struct eng_verify_info *vi)
 			continue;
 		}
 		sum->copies++;
+		if (vc->seal_differs || (vc->off && !vc->synced))
+			sum->disagree++;
+		if (vc->off || vc->seal_differs) {
+			rep_set_u64(row, VC_OFF, vc->off);
+			rep_set_bool(row, VC_SEAL_DIFFERS, vc->seal_differs);
+		}
 		sum->pieces += vc->checked;
 		sum->bad += vc->bad;
 		sum->repaired += vc->repaired;
@@ -2309,6 +2329,15 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 			     "verify: %" PRIu64 " %s could not be checked "
 			     "(RESULT says why)",
 			     sum.unchecked, sum.unchecked == 1 ? "copy" : "copies");
+	if (sum.disagree)
+		rep_out_line(o, 'e',
+			     "verify: %" PRIu64 " %s other checksums than "
+			     "the group's seal of the file (the nodes "
+			     "disagree)%s",
+			     sum.disagree,
+			     sum.disagree == 1 ? "node records" : "nodes record",
+			     r->repair ? "" : "; --repair has them show the "
+					      "seal again");
 	if (sum.rows_bad)
 		rep_out_line(o, 'e',
 			     "verify: %" PRIu64 " parity %s not match the "
@@ -2317,7 +2346,7 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 			     sum.rows_bad,
 			     sum.rows_bad == 1 ? "row does" : "rows do");
 	return sum.bad > sum.repaired || sum.unchecked || sum.rows_bad ||
-			       sum.rows_unchecked
+			       sum.rows_unchecked || sum.disagree
 		       ? CTL_EXIT_FAIL
 		       : CTL_EXIT_OK;
 }
