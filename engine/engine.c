@@ -866,12 +866,23 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	uint64_t gseal = 0, holders = 0;
 	uint32_t *bad = NULL, digest = 0, off = 0;
 	bool owner = false, good_copy = false, resend = false;
-	bool is_protected = false;
+	bool is_protected = false, synced = false;
 	int rc;
 
 	memset(vi, 0, sizeof(*vi));
 	vi->path = path;
 	vi->owner = -1;
+	/*
+	 * What this node shows is off the log's seal: with repair, show the
+	 * seal (or, on its sealer, its records) first, then check the bytes.
+	 */
+	if (e->gops && repair) {
+		pthread_rwlock_rdlock(&f->lock);
+		if (file_sealed(f))
+			off = file_seal_off_locked(e, f, path);
+		pthread_rwlock_unlock(&f->lock);
+		synced = off && file_resync(e, in) == 0;
+	}
 	pthread_rwlock_rdlock(&f->lock);
 	vi->size = f->size;
 	vi->pieces = (uint32_t)((f->size + e->store.chunk_size - 1) >>
@@ -896,7 +907,7 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 		digest = file_seal_digest_locked(f);
 	}
 	rc = vi->sealed ? file_verify_take_locked(e, f, 0, &fs) : -EBUSY;
-	if (rc == 0)
+	if (rc == 0 && !synced)
 		off = file_seal_off_locked(e, f, path);
 	pthread_rwlock_unlock(&f->lock);
 	if (!vi->sealed)
@@ -914,11 +925,9 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 		here->node = e->gops ? e->node : -1;
 		here->rc = rc;
 		here->off = off;
+		here->synced = synced;
 		if (rc == 0)
 			file_verify_snap(e, &fs, path, here, bad);
-		/* What this node shows is off the log's seal: show it. */
-		if (rc == 0 && off && repair && file_resync(e, in) == 0)
-			here->synced = true;
 	}
 	/*
 	 * Each node with the sealed bytes checks them where they are; every

@@ -1486,6 +1486,29 @@ uint32_t file_seal_digest_locked(const struct file *f)
 	return crc ? crc : 1;
 }
 
+/*
+ * On the node that sealed @f's version, with no draft: its bytes are the
+ * seal's, so only its records can be off; put the log's back (a piece
+ * whose bytes differ then fails verify's byte check, and is repaired from
+ * a good copy).  -EOPNOTSUPP when more than checksums differ.  f->lock
+ * held for writing.
+ */
+static int resync_records(struct eng *e, struct file *f)
+{
+	const struct seal_rec *t = f->sealed;
+
+	if (f->gseal != t->index || f->size != t->size ||
+	    f->nslots > t->npieces)
+		return -EOPNOTSUPP;
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		struct slot *s = &f->slots[i];
+
+		if (s->crc_len == file_piece_len(e, t->size, i))
+			s->crc = t->pieces[i].crc;
+	}
+	return 0;
+}
+
 int file_resync(struct eng *e, struct inode *in)
 {
 	struct file *f = &in->file;
@@ -1495,10 +1518,10 @@ int file_resync(struct eng *e, struct inode *in)
 	eng_names_lock(e);
 	pthread_rwlock_wrlock(&e->ns.lock);
 	pthread_rwlock_wrlock(&f->lock);
-	if (f->sealed && f->sealed->node != e->node && !file_draft(e, f) &&
-	    f->writers == 0) {
+	if (f->sealed && !file_draft(e, f) && f->writers == 0) {
 		node = f->sealed->node;
-		rc = take_sealed(e, in);
+		rc = node == e->node ? resync_records(e, f)
+				     : take_sealed(e, in);
 	}
 	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
 		snprintf(path, sizeof(path), "inode %llu",
@@ -1508,11 +1531,55 @@ int file_resync(struct eng *e, struct inode *in)
 	eng_names_unlock(e);
 	if (rc < 0)
 		return rc;
-	rft_warn("verify --repair: %s: what this node showed was off the "
-		 "group's seal: it shows node %d's sealed version again",
-		 path, node);
-	eng_post_dirty(e, in);
+	if (node == e->node)
+		rft_warn("verify --repair: %s: this node's records of its own "
+			 "seal were off: the log's checksums are back",
+			 path);
+	else
+		rft_warn("verify --repair: %s: what this node showed was off "
+			 "the group's seal: it shows node %d's sealed version "
+			 "again",
+			 path, node);
+	if (node != e->node)
+		eng_post_dirty(e, in);
 	return 0;
+}
+
+/* file_seal_off_locked() of @ino, into *@off; true when something is. */
+static bool file_off_ino(struct eng *e, uint64_t ino, const char *what,
+			 uint32_t *off)
+{
+	struct inode *in;
+
+	*off = 0;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		pthread_rwlock_rdlock(&in->file.lock);
+		if (file_sealed(&in->file))
+			*off = file_seal_off_locked(e, &in->file, what);
+		pthread_rwlock_unlock(&in->file.lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	return *off != 0;
+}
+
+/* file_resync() of @ino, held meanwhile. */
+static int file_resync_ino(struct eng *e, uint64_t ino)
+{
+	struct inode *in;
+	int rc = -ENOENT;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in)
+		in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (in) {
+		rc = file_resync(e, in);
+		ns_unhold(e, in);
+	}
+	return rc;
 }
 
 int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
@@ -1528,6 +1595,10 @@ int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
 
 	*digest = 0;
 	snprintf(what, sizeof(what), "inode %llu", (unsigned long long)ino);
+	/* The log's seal is every node's to follow: asked by any node. */
+	if (repair && file_off_ino(e, ino, what, &vc->off) &&
+	    file_resync_ino(e, ino) == 0)
+		vc->synced = true;
 	pthread_rwlock_wrlock(&e->ns.lock);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode)) {
@@ -1541,7 +1612,8 @@ int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
 			rc = file_verify_take_locked(e, f, 0, &fs);
 		if (rc == 0) {
 			*digest = file_seal_digest_locked(f);
-			vc->off = file_seal_off_locked(e, f, what);
+			if (!vc->synced)
+				vc->off = file_seal_off_locked(e, f, what);
 		}
 		/* Only the owner has a holder's copy dropped to send it again. */
 		repair_bad = repair && f->owner == from && from != e->node;
@@ -1561,9 +1633,6 @@ int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
 						false);
 	free(bad);
 	file_snap_drop(e, &fs);
-	/* The log's seal is every node's to follow: asked by any node. */
-	if (repair && vc->off && file_resync(e, in) == 0)
-		vc->synced = true;
 	ns_unhold(e, in);
 	return 0;
 }

@@ -231,7 +231,7 @@ fi
 if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
 	# The group's threaded modules: transports, membership, the raft log,
 	# the parity holders.
-	tsan_tests=(store ns file persist durability pass ctl loop peer_tcp
+	tsan_tests=(store ns file persist durability pass seal ctl loop peer_tcp
 		peer_fake memb registry nslog parity)
 	if meson test -C build-tsan --list 2>/dev/null |
 		grep -qx 'reftfs:unit / stress'; then
