@@ -61,8 +61,9 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen);
  * Set up the group: the secret (refused unless mode 0600/0400: -EPERM),
  * the transport (listening, -EADDRINUSE), membership and the namespace
  * log (its state dir made, mode 0700, and refused, -EINVAL, when it holds
- * another node's or group's log).  Logs why it
- * failed.  Nothing runs until grp_start().
+ * another node's or group's log; locked until grp_free(), and refused at
+ * once, -EBUSY, when another daemon holds it).  Logs why it failed.
+ * Nothing runs until grp_start().
  */
 int grp_new(const struct grp_config *c, struct grp **out);
 int grp_start(struct grp *g);

@@ -617,17 +617,23 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	      struct nslog **out);
 /*
  * Check o->dir without starting anything: make it (mode 0700) when it is
- * missing, and refuse (-EINVAL, with a logged reason) a dir whose
- * nslog.state names another group, node or group size, or that holds a
- * raft log of unknown origin, or whose raft files are gone.  The daemon
- * calls it before it mounts, so that a wrong --state-dir stops it there;
- * nslog_start() checks the same again.  0 or -errno.
+ * missing, lock it (its .reftfs-lock flock()ed, held until nslog_free(),
+ * or by the kernel until the process dies), and refuse (-EINVAL, with a
+ * logged reason) a dir whose nslog.state names another group, node or
+ * group size, or that holds a raft log of unknown origin, or whose raft
+ * files are gone.  -EBUSY at once, never waiting, when another nslog (of
+ * any process) holds the dir: logged with the holder's pid where it can
+ * be told.  The daemon calls it before it mounts, so that a wrong or busy
+ * --state-dir stops it there; nslog_start() checks the same again.  0 or
+ * -errno.
  */
 int nslog_check(struct nslog *l);
 /*
  * Start the loop thread (after peer_start()).  Returns at once: joining
  * or founding the group goes on in the background (see nslog.c).  0 or
- * -errno (the data dir cannot be made or holds another group's state).
+ * -errno (the data dir cannot be made, is locked by another nslog,
+ * -EBUSY, or holds another group's state).  Takes the dir's lock when
+ * nslog_check() has not.
  */
 int nslog_start(struct nslog *l);
 /*
@@ -636,8 +642,9 @@ int nslog_start(struct nslog *l);
  */
 void nslog_stop(struct nslog *l);
 /*
- * Free @l.  A transport cannot unregister a module, so o->x must be
- * stopped (peer_stop) before this; NULL is a no-op.
+ * Free @l, letting go of its dir's lock.  A transport cannot unregister a
+ * module, so o->x must be stopped (peer_stop) before this; NULL is a
+ * no-op.
  */
 void nslog_free(struct nslog *l);
 

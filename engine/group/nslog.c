@@ -72,6 +72,18 @@
  *    "witness" rule keeps the unsafe one (reusing a used id) from happening
  *    as long as daemons use a new incarnation at every start.
  *
+ * One daemon per data dir.  Two raft instances with one id on one set of
+ * files (a second daemon started for a node whose daemon still runs)
+ * would each vote and append as that id, and could lose votes or
+ * committed entries.  So the dir is flock()ed (LOCK_FILE) before anything
+ * in it is read, from nslog_check() or nslog_start() to nslog_free(), and
+ * a second nslog on it is refused at once (-EBUSY) rather than waited
+ * for: the holder is a live daemon of the same node, and only stopping it
+ * can help (docs/operations.md says why a restart does not need a wait).
+ * The kernel lets go of the lock when its process dies, so a node
+ * restarted after SIGKILL finds it free.  The lock file holds the
+ * holder's pid, for the refusal's message only.
+ *
  * Addresses.  Raft links go to where each node's raft listens now
  * (l->where): given at nslog_new() for a static --peers list, or learned
  * later from the registry through nslog_set_addr(), as nodes register, move
@@ -230,6 +242,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -289,6 +302,7 @@ struct ent {
 #define LOG_EVERY_MS 60000	/* one refusal logged per peer per minute */
 #define STATE_FILE "nslog.state"
 #define STATE_TMP "nslog.state.new"
+#define LOCK_FILE ".reftfs-lock"	/* held while a daemon uses the dir */
 
 #define HS_MAGIC 0x52544652u	/* "RFTR" */
 #define HS_VERSION 1
@@ -482,6 +496,8 @@ struct nslog {
 	socklen_t listen_salen;
 	char *listen;
 	char *dir;
+	int lockfd;		/* dir's LOCK_FILE, flock()ed (dir_lock); -1
+				 * before nslog_check or nslog_start */
 	char *group;
 	size_t group_len;
 	struct grp_secret secret;
@@ -983,6 +999,92 @@ static int mkdir_p(const char *dir)
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	return 0;
+}
+
+/*
+ * Write this process's pid into the lock file held on @fd, for the message
+ * of a daemon refused the dir.  A daemon that goes to the background
+ * after taking the lock (fuse_daemonize forks) writes it again from the
+ * child at nslog_start().  Nothing depends on it: a failure is only
+ * logged at debug level.
+ */
+static void lock_note_pid(int fd)
+{
+	char buf[24];
+	int n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, buf, (size_t)n, 0) != n)
+		rft_dbg("cannot note the pid in the state dir's lock file: %s",
+			strerror(errno));
+}
+
+/*
+ * The pid noted in the lock file on @fd (held by someone else), or 0 when
+ * none is there or no such process runs (it was noted before a fork and
+ * its process has exited since).
+ */
+static long lock_holder(int fd)
+{
+	char buf[24];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	long pid;
+
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	if (sscanf(buf, "%ld", &pid) != 1 || pid <= 0 ||
+	    (kill((pid_t)pid, 0) < 0 && errno != EPERM))
+		return 0;
+	return pid;
+}
+
+/*
+ * Take the data dir's lock (the dir exists): from now until nslog_free()
+ * no other nslog, in this process or another, may use it.  0 (also when
+ * already held), -EBUSY when another holds it, or -errno; logs why.
+ * Never waits.
+ */
+static int dir_lock(struct nslog *l)
+{
+	char path[4096];
+	long pid;
+	int fd, rc;
+
+	if (l->lockfd >= 0)
+		return 0;
+	if (path_in_dir(l, LOCK_FILE, path, sizeof(path)) < 0)
+		return -ENAMETOOLONG;
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		rft_err("node %d: cannot open %s: %s", l->self, path,
+			strerror(-rc));
+		return rc;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+		lock_note_pid(fd);
+		l->lockfd = fd;
+		return 0;
+	}
+	rc = -errno;
+	if (rc != -EWOULDBLOCK) {
+		rft_err("node %d: cannot lock %s: %s", l->self, path,
+			strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	pid = lock_holder(fd);
+	close(fd);
+	if (pid > 0)
+		rft_err("node %d: state dir %s is in use by another reftfsd "
+			"(pid %ld): one daemon per node's state dir; stop that "
+			"one first",
+			l->self, l->dir, pid);
+	else
+		rft_err("node %d: state dir %s is in use by another reftfsd: "
+			"one daemon per node's state dir; stop that one first",
+			l->self, l->dir);
+	return -EBUSY;
 }
 
 /* --- the raft transport: TCP with our handshake --------------------------- */
@@ -3130,6 +3232,8 @@ static bool group_name_ok(const char *g)
 
 static void nslog_release(struct nslog *l)
 {
+	if (l->lockfd >= 0)
+		close(l->lockfd); /* lets go of the dir */
 	free(l->where);
 	free(l->listen);
 	free(l->dir);
@@ -3169,6 +3273,7 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
+	l->lockfd = -1;
 	pthread_mutex_init(&l->lock, NULL);
 	rft_cond_init(&l->cond);
 	rft_cond_init(&l->jcond);
@@ -3303,6 +3408,10 @@ int nslog_check(struct nslog *l)
 			strerror(-rc));
 		return rc;
 	}
+	/* Before reading: another daemon may be rewriting nslog.state. */
+	rc = dir_lock(l);
+	if (rc < 0)
+		return rc;
 	return load_checked(l, &ps);
 }
 
@@ -3345,6 +3454,11 @@ int nslog_start(struct nslog *l)
 			strerror(-rc));
 		return rc;
 	}
+	/* Taken at nslog_check(), maybe before the daemon forked. */
+	if (l->lockfd >= 0)
+		lock_note_pid(l->lockfd);
+	else if ((rc = dir_lock(l)) < 0)
+		return rc;
 	rc = start_state(l);
 	if (rc < 0)
 		return rc;

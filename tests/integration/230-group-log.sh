@@ -6,7 +6,8 @@
 # its state dir rejoins as a follower and catches up (same commit index);
 # a follower whose state dir is wiped rejoins as a replacement (new raft
 # id).  A raft link with a bad handshake is refused and counted.  A state dir
-# that belongs to another node or group stops a daemon before it mounts.
+# that belongs to another node or group stops a daemon before it mounts,
+# and so does one in use by another daemon (exit 2; the first serves on).
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
@@ -64,6 +65,45 @@ for f in "reftfs_group_log_term $TERM" "reftfs_group_log_leader $LEADER" \
 	grep -Fx "$f" <<<"$out" >/dev/null || fail "metrics: no '$f'"
 done
 log "status, group and metrics show the log"
+
+# --- a second daemon on a state dir in use: refused, the first serves on --
+# Node 1's id and state dir at another --listen (as a registry node's
+# restart at another address would be), node 1's daemon still running.
+# Two raft instances of one id on one set of files could lose votes or
+# entries: it must exit 2 naming the dir and the daemon that holds it, and
+# mount nothing.  In the background mode, as expect_refused below: a
+# daemon let through returns 0 once mounted.
+read -r PX <<<"$(free_ports 1)"
+MX=$(new_dir mx)
+_T_MOUNTS+=("$MX")
+rc=0
+# shellcheck disable=SC2046
+out=$(timeout 20 "$REFTFSD" "$MX" $(opts 1) --listen "127.0.0.1:$PX" \
+	--state-dir "${S[1]}" 2>&1) || rc=$?
+[ "$rc" = 2 ] || fail "a second daemon on ${S[1]} exited $rc, want 2: $out"
+want="state dir ${S[1]} is in use by another reftfsd (pid ${PID[1]})"
+grep -F -- "$want" <<<"$out" >/dev/null ||
+	fail "a second daemon on ${S[1]}: no '$want' in: $out"
+is_mounted "$MX" && fail "a second daemon on a busy state dir mounted"
+daemon_alive "${PID[1]}"
+# The first goes on serving: a name made there is seen on every node, and
+# the log still agrees on one leader with a commit past the change.
+mkdir "${M[1]}/made-after-refusal" ||
+	fail "node 1 cannot change the namespace after the refusal"
+for n in 0 2; do
+	for i in $(seq 1 100); do
+		[ -d "${M[$n]}/made-after-refusal" ] && break
+		sleep 0.1
+	done
+	[ -d "${M[$n]}/made-after-refusal" ] ||
+		fail "node $n does not see node 1's directory"
+done
+rmdir "${M[1]}/made-after-refusal" ||
+	fail "node 1 cannot remove its directory after the refusal"
+MIN_COMMIT=$((COMMIT + 2))
+wait_agree 30 0 1 2
+log "a second daemon on node 1's state dir: exit 2, not mounted; node 1" \
+	"serves on (commit $COMMIT)"
 
 # --- a raft link with a bad handshake is refused and counted -------------
 # A HELLO (nslog.c, docs/protocol.md) for another group: closed unanswered.

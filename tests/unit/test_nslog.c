@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -1672,10 +1673,12 @@ static void test_commit_push(void **state)
 
 /*
  * nslog_check() of node @self of @nodes in @group on @dir, with nothing
- * started: the daemon's test of --state-dir before it mounts.
+ * started: the daemon's test of --state-dir before it mounts.  With
+ * @start, nslog_start() on it instead (without a check first), stopped
+ * again at once: only for a dir it must refuse.
  */
-static int check_dir(struct world *w, int self, int nodes, const char *group,
-		     const char *dir)
+static int open_dir(struct world *w, int self, int nodes, const char *group,
+		    const char *dir, bool start)
 {
 	struct peer_fakenet *net = peer_fakenet_new(nodes, 1);
 	struct nslog_fsm fsm = {
@@ -1698,12 +1701,24 @@ static int check_dir(struct world *w, int self, int nodes, const char *group,
 	assert_non_null(net);
 	assert_int_equal(peer_fake_new(net, self, o.incarnation, &o.x), 0);
 	assert_int_equal(nslog_new(&o, &fsm, &l), 0);
-	rc = nslog_check(l);
+	if (start) {
+		assert_int_equal(peer_start(o.x), 0);
+		rc = nslog_start(l);
+		nslog_stop(l);
+	} else {
+		rc = nslog_check(l);
+	}
 	peer_stop(o.x);
 	nslog_free(l);
 	peer_free(o.x);
 	peer_fakenet_free(net);
 	return rc;
+}
+
+static int check_dir(struct world *w, int self, int nodes, const char *group,
+		     const char *dir)
+{
+	return open_dir(w, self, nodes, group, dir, false);
 }
 
 /*
@@ -1744,6 +1759,53 @@ static void test_check_dir(void **state)
 	assert_int_equal(check_dir(w, 1, 3, "g0", w->node[1].dir), -EINVAL);
 }
 
+/*
+ * One nslog per state dir (issue 30): a second one on a dir in use, by its
+ * check or its start, is refused at once (-EBUSY) before it reads
+ * anything there, and the node that holds it goes on committing.
+ * The lock file names the holder's pid.  Once the holder is gone
+ * (nslog_free, as at a daemon's exit or death) its node starts there
+ * again at once.
+ */
+static void test_dir_locked(void **state)
+{
+	struct world *w = world_new(3, 12, 0);
+	char path[1100], buf[32];
+	uint64_t id;
+	int result, fd;
+	ssize_t n;
+
+	(void)state;
+	start_all(w);
+	snprintf(path, sizeof(path), "%s/.reftfs-lock", w->node[1].dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_int_equal(strtol(buf, NULL, 10), (long)getpid());
+
+	assert_int_equal(check_dir(w, 1, 3, "g0", w->node[1].dir), -EBUSY);
+	assert_int_equal(open_dir(w, 1, 3, "g0", w->node[1].dir, true), -EBUSY);
+	/* Refused before its own checks: not "another node's" (-EINVAL). */
+	assert_int_equal(check_dir(w, 0, 3, "g0", w->node[1].dir), -EBUSY);
+
+	/* The holder commits on, from itself and from the others. */
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(submit(w, i, SUBMIT_MS, &id, &result), 0);
+		assert_acked(w, i, id, result);
+	}
+
+	/* Gone: its dir is free at once, for a check and for a restart. */
+	kill_node(w, 1);
+	assert_int_equal(check_dir(w, 1, 3, "g0", w->node[1].dir), 0);
+	start_node(w, 1);
+	assert_int_equal(submit(w, 1, SUBMIT_MS, &id, &result), 0);
+	assert_acked(w, 1, id, result);
+	assert_no_divergence(w);
+}
+
 /* After a failed test too: no thread, port or directory left behind. */
 static int teardown(void **state)
 {
@@ -1771,6 +1833,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_random_schedule, teardown),
 		cmocka_unit_test_teardown(test_commit_push, teardown),
 		cmocka_unit_test_teardown(test_check_dir, teardown),
+		cmocka_unit_test_teardown(test_dir_locked, teardown),
 	};
 
 	/* NSLOG_TEST=name runs one test (a glob). */
