@@ -160,6 +160,12 @@ int store_try_alloc(struct store *s, uint32_t *id);
 int store_alloc_len(struct store *s, unsigned wait_ms, uint32_t len,
 		    uint32_t *id);
 int store_try_alloc_len(struct store *s, uint32_t len, uint32_t *id);
+/*
+ * store_try_alloc_len, and when nothing is free one round of eviction (the
+ * pressure callback) and one more try: never waits for memory to be freed
+ * by others.  0, or -ENOSPC.  Hold no namespace or file lock.
+ */
+int store_alloc_evict(struct store *s, uint32_t len, uint32_t *id);
 /* CLOCK_MONOTONIC time @wait_ms from now, for store_wait_free. */
 void store_deadline(unsigned wait_ms, struct timespec *deadline);
 /*
