@@ -435,6 +435,10 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->readthrough_chunks = atomic_load(&e->cnt.readthrough_chunks);
 	s->fetch_reads = atomic_load(&e->cnt.fetch_reads);
 	s->fetch_timeouts = atomic_load(&e->cnt.fetch_timeouts);
+	s->fetch_stalls = atomic_load(&e->cnt.fetch_stalls);
+	s->reads_uncached = atomic_load(&e->cnt.reads_uncached);
+	/* Caches count with or without a persist dir. */
+	s->chunks_evictable = evict_count(e);
 	s->readthrough_bytes = atomic_load(&e->cnt.readthrough_bytes);
 	s->pass_enabled = e->pass.mnt >= 0;
 	s->pass_opens = atomic_load(&e->pass.opens);

@@ -551,6 +551,9 @@ struct eng_stats {
 	uint64_t enospc, crc_errors, evicted_chunks;
 	uint64_t readthrough_chunks, readthrough_bytes;
 	uint64_t fetch_reads, fetch_timeouts; /* reads answered off FUSE threads */
+	/* Pieces brought in (from peers, the persist dir) while memory was
+	   full; reads served without keeping their copy, none evictable. */
+	uint64_t fetch_stalls, reads_uncached;
 	/* FUSE passthrough: on, opens that passed through, files copied to a
 	   backing file and their bytes, of them copies made over a spare
 	   backing file's pages, bytes copied while their files were

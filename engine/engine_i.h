@@ -160,6 +160,12 @@ int store_try_alloc(struct store *s, uint32_t *id);
 int store_alloc_len(struct store *s, unsigned wait_ms, uint32_t len,
 		    uint32_t *id);
 int store_try_alloc_len(struct store *s, uint32_t len, uint32_t *id);
+/*
+ * store_try_alloc_len, and when nothing is free one round of eviction (the
+ * pressure callback) and one more try: never waits for memory to be freed
+ * by others.  0, or -ENOSPC.  Hold no namespace or file lock.
+ */
+int store_alloc_evict(struct store *s, uint32_t len, uint32_t *id);
 /* CLOCK_MONOTONIC time @wait_ms from now, for store_wait_free. */
 void store_deadline(unsigned wait_ms, struct timespec *deadline);
 /*
@@ -952,6 +958,21 @@ struct eng_counters {
 	_Atomic uint64_t fetch_reads, fetch_timeouts;
 	_Atomic uint64_t readthrough_chunks, readthrough_bytes;
 	_Atomic uint64_t peer_chunks, peer_bytes; /* fetched from peers */
+	/* Pieces brought in while memory was full; reads served without
+	   keeping their copy (read_direct). */
+	_Atomic uint64_t fetch_stalls, reads_uncached;
+};
+
+/*
+ * What eviction remembers between runs (evict.c): when a run found
+ * nothing to evict (runs for readers skip the walk until then), and what
+ * was evicted or served uncached since its last log line (one at most
+ * every EVICT_LOG_MS).  Times in CLOCK_MONOTONIC ms.
+ */
+struct evictor {
+	_Atomic uint64_t barren_until;
+	_Atomic uint64_t log_next;
+	_Atomic uint32_t log_cached, log_persisted, log_uncached;
 };
 
 struct eng {
@@ -963,6 +984,7 @@ struct eng {
 	struct ns ns;
 	struct persist *persist; /* NULL without a persist dir */
 	struct eng_counters cnt;
+	struct evictor evictor;
 	struct copier copier;
 	struct fetcher fetcher;
 	struct loads loads;
@@ -1137,8 +1159,28 @@ int file_truncate_locked(struct eng *e, struct file *f, uint64_t size);
 /* Make slots' CRCs final and seal this version; file->lock held for writing. */
 void file_seal_locked(struct eng *e, struct file *f);
 enum eng_crc_state file_crc_state_locked(const struct file *f);
-/* Drop resident clean slots of a persisted file; returns chunks freed. */
-uint32_t file_evict_locked(struct eng *e, struct file *f);
+/*
+ * Drop resident clean slots of a persisted file; returns pieces freed.
+ * Pieces just read in (SLOT_FRESH) are skipped this once, their mark
+ * cleared, and counted in *@spared.  f->lock held for writing.
+ */
+uint32_t file_evict_locked(struct eng *e, struct file *f, uint32_t *spared);
+/*
+ * Drop the copies this node fetched or decoded of another node's sealed
+ * file (SLOT_FETCHED) while its bytes are still elsewhere (holders, parity
+ * rows, the persist dir): they go back to PIECE_PEER, checksums kept, and
+ * the next read fetches them again.  Fresh ones as file_evict_locked.
+ * Returns pieces freed; f->lock held for writing.
+ */
+uint32_t file_evict_cache_locked(struct eng *e, struct file *f,
+				 uint32_t *spared);
+/*
+ * Pieces of @f those two would drop now (fresh ones too): its fetched
+ * copies with @caches, else its clean persisted pieces that are not such
+ * copies.  f->lock held (read is enough).
+ */
+uint32_t file_evictable_locked(const struct eng *e, const struct file *f,
+			       bool caches);
 
 /*
  * A file's pieces as they are at one version, their chunks pinned (a
@@ -1344,12 +1386,24 @@ int file_load(struct eng *e, struct inode *in, uint32_t first,
 /* evict.c */
 /*
  * Evict when free chunks fall under 1/8 of the arena, or now (@pressure:
- * a writer waits), until a quarter is free.  Takes ns->lock (read) and
- * file locks with trywrlock; sleeps on nothing.
+ * a writer waits, or a reader found no free memory), until a quarter is
+ * free: fetched copies first (any checkpoint, oldest first), then clean
+ * persisted pieces outside the keep window (oldest first).  Takes ns->lock
+ * (read) and file locks with trywrlock; sleeps on nothing.
  */
 void evict_run(struct eng *e, bool pressure);
 /* Chunks eviction could free now. */
 uint64_t evict_count(struct eng *e);
+/*
+ * A read was served without keeping its copy (memory full of what may
+ * not be evicted): counted, and said in eviction's next log line.
+ */
+void evict_note_uncached(struct eng *e);
+/*
+ * A piece was brought in (evictable once its reader had it): a run that
+ * found nothing a moment ago is no longer the last word.
+ */
+void evict_news(struct eng *e);
 /*
  * The store's pressure callback (@ctx: the engine): a thread waiting for
  * memory, holding no lock, evicts for itself rather than waiting for the

@@ -1,27 +1,60 @@
 /*
  * evict.c - eviction: giving back the memory of file data that is safe
- * elsewhere, so that new checkpoints fit.
+ * elsewhere, so that new checkpoints fit and reads find room.
  *
- * Only clean pieces (same bytes as the persisted copy) of PERSISTED files
- * in checkpoints outside the newest --keep are evicted, oldest checkpoint
- * first; they become PIECE_PERSIST and are read through again on demand.
+ * Two kinds of pieces go, in this order:
+ *
+ *  1. Caches: the copies this node fetched or decoded of other nodes'
+ *     sealed files (SLOT_FETCHED) while their bytes are still elsewhere
+ *     (holders, parity rows, the persist dir), in any checkpoint, files at
+ *     the root first, then checkpoints oldest first.  They go back to
+ *     PIECE_PEER and are fetched again on demand.
+ *  2. Clean pieces (same bytes as the persisted copy) of PERSISTED files
+ *     in checkpoints outside the newest --keep, oldest checkpoint first;
+ *     they become PIECE_PERSIST and are read through again on demand.
+ *
+ * A piece just read in (SLOT_FRESH) is skipped by one walk, which clears
+ * the mark: a second chance, so its reader gets to it.  A run that someone
+ * waits on (pressure) walks a second time when the first spared fresh
+ * pieces and freed too little, so memory full of fresh pieces never makes
+ * anyone wait for the persist worker's next run.
+ *
  * Files are taken with trywrlock: eviction never waits for a reader or a
- * writer (a writer may itself be waiting for eviction).  The group
- * (issue 8) adds pieces safe on peers as a second kind of "safe".
+ * writer (a writer may itself be waiting for eviction).
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "engine_i.h"
 
+/*
+ * A run that found nothing: runs for readers skip the walk this long, or
+ * until a load brings in a piece (evict_news).
+ */
+#define EVICT_BARREN_MS 50
+/* One log line at most this often, with what happened since the last. */
+#define EVICT_LOG_MS 10000
 
 struct evict {
 	struct eng *e;
 	uint32_t target;	/* free chunks to reach */
-	uint32_t freed;		/* pieces evicted */
-	uint64_t evictable; /* counting only */
+	uint32_t cached;	/* fetched copies evicted */
+	uint32_t persisted;	/* persisted pieces evicted */
+	uint32_t spared;	/* fresh pieces skipped by this walk */
+	uint32_t busy;		/* files skipped: locked by someone */
+	uint64_t evictable;	/* counting only */
 	bool count_only;
+	bool caches;		/* this walk: fetched copies, else persisted */
 };
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 /*
  * Free chunks are what writers wait for, and a small piece evicted frees a
@@ -33,56 +66,74 @@ static bool enough(struct evict *ev)
 	       store_free_count(&ev->e->store) >= ev->target;
 }
 
+/* One file, by this walk's kind; ns->lock held (read). */
+static void evict_file(struct evict *ev, struct inode *in)
+{
+	struct eng *e = ev->e;
+	struct file *f = &in->file;
+	uint32_t n;
+	bool tell;
+
+	if (ev->count_only) {
+		pthread_rwlock_rdlock(&f->lock);
+		ev->evictable += file_evictable_locked(e, f, ev->caches);
+		pthread_rwlock_unlock(&f->lock);
+		return;
+	}
+	/* Never wait on a file someone is reading or writing. */
+	if (pthread_rwlock_trywrlock(&f->lock) != 0) {
+		ev->busy++;
+		return;
+	}
+	if (ev->caches) {
+		n = file_evict_cache_locked(e, f, &ev->spared);
+		ev->cached += n;
+		tell = false; /* another node's file: no rows of ours */
+	} else {
+		n = file_evict_locked(e, f, &ev->spared);
+		ev->persisted += n;
+		/* Parity (xor, rs) keeps its own pieces pinned until told. */
+		tell = n && f->scheme && f->owner == e->node;
+	}
+	pthread_rwlock_unlock(&f->lock);
+	if (tell) {
+		struct eng_ev x = { .kind = EV_EVICTED, .in = in };
+
+		eng_post(e, &x);
+	}
+}
+
 static void evict_tree(struct evict *ev, struct inode *dir)
 {
 	for (struct dentry *de = dir->dir.first; de; de = de->next) {
 		struct inode *in = de->inode;
-		uint32_t n;
-		bool tell;
 
 		if (enough(ev))
 			return;
-		if (S_ISDIR(in->mode)) {
+		if (S_ISDIR(in->mode))
 			evict_tree(ev, in);
-			continue;
-		}
-		if (!S_ISREG(in->mode))
-			continue;
-		if (ev->count_only) {
-			struct file *f = &in->file;
-
-			pthread_rwlock_rdlock(&f->lock);
-			if (f->copy != COPY_NONE && file_sealed(f) &&
-			    file_data_persisted(f))
-				for (uint32_t i = 0; i < f->nslots; i++)
-					if (slot_in_ram(&f->slots[i]) &&
-					    (f->slots[i].flags & SLOT_CLEAN))
-						ev->evictable++;
-			pthread_rwlock_unlock(&f->lock);
-			continue;
-		}
-		/* Never wait on a file someone is reading or writing. */
-		if (pthread_rwlock_trywrlock(&in->file.lock) != 0)
-			continue;
-		n = file_evict_locked(ev->e, &in->file);
-		/* Parity (xor, rs) keeps its own pieces pinned until told. */
-		tell = n && in->file.scheme && in->file.owner == ev->e->node;
-		pthread_rwlock_unlock(&in->file.lock);
-		ev->freed += n;
-		if (tell) {
-			struct eng_ev e = { .kind = EV_EVICTED, .in = in };
-
-			eng_post(ev->e, &e);
-		}
+		else if (S_ISREG(in->mode))
+			evict_file(ev, in);
 	}
 }
 
-/* Checkpoints outside the keep window, oldest first; ns->lock held. */
+/*
+ * One walk of this kind: for caches, the files at the root (they belong
+ * to no checkpoint) and then every checkpoint; for persisted pieces, the
+ * checkpoints outside the keep window.  Oldest checkpoint first: a
+ * restore reads the newest, and older ones are read again least.
+ * ns->lock held (read).
+ */
 static void evict_walk(struct evict *ev)
 {
 	struct eng *e = ev->e;
 	uint64_t done = 0;
 
+	if (ev->caches)
+		for (struct dentry *de = e->ns.root->dir.first;
+		     de && !enough(ev); de = de->next)
+			if (S_ISREG(de->inode->mode))
+				evict_file(ev, de->inode);
 	for (;;) {
 		struct inode *next = NULL;
 
@@ -94,13 +145,52 @@ static void evict_walk(struct evict *ev)
 			    (!next || c->ckpt_seq < next->ckpt_seq))
 				next = c;
 		}
-		if (!next || ns_in_keep_window(e, next->ckpt_seq))
+		if (!next || enough(ev))
+			return;
+		if (!ev->caches && ns_in_keep_window(e, next->ckpt_seq))
 			return;
 		evict_tree(ev, next);
-		if (enough(ev))
-			return;
 		done = next->ckpt_seq;
 	}
+}
+
+/* Caches, then persisted pieces if still short; ns->lock held (read). */
+static void evict_both(struct evict *ev)
+{
+	ev->caches = true;
+	evict_walk(ev);
+	if (ev->count_only || !enough(ev)) {
+		ev->caches = false;
+		evict_walk(ev);
+	}
+}
+
+/*
+ * At most one line every EVICT_LOG_MS, with what was evicted and what was
+ * served uncached since the last one: a reader under memory pressure may
+ * evict for every piece it reads.
+ */
+static void evict_log(struct eng *e)
+{
+	struct evictor *v = &e->evictor;
+	uint64_t now = now_ms(), next = atomic_load(&v->log_next);
+	uint32_t c, p, u;
+
+	if (now < next ||
+	    !atomic_compare_exchange_strong(&v->log_next, &next,
+					    now + EVICT_LOG_MS))
+		return;
+	c = atomic_exchange(&v->log_cached, 0);
+	p = atomic_exchange(&v->log_persisted, 0);
+	u = atomic_exchange(&v->log_uncached, 0);
+	if (c || p)
+		rft_info("evicted %u fetched copies and %u persisted pieces",
+			 c, p);
+	if (u)
+		rft_warn("memory full of what may not be evicted: %u reads "
+			 "served without keeping their copy (%u of %u chunks "
+			 "free)",
+			 u, store_free_count(&e->store), e->store.nchunks);
 }
 
 void evict_run(struct eng *e, bool pressure)
@@ -108,6 +198,7 @@ void evict_run(struct eng *e, bool pressure)
 	uint32_t nfree = store_free_count(&e->store);
 	uint32_t low = e->store.nchunks / 8, high = e->store.nchunks / 4;
 	struct evict ev = { .e = e };
+	uint32_t freed;
 
 	if (!pressure && nfree >= low)
 		return;
@@ -116,20 +207,37 @@ void evict_run(struct eng *e, bool pressure)
 	nfree = store_free_count(&e->store);
 	if (!pressure && nfree >= low)
 		return;
+	/*
+	 * A walk locks every file: readers that find memory full call here
+	 * for each piece, and while nothing is evictable they go without.
+	 */
+	if (pressure && now_ms() < atomic_load(&e->evictor.barren_until))
+		return;
 	ev.target = high > nfree ? high : nfree + 1;
 	pthread_rwlock_rdlock(&e->ns.lock);
-	evict_walk(&ev);
+	evict_both(&ev);
+	/* The second chance, taken at once for whoever waits. */
+	if (pressure && ev.spared && !enough(&ev)) {
+		ev.spared = 0;
+		evict_both(&ev);
+	}
 	pthread_rwlock_unlock(&e->ns.lock);
+	freed = ev.cached + ev.persisted;
+	if (pressure && !freed && !ev.spared && !ev.busy)
+		atomic_store(&e->evictor.barren_until,
+			     now_ms() + EVICT_BARREN_MS);
 	/*
 	 * A piece written in place frees no chunk when evicted: its memory
 	 * is its backing file's page, which the copy kept for readers holds.
 	 * Those copies, their pieces just put back, are given up now.
 	 */
-	if (ev.freed && store_free_count(&e->store) < ev.target)
+	if (ev.persisted && store_free_count(&e->store) < ev.target)
 		pass_shed(e, ev.target - store_free_count(&e->store));
-	if (ev.freed) {
-		atomic_fetch_add(&e->cnt.evicted_chunks, ev.freed);
-		rft_info("evicted %u persisted pieces", ev.freed);
+	if (freed) {
+		atomic_fetch_add(&e->cnt.evicted_chunks, freed);
+		atomic_fetch_add(&e->evictor.log_cached, ev.cached);
+		atomic_fetch_add(&e->evictor.log_persisted, ev.persisted);
+		evict_log(e);
 	}
 }
 
@@ -138,9 +246,21 @@ uint64_t evict_count(struct eng *e)
 	struct evict ev = { .e = e, .count_only = true };
 
 	pthread_rwlock_rdlock(&e->ns.lock);
-	evict_walk(&ev);
+	evict_both(&ev);
 	pthread_rwlock_unlock(&e->ns.lock);
 	return ev.evictable;
+}
+
+void evict_news(struct eng *e)
+{
+	atomic_store(&e->evictor.barren_until, 0);
+}
+
+void evict_note_uncached(struct eng *e)
+{
+	atomic_fetch_add(&e->cnt.reads_uncached, 1);
+	atomic_fetch_add(&e->evictor.log_uncached, 1);
+	evict_log(e);
 }
 
 void evict_pressure(void *ctx)

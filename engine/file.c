@@ -199,27 +199,116 @@ int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
 	return 0;
 }
 
-uint32_t file_evict_locked(struct eng *e, struct file *f)
+/*
+ * Is @f a file whose fetched copies this node may drop: another node's,
+ * sealed (nobody writes it, here or there, and no draft of this node's is
+ * waiting for its seal: its base may be gone by the time it needs the
+ * pieces again), and its seal's bytes still somewhere to fetch again (a
+ * holder but this node, parity rows to decode from, or the persist dir)?
+ * f->lock held.
+ */
+static bool cache_file(const struct eng *e, const struct file *f)
+{
+	uint64_t self = e->node >= 0 && e->node < 64 ? 1ULL << e->node : 0;
+
+	return f->owner != e->node && f->gseal && file_sealed(f) &&
+	       !file_draft(e, f) &&
+	       ((f->holders & ~self) || (f->scheme && f->parity_holders) ||
+		(f->copy != COPY_NONE && file_data_persisted(f)));
+}
+
+/*
+ * Is piece @i of such a file a copy of its holders' piece as they have
+ * it: fetched or decoded (SLOT_FETCHED, which a write clears), whole, its
+ * checksum the seal's (not made again after a truncate)?  f->lock held.
+ */
+static bool cache_piece(const struct eng *e, const struct file *f,
+			uint32_t i)
+{
+	const struct slot *s = &f->slots[i];
+	uint32_t len = file_piece_len(e, f->size, i);
+
+	return slot_in_ram(s) && (s->flags & SLOT_FETCHED) &&
+	       s->crc_len == len && s->fill == len;
+}
+
+/* A persisted piece: same bytes as the persist dir's.  f->lock held. */
+static bool persisted_piece(const struct file *f, uint32_t i)
+{
+	return slot_in_ram(&f->slots[i]) && (f->slots[i].flags & SLOT_CLEAN);
+}
+
+static bool persisted_file(const struct file *f)
+{
+	return f->copy != COPY_NONE && file_sealed(f) &&
+	       file_data_persisted(f);
+}
+
+/* A fresh piece is spared once (its reader gets to it); f->lock held. */
+static bool spare_fresh(struct slot *s, uint32_t *spared)
+{
+	if (!(s->flags & SLOT_FRESH))
+		return false;
+	s->flags &= (uint8_t)~SLOT_FRESH; /* next time */
+	(*spared)++;
+	return true;
+}
+
+uint32_t file_evict_locked(struct eng *e, struct file *f, uint32_t *spared)
 {
 	uint32_t freed = 0;
 
-	if (f->copy == COPY_NONE || !file_sealed(f) || !file_data_persisted(f))
+	if (!persisted_file(f))
 		return 0;
 	for (uint32_t i = 0; i < f->nslots; i++) {
 		struct slot *s = &f->slots[i];
 
-		if (!slot_in_ram(s) || !(s->flags & SLOT_CLEAN))
+		if (!persisted_piece(f, i) || spare_fresh(s, spared))
 			continue;
-		if (s->flags & SLOT_FRESH) {
-			s->flags &= (uint8_t)~SLOT_FRESH; /* next time */
-			continue;
-		}
 		store_put(&e->store, s->chunk);
 		s->where = PIECE_PERSIST;
 		f->resident--;
 		freed++;
 	}
 	return freed;
+}
+
+uint32_t file_evict_cache_locked(struct eng *e, struct file *f,
+				 uint32_t *spared)
+{
+	uint32_t freed = 0;
+
+	if (!cache_file(e, f))
+		return 0;
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		struct slot *s = &f->slots[i];
+
+		if (!cache_piece(e, f, i) || spare_fresh(s, spared))
+			continue;
+		/* Fill, CRC and its length stay: what the next fetch checks. */
+		store_put(&e->store, s->chunk);
+		s->chunk = 0;
+		s->where = PIECE_PEER;
+		s->flags = 0;
+		f->resident--;
+		freed++;
+	}
+	return freed;
+}
+
+uint32_t file_evictable_locked(const struct eng *e, const struct file *f,
+			       bool caches)
+{
+	bool cache = cache_file(e, f), persisted = persisted_file(f);
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		bool c = cache && cache_piece(e, f, i);
+
+		if (caches ? c : (!c && persisted && persisted_piece(f, i)))
+			n++;
+	}
+	return n;
 }
 
 /* --- snapshots ------------------------------------------------------------ */
@@ -416,10 +505,19 @@ static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
 			 path, i, strerror(-rc));
 }
 
+/*
+ * How a load takes memory: read-ahead only what is free; a reader what
+ * eviction frees for it at once, never waiting (with none, the read is
+ * served without keeping a copy); writers and the rebuild wait up to
+ * --enospc-wait, as writes do.
+ */
+enum load_how { LOAD_WAIT, LOAD_READ, LOAD_AHEAD };
+
 static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		      const struct copy_id *cid, uint32_t i,
-		      const struct timespec *deadline, bool ahead)
+		      const struct timespec *deadline, enum load_how how)
 {
+	bool ahead = how == LOAD_AHEAD;
 	struct file *f = &in->file;
 	struct eng_piece pc;
 	struct slot want;
@@ -467,9 +565,15 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	 * when the file was truncated since its seal.
 	 */
 	room = want.where == PIECE_PEER ? fetch_room(len, want.crc_len) : len;
-	rc = ahead ? store_try_alloc_len(&e->store, room, &id)
-		   : store_alloc_len(&e->store, e->cfg.enospc_wait_ms, room,
-				     &id);
+	rc = store_try_alloc_len(&e->store, room, &id);
+	if (rc < 0 && !ahead) {
+		/* Memory full: counted, whatever comes of it. */
+		atomic_fetch_add(&e->cnt.fetch_stalls, 1);
+		rc = how == LOAD_READ
+			     ? store_alloc_evict(&e->store, room, &id)
+			     : store_alloc_len(&e->store, e->cfg.enospc_wait_ms,
+					       room, &id);
+	}
 	if (rc < 0) {
 		loads_end(e, in, i);
 		return rc;
@@ -528,6 +632,8 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	loads_end(e, in, i);
 	if (id != RFT_NO_CHUNK)
 		store_put(&e->store, id); /* failed, or changed meanwhile */
+	else
+		evict_news(e);
 	if (say)
 		say_fetch_failed(e, in, i, rc, theirs);
 	return rc;
@@ -547,7 +653,7 @@ static bool any_persisted(struct file *f, uint32_t first, uint32_t last)
 
 static int load_range(struct eng *e, struct inode *in, uint32_t first,
 		      uint32_t last, const struct timespec *deadline,
-		      bool ahead)
+		      enum load_how how)
 {
 	struct copy_id cid = { 0, 0 };
 	char rel[PATH_MAX];
@@ -581,7 +687,7 @@ static int load_range(struct eng *e, struct inode *in, uint32_t first,
 		}
 		for (uint32_t i = first; i <= last; i++) {
 			rc = load_piece(e, in, persisted ? rel : NULL, &cid, i,
-					deadline, ahead);
+					deadline, how);
 			if (rc < 0)
 				break;
 		}
@@ -594,13 +700,13 @@ static int load_range(struct eng *e, struct inode *in, uint32_t first,
 int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last,
 	      const struct timespec *deadline)
 {
-	return load_range(e, in, first, last, deadline, false);
+	return load_range(e, in, first, last, deadline, LOAD_WAIT);
 }
 
 int file_load_ahead(struct eng *e, struct inode *in, uint32_t i,
 		    const struct timespec *deadline)
 {
-	return load_range(e, in, i, i, deadline, true);
+	return load_range(e, in, i, i, deadline, LOAD_AHEAD);
 }
 
 void file_ahead(struct eng *e, struct inode *in, uint32_t last)
@@ -2120,7 +2226,8 @@ static void copy_piece(struct eng *e, struct file *f, uint32_t idx,
 	}
 	if (b > s->fill)
 		s->fill = b;
-	s->flags &= ~SLOT_CLEAN;
+	/* Changed here: no longer the persisted copy, nor the holders'. */
+	s->flags &= ~(SLOT_CLEAN | SLOT_FETCHED);
 }
 
 /* Copy [pos, pos + size) of reserved pieces in; f->lock held for writing. */
@@ -2418,7 +2525,7 @@ static void zero_piece(struct eng *e, struct file *f, uint32_t idx,
 		memset(store_ptr(&e->store, s->chunk) + a, 0, b - a);
 	if (s->crc_len != SLOT_CRC_UNKNOWN && a < s->crc_len)
 		s->crc_len = SLOT_CRC_UNKNOWN;
-	s->flags &= ~SLOT_CLEAN;
+	s->flags &= ~(SLOT_CLEAN | SLOT_FETCHED);
 }
 
 /*
@@ -2837,15 +2944,21 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 		if (fetch_expired(deadline))
 			return -ETIMEDOUT;
 		rc = tries == LOAD_TRIES ? -EAGAIN
-					 : file_load(e, in, first, last, deadline);
+					 : load_range(e, in, first, last,
+						      deadline, LOAD_READ);
 		/*
-		 * No memory to cache it in, or what was loaded keeps being
-		 * evicted before this reader gets to it: read it straight
-		 * from the persist dir.  A read never fails for lack of cache.
+		 * No memory to cache it in, even after evicting what may be,
+		 * or what was loaded keeps being evicted before this reader
+		 * gets to it: read it straight from where it is (the persist
+		 * dir, peers), at once.  A read never fails, nor waits, for
+		 * lack of cache.
 		 */
-		if (rc == -ENOSPC || rc == -EAGAIN || rc == -ENOENT)
+		if (rc == -ENOSPC || rc == -EAGAIN || rc == -ENOENT) {
+			if (rc != -ENOENT)
+				evict_note_uncached(e);
 			return read_direct(e, in, pos, size, reply, ctx,
 					   deadline);
+		}
 		if (rc < 0)
 			return rc;
 	}

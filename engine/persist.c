@@ -2001,7 +2001,6 @@ void persist_get_stats(struct eng *e, struct eng_stats *s)
 	count_queue(e, &c);
 	s->persist_pending_files = c.n;
 	s->persist_pending_bytes = c.bytes;
-	s->chunks_evictable = evict_count(e);
 
 	pthread_mutex_lock(&p->lock);
 	s->persist_healthy = p->healthy;

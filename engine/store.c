@@ -514,6 +514,17 @@ int store_alloc_len(struct store *s, unsigned wait_ms, uint32_t len,
 	return store_try_alloc_len(s, len, id);
 }
 
+int store_alloc_evict(struct store *s, uint32_t len, uint32_t *id)
+{
+	if (store_try_alloc_len(s, len, id) == 0)
+		return 0;
+	if (!s->pressure)
+		return -ENOSPC;
+	/* Others may take what this frees: then the caller goes without. */
+	s->pressure(s->pressure_ctx);
+	return store_try_alloc_len(s, len, id);
+}
+
 int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
 {
 	return store_alloc_len(s, wait_ms, s->chunk_size, id);

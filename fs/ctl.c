@@ -489,6 +489,8 @@ enum {
 	CNT_RT_BYTES,
 	CNT_FETCH_READS,
 	CNT_FETCH_TIMEOUTS,
+	CNT_FETCH_STALLS,
+	CNT_READS_UNCACHED,
 	CNT_PASS_OPENS,
 	CNT_PASS_FILES,
 	CNT_PASS_BYTES,
@@ -521,6 +523,14 @@ static const struct rep_field cnt_fields[CNT_N] = {
 	[CNT_FETCH_TIMEOUTS] = REP_EXPORT("fetch_timeouts", REP_COUNT,
 		REP_COUNTER, "reftfs_fetch_timeouts_total",
 		"Reads that failed ETIMEDOUT waiting for their data."),
+	[CNT_FETCH_STALLS] = REP_EXPORT("fetch_stalls", REP_COUNT,
+		REP_COUNTER, "reftfs_fetch_stalls_total",
+		"Pieces brought in from peers or the persist dir while memory "
+		"was full (evicted for, waited for, or not kept)."),
+	[CNT_READS_UNCACHED] = REP_EXPORT("reads_uncached", REP_COUNT,
+		REP_COUNTER, "reftfs_reads_uncached_total",
+		"Reads served without keeping their copy: memory full of what "
+		"may not be evicted."),
 	[CNT_PASS_OPENS] = REP_EXPORT("passthrough_opens", REP_COUNT,
 		REP_COUNTER, "reftfs_passthrough_opens_total",
 		"Opens that passed through to a backing file."),
@@ -1278,6 +1288,11 @@ static const struct rep_text status_text[] = {
 	    "{counters.readthrough_chunks} chunks "
 	    "({counters.readthrough_bytes}), {counters.fetch_reads} reads "
 	    "fetched, {counters.fetch_timeouts} timed out"),
+	/* Reads slowed by memory full: the operator's cue to add --mem. */
+	TXT("counters.fetch_stalls", "",
+	    "memory full: {counters.fetch_stalls} pieces brought in while "
+	    "full, {counters.reads_uncached} reads served without keeping "
+	    "their copy"),
 	TXT("group.enabled", "group",
 	    "{group.name}, node {group.node} of {group.nodes}, {group.up} up, "
 	    "view epoch {group.epoch} (reftfs-admin group)"),
@@ -1416,6 +1431,8 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_RT_BYTES, st.readthrough_bytes);
 	rep_set_u64(g, CNT_FETCH_READS, st.fetch_reads);
 	rep_set_u64(g, CNT_FETCH_TIMEOUTS, st.fetch_timeouts);
+	rep_set_u64(g, CNT_FETCH_STALLS, st.fetch_stalls);
+	rep_set_u64(g, CNT_READS_UNCACHED, st.reads_uncached);
 	rep_set_u64(g, CNT_PASS_OPENS, st.pass_opens);
 	rep_set_u64(g, CNT_PASS_FILES, st.pass_files);
 	rep_set_u64(g, CNT_PASS_BYTES, st.pass_bytes);
