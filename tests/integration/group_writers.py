@@ -44,10 +44,14 @@ so that a replay does the same):
     waits for the others to see it dead, runs --check on the survivors,
     starts a replacement and runs --check --final on every node.
 
-After a kill, a file that a writer on the dead node may have sealed in
-that round (with --protect none: any file with a piece only that node
-held) may read EIO on any node; a check unlinks every file that reads
-EIO (and the next round makes another); no other file may read EIO.
+After a kill, a file whose only up-to-date copy may have been on the
+dead node before it was protected may read EIO on any node: one that a
+writer on the dead node may have sealed in the round it was killed, or
+one written in that round with a piece on that node before it (a new
+seal keeps the pieces it did not change where they are); with --protect
+none, any file with a piece only that node held.  A check unlinks every
+file that reads EIO (and the next round makes another); no other file
+may read EIO.
 
 Any errno other than EIO from a writer on a live node breaks the rule;
 an EIO must have a line in its daemon's log (--logs), at level error or
@@ -138,7 +142,7 @@ class State:
         self.lost_ok = {}     # name -> why it may read EIO
         self.dead = None      # a node killed and not yet replaced
         self.kills = []       # the kills so far, in words
-        self.held = []        # files with pieces on the node to be killed
+        self.held = []        # files the kill to come may take
         p = os.path.join(d, "state.json")
         if os.path.exists(p):
             with open(p) as f:
@@ -676,12 +680,11 @@ class Fuzz:
                               "%d s" % (k, dead, secs))
                 time.sleep(0.1)
 
-    def only_on(self, node):
-        """The files with a piece no node but node holds, as the first
-        live node's placement says (with --protect none: what is lost
-        with node)."""
+    def pieces_on(self, node, names, only):
+        """Of names, the files with a piece that node holds (only: that
+        no other node holds), as the first live node's placement says."""
         out = []
-        for name in sorted(self.st.files):
+        for name in names:
             rc, txt = self.admin(self.live[0], "--json", "placement",
                                  "/" + name, timeout=30)
             if rc != 0:
@@ -690,7 +693,7 @@ class Fuzz:
             for pc in json.loads(txt):
                 held = {int(x) for x in str(pc.get("nodes", "")).split("+")
                         if x.strip()}
-                if held and held <= {node}:
+                if node in held and (not only or held == {node}):
                     out.append(name)
                     break
         return out
@@ -802,8 +805,16 @@ class Fuzz:
         self.note("%s round: %d actors on %d files, %d readers" % (
             "barrier" if barrier else "free", len(actors),
             len(ino), len(readers)))
-        if self.a.protect == "none" and kill_mid is not None:
-            self.st.held = self.only_on(kill_mid)
+        if kill_mid is not None:
+            # What the kill may take: with no protection every file with
+            # a piece only that node holds; else a file written now with
+            # a piece there (a seal of this round need not be protected
+            # yet, and may keep pieces it did not change where they are).
+            if self.a.protect == "none":
+                self.st.held = self.pieces_on(
+                    kill_mid, sorted(self.st.files), True)
+            else:
+                self.st.held = self.pieces_on(kill_mid, sorted(ino), False)
         logpos = {k: self.log_size(k) for k in self.live}
         bar = None
         if barrier:
@@ -850,8 +861,8 @@ class Fuzz:
                         kill_mid)
             for name in self.st.held:
                 self.st.lost_ok.setdefault(name, (
-                    "pieces only on node %d, killed, no protection" %
-                    kill_mid))
+                    "pieces on node %d, killed before they were "
+                    "protected" % kill_mid))
         broke = []
         for a in actors:
             dead = kill_mid == a.node
@@ -918,7 +929,8 @@ class Fuzz:
                   "writers closed, %d with errors)" % (nsure, nerr))
         if kill_after is not None:
             if self.a.protect == "none":
-                for name in self.only_on(kill_after):
+                for name in self.pieces_on(kill_after,
+                                           sorted(self.st.files), True):
                     self.st.lost_ok[name] = (
                         "pieces only on node %d, killed, no protection" %
                         kill_after)
