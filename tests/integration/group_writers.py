@@ -3,9 +3,12 @@ checked against a model of the group's rule (issue 30).
 
 usage: group_writers.py MOUNT,MOUNT,... --state DIR --seed S --pids P,P,...
                         [--logs L,L,...] [--rounds N] [--kills K]
-                        [--protect SCHEME] [--check] [--final]
+                        [--files N] [--writers N] [--ballast MIB]
+                        [--protect SCHEME] [--serial] [--check] [--final]
 
-The rule the model follows (docs/design.md, "Concurrent writers"): a
+256-group-writers.sh runs it (and says what each option is for).
+
+The rule the model follows (issue 30; docs/design.md as built): a
 file's content is whole-file, last close wins in the log's order.  Each
 node that writes a file has its own version of it while its writers are
 open: the file as that node had it at its first change (a write, a
@@ -124,7 +127,7 @@ def op_str(op):
     return "pwrite %d+%d" % (op[1], len(op[2]))
 
 
-# --- the model's state between runs ------------------------------------------
+# --- the model's state between runs ----------------------------------------
 
 class State:
     """The model: each file's bytes (one file each under DIR/model), what
@@ -195,9 +198,8 @@ class Actor:
         self.ops = ops        # [("pwrite", off, data) | ("trunc", size)]
         self.pauses = pauses  # seconds before each op, and before close
         self.done = []
-        self.errors = []      # (call, errno, time)
+        self.errors = []      # (call, errno)
         self.closed = None    # True: close (or truncate(2)) returned 0
-        self.t_close = None
 
     def label(self):
         return "node %d %s" % (self.node, self.kind)
@@ -211,13 +213,13 @@ class Actor:
             end = "closed: 0"
         elif self.errors:
             end = "; ".join("%s: %s" % (c, ename(e))
-                            for c, e, _ in self.errors)
+                            for c, e in self.errors)
         else:
             end = "never closed"
         return "%s %s; %s" % (head, ", ".join(ops), end)
 
     def err(self, call, e):
-        self.errors.append((call, e.errno, time.monotonic()))
+        self.errors.append((call, e.errno))
 
     def run(self, path, barrier):
         if self.kind == "truncate(2)":
@@ -228,7 +230,6 @@ class Actor:
                 self.closed = True
             except OSError as e:
                 self.err("truncate(2)", e)
-            self.t_close = time.monotonic()
             return
         fd = None
         try:
@@ -276,7 +277,6 @@ class Actor:
                     self.closed = not self.errors
                 except OSError as e:
                     self.err("close", e)
-                self.t_close = time.monotonic()
 
     def sealed(self):
         """"sure": its close returned 0 with no error before; "maybe": an
@@ -297,7 +297,6 @@ class Reader:
         self.pause = pause
         self.got = None
         self.error = None
-        self.t = None
 
     def run(self, path, barrier):
         time.sleep(self.pause)
@@ -306,10 +305,9 @@ class Reader:
                 self.got = f.read()
         except OSError as e:
             self.error = e.errno
-        self.t = time.monotonic()
 
 
-# --- the driver ---------------------------------------------------------------
+# --- the driver -------------------------------------------------------------
 
 class Fuzz:
     def __init__(self, a, st):
@@ -550,7 +548,8 @@ class Fuzz:
             byval.setdefault(g if isinstance(g, int) else sha(g),
                              []).append(k)
         if len(byval) < 2:
-            return ""
+            return ": every node reads the same, not a candidate" if \
+                not isinstance(next(iter(got.values())), int) else ""
         groups = sorted(byval.values(), key=len)
         nodes = lambda g: "node%s %s" % ("s" if len(g) > 1 else "",
                                           ",".join(map(str, g)))
@@ -866,7 +865,7 @@ class Fuzz:
         broke = []
         for a in actors:
             dead = kill_mid == a.node
-            for call, e, _ in a.errors:
+            for call, e in a.errors:
                 if dead:
                     if e not in DEAD_ERRNOS:
                         broke.append("%s of /%s on node %d (killed): %s" % (
@@ -913,7 +912,7 @@ class Fuzz:
             self.fail("the rule broken:\n    " + "\n    ".join(broke))
         # Every EIO a live writer got is in its daemon's log, named.
         for a in actors:
-            for call, e, _ in a.errors:
+            for call, e in a.errors:
                 if a.node != kill_mid and e == errno.EIO and not \
                         self.logged(a.node, logpos[a.node], a.name,
                                     ino[a.name]):
