@@ -431,9 +431,9 @@ struct file {
 				   lock */
 	uint64_t holders;	/* nodes holding gseal's bytes (bit per id);
 				   lock */
-	uint64_t remote_writers; /* nodes that made it or truncate it and
-				    have not sealed it since (bit per id): not
-				    sealed here; lock */
+	uint64_t remote_writers; /* nodes that made it and have not
+				    sealed it since, nor been lost (bit per
+				    id): not sealed here; lock */
 	uint64_t seal_sent;	/* last version whose SEAL this node
 				   proposed; lock */
 	/*

@@ -678,12 +678,12 @@ again:
 			/*
 			 * Another node's truncate (or this node's from an
 			 * earlier daemon, replayed): the proposer seals the
-			 * result (its draft); until its SEAL this node keeps
+			 * result (its draft); until its SEAL this node shows
 			 * the group's version, whose pieces the proposer may
-			 * need to fetch.
+			 * need to fetch.  Not marked written there: a draft
+			 * that gives way (file_revert) seals nothing that
+			 * would end the mark.
 			 */
-			if (op->node >= 0 && op->node < 64)
-				f->remote_writers |= 1ULL << op->node;
 		} else if (sa->valid & ENG_SET_SIZE) {
 			/* In a group, a draft here until its seal. */
 			rc = file_truncate_locked(e, f, sa->size);

@@ -662,8 +662,14 @@ class Fuzz:
         for k in nodes:
             rc, txt = self.admin(k, "protect", "--wait", timeout=90)
             if rc != 0:
-                self.fail("protect --wait on node %d exits %d: %s" % (
-                    k, rc, txt.splitlines()[-1] if txt else ""))
+                # What it waits for, as it says without waiting.
+                rc2, now = self.admin(k, "protect", timeout=30)
+                self.fail("protect --wait on node %d exits %d: %s\n"
+                          "    protect on node %d now (exit %d):\n"
+                          "      %s\n    %s" % (
+                              k, rc, txt.splitlines()[-1] if txt else "",
+                              k, rc2, "\n      ".join(now.splitlines()),
+                              self.listing(nodes)))
 
     def wait_dead(self, dead, secs=30):
         """Until every live node's membership says node dead is dead."""
