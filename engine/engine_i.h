@@ -426,6 +426,13 @@ struct file {
 	uint64_t seal_sent;	/* the owner: last version whose SEAL it
 				   proposed; lock */
 	/*
+	 * The seal (its gseal) that a LOST found nowhere but in the memory
+	 * of its owner, gone: the file is lost while it is at that seal
+	 * (file_lost); a new seal (a write, a truncate) ends it.  0: not
+	 * lost.  From the log, alike on every node.  lock.
+	 */
+	uint64_t lost_seal;
+	/*
 	 * Erasure-coded protection (parity.c): gseal's scheme (a
 	 * stripe_code(), 0 for none or replicas), and where its pieces sit
 	 * in the stripe space: piece i is the owner's chunk number
@@ -458,11 +465,19 @@ static inline bool file_persisted(const struct file *f)
 	return file_data_persisted(f) && f->dur.persisted_meta == f->meta_version;
 }
 
-/* One word for reports: writing, sealed, protected or persisted. */
+/* Its sealed bytes are gone with its owner's memory (file_apply_lost). */
+static inline bool file_lost(const struct file *f)
+{
+	return f->lost_seal && f->lost_seal == f->gseal;
+}
+
+/* One word for reports: writing, lost, sealed, protected or persisted. */
 static inline enum eng_state file_state(const struct file *f)
 {
 	if (!file_sealed(f))
 		return ENG_STATE_WRITING;
+	if (file_lost(f))
+		return ENG_STATE_LOST;
 	if (file_persisted(f))
 		return ENG_STATE_PERSISTED;
 	if (f->dur.protected_data == f->version)

@@ -122,7 +122,7 @@ struct protect {
 	bool rebuild_running;	/* and has not finished; lock */
 	pthread_t rebuilder;
 	uint64_t rebuild_files, rebuild_done; /* lock */
-	_Atomic uint64_t rebuild_bytes, rebuild_failed;
+	_Atomic uint64_t rebuild_bytes, rebuild_failed, rebuild_lost;
 };
 
 static uint64_t now_ms(void)
@@ -823,14 +823,13 @@ void protect_node_lost(struct protect *p, int node)
 }
 
 /*
- * Bring back every piece of @in (held) this node does not have; 0, or
- * -ESTALE when the file is gone or was sealed again meanwhile (nothing
- * left to bring back: its new data is being written here).
- */
-/*
- * Bring back what of @in (owned here) is not in memory, from its holders,
- * then protect it again.  @b: the calling thread's pacer (the rebuild's),
- * NULL for none (verify --repair: a few pieces, on the caller's thread).
+ * Bring back what of @in (owned here, held) is not in memory, from its
+ * holders, then protect it again.  @b: the calling thread's pacer (the
+ * rebuild's), NULL for none (verify --repair: a few pieces, on the
+ * caller's thread).  0; -ESTALE when the file is gone or no longer this
+ * node's (nothing left to bring back); -ENODATA when it is lost (no
+ * copy, parity or persisted copy of its seal: nowhere to bring it back
+ * from); -errno to try again.
  */
 static int rebuild_file(struct protect *p, struct inode *in, struct pacer *b)
 {
@@ -846,6 +845,8 @@ static int rebuild_file(struct protect *p, struct inode *in, struct pacer *b)
 		       p->e->store.chunk_shift);
 	if (in->nlink == 0 || f->owner != p->self)
 		rc = -ESTALE;
+	else if (file_lost(f))
+		rc = -ENODATA;
 	pthread_rwlock_unlock(&f->lock);
 	if (rc < 0)
 		return rc;
@@ -877,7 +878,9 @@ int protect_repair(struct protect *p, struct inode *in)
  * copies this node held for others come back from their owners
  * (protect_node_lost on their side).  A file that cannot be brought back
  * now (its holders not reachable yet, memory full) is tried again, with a
- * backoff from 1 s to 30 s, until it is back, gone, or the daemon stops.
+ * backoff from 1 s to 30 s, until it is back, gone, or the daemon stops;
+ * a lost one (file_lost: the log says no copy of it is left) is not
+ * tried: it is counted and named (protect --wait, rebuild --wait).
  */
 static void *rebuild_main(void *arg)
 {
@@ -904,6 +907,11 @@ static void *rebuild_main(void *arg)
 			stop = p->stop;
 			pthread_mutex_unlock(&p->lock);
 			rc = stop ? -ECANCELED : rebuild_file(p, in, &p->rebuild_pace);
+			if (rc == -ENODATA) {
+				atomic_fetch_add(&p->rebuild_lost, 1);
+				ns_unhold(p->e, in);
+				continue;
+			}
 			if (rc < 0 && rc != -ESTALE) {
 				/* Kept for the next round. */
 				if (!stop && backoff == PROT_RETRY_MIN_MS)
@@ -942,6 +950,12 @@ static void *rebuild_main(void *arg)
 	if (left)
 		rft_warn("rebuild: stopped with %zu of %zu files not back",
 			 left, w.n);
+	else if (atomic_load(&p->rebuild_lost))
+		rft_err("rebuild: done (%llu files back); %llu files are "
+			"lost: no copy, parity or persisted copy of them is "
+			"left (named by reftfs-admin rebuild)",
+			(unsigned long long)files_done,
+			(unsigned long long)atomic_load(&p->rebuild_lost));
 	else
 		rft_info("rebuild: done (%llu files)",
 			 (unsigned long long)files_done);
@@ -1245,6 +1259,7 @@ void protect_get_stats(struct protect *p, struct eng_protect_stats *s)
 	pthread_mutex_unlock(&p->lock);
 	s->rebuild_bytes = atomic_load(&p->rebuild_bytes);
 	s->rebuild_failed = atomic_load(&p->rebuild_failed);
+	s->rebuild_lost = atomic_load(&p->rebuild_lost);
 	s->holder_dead = -1;
 	memb_get_view(p->memb, &v);
 	for (int k = 0; k < p->nholders; k++)
