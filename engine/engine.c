@@ -313,6 +313,12 @@ void eng_invalidated(struct eng *e)
 		e->gops->kick(e->gctx);
 }
 
+int eng_group_leave(struct eng *e, unsigned wait_ms)
+{
+	return e->gops && e->gops->leave ? e->gops->leave(e->gctx, wait_ms)
+					 : 0;
+}
+
 bool eng_group_caught_up(struct eng *e)
 {
 	return !e->gops || atomic_load(&e->caught_up);

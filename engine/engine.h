@@ -447,6 +447,18 @@ int eng_group_ready(struct eng *e, int timeout_ms);
  */
 bool eng_group_caught_up(struct eng *e);
 
+/*
+ * A graceful stop of a node of a group, after the FUSE session ended and
+ * before grp_stop(): wait up to @wait_ms for this node's sealed files to
+ * be protected (its rebuild stops), then log by path each file whose
+ * bytes go with this daemon (neither protected nor persisted) and append
+ * LOST for this node, so that the others show those files lost at once
+ * (when the log can take it: a majority up).  Returns how many such
+ * files were left when --protect asks for protection (the daemon exits
+ * non-zero then), else 0; 0 at once without a group.  Sleeps.
+ */
+int eng_group_leave(struct eng *e, unsigned wait_ms);
+
 /* true when @e is a node of a group (eng_join_group succeeded). */
 bool eng_in_group(const struct eng *e);
 

@@ -750,6 +750,13 @@ enum nsop_kind {
 
 #define NSOP_VERSION 1
 
+/*
+ * LOST's flags: the proposer is a daemon that stops (a graceful stop that
+ * leaves files unprotected), not one that started: its node is down, so
+ * the owners send it nothing until it starts again (and says LOST then).
+ */
+#define NSOP_LOST_STOP 0x1u
+
 /* SEAL: one piece of the sealed file. */
 struct nsop_piece {
 	uint32_t crc;	/* CRC32C of the whole piece as the file shows it */
@@ -891,6 +898,8 @@ struct eng_group_ops {
 	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
 	/* Wait until the namespace caught up with the group (see engine.h). */
 	int (*ready)(void *ctx, int timeout_ms);
+	/* A graceful stop, before the group stops (eng_group_leave). */
+	int (*leave)(void *ctx, unsigned wait_ms);
 	/*
 	 * Ask @node to check its copy of @ino's seal @gseal (eng_verify):
 	 * fills @vc (node and rc too).  No lock held; sleeps.

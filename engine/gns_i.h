@@ -68,6 +68,15 @@ void protect_free(struct protect *p);
 void protect_file(struct protect *p, struct inode *in, uint64_t gseal);
 
 /*
+ * A graceful stop of this daemon: wait until @until_ms (CLOCK_MONOTONIC)
+ * for the sealed files of this node whose bytes are all here to be
+ * protected, retrying soon and stopping the rebuild meanwhile.  0 once
+ * none is left, -ETIMEDOUT, or -EHOSTDOWN at once when a holder they
+ * need is not up.  No lock held; sleeps.  0 without protection.
+ */
+int protect_leave(struct protect *p, uint64_t until_ms);
+
+/*
  * Node @node (another) started with empty memory (its LOST applied here):
  * send it again the copies it held of this node's files.  No lock held.
  */

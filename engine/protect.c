@@ -43,6 +43,8 @@
 #define PROT_SEND_MS 10000	/* one piece handed to the link */
 #define PROT_RETRY_MIN_MS 1000
 #define PROT_RETRY_MAX_MS 30000
+#define PROT_LEAVE_RETRY_MS 250	/* retries while a graceful stop waits */
+#define PROT_LEAVE_POLL_MS 100
 
 /* --protect-bw: a token bucket, one per thread that sends or fetches. */
 struct pacer {
@@ -110,6 +112,8 @@ struct protect {
 	struct prot_ans *ans;	/* lock */
 	unsigned queued;	/* jobs not yet done; lock */
 	bool stop;		/* lock */
+	bool leaving;		/* a graceful stop waits (protect_leave):
+				   retries soon, no rebuild; lock */
 	bool started;
 	pthread_t sender, answerer;
 
@@ -711,7 +715,8 @@ static void *sender_main(void *arg)
 					      : PROT_RETRY_MIN_MS;
 		if (j->backoff_ms > PROT_RETRY_MAX_MS)
 			j->backoff_ms = PROT_RETRY_MAX_MS;
-		j->at_ms = now_ms() + j->backoff_ms;
+		j->at_ms = now_ms() + (p->leaving ? PROT_LEAVE_RETRY_MS
+						  : j->backoff_ms);
 		j->next = p->later;
 		p->later = j;
 	}
@@ -904,7 +909,8 @@ static void *rebuild_main(void *arg)
 			int rc;
 
 			pthread_mutex_lock(&p->lock);
-			stop = p->stop;
+			/* A graceful stop: what is not back is on its holders. */
+			stop = p->stop || p->leaving;
 			pthread_mutex_unlock(&p->lock);
 			rc = stop ? -ECANCELED : rebuild_file(p, in, &p->rebuild_pace);
 			if (rc == -ENODATA) {
@@ -930,9 +936,9 @@ static void *rebuild_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		p->rebuild_done = files_done;
 		for (uint64_t until = now_ms() + backoff;
-		     left && !p->stop && now_ms() < until;)
+		     left && !p->stop && !p->leaving && now_ms() < until;)
 			cv_wait_until(p, until);
-		stop = p->stop;
+		stop = p->stop || p->leaving;
 		pthread_mutex_unlock(&p->lock);
 		if (!left || stop)
 			break;
@@ -983,6 +989,105 @@ int protect_rebuild(struct protect *p)
 		memb_set_rebuilding(p->memb, false);
 	}
 	return rc;
+}
+
+/* --- a graceful stop --------------------------------------------------- */
+
+struct pending_walk {
+	struct protect *p;
+	uint64_t n;
+};
+
+/*
+ * A sealed file of this node not protected yet, whose bytes are all here
+ * (so that its protection can go on), neither lost nor persisted.
+ * ns->lock held (read).
+ */
+static int count_pending(void *ctx, struct inode *in)
+{
+	struct pending_walk *w = ctx;
+	struct file *f = &in->file;
+	bool want;
+
+	if (!S_ISREG(in->mode) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	want = f->owner == w->p->self && file_sealed(f) &&
+	       f->dur.protected_data != f->version && !file_lost(f) &&
+	       !file_data_persisted(f);
+	for (uint32_t i = 0; want && i < f->nslots; i++)
+		want = !slot_remote(&f->slots[i]);
+	pthread_rwlock_unlock(&f->lock);
+	w->n += want;
+	return 0;
+}
+
+/*
+ * A holder this node's protections need that is declared dead, or -1.
+ * One not heard from yet (a daemon that just started) or suspect may
+ * still answer: the wait goes on for it.
+ */
+static int holder_down(struct protect *p)
+{
+	struct memb_view v;
+
+	memb_get_view(p->memb, &v);
+	for (int k = 0; k < p->nholders; k++)
+		if (v.node[p->holders[k]].state == MEMB_DEAD)
+			return p->holders[k];
+	return -1;
+}
+
+int protect_leave(struct protect *p, uint64_t until_ms)
+{
+	struct pending_walk w = { p, 0 };
+	bool said = false;
+	int down;
+
+	if (!p || !p->nholders)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	p->leaving = true;
+	/* Retries due now, not after their backoff. */
+	for (struct prot_job *j = p->later; j; j = j->next)
+		j->at_ms = 0;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	for (;;) {
+		w.n = 0;
+		pthread_rwlock_rdlock(&p->e->ns.lock);
+		ns_walk(&p->e->ns, count_pending, &w);
+		pthread_rwlock_unlock(&p->e->ns.lock);
+		if (w.n == 0) {
+			if (said)
+				rft_info("stop: every sealed file of this "
+					 "node is protected");
+			return 0;
+		}
+		down = holder_down(p);
+		if (down >= 0) {
+			rft_warn("stop: %llu sealed files of this node not "
+				 "protected, and node %d, a holder of their "
+				 "%s, is dead: not waiting for it",
+				 (unsigned long long)w.n, down,
+				 p->par ? "parity rows" : "copies");
+			return -EHOSTDOWN;
+		}
+		if (now_ms() >= until_ms)
+			return -ETIMEDOUT;
+		if (!said)
+			rft_info("stop: protecting %llu sealed files of this "
+				 "node first (--stop-wait %llu s at most)",
+				 (unsigned long long)w.n,
+				 (unsigned long long)(until_ms - now_ms() +
+						      999) / 1000);
+		said = true;
+		pthread_mutex_lock(&p->lock);
+		cv_wait_until(p, now_ms() + PROT_LEAVE_POLL_MS < until_ms
+					 ? now_ms() + PROT_LEAVE_POLL_MS
+					 : until_ms);
+		pthread_mutex_unlock(&p->lock);
+	}
 }
 
 /* --- the module --------------------------------------------------------- */
