@@ -909,7 +909,7 @@ static void *rebuild_main(void *arg)
 			int rc;
 
 			pthread_mutex_lock(&p->lock);
-			/* A graceful stop: what is not back is on its holders. */
+			/* A graceful stop: the rest is on its holders. */
 			stop = p->stop || p->leaving;
 			pthread_mutex_unlock(&p->lock);
 			rc = stop ? -ECANCELED : rebuild_file(p, in, &p->rebuild_pace);

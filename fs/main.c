@@ -376,8 +376,8 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		if (val && !strcmp(val, "0"))
 			o->stop_wait_ms = 0;
 		else if (parse_seconds_ms(val, &o->stop_wait_ms) < 0)
-			return bad("bad --stop-wait '%s': want seconds, e.g. 30 "
-				   "(0: no wait)", val ? val : "");
+			return bad("bad --stop-wait '%s': want seconds, e.g. "
+				   "30 (0: no wait)", val ? val : "");
 	} else if (!strcmp(key, "dead-after")) {
 		if (parse_seconds_ms(val, &o->grp.dead_after_ms) < 0)
 			return bad("bad --dead-after '%s': want seconds, e.g. 5 "
