@@ -1166,14 +1166,16 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index);
  * already), -ENOSPC.  file_replica_install() makes it the piece once its
  * bytes arrived checked (@ok), else gives the chunk back.
  * file_replica_complete(): 0 when every piece of that seal is here,
- * -EAGAIN when some are missing, -ESTALE.
+ * -EAGAIN when some are missing (their bits set in @map, zeroed by the
+ * caller, those below @map_bits), -ESTALE; *@npieces: the seal's pieces.
  */
 int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
 		      uint32_t idx, uint32_t len, uint32_t crc,
 		      uint32_t *chunk);
 void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
-int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
+int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint8_t *map, uint32_t map_bits, uint32_t *npieces);
 /*
  * Piece @idx of @ino's seal @gseal, @len bytes with CRC32C @crc, copied
  * into @buf from this node's memory (its owner's data, a copy held or

@@ -1123,21 +1123,28 @@ void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 		store_put(&e->store, chunk);
 }
 
-int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal)
+int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint8_t *map, uint32_t map_bits, uint32_t *npieces)
 {
 	struct file *f = NULL;
 	int rc = 0;
 
+	*npieces = 0;
 	/* Piece 0 only finds the file; every piece is looked at below. */
 	replica_slot(e, ino, gseal, 0, &f);
 	if (!f || f->gseal != gseal) {
 		rc = -ESTALE;
 	} else {
-		for (uint32_t i = 0; i < f->nslots && rc == 0; i++) {
+		*npieces = f->nslots;
+		for (uint32_t i = 0; i < f->nslots; i++) {
 			struct slot *s = &f->slots[i];
 
-			if (s->where == PIECE_PEER || s->where == PIECE_PERSIST)
+			if (s->where == PIECE_PEER ||
+			    s->where == PIECE_PERSIST) {
 				rc = -EAGAIN;
+				if (map && i < map_bits)
+					map[i / 8] |= (uint8_t)(1u << (i % 8));
+			}
 			/* A copy a reader fetched is kept as the replica. */
 			s->flags &= (uint8_t)~SLOT_FETCHED;
 		}
