@@ -1441,15 +1441,16 @@ uint64_t file_count_unprotected(struct eng *e)
 	return w.n;
 }
 
+/* Files named one by one in the log at a LOST; past this, a count. */
+#define LOST_NAMED_MAX 20
+
 struct lost_walk {
 	struct eng *e;
 	int node;
 	uint64_t bit;
 	uint64_t lost;		/* files found lost */
+	char *named[LOST_NAMED_MAX]; /* the first ones' paths, strdup()ed */
 };
-
-/* Files named one by one in the log at a LOST; past this, a count. */
-#define LOST_NAMED_MAX 20
 
 /*
  * Were @f's sealed bytes nowhere but in node @node's memory?  Its seal
@@ -1498,28 +1499,34 @@ static int lost_one(void *ctx, struct inode *in)
 	pthread_rwlock_unlock(&f->lock);
 	if (!lost || in->nlink == 0)
 		return 0;
-	if (++w->lost <= LOST_NAMED_MAX) {
+	/* Named once the locks are let go (the log may block). */
+	if (w->lost < LOST_NAMED_MAX) {
 		if (ns_path(&w->e->ns, in, rel, sizeof(rel)) < 0)
 			snprintf(rel, sizeof(rel), "inode %llu",
 				 (unsigned long long)in->ino);
-		rft_err("lost: %s: its bytes were only in the memory of node "
-			"%d, which is gone (no copy, parity or persisted "
-			"copy of that seal); reads give EIO until it is "
-			"written again or removed",
-			rel, w->node);
+		w->named[w->lost] = strdup(rel);
 	}
+	w->lost++;
 	return 0;
 }
 
 int file_apply_lost(struct eng *e, const struct nsop *op)
 {
-	struct lost_walk w = { e, op->node, 1ULL << op->node, 0 };
+	struct lost_walk w = { e, op->node, 1ULL << op->node, 0, { NULL } };
 
 	if (op->node < 0 || op->node >= 64)
 		return -EINVAL;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	ns_walk(&e->ns, lost_one, &w);
 	pthread_rwlock_unlock(&e->ns.lock);
+	for (uint64_t i = 0; i < w.lost && i < LOST_NAMED_MAX; i++) {
+		rft_err("lost: %s: its bytes were only in the memory of node "
+			"%d, which is gone (no copy, parity or persisted "
+			"copy of that seal); reads give EIO until it is "
+			"written again or removed",
+			w.named[i] ? w.named[i] : "(a file)", w.node);
+		free(w.named[i]);
+	}
 	if (w.lost > LOST_NAMED_MAX)
 		rft_err("lost: %llu files in all with node %d's memory",
 			(unsigned long long)w.lost, op->node);

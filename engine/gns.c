@@ -1102,8 +1102,11 @@ static bool drain(struct gns *g, uint64_t until_ms)
 
 struct leave_walk {
 	struct gns *g;
-	bool protecting;	/* --protect is not none */
 	uint64_t n;
+	struct leave_name {
+		char *path;	/* strdup()ed; NULL: no memory for it */
+		bool open;
+	} named[GNS_LEAVE_NAMED];
 };
 
 /*
@@ -1112,7 +1115,7 @@ struct leave_walk {
  * persisted, and, once sealed (its seal applied: drain()), held by no
  * other node either (copies or rows left by an earlier protection, the
  * rebuild's source).  One open for writing: its bytes are here only.
- * Named in the log.  ns->lock held (read).
+ * Counted, and the first named.  ns->lock held (read).
  */
 static int leave_one(void *ctx, struct inode *in)
 {
@@ -1132,18 +1135,32 @@ static int leave_one(void *ctx, struct inode *in)
 		for (uint32_t i = 0; i < f->nslots && !here; i++)
 			here = slot_in_ram(&f->slots[i]);
 	pthread_rwlock_unlock(&f->lock);
-	if (!here || w->n++ >= GNS_LEAVE_NAMED)
+	if (!here)
 		return 0;
-	if (ns_path(&w->g->e->ns, in, rel, sizeof(rel)) < 0)
-		snprintf(rel, sizeof(rel), "inode %llu",
-			 (unsigned long long)in->ino);
-	if (w->protecting)
-		rft_err("stop: left unprotected: %s%s", rel,
-			open ? " (still open for writing)" : "");
-	else
-		rft_warn("stop: not kept by the group (--protect none): %s%s",
-			 rel, open ? " (still open for writing)" : "");
+	if (w->n < GNS_LEAVE_NAMED) {
+		if (ns_path(&w->g->e->ns, in, rel, sizeof(rel)) < 0)
+			snprintf(rel, sizeof(rel), "inode %llu",
+				 (unsigned long long)in->ino);
+		w->named[w->n] = (struct leave_name){ strdup(rel), open };
+	}
+	w->n++;
 	return 0;
+}
+
+/*
+ * Until the write-back of ticket @ticket (eng_flush_request) is finished
+ * or @until_ms.  Its persist records are then queued here (drain()).
+ */
+static void wait_flush(struct gns *g, uint64_t ticket, uint64_t until_ms)
+{
+	struct eng_flush_progress fp;
+
+	while (eng_flush_progress(g->e, ticket, &fp) == 0 && !fp.finished &&
+	       now_ms() < until_ms) {
+		pthread_mutex_lock(&g->lock);
+		cv_wait_until(g, &g->tick_cv, now_ms() + GNS_LEAVE_POLL_MS);
+		pthread_mutex_unlock(&g->lock);
+	}
 }
 
 /* Are enough nodes up for the log to take an entry (a majority)? */
@@ -1159,23 +1176,38 @@ static bool majority_up(struct gns *g)
 }
 
 /*
- * A graceful stop (eng_group_leave): protect what can be within
- * @wait_ms, then name each file whose bytes go with this daemon and tell
- * the group (LOST, flag NSOP_LOST_STOP), so that the others show those
- * files lost at once, not when this node starts again.  Returns the
- * number of such files when --protect asks for protection, else 0.
+ * A graceful stop (eng_group_leave): write back what unmount would, and
+ * protect what can be, within @wait_ms; then name each file whose bytes
+ * go with this daemon and tell the group (LOST, flag NSOP_LOST_STOP), so
+ * that the others show those files lost at once, not when this node
+ * starts again.  Returns the number of such files when --protect asks
+ * for protection, else 0, or -ENOMEM.  No lock held; sleeps.
  */
 static int gns_leave(void *ctx, unsigned wait_ms)
 {
 	struct gns *g = ctx;
-	struct leave_walk w = { g, g->prot != NULL, 0 };
-	uint64_t until = now_ms() + wait_ms, left;
+	struct eng *e = g->e;
+	struct leave_walk *w = calloc(1, sizeof(*w));
+	uint64_t until = now_ms() + wait_ms, ticket = 0, n;
+	bool flushing, protecting = g->prot != NULL;
 	struct nsop op;
 	void *buf = NULL;
 	size_t len = 0;
 	int prc, rc, result = 0;
 
+	if (!w)
+		return -ENOMEM;
+	w->g = g;
+	/*
+	 * What unmount would write back to a persist dir goes now, while
+	 * the log can still take its PERSIST records: the others then read
+	 * it from there, and it is not lost.
+	 */
+	flushing = e->cfg.unmount_flush == ENG_UNMOUNT_FLUSH_ALL &&
+		   eng_flush_request(e, &ticket) == 0;
 	prc = protect_leave(g->prot, until);
+	if (flushing)
+		wait_flush(g, ticket, until);
 	/*
 	 * No protection ends after the files are named below: a PROTECT
 	 * committed after LOST would make them come back on the others.
@@ -1187,26 +1219,44 @@ static int gns_leave(void *ctx, unsigned wait_ms)
 			      : now_ms() + GNS_LEAVE_POLL_MS))
 		rft_warn("stop: namespace changes of this node are not all in "
 			 "the group's log yet");
-	pthread_rwlock_rdlock(&g->e->ns.lock);
-	ns_walk(&g->e->ns, leave_one, &w);
-	pthread_rwlock_unlock(&g->e->ns.lock);
-	if (w.n == 0)
+	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_walk(&e->ns, leave_one, w);
+	pthread_rwlock_unlock(&e->ns.lock);
+	n = w->n;
+	/* Named once the locks are let go (the log may block). */
+	for (uint64_t i = 0; i < n && i < GNS_LEAVE_NAMED; i++) {
+		const char *path = w->named[i].path ? w->named[i].path
+						    : "(a file)";
+		const char *open = w->named[i].open
+					   ? " (still open for writing)"
+					   : "";
+
+		if (protecting)
+			rft_err("stop: left unprotected: %s%s", path, open);
+		else
+			rft_warn("stop: not kept by the group (--protect "
+				 "none): %s%s",
+				 path, open);
+		free(w->named[i].path);
+	}
+	free(w);
+	if (n == 0)
 		return 0;
-	if (w.n > GNS_LEAVE_NAMED)
+	if (n > GNS_LEAVE_NAMED)
 		rft_err("stop: ... and %llu more files",
-			(unsigned long long)(w.n - GNS_LEAVE_NAMED));
-	if (w.protecting)
+			(unsigned long long)(n - GNS_LEAVE_NAMED));
+	if (protecting)
 		rft_err("stop: %llu files of this node left unprotected (%s): "
 			"their bytes go with this daemon",
-			(unsigned long long)w.n,
-			prc == -EHOSTDOWN  ? "a holder is not up"
+			(unsigned long long)n,
+			prc == -EHOSTDOWN  ? "a holder is dead"
 			: prc == -ETIMEDOUT ? "--stop-wait ran out"
-					   : "not sealed");
+					   : "open for writing");
 	if (!majority_up(g)) {
 		rft_err("stop: too few nodes up for the group's log to take "
 			"this node's LOST: the others show those files lost "
 			"only once this node starts again");
-		return w.protecting ? (int)(w.n > INT_MAX ? INT_MAX : w.n) : 0;
+		return protecting ? (int)(n > INT_MAX ? INT_MAX : n) : 0;
 	}
 	nsop_init(&op, NSOP_LOST);
 	op.node = g->self;
@@ -1225,8 +1275,9 @@ static int gns_leave(void *ctx, unsigned wait_ms)
 	else
 		rft_info("stop: the group knows: those files show as lost on "
 			 "every node");
-	left = w.protecting ? w.n : 0;
-	return left > INT_MAX ? INT_MAX : (int)left;
+	if (!protecting)
+		return 0;
+	return n > INT_MAX ? INT_MAX : (int)n;
 }
 
 static int gns_repair(void *ctx, struct inode *in)
