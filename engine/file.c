@@ -1512,10 +1512,11 @@ static int lost_one(void *ctx, struct inode *in)
 
 int file_apply_lost(struct eng *e, const struct nsop *op)
 {
-	struct lost_walk w = { e, op->node, 1ULL << op->node, 0, { NULL } };
+	struct lost_walk w = { e, op->node, 0, 0, { NULL } };
 
 	if (op->node < 0 || op->node >= 64)
 		return -EINVAL;
+	w.bit = 1ULL << op->node;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	ns_walk(&e->ns, lost_one, &w);
 	pthread_rwlock_unlock(&e->ns.lock);

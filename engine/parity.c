@@ -458,7 +458,8 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 			f->type == PAR_T_FOLD ? "fold" : "unfold",
 			get32(m + 40), (unsigned long long)get64(m + 16),
 			(unsigned long long)get64(m + 8), strerror(-rc));
-		refused(par, node, f, rc);
+		if (rc == -ENOSPC || rc == -ENOMEM)
+			refused(par, node, f, rc);
 	}
 	rxbuf_put(par, cookie);
 	return 0;

@@ -2481,7 +2481,8 @@ static enum group_wait_state group_wait_state(struct rep_out *o,
 								 "folds",
 				     ps->files_stalled,
 				     err_name(ps->stalled_err),
-				     ps->stalled_err == -ENOSPC
+				     ps->stalled_err == -ENOSPC ||
+						     ps->stalled_err == -ENOMEM
 					     ? ": no memory for them there"
 					     : "");
 			return GW_FAIL;
