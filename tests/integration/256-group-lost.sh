@@ -8,6 +8,8 @@
 #   checkpoint count it), reads give EIO at once, `rebuild --wait` and
 #   `protect --wait` on the replacement end with exit 1 naming it, and a
 #   write or an unlink of it ends the mark.
+# - A node only hung (SIGSTOP) past --dead-after keeps its memory: its
+#   unprotected file is never marked lost.
 # - A graceful stop (SIGTERM, fusermount3 -u) of a node with a sealed
 #   file not yet protected: with time enough it finishes the protection
 #   first, exits 0, and the others read the file from its copy; when
@@ -165,15 +167,37 @@ log "SIGTERM: node 1 protected ck/slow first, exited 0; the others read it"
 # With --stop-wait 2 and 16 KiB/s, it cannot: named, exit 1, lost.
 start_node 1 --protect-bw 16K --stop-wait 2
 admin "${M[1]}" rebuild --wait >/dev/null || fail "rebuild --wait on node 1"
+wait_states "${M[0]}" "self up up" 30
+# But first: a node only hung (SIGSTOP past --dead-after) keeps its
+# memory, so its unprotected file is never marked lost, and reads right
+# once it runs again.
+head -c 3145728 /dev/urandom >"$REF/hung"
+cp "$REF/hung" "${M[1]}/ck/hung"
+kill -STOP "${PID[1]}"
+wait_states "${M[0]}" "self dead up" 30
+sleep 1
+for n in 0 2; do
+	expect_eq "$(ls_state "${M[$n]}" /ck/hung)" sealed "ck/hung on node $n while node 1 is stopped"
+done
+kill -CONT "${PID[1]}"
+wait_states "${M[0]}" "self up up" 30
+for n in 0 2; do
+	expect_eq "$(ls_state "${M[$n]}" /ck/hung)" sealed "ck/hung on node $n once node 1 runs again"
+	cmp "$REF/hung" "${M[$n]}/ck/hung" || fail "ck/hung differs on node $n"
+done
+log "node 1 hung past --dead-after and back: ck/hung not lost, read right"
 head -c 3145728 /dev/urandom >"$REF/late"
 cp "$REF/late" "${M[1]}/ck/late"
 LOG1=$DAEMON_LOG
 stop_sig 1 TERM
 expect_eq "$STOP_RC" 1 "node 1's exit after SIGTERM with ck/late unprotected"
-grep -q "stop: left unprotected: ck/late\$" "$LOG1" ||
-	fail "node 1 did not name ck/late at its stop: $(tail -5 "$LOG1")"
+for f in hung late; do
+	grep -q "stop: left unprotected: ck/$f\$" "$LOG1" ||
+		fail "node 1 did not name ck/$f at its stop: $(tail -5 "$LOG1")"
+done
 for n in 0 2; do
 	wait_state "${M[$n]}" /ck/late lost 5
+	wait_state "${M[$n]}" /ck/hung lost 5
 	expect_eq "$(read_err "${M[$n]}/ck/late" 5)" EIO "reading ck/late on node $n"
 done
 log "SIGTERM past --stop-wait: ck/late named, exit 1, lost on the others"
