@@ -2379,6 +2379,12 @@ enum group_wait_state { GW_WAIT, GW_DONE, GW_FAIL };
 
 /* Lost files named by protect and rebuild; past this, a count. */
 #define CTL_LOST_NAMED 100
+/*
+ * protect --wait gives up on a holder that has refused a file for want of
+ * memory (it is tried again) this long in a row: a short refusal, while
+ * the holder evicts what it may, is waited through.
+ */
+#define CTL_STALL_FAIL_MS 20000
 
 struct lost_names {
 	struct rep_out *o;
@@ -2427,17 +2433,35 @@ static void say_lost(struct rep_out *o, struct eng *e, const char *cmd,
 			     total - CTL_LOST_NAMED);
 }
 
+/* protect: holder @ps->stalled_holder refused, and why, after @what. */
+static void say_stalled(struct rep_out *o, const char *what, uint64_t left,
+			const struct eng_protect_stats *ps)
+{
+	rep_out_line(o, 'e',
+		     "protect: %s%" PRIu64 " files of this node cannot be "
+		     "protected now: node %d refused %s of %" PRIu64 " of "
+		     "them (%s%s); tried again, sending only what it lacks",
+		     what, left, ps->stalled_holder,
+		     ps->copies ? "the copies" : "the parity folds",
+		     ps->files_stalled, err_name(ps->stalled_err),
+		     ps->stalled_err == -ENOSPC || ps->stalled_err == -ENOMEM
+			     ? ": no memory for them there"
+			     : "");
+}
+
 /*
  * Where protection (or the rebuild) stands: GW_DONE, GW_WAIT (not yet) or
  * GW_FAIL (it cannot finish now, and @o says why).  @done and @total are
  * the progress in files.  Files of this node that are lost end either
- * wait once the others are done (they never will be).
+ * wait once the others are done (they never will be).  A holder that
+ * refuses for want of memory is said once (*@said) and waited for up to
+ * CTL_STALL_FAIL_MS in a row.
  */
 static enum group_wait_state group_wait_state(struct rep_out *o,
 			    struct eng *e, enum group_wait_kind k,
 			    const struct eng_protect_stats *ps,
 			    bool caught_up, uint64_t *total, uint64_t *done,
-			    uint64_t *bytes)
+			    uint64_t *bytes, bool *said)
 {
 	/* Nothing is known, and no rebuild begun, before it caught up. */
 	if (!caught_up) {
@@ -2469,23 +2493,14 @@ static enum group_wait_state group_wait_state(struct rep_out *o,
 				     ps->copies ? "copies" : "parity rows");
 			return GW_FAIL;
 		}
-		if (ps->files_stalled && ps->stalled_holder >= 0) {
-			rep_out_line(o, 'e',
-				     "protect: %" PRIu64 " files of this node "
-				     "cannot be protected now: node %d "
-				     "refused %s of %" PRIu64 " of them (%s%s);"
-				     " tried again, sending only what it "
-				     "lacks",
-				     left, ps->stalled_holder,
-				     ps->copies ? "the copies" : "the parity "
-								 "folds",
-				     ps->files_stalled,
-				     err_name(ps->stalled_err),
-				     ps->stalled_err == -ENOSPC ||
-						     ps->stalled_err == -ENOMEM
-					     ? ": no memory for them there"
-					     : "");
+		if (ps->files_stalled && ps->stalled_holder >= 0 &&
+		    ps->stalled_ms >= CTL_STALL_FAIL_MS) {
+			say_stalled(o, "", left, ps);
 			return GW_FAIL;
+		}
+		if (ps->files_stalled && ps->stalled_holder >= 0 && !*said) {
+			say_stalled(o, "waiting: ", left, ps);
+			*said = true;
 		}
 		return GW_WAIT;
 	}
@@ -2618,7 +2633,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 	uint64_t total = 0, done = 0, bytes = 0, sent_at = 0;
 	uint64_t last[3] = { UINT64_MAX, 0, 0 };
 	enum group_wait_state st;
-	bool caught_up;
+	bool caught_up, said = false;
 	int rc;
 
 	if (!eng_in_group(r->c->e)) {
@@ -2635,7 +2650,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 	for (;;) {
 		caught_up = eng_group_caught_up(r->c->e);
 		st = group_wait_state(o, r->c->e, k, &ps, caught_up, &total,
-				      &done, &bytes);
+				      &done, &bytes, &said);
 		if (st == GW_FAIL)
 			return CTL_EXIT_FAIL;
 		if (!r->wait)

@@ -15,9 +15,10 @@
 #   first, exits 0, and the others read the file from its copy; when
 #   --stop-wait runs out it names the file in its log, exits 1, and the
 #   others show it "lost" at once, not "sealed".
-# - A parity holder without memory: `protect --wait` on the writer ends
-#   with exit 1 naming the holder and the reason, the writer logs it once
-#   per file, and its retries send only the pieces the holder lacks.
+# - A holder without memory (xor, replicate:2): `protect --wait` on the
+#   writer says at once who refuses and why, and once that has lasted 20 s
+#   ends with exit 1; the writer logs it once per file, and its retries
+#   send only the pieces the holder lacks.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
@@ -226,10 +227,10 @@ rm -rf "$T_TMP"/state*	# a new group below, not this one's log
 # holder_full SCHEME H FILL: a new group of three with --protect SCHEME,
 # node H a holder of node 0's copies (replicate:2) or of rows of half of
 # its pieces (xor), with 16 MiB of which its own file takes FILL MiB, so
-# that it refuses some of node 0's 8 MiB file.  protect --wait on node 0
-# ends with exit 1 saying who and why, node 0 logs it once, its retries
-# send only the pieces H refused, and once H has room the file is
-# protected.
+# that it refuses some of node 0's 8 MiB file.  Node 0's retries send
+# only the pieces H refused, protect --wait on node 0 says who and why
+# and ends with exit 1, node 0 logs it once, and once H has room the
+# file is protected.
 holder_full() {
 	local scheme=$1 h=$2 fill=$3 what n i rc out r0 b0 t0 s0 r1 b1 t1 s1
 	group_init 3
@@ -249,17 +250,16 @@ holder_full() {
 		fail "$scheme: protect --wait of ck/fill on node $h"
 	head -c $((8 << 20)) /dev/urandom >"$REF/big"
 	cp "$REF/big" "${M[0]}/ck/big"
-	what="copies"
-	[ "$scheme" = xor ] && what="parity folds"
-	rc=0
-	out=$(timeout 60 "$REFTFS_ADMIN" -m "${M[0]}" protect --wait 2>&1) || rc=$?
-	[ "$rc" = 1 ] || fail "$scheme: protect --wait on node 0 with node $h full exited $rc (124: still waiting after 60 s), want 1: $out"
-	grep -q "node $h refused the $what of 1 of them (No space left on device: no memory for them there)" <<<"$out" ||
-		fail "$scheme: protect --wait on node 0 with node $h full: $out"
-	log "$scheme: protect --wait with a holder full: $(grep refused <<<"$out")"
 	# Its retries (1 s, 2 s, 4 s apart) send node H only what it
 	# lacks: per retry, the pieces it refused, not the file again.
-	read -r r0 b0 t0 s0 <<<"$(counters "$h")"
+	# From the first retry on (the first try sends every piece).
+	for i in $(seq 1 300); do
+		read -r r0 b0 t0 s0 <<<"$(counters "$h")"
+		[ "$t0" -ge 1 ] && [ "$r0" -ge 1 ] && break
+		sleep 0.1
+	done
+	[ "$t0" -ge 1 ] && [ "$r0" -ge 1 ] ||
+		fail "$scheme: node $h refused nothing of ck/big in 30 s"
 	for i in $(seq 1 300); do
 		read -r r1 b1 t1 s1 <<<"$(counters "$h")"
 		[ "$t1" -ge $((t0 + 2)) ] && [ "$r1" -gt "$r0" ] && break
@@ -279,6 +279,18 @@ holder_full() {
 		[ $(((s1 - s0) / (t1 - t0))) -le $((4 << 20)) ] ||
 			fail "$scheme: node 0 sent $(((s1 - s0) / (t1 - t0))) bytes per retry: it sends again what node $h has"
 	fi
+	# protect --wait says so at once, waits a while (the holder may
+	# free memory), then exits 1 naming holder and reason.
+	what="copies"
+	[ "$scheme" = xor ] && what="parity folds"
+	rc=0
+	out=$(timeout 60 "$REFTFS_ADMIN" -m "${M[0]}" protect --wait 2>&1) || rc=$?
+	[ "$rc" = 1 ] || fail "$scheme: protect --wait on node 0 with node $h full exited $rc (124: still waiting after 60 s), want 1: $out"
+	grep -q "protect: waiting: 1 files of this node cannot be protected now: node $h refused the $what of 1 of them (No space left on device: no memory for them there)" <<<"$out" ||
+		fail "$scheme: protect --wait on node 0 with node $h full did not say why at once: $out"
+	grep -q "protect: 1 files of this node cannot be protected now: node $h refused the $what of 1 of them (No space left on device: no memory for them there)" <<<"$out" ||
+		fail "$scheme: protect --wait on node 0 with node $h full: $out"
+	log "$scheme: protect --wait with a holder full: $(grep -v waiting <<<"$out" | grep refused)"
 	what="copy"
 	[ "$scheme" = xor ] && what="parity folds"
 	n=$(grep -c "protect: ck/big: node $h refused its $what (No space left on device: no memory there)" "$LOG0") || true
