@@ -511,9 +511,8 @@ struct eng_protect_stats {
 	 * row there): tried again, and only what it lacks is sent again.
 	 */
 	uint64_t files_stalled;
-	int stalled_holder;		  /* the one refused longest; -1: none */
+	int stalled_holder;		  /* one that refused; -1: none */
 	int stalled_err;		  /* its reason, -errno */
-	uint64_t stalled_ms;		  /* refused in a row for so long */
 	char scheme[32];		  /* "replicate:2", "xor:2", "rs:4+2";
 					     "" for none */
 	/* xor, rs:K+M: */

@@ -68,8 +68,6 @@ struct prot_job {
 	/* Its last try: a live holder that refused it (no memory), why. */
 	int stall_holder;	/* -1: none */
 	int stall_err;		/* -errno; 0: none */
-	uint64_t stall_since_ms; /* the first of its tries in a row that a
-				    holder refused; 0: the last was not */
 	uint64_t warned;	/* holders whose refusal was logged */
 };
 
@@ -860,10 +858,6 @@ static void *sender_main(void *arg)
 		     : p->par	? run_parity_job(p, j, bounce)
 				: run_job(p, j, bounce);
 		pthread_mutex_lock(&p->lock);
-		if (!j->stall_err)
-			j->stall_since_ms = 0;
-		else if (!j->stall_since_ms)
-			j->stall_since_ms = now_ms();
 		if (rc == 0 || p->stop) {
 			p->queued--;
 			pthread_mutex_unlock(&p->lock);
@@ -1521,18 +1515,11 @@ void protect_get_stats(struct protect *p, struct eng_protect_stats *s)
 	s->retries = atomic_load(&p->retries);
 	pthread_mutex_lock(&p->lock);
 	s->files_pending = p->queued;
-	for (struct prot_job *j = p->later; j; j = j->next) {
-		uint64_t ms;
-
-		if (!j->stall_err)
-			continue;
-		ms = now_ms() - j->stall_since_ms;
-		if (!s->files_stalled++ || ms > s->stalled_ms) {
+	for (struct prot_job *j = p->later; j; j = j->next)
+		if (j->stall_err && !s->files_stalled++) {
 			s->stalled_holder = j->stall_holder;
 			s->stalled_err = j->stall_err;
-			s->stalled_ms = ms;
 		}
-	}
 	s->rebuilding = p->rebuild_running;
 	s->rebuild_files = p->rebuild_files;
 	s->rebuild_done = p->rebuild_done;

@@ -2375,16 +2375,15 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 /* --- protect, rebuild ---------------------------------------------------- */
 
 enum group_wait_kind { WAIT_PROTECT, WAIT_REBUILD };
+
+/* The holder that refused, and why, that a wait said last. */
+struct stall_said {
+	int holder, err;
+};
 enum group_wait_state { GW_WAIT, GW_DONE, GW_FAIL };
 
 /* Lost files named by protect and rebuild; past this, a count. */
 #define CTL_LOST_NAMED 100
-/*
- * protect --wait gives up on a holder that has refused a file for want of
- * memory (it is tried again) this long in a row: a short refusal, while
- * the holder evicts what it may, is waited through.
- */
-#define CTL_STALL_FAIL_MS 20000
 
 struct lost_names {
 	struct rep_out *o;
@@ -2433,15 +2432,15 @@ static void say_lost(struct rep_out *o, struct eng *e, const char *cmd,
 			     total - CTL_LOST_NAMED);
 }
 
-/* protect: holder @ps->stalled_holder refused, and why, after @what. */
-static void say_stalled(struct rep_out *o, const char *what, uint64_t left,
+/* protect: holder @ps->stalled_holder refused, and why. */
+static void say_stalled(struct rep_out *o, uint64_t left,
 			const struct eng_protect_stats *ps)
 {
 	rep_out_line(o, 'e',
-		     "protect: %s%" PRIu64 " files of this node cannot be "
-		     "protected now: node %d refused %s of %" PRIu64 " of "
+		     "protect: waiting: %" PRIu64 " files of this node are "
+		     "not protected: node %d refused %s of %" PRIu64 " of "
 		     "them (%s%s); tried again, sending only what it lacks",
-		     what, left, ps->stalled_holder,
+		     left, ps->stalled_holder,
 		     ps->copies ? "the copies" : "the parity folds",
 		     ps->files_stalled, err_name(ps->stalled_err),
 		     ps->stalled_err == -ENOSPC || ps->stalled_err == -ENOMEM
@@ -2454,14 +2453,14 @@ static void say_stalled(struct rep_out *o, const char *what, uint64_t left,
  * GW_FAIL (it cannot finish now, and @o says why).  @done and @total are
  * the progress in files.  Files of this node that are lost end either
  * wait once the others are done (they never will be).  A holder that
- * refuses for want of memory is said once (*@said) and waited for up to
- * CTL_STALL_FAIL_MS in a row.
+ * refuses for want of memory is said (once per holder and reason: *@said)
+ * and waited for: it may make room.
  */
 static enum group_wait_state group_wait_state(struct rep_out *o,
 			    struct eng *e, enum group_wait_kind k,
 			    const struct eng_protect_stats *ps,
 			    bool caught_up, uint64_t *total, uint64_t *done,
-			    uint64_t *bytes, bool *said)
+			    uint64_t *bytes, struct stall_said *said)
 {
 	/* Nothing is known, and no rebuild begun, before it caught up. */
 	if (!caught_up) {
@@ -2494,13 +2493,11 @@ static enum group_wait_state group_wait_state(struct rep_out *o,
 			return GW_FAIL;
 		}
 		if (ps->files_stalled && ps->stalled_holder >= 0 &&
-		    ps->stalled_ms >= CTL_STALL_FAIL_MS) {
-			say_stalled(o, "", left, ps);
-			return GW_FAIL;
-		}
-		if (ps->files_stalled && ps->stalled_holder >= 0 && !*said) {
-			say_stalled(o, "waiting: ", left, ps);
-			*said = true;
+		    (said->holder != ps->stalled_holder ||
+		     said->err != ps->stalled_err)) {
+			say_stalled(o, left, ps);
+			*said = (struct stall_said){ ps->stalled_holder,
+						     ps->stalled_err };
 		}
 		return GW_WAIT;
 	}
@@ -2633,7 +2630,8 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 	uint64_t total = 0, done = 0, bytes = 0, sent_at = 0;
 	uint64_t last[3] = { UINT64_MAX, 0, 0 };
 	enum group_wait_state st;
-	bool caught_up, said = false;
+	struct stall_said said = { -1, 0 };
+	bool caught_up;
 	int rc;
 
 	if (!eng_in_group(r->c->e)) {

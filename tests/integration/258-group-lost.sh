@@ -16,9 +16,9 @@
 #   --stop-wait runs out it names the file in its log, exits 1, and the
 #   others show it "lost" at once, not "sealed".
 # - A holder without memory (xor, replicate:2): `protect --wait` on the
-#   writer says at once who refuses and why, and once that has lasted 20 s
-#   ends with exit 1; the writer logs it once per file, and its retries
-#   send only the pieces the holder lacks.
+#   writer says who refuses and why while it waits, the writer logs it
+#   once per file and counts it, and its retries send only the pieces
+#   the holder lacks.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
@@ -229,8 +229,8 @@ rm -rf "$T_TMP"/state*	# a new group below, not this one's log
 # its pieces (xor), with 16 MiB of which its own file takes FILL MiB, so
 # that it refuses some of node 0's 8 MiB file.  Node 0's retries send
 # only the pieces H refused, protect --wait on node 0 says who and why
-# and ends with exit 1, node 0 logs it once, and once H has room the
-# file is protected.
+# while it waits, node 0 logs it once, and once H has room the file is
+# protected and the wait ends.
 holder_full() {
 	local scheme=$1 h=$2 fill=$3 what n i rc out r0 b0 t0 s0 r1 b1 t1 s1
 	group_init 3
@@ -279,30 +279,32 @@ holder_full() {
 		[ $(((s1 - s0) / (t1 - t0))) -le $((4 << 20)) ] ||
 			fail "$scheme: node 0 sent $(((s1 - s0) / (t1 - t0))) bytes per retry: it sends again what node $h has"
 	fi
-	# protect --wait says so at once, waits a while (the holder may
-	# free memory), then exits 1 naming holder and reason.
+	# protect --wait says who refuses and why, and waits (the holder
+	# may make room); status and metrics count the file.
 	what="copies"
 	[ "$scheme" = xor ] && what="parity folds"
 	rc=0
-	out=$(timeout 60 "$REFTFS_ADMIN" -m "${M[0]}" protect --wait 2>&1) || rc=$?
-	[ "$rc" = 1 ] || fail "$scheme: protect --wait on node 0 with node $h full exited $rc (124: still waiting after 60 s), want 1: $out"
-	grep -q "protect: waiting: 1 files of this node cannot be protected now: node $h refused the $what of 1 of them (No space left on device: no memory for them there)" <<<"$out" ||
-		fail "$scheme: protect --wait on node 0 with node $h full did not say why at once: $out"
-	grep -q "protect: 1 files of this node cannot be protected now: node $h refused the $what of 1 of them (No space left on device: no memory for them there)" <<<"$out" ||
-		fail "$scheme: protect --wait on node 0 with node $h full: $out"
-	log "$scheme: protect --wait with a holder full: $(grep -v waiting <<<"$out" | grep refused)"
+	out=$(timeout 8 "$REFTFS_ADMIN" -m "${M[0]}" protect --wait 2>&1) || rc=$?
+	[ "$rc" = 124 ] || fail "$scheme: protect --wait on node 0 with node $h full exited $rc, want it still waiting (124): $out"
+	grep -q "protect: waiting: 1 files of this node are not protected: node $h refused the $what of 1 of them (No space left on device: no memory for them there)" <<<"$out" ||
+		fail "$scheme: protect --wait on node 0 with node $h full does not say why: $out"
+	log "$scheme: protect --wait with a holder full: $(grep refused <<<"$out")"
+	# (0 for the moment a retry runs.)
+	for i in $(seq 1 50); do
+		admin "${M[0]}" metrics >"$T_TMP/metrics"
+		grep -qx "reftfs_protect_stalled_files 1" "$T_TMP/metrics" && break
+		sleep 0.1
+	done
+	expect_metric "$T_TMP/metrics" reftfs_protect_stalled_files -eq 1
 	what="copy"
 	[ "$scheme" = xor ] && what="parity folds"
 	n=$(grep -c "protect: ck/big: node $h refused its $what (No space left on device: no memory there)" "$LOG0") || true
 	expect_eq "$n" 1 "$scheme: node 0's log lines about node $h refusing ck/big"
 	# Room again on node H: the next retry (at most 30 s later)
-	# protects it; until then protect --wait still says why not.
+	# protects it, and protect --wait ends.
 	rm "${M[$h]}/ck/fill"
-	for i in $(seq 1 60); do
-		out=$(admin "${M[0]}" protect --wait 2>&1) && break
-		sleep 1
-	done
-	[ "$i" -lt 60 ] || fail "$scheme: protect --wait on node 0 once node $h has room: $out"
+	out=$(admin "${M[0]}" protect --wait 2>&1) ||
+		fail "$scheme: protect --wait on node 0 once node $h has room: $out"
 	for n in 1 2; do
 		cmp "$REF/big" "${M[$n]}/ck/big" || fail "$scheme: ck/big differs on node $n"
 	done
