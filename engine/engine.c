@@ -115,6 +115,8 @@ int eng_ctl_default_path(const char *mountpoint, char *buf, size_t size)
 const char *eng_state_name(enum eng_state s)
 {
 	switch (s) {
+	case ENG_STATE_LOST:
+		return "lost";
 	case ENG_STATE_WRITING:
 		return "writing";
 	case ENG_STATE_SEALED:
@@ -281,10 +283,13 @@ void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->holder_dead = -1;
+	st->stalled_holder = -1;
 	if (e->gops && e->gops->protect_stats) {
 		e->gops->protect_stats(e->gctx, st);
 		if (st->scheme[0])
 			st->files_unprotected = file_count_unprotected(e);
+		st->files_lost = (uint64_t)eng_list_lost(e, true, 0, NULL,
+							 NULL);
 	}
 }
 
@@ -306,6 +311,12 @@ void eng_invalidated(struct eng *e)
 {
 	if (e->gops && e->gops->kick)
 		e->gops->kick(e->gctx);
+}
+
+int eng_group_leave(struct eng *e, unsigned wait_ms)
+{
+	return e->gops && e->gops->leave ? e->gops->leave(e->gctx, wait_ms)
+					 : 0;
 }
 
 bool eng_group_caught_up(struct eng *e)
@@ -364,6 +375,7 @@ struct count {
 	struct eng *e;
 	uint64_t logical;
 	uint64_t own, copies, cached; /* arena bytes */
+	uint64_t lost;		/* files (named) in state lost */
 };
 
 static int count_bytes(void *ctx, struct inode *in)
@@ -376,6 +388,8 @@ static int count_bytes(void *ctx, struct inode *in)
 	pthread_rwlock_rdlock(&f->lock);
 	if (in->nlink > 0)
 		c->logical += f->size;
+	if (in->nlink > 0 && file_state(f) == ENG_STATE_LOST)
+		c->lost++;
 	for (uint32_t i = 0; i < f->nslots; i++) {
 		const struct slot *sl = &f->slots[i];
 
@@ -418,6 +432,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	ns_walk(&e->ns, count_bytes, &c);
 	pthread_rwlock_unlock(&e->ns.lock);
 	s->bytes_logical = c.logical;
+	s->files_lost = c.lost;
 	s->mem_own = c.own;
 	s->mem_copies = c.copies;
 	s->mem_cached = c.cached;
@@ -472,6 +487,8 @@ static void ckpt_tree(struct eng *e, struct inode *dir,
 			pthread_rwlock_rdlock(&f->lock);
 			if (file_state(f) < ci->state)
 				ci->state = file_state(f);
+			if (file_state(f) == ENG_STATE_LOST)
+				ci->files_lost++;
 			ci->files++;
 			ci->bytes += f->size;
 			ci->bytes_resident += file_ram_bytes(e, f);
@@ -781,6 +798,67 @@ void eng_copy_bytes(struct eng *e, uint64_t there[64], uint64_t here[64])
 	pthread_rwlock_rdlock(&e->ns.lock);
 	ns_walk(&e->ns, copy_bytes_of, &cb);
 	pthread_rwlock_unlock(&e->ns.lock);
+}
+
+struct lost_list {
+	struct eng *e;
+	bool mine;
+	unsigned max;
+	char **path;		/* the first @max, strdup()ed */
+	size_t n;		/* named */
+	uint64_t total;
+	int rc;
+};
+
+/* ns->lock held (read). */
+static int lost_of(void *ctx, struct inode *in)
+{
+	struct lost_list *l = ctx;
+	struct file *f = &in->file;
+	char rel[PATH_MAX];
+	bool lost;
+
+	if (!S_ISREG(in->mode) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	lost = file_state(f) == ENG_STATE_LOST &&
+	       (!l->mine || f->owner == l->e->node);
+	pthread_rwlock_unlock(&f->lock);
+	if (!lost)
+		return 0;
+	if (l->total++ >= l->max)
+		return 0;
+	if (ns_path(&l->e->ns, in, rel, sizeof(rel)) < 0)
+		snprintf(rel, sizeof(rel), "inode %llu",
+			 (unsigned long long)in->ino);
+	l->path[l->n] = strdup(rel);
+	if (!l->path[l->n])
+		l->rc = -ENOMEM;
+	else
+		l->n++;
+	return 0;
+}
+
+long eng_list_lost(struct eng *e, bool mine, unsigned max, eng_path_fn fn,
+		   void *ctx)
+{
+	struct lost_list l = { e, mine, fn ? max : 0, NULL, 0, 0, 0 };
+	int rc = 0;
+
+	if (!e->gops)
+		return 0;
+	if (l.max && !(l.path = calloc(l.max, sizeof(*l.path))))
+		return -ENOMEM;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_walk(&e->ns, lost_of, &l);
+	pthread_rwlock_unlock(&e->ns.lock);
+	for (size_t i = 0; i < l.n; i++) {
+		if (rc == 0)
+			rc = fn(ctx, l.path[i]);
+		free(l.path[i]);
+	}
+	free(l.path);
+	return l.rc < 0 ? l.rc : (long)l.total;
 }
 
 /* The regular files eng_verify checks: held, with their paths. */

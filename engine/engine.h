@@ -447,6 +447,18 @@ int eng_group_ready(struct eng *e, int timeout_ms);
  */
 bool eng_group_caught_up(struct eng *e);
 
+/*
+ * A graceful stop of a node of a group, after the FUSE session ended and
+ * before grp_stop(): wait up to @wait_ms for this node's sealed files to
+ * be protected (its rebuild stops), then log by path each file whose
+ * bytes go with this daemon (neither protected nor persisted) and append
+ * LOST for this node, so that the others show those files lost at once
+ * (when the log can take it: a majority up).  Returns how many such
+ * files were left when --protect asks for protection (the daemon exits
+ * non-zero then), else 0; 0 at once without a group.  Sleeps.
+ */
+int eng_group_leave(struct eng *e, unsigned wait_ms);
+
 /* true when @e is a node of a group (eng_join_group succeeded). */
 bool eng_in_group(const struct eng *e);
 
@@ -491,6 +503,16 @@ struct eng_protect_stats {
 	uint64_t rebuild_failed;	  /* not back yet: tried again */
 	int holder_dead;		  /* a holder of this node's copies
 					     that is dead; -1: none */
+	uint64_t files_lost;		  /* owned here, lost: never to be
+					     protected (eng_list_lost) */
+	uint64_t rebuild_lost;		  /* the rebuild found lost */
+	/*
+	 * Protections a live holder refused (no memory for the copy or the
+	 * row there): tried again, and only what it lacks is sent again.
+	 */
+	uint64_t files_stalled;
+	int stalled_holder;		  /* one that refused; -1: none */
+	int stalled_err;		  /* its reason, -errno */
 	char scheme[32];		  /* "replicate:2", "xor:2", "rs:4+2";
 					     "" for none */
 	/* xor, rs:K+M: */
@@ -504,6 +526,17 @@ struct eng_protect_stats {
 void eng_protect_stats(struct eng *e, struct eng_protect_stats *st);
 
 /*
+ * The files in state lost (enum eng_state), only those this node owns
+ * when @mine: @fn gets the path (relative to the mount root) of each of
+ * the first @max, with no lock held (a nonzero return: no more calls).
+ * Returns the number of such files in all, or -errno; 0 without a
+ * group.
+ */
+typedef int (*eng_path_fn)(void *ctx, const char *path);
+long eng_list_lost(struct eng *e, bool mine, unsigned max, eng_path_fn fn,
+		   void *ctx);
+
+/*
  * Copies in a group as this node's namespace has them now, per node id:
  * @there[n], bytes of this node's files that node n holds copies of;
  * @here[n], bytes of node n's files whose copies this node holds in
@@ -514,7 +547,15 @@ void eng_copy_bytes(struct eng *e, uint64_t there[64], uint64_t here[64]);
 
 /* --- state for reftfs-admin (used by the control socket, fs/ctl.c) ----- */
 
+/*
+ * Weakest first: a checkpoint reports the weakest state of its files.
+ * Lost: sealed, and its bytes are gone for good (in a group: they were
+ * only in the memory of its owner, which lost it, with no copy, parity
+ * row or persisted copy left); reads give EIO until it is written again
+ * or removed.
+ */
 enum eng_state {
+	ENG_STATE_LOST,
 	ENG_STATE_WRITING,
 	ENG_STATE_SEALED,
 	ENG_STATE_PROTECTED,
@@ -546,6 +587,7 @@ struct eng_stats {
 	uint64_t small_bytes;
 	uint64_t chunk_size, chunks_total, chunks_used, chunks_evictable;
 	uint64_t files, dirs, bytes_logical, bytes_resident;
+	uint64_t files_lost;	/* state lost (file_lost): gone for good */
 	uint64_t checkpoints;
 	uint64_t write_ops, write_bytes, read_ops, read_bytes;
 	uint64_t enospc, crc_errors, evicted_chunks;
@@ -583,6 +625,7 @@ struct eng_ckpt_info {
 	uint64_t seq;	  /* creation order, from 1 */
 	enum eng_state state; /* weakest state of its files */
 	uint64_t files, bytes, bytes_resident;
+	uint64_t files_lost;	/* of them, in state lost */
 	bool in_keep_window;	/* among the newest cfg->keep */
 	bool persist_selected;	/* chosen by --persist-every */
 };

@@ -437,6 +437,13 @@ struct file {
 	uint64_t seal_sent;	/* last version whose SEAL this node
 				   proposed; lock */
 	/*
+	 * The seal (its gseal) that a LOST found nowhere but in the memory
+	 * of its owner, gone: the file is lost while it is at that seal
+	 * (file_lost); a new seal (a write, a truncate) ends it.  0: not
+	 * lost.  From the log, alike on every node.  lock.
+	 */
+	uint64_t lost_seal;
+	/*
 	 * The group's version: what the last SEAL applied says (NULL before
 	 * the first).  The slots show it, unless this node has a version of
 	 * its own (a draft): the data changed here since the slots were
@@ -481,11 +488,19 @@ static inline bool file_persisted(const struct file *f)
 	return file_data_persisted(f) && f->dur.persisted_meta == f->meta_version;
 }
 
-/* One word for reports: writing, sealed, protected or persisted. */
+/* Its sealed bytes are gone with its owner's memory (file_apply_lost). */
+static inline bool file_lost(const struct file *f)
+{
+	return f->lost_seal && f->lost_seal == f->gseal;
+}
+
+/* One word for reports: writing, lost, sealed, protected or persisted. */
 static inline enum eng_state file_state(const struct file *f)
 {
 	if (!file_sealed(f))
 		return ENG_STATE_WRITING;
+	if (file_lost(f))
+		return ENG_STATE_LOST;
 	if (file_persisted(f))
 		return ENG_STATE_PERSISTED;
 	if (f->dur.protected_data == f->version)
@@ -759,6 +774,13 @@ enum nsop_kind {
 
 #define NSOP_VERSION 1
 
+/*
+ * LOST's flags: the proposer is a daemon that stops (a graceful stop that
+ * leaves files unprotected), not one that started: its node is down, so
+ * the owners send it nothing until it starts again (and says LOST then).
+ */
+#define NSOP_LOST_STOP 0x1u
+
 /* SEAL: one piece of the sealed file. */
 struct nsop_piece {
 	uint32_t crc;	/* CRC32C of the whole piece as the file shows it */
@@ -921,6 +943,8 @@ struct eng_group_ops {
 	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
 	/* Wait until the namespace caught up with the group (see engine.h). */
 	int (*ready)(void *ctx, int timeout_ms);
+	/* A graceful stop, before the group stops (eng_group_leave). */
+	int (*leave)(void *ctx, unsigned wait_ms);
 	/*
 	 * Ask @node to check its copy of @ino's seal @gseal (eng_verify),
 	 * and what it shows against the group's seal, whose record here has
@@ -1246,14 +1270,16 @@ int file_revert(struct eng *e, struct inode *in, int why);
  * already), -ENOSPC.  file_replica_install() makes it the piece once its
  * bytes arrived checked (@ok), else gives the chunk back.
  * file_replica_complete(): 0 when every piece of that seal is here,
- * -EAGAIN when some are missing, -ESTALE.
+ * -EAGAIN when some are missing (their bits set in @map, zeroed by the
+ * caller, those below @map_bits), -ESTALE; *@npieces: the seal's pieces.
  */
 int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
 		      uint32_t idx, uint32_t len, uint32_t crc,
 		      uint32_t *chunk);
 void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
-int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal);
+int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint8_t *map, uint32_t map_bits, uint32_t *npieces);
 /*
  * Piece @idx of @ino's seal @gseal, @len bytes with CRC32C @crc, copied
  * into @buf from this node's memory (its owner's data, a copy held or

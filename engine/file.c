@@ -544,6 +544,12 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		loads_end(e, in, i);
 		return 1; /* the load before ours brought it */
 	}
+	if (f->slots[i].where == PIECE_PEER && file_lost(f)) {
+		/* No holder is left to ask (file_apply_lost): EIO now. */
+		pthread_rwlock_unlock(&f->lock);
+		loads_end(e, in, i);
+		return -EIO;
+	}
 	want = f->slots[i];
 	len = file_piece_len(e, f->size, i);
 	gseal = f->gseal;
@@ -1364,21 +1370,28 @@ void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 		store_put(&e->store, chunk);
 }
 
-int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal)
+int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint8_t *map, uint32_t map_bits, uint32_t *npieces)
 {
 	struct file *f = NULL;
 	int rc = 0;
 
+	*npieces = 0;
 	/* Piece 0 only finds the file; every piece is looked at below. */
 	replica_slot(e, ino, gseal, 0, &f);
 	if (!f || f->gseal != gseal) {
 		rc = -ESTALE;
 	} else {
-		for (uint32_t i = 0; i < f->nslots && rc == 0; i++) {
+		*npieces = f->nslots;
+		for (uint32_t i = 0; i < f->nslots; i++) {
 			struct slot *s = &f->slots[i];
 
-			if (s->where == PIECE_PEER || s->where == PIECE_PERSIST)
+			if (s->where == PIECE_PEER ||
+			    s->where == PIECE_PERSIST) {
 				rc = -EAGAIN;
+				if (map && i < map_bits)
+					map[i / 8] |= (uint8_t)(1u << (i % 8));
+			}
 			/* A copy a reader fetched is kept as the replica. */
 			s->flags &= (uint8_t)~SLOT_FETCHED;
 		}
@@ -1756,6 +1769,8 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 		pthread_rwlock_wrlock(&f->lock);
 		/* Copies of an older seal protect nothing now. */
 		if (f->gseal == op->gseal) {
+			/* Copies after all (committed after a LOST). */
+			f->lost_seal = 0;
 			/*
 			 * Parity holders hold rows, not the file's bytes: of
 			 * them only the owner (its bit is there: it has its
@@ -1810,6 +1825,8 @@ int file_apply_persist(struct eng *e, const struct nsop *op)
 		if (f->gseal == op->gseal && f->dur.sealed == f->version &&
 		    !file_draft(e, f) &&
 		    !(op->node == e->node && op->inc == e->inc)) {
+			/* Its copy is home: it can come back from there. */
+			f->lost_seal = 0;
 			/* Its copy is home: under its name, found by path. */
 			if (f->copy == COPY_NONE) {
 				f->copy = COPY_HOME;
@@ -1850,7 +1867,7 @@ static int count_unprotected(void *ctx, struct inode *in)
 		return 0;
 	pthread_rwlock_rdlock(&f->lock);
 	if (f->owner == w->e->node && f->dur.sealed == f->version &&
-	    f->dur.protected_data != f->version)
+	    f->dur.protected_data != f->version && !file_lost(f))
 		w->n++;
 	pthread_rwlock_unlock(&f->lock);
 	return 0;
@@ -1866,15 +1883,43 @@ uint64_t file_count_unprotected(struct eng *e)
 	return w.n;
 }
 
+/* Files named one by one in the log at a LOST; past this, a count. */
+#define LOST_NAMED_MAX 20
+
 struct lost_walk {
 	struct eng *e;
+	int node;
 	uint64_t bit;
+	uint64_t lost;		/* files found lost */
+	char *named[LOST_NAMED_MAX]; /* the first ones' paths, strdup()ed */
 };
 
+/*
+ * Were @f's sealed bytes nowhere but in node @node's memory?  Its seal
+ * is @node's (the owner), no other node holds a copy (holders, @node's
+ * bit already taken out) or a parity row (parity_holders) of it, its
+ * persisted copy is not that seal's, and it has bytes (holes come back
+ * as holes).  Only what the log applied counts, so every node decides
+ * alike.  f->lock held.
+ */
+static bool seal_only_on(const struct file *f, int node)
+{
+	if (!f->gseal || f->owner != node || f->holders ||
+	    f->parity_holders || file_data_persisted(f))
+		return false;
+	for (uint32_t i = 0; i < f->nslots; i++)
+		if (f->slots[i].where != PIECE_HOLE)
+			return true;
+	return false;
+}
+
+/* ns->lock held (read). */
 static int lost_one(void *ctx, struct inode *in)
 {
 	struct lost_walk *w = ctx;
 	struct file *f = &in->file;
+	char rel[PATH_MAX];
+	bool lost = false;
 
 	if (!S_ISREG(in->mode))
 		return 0;
@@ -1896,19 +1941,46 @@ static int lost_one(void *ctx, struct inode *in)
 		 */
 		f->dur.protected_data = 0;
 	}
+	if (!file_lost(f) && seal_only_on(f, w->node)) {
+		f->lost_seal = f->gseal;
+		f->dur.protected_data = 0;
+		lost = true;
+	}
 	pthread_rwlock_unlock(&f->lock);
+	if (!lost || in->nlink == 0)
+		return 0;
+	/* Named once the locks are let go (the log may block). */
+	if (w->lost < LOST_NAMED_MAX) {
+		if (ns_path(&w->e->ns, in, rel, sizeof(rel)) < 0)
+			snprintf(rel, sizeof(rel), "inode %llu",
+				 (unsigned long long)in->ino);
+		w->named[w->lost] = strdup(rel);
+	}
+	w->lost++;
 	return 0;
 }
 
 int file_apply_lost(struct eng *e, const struct nsop *op)
 {
-	struct lost_walk w = { e, 1ULL << op->node };
+	struct lost_walk w = { e, op->node, 0, 0, { NULL } };
 
 	if (op->node < 0 || op->node >= 64)
 		return -EINVAL;
+	w.bit = 1ULL << op->node;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	ns_walk(&e->ns, lost_one, &w);
 	pthread_rwlock_unlock(&e->ns.lock);
+	for (uint64_t i = 0; i < w.lost && i < LOST_NAMED_MAX; i++) {
+		rft_err("lost: %s: its bytes were only in the memory of node "
+			"%d, which is gone (no copy, parity or persisted "
+			"copy of that seal); reads give EIO until it is "
+			"written again or removed",
+			w.named[i] ? w.named[i] : "(a file)", w.node);
+		free(w.named[i]);
+	}
+	if (w.lost > LOST_NAMED_MAX)
+		rft_err("lost: %llu files in all with node %d's memory",
+			(unsigned long long)w.lost, op->node);
 	return 0;
 }
 

@@ -54,6 +54,7 @@
  * way FUSE calls do; they never wait for the network.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,7 @@ struct gns {
 	struct gns_req *q_head, *q_tail; /* to submit; lock */
 	struct gns_req *retry;	/* seals waiting to go again; lock */
 	struct gns_req *pending; /* submitted, apply may fill; lock */
+	unsigned running;	/* requests a submitter runs now; lock */
 	uint64_t next_tag;	/* lock */
 	struct gns_job *j_head, *j_tail; /* peers' requests; lock */
 	struct gns_job *waits;	/* parked GNS_T_WAITs; lock */
@@ -593,6 +595,7 @@ static void *submitter_main(void *arg)
 			g->q_head = r->next;
 			if (!g->q_head)
 				g->q_tail = NULL;
+			g->running++;
 			pthread_mutex_unlock(&g->lock);
 			if (g->stop) {
 				finish(g, r, -ESHUTDOWN);
@@ -601,6 +604,8 @@ static void *submitter_main(void *arg)
 				run_req(g, r);
 			}
 			pthread_mutex_lock(&g->lock);
+			g->running--;
+			pthread_cond_broadcast(&g->applied_cv);
 			continue;
 		}
 		if (g->stop)
@@ -659,7 +664,8 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 	pthread_mutex_unlock(&g->lock);
 	/* A node back with empty memory gets its copies again. */
 	if (op.kind == NSOP_LOST && rc == 0 &&
-	    !(op.node == g->self && op.inc == g->inc))
+	    !(op.node == g->self && op.inc == g->inc) &&
+	    !(op.flags & NSOP_LOST_STOP))
 		protect_node_lost(g->prot, op.node);
 	/* A file sealed or taken over by another node: its old parity goes. */
 	if ((op.kind == NSOP_SEAL || op.kind == NSOP_OPEN) &&
@@ -1093,6 +1099,217 @@ static int gns_ready(void *ctx, int timeout_ms)
 	return protect_rebuild(g->prot);
 }
 
+/* --- a graceful stop ------------------------------------------------------ */
+
+#define GNS_LEAVE_NAMED 100	/* files named in the log at a stop */
+#define GNS_LEAVE_LOST_MS 5000	/* the log takes this node's LOST by then */
+#define GNS_LEAVE_POLL_MS 50
+
+/*
+ * Until nothing this node proposed is queued, running, in the log without
+ * its apply here, or waiting to go again (a seal, a persist record), or
+ * @until_ms.  true when drained.
+ */
+static bool drain(struct gns *g, uint64_t until_ms)
+{
+	bool done;
+
+	pthread_mutex_lock(&g->lock);
+	for (;;) {
+		uint64_t now = now_ms();
+
+		done = !g->q_head && !g->retry && !g->pending && !g->running;
+		if (done || now >= until_ms)
+			break;
+		cv_wait_until(g, &g->applied_cv,
+			      now + GNS_LEAVE_POLL_MS < until_ms
+				      ? now + GNS_LEAVE_POLL_MS
+				      : until_ms);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return done;
+}
+
+struct leave_walk {
+	struct gns *g;
+	uint64_t n;
+	struct leave_name {
+		char *path;	/* strdup()ed; NULL: no memory for it */
+		bool open;
+	} named[GNS_LEAVE_NAMED];
+};
+
+/*
+ * Would @in's bytes go with this daemon?  A file of this node with bytes
+ * in memory here whose current version is neither protected nor
+ * persisted, and, once sealed (its seal applied: drain()), held by no
+ * other node either (copies or rows left by an earlier protection, the
+ * rebuild's source).  One open for writing: its bytes are here only.
+ * Counted, and the first named.  ns->lock held (read).
+ */
+static int leave_one(void *ctx, struct inode *in)
+{
+	struct leave_walk *w = ctx;
+	struct file *f = &in->file;
+	uint64_t others = ~(1ULL << w->g->self);
+	char rel[PATH_MAX];
+	bool here = false, open;
+
+	if (!S_ISREG(in->mode) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	open = !file_sealed(f);
+	if (f->owner == w->g->self && !file_lost(f) &&
+	    f->dur.protected_data != f->version && !file_data_persisted(f) &&
+	    (open || !((f->holders & others) || f->parity_holders)))
+		for (uint32_t i = 0; i < f->nslots && !here; i++)
+			here = slot_in_ram(&f->slots[i]);
+	pthread_rwlock_unlock(&f->lock);
+	if (!here)
+		return 0;
+	if (w->n < GNS_LEAVE_NAMED) {
+		if (ns_path(&w->g->e->ns, in, rel, sizeof(rel)) < 0)
+			snprintf(rel, sizeof(rel), "inode %llu",
+				 (unsigned long long)in->ino);
+		w->named[w->n] = (struct leave_name){ strdup(rel), open };
+	}
+	w->n++;
+	return 0;
+}
+
+/*
+ * Until the write-back of ticket @ticket (eng_flush_request) is finished
+ * or @until_ms.  Its persist records are then queued here (drain()).
+ */
+static void wait_flush(struct gns *g, uint64_t ticket, uint64_t until_ms)
+{
+	struct eng_flush_progress fp;
+
+	while (eng_flush_progress(g->e, ticket, &fp) == 0 && !fp.finished &&
+	       now_ms() < until_ms) {
+		pthread_mutex_lock(&g->lock);
+		cv_wait_until(g, &g->tick_cv, now_ms() + GNS_LEAVE_POLL_MS);
+		pthread_mutex_unlock(&g->lock);
+	}
+}
+
+/* Are enough nodes up for the log to take an entry (a majority)? */
+static bool majority_up(struct gns *g)
+{
+	struct memb_view v;
+	int up = 1;
+
+	memb_get_view(g->memb, &v);
+	for (int n = 0; n < g->nodes; n++)
+		up += n != g->self && v.node[n].state == MEMB_UP;
+	return up > g->nodes / 2;
+}
+
+/*
+ * A graceful stop (eng_group_leave): write back what unmount would, and
+ * protect what can be, within @wait_ms; then name each file whose bytes
+ * go with this daemon and tell the group (LOST, flag NSOP_LOST_STOP), so
+ * that the others show those files lost at once, not when this node
+ * starts again.  Returns the number of such files when --protect asks
+ * for protection, else 0, or -ENOMEM.  No lock held; sleeps.
+ */
+static int gns_leave(void *ctx, unsigned wait_ms)
+{
+	struct gns *g = ctx;
+	struct eng *e = g->e;
+	struct leave_walk *w = calloc(1, sizeof(*w));
+	uint64_t until = now_ms() + wait_ms, ticket = 0, n;
+	bool flushing, protecting = g->prot != NULL;
+	struct nsop op;
+	void *buf = NULL;
+	size_t len = 0;
+	int prc, rc, result = 0;
+
+	if (!w)
+		return -ENOMEM;
+	w->g = g;
+	/*
+	 * What unmount would write back to a persist dir goes now, while
+	 * the log can still take its PERSIST records: the others then read
+	 * it from there, and it is not lost.
+	 */
+	flushing = e->cfg.unmount_flush == ENG_UNMOUNT_FLUSH_ALL &&
+		   eng_flush_request(e, &ticket) == 0;
+	prc = protect_leave(g->prot, until);
+	if (flushing)
+		wait_flush(g, ticket, until);
+	/*
+	 * No protection ends after the files are named below: a PROTECT
+	 * committed after LOST would make them come back on the others.
+	 */
+	protect_stop(g->prot);
+	/* Seals, protections and persist records: in the log first. */
+	if (!drain(g, until > now_ms() + GNS_LEAVE_POLL_MS
+			      ? until
+			      : now_ms() + GNS_LEAVE_POLL_MS))
+		rft_warn("stop: namespace changes of this node are not all in "
+			 "the group's log yet");
+	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_walk(&e->ns, leave_one, w);
+	pthread_rwlock_unlock(&e->ns.lock);
+	n = w->n;
+	/* Named once the locks are let go (the log may block). */
+	for (uint64_t i = 0; i < n && i < GNS_LEAVE_NAMED; i++) {
+		const char *path = w->named[i].path ? w->named[i].path
+						    : "(a file)";
+		const char *open = w->named[i].open
+					   ? " (still open for writing)"
+					   : "";
+
+		if (protecting)
+			rft_err("stop: left unprotected: %s%s", path, open);
+		else
+			rft_warn("stop: not kept by the group (--protect "
+				 "none): %s%s",
+				 path, open);
+		free(w->named[i].path);
+	}
+	free(w);
+	if (n == 0)
+		return 0;
+	if (n > GNS_LEAVE_NAMED)
+		rft_err("stop: ... and %llu more files",
+			(unsigned long long)(n - GNS_LEAVE_NAMED));
+	if (protecting)
+		rft_err("stop: %llu files of this node left unprotected (%s): "
+			"their bytes go with this daemon",
+			(unsigned long long)n,
+			prc == -EHOSTDOWN  ? "a holder is dead"
+			: prc == -ETIMEDOUT ? "--stop-wait ran out"
+					   : "open for writing");
+	if (!majority_up(g)) {
+		rft_err("stop: too few nodes up for the group's log to take "
+			"this node's LOST: the others show those files lost "
+			"only once this node starts again");
+		return protecting ? (int)(n > INT_MAX ? INT_MAX : n) : 0;
+	}
+	nsop_init(&op, NSOP_LOST);
+	op.node = g->self;
+	op.inc = g->inc;
+	op.flags = NSOP_LOST_STOP;
+	rc = nsop_encode(&op, &buf, &len);
+	if (rc == 0)
+		rc = nslog_submit(g->log, buf, len, GNS_LEAVE_LOST_MS,
+				  &result);
+	free(buf);
+	if (rc < 0)
+		rft_err("stop: the group's log did not take this node's LOST "
+			"(%s): the others show those files lost only once "
+			"this node starts again",
+			strerror(-rc));
+	else
+		rft_info("stop: the group knows: those files show as lost on "
+			 "every node");
+	if (!protecting)
+		return 0;
+	return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 static int gns_repair(void *ctx, struct inode *in)
 {
 	struct gns *g = ctx;
@@ -1197,6 +1414,7 @@ static const struct eng_group_ops gns_ops = {
 	.kick = gns_kick,
 	.protect_stats = gns_protect_stats,
 	.ready = gns_ready,
+	.leave = gns_leave,
 	.verify = gns_verify,
 	.scrub = gns_scrub,
 	.repair = gns_repair,

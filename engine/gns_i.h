@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 /* Little-endian fields of the group's frames (gns.c, protect.c, parity.c). */
@@ -42,6 +43,51 @@ static inline uint64_t get64(const uint8_t *p)
 	return v;
 }
 
+/*
+ * The answer to a DONE (PROT_T_DONE, PAR_T_DONE: has the holder every
+ * piece?): u32 status (0: yes; else a positive errno: EAGAIN not yet,
+ * ENOSPC or ENOMEM it refused one for want of memory, EBADMSG one came
+ * wrong), u32 nbits, then nbits bits, LSB first: bit i set, piece i is
+ * still to send.  The map covers at most PROT_MAP_BITS pieces; those
+ * past it are sent again.  So a retry sends only what the holder lacks.
+ */
+#define PROT_MAP_BITS (256u << 10)
+#define PROT_MAP_ANSWER_MAX (8 + PROT_MAP_BITS / 8)
+
+/*
+ * Read DONE answer @a (@len bytes) about @npieces pieces: the holder's
+ * -status (0: it has them all), with @need ((npieces + 7) / 8 bytes, may
+ * be NULL) set to the pieces to send; -EPROTO when it is malformed.
+ */
+static inline int prot_map_read(const uint8_t *a, uint32_t len,
+				uint32_t npieces, uint8_t *need)
+{
+	uint32_t status, nbits;
+
+	if (len < 8)
+		return -EPROTO;
+	status = get32(a);
+	nbits = get32(a + 4);
+	if (nbits > npieces || nbits > PROT_MAP_BITS ||
+	    len != 8 + (nbits + 7) / 8 || status > 4095 ||
+	    (status && !nbits && npieces) || (!status && nbits))
+		return -EPROTO;
+	if (need && status) {
+		/* Past the map, everything. */
+		memset(need, 0xff, (npieces + 7) / 8);
+		memcpy(need, a + 8, (nbits + 7) / 8);
+		for (uint32_t i = nbits; i < ((nbits + 7) & ~7u); i++)
+			need[i / 8] |= (uint8_t)(1u << (i % 8));
+	}
+	return -(int)status;
+}
+
+/* Is piece @i to be sent by @need (NULL: all)? */
+static inline bool prot_map_has(const uint8_t *need, uint32_t i)
+{
+	return !need || (need[i / 8] & (1u << (i % 8)));
+}
+
 struct eng;
 struct grp;
 struct inode;
@@ -66,6 +112,15 @@ void protect_free(struct protect *p);
  * without protection.  No lock held.
  */
 void protect_file(struct protect *p, struct inode *in, uint64_t gseal);
+
+/*
+ * A graceful stop of this daemon: wait until @until_ms (CLOCK_MONOTONIC)
+ * for the sealed files of this node whose bytes are all here to be
+ * protected, retrying soon and stopping the rebuild meanwhile.  0 once
+ * none is left, -ETIMEDOUT, or -EHOSTDOWN at once when a holder they
+ * need is not up.  No lock held; sleeps.  0 without protection.
+ */
+int protect_leave(struct protect *p, uint64_t until_ms);
 
 /*
  * Node @node (another) started with empty memory (its LOST applied here):
@@ -159,8 +214,12 @@ void *parity_rx_dest(struct parity *par, int node, const struct peer_frame *f,
 		     void **cookie);
 int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 		   void *cookie, int bulk_rc);
-/* PAR_T_DONE's answer. */
-int parity_rx_done(struct parity *par, int node, const struct peer_frame *f);
+/*
+ * PAR_T_DONE's answer: malloc()ed meta (status, the pieces still to send:
+ * parity.c's header), or -errno.
+ */
+int parity_rx_done(struct parity *par, int node, const struct peer_frame *f,
+		   uint8_t **meta, uint32_t *meta_len);
 /* PAR_T_GET's answer: malloc()ed meta and bulk, or -errno. */
 int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
 		  uint8_t **meta, uint32_t *meta_len, uint8_t **bulk,
@@ -171,18 +230,22 @@ uint64_t parity_holders_of(const struct parity *par, int owner, uint64_t base,
 			   uint32_t n);
 /*
  * Fold (or unfold) the pieces of @ps (their bytes in @fs) that @h holds a
- * row for; @pace (may be NULL) before each.  0 or -errno.
+ * row for, only those whose bit is set in @need when not NULL (as
+ * parity_ask filled it); @pace (may be NULL) before each.  0 or -errno.
  */
 int parity_send(struct parity *par, int h, const struct par_seal *ps,
-		const struct file_snap *fs, bool unfold, uint8_t *bounce,
-		bool (*pace)(void *ctx, uint64_t len), void *pace_ctx,
-		uint64_t *pieces, uint64_t *bytes);
+		const struct file_snap *fs, bool unfold, const uint8_t *need,
+		uint8_t *bounce, bool (*pace)(void *ctx, uint64_t len),
+		void *pace_ctx, uint64_t *pieces, uint64_t *bytes);
 /*
  * Has @h folded every piece of @ps it holds a row for (@gone: taken every
- * one out)?  0, -EAGAIN, or -errno from the link.
+ * one out)?  0; else @h's reason, -EAGAIN (not yet), -ENOSPC or -ENOMEM
+ * (it refused a fold for want of memory), -EBADMSG (one came wrong),
+ * with @need (when not NULL, (npieces + 7) / 8 bytes) set to the pieces
+ * to send again; or -errno from the link (@need untouched).
  */
 int parity_ask(struct parity *par, int h, const struct par_seal *ps,
-	       bool gone);
+	       bool gone, uint8_t *need);
 
 /* parity_get_fn: read a member's piece from @node (this node too), checked. */
 int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,

@@ -24,7 +24,8 @@
  * per node that acknowledged a whole copy); flags: the copies (R).
  * PERSIST: as PROTECT (holders 0): that seal is in the shared persist dir.
  * LOST: nothing more; the proposer (node, inc) is a daemon that started
- * with empty memory.
+ * with empty memory, or (flags NSOP_LOST_STOP) one that stops and takes
+ * its memory with it.
  *
  * Strings are u16 length + bytes (no NUL).  A record that does not decode
  * exactly (a length past the end, bytes left over, a name with '/' or NUL,

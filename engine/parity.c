@@ -33,7 +33,10 @@
  *   PAR_T_DONE
  *       u64 ino, u64 gseal, u64 ckpt, u64 chunk_base, u32 npieces, u32
  *       scheme, u32 flags (PAR_DONE_GONE: are they all out again?), u32 0.
- *       Answered 0, or -EAGAIN when some are not (yet) folded (or out).
+ *       Answered as gns_i.h says (PROT_MAP_BITS): status 0 when every
+ *       piece this node holds a row for is folded (or out), else why
+ *       not, and a bit per piece still to send: the owner sends only
+ *       those, so a retry does not send again what the holder folded.
  *   PAR_T_GET
  *       u64 ckpt, u64 stripe, u32 scheme, u32 0.  Answered with u32 k, u32
  *       row, then per data slot u64 ino, u64 gseal, u32 piece, u32 len,
@@ -111,6 +114,16 @@ struct parity {
 	struct { uint64_t ckpt, stripe; } decoding[PAR_DECODING_MAX]; /* lock */
 	unsigned ndecoding;	/* lock */
 	pthread_cond_t decoded;	/* a decode ended */
+	/*
+	 * Per owner node, the last seal a fold of which was refused here,
+	 * and why (-ENOSPC, -ENOMEM: no memory; -EBADMSG: it came wrong):
+	 * the DONE that follows says so (lock).
+	 */
+	struct par_refusal {
+		uint64_t ino, gseal;
+		bool unfold;
+		int err;
+	} refused_by[GRP_MAX_NODES];
 
 	_Atomic uint64_t folds, unfolds, refused, rebuilt, rebuilt_bytes;
 	_Atomic uint64_t rebuild_failed;
@@ -350,6 +363,36 @@ static bool fold_ok(struct parity *par, int node, const struct peer_frame *f,
 	return *row >= 0;
 }
 
+/*
+ * A fold of @node's (@f) was refused here for @err: noted for the DONE
+ * that follows, and logged once per seal.  Takes par->lock.
+ */
+static void refused(struct parity *par, int node, const struct peer_frame *f,
+		    int err)
+{
+	const uint8_t *m = f->meta;
+	uint64_t ino = get64(m + 16), gseal = get64(m + 24);
+	bool unfold = f->type == PAR_T_UNFOLD, news;
+	struct par_refusal *r;
+
+	if (node < 0 || node >= GRP_MAX_NODES)
+		return;
+	pthread_mutex_lock(&par->lock);
+	r = &par->refused_by[node];
+	news = r->ino != ino || r->gseal != gseal || r->unfold != unfold ||
+	       r->err != err;
+	*r = (struct par_refusal){ ino, gseal, unfold, err };
+	pthread_mutex_unlock(&par->lock);
+	if (news)
+		rft_warn("parity: %s of node %d's inode %llu refused here: "
+			 "%s%s (it sends what is missing again)",
+			 unfold ? "an unfold" : "a fold", node,
+			 (unsigned long long)ino, strerror(-err),
+			 err == -ENOSPC || err == -ENOMEM
+				 ? ", no memory for its row"
+				 : "");
+}
+
 void *parity_rx_dest(struct parity *par, int node, const struct peer_frame *f,
 		     void **cookie)
 {
@@ -377,6 +420,8 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 	if ((f->bulk_len && !cookie) || bulk_rc) {
 		/* No room to receive it, or it came wrong: DONE tells. */
 		atomic_fetch_add(&par->refused, 1);
+		if (!bulk_rc || bulk_rc == -EBADMSG)
+			refused(par, node, f, bulk_rc ? -EBADMSG : -ENOMEM);
 		rxbuf_put(par, cookie);
 		return 0;
 	}
@@ -413,25 +458,36 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 			f->type == PAR_T_FOLD ? "fold" : "unfold",
 			get32(m + 40), (unsigned long long)get64(m + 16),
 			(unsigned long long)get64(m + 8), strerror(-rc));
+		if (rc == -ENOSPC || rc == -ENOMEM)
+			refused(par, node, f, rc);
 	}
 	rxbuf_put(par, cookie);
 	return 0;
 }
 
-int parity_rx_done(struct parity *par, int node, const struct peer_frame *f)
+int parity_rx_done(struct parity *par, int node, const struct peer_frame *f,
+		   uint8_t **meta, uint32_t *meta_len)
 {
 	const uint8_t *m = f->meta;
 	uint64_t ino = get64(m), gseal = get64(m + 8), ckpt = get64(m + 16);
 	uint64_t base = get64(m + 24);
-	uint32_t n = get32(m + 32), flags = get32(m + 40);
+	uint32_t n = get32(m + 32), flags = get32(m + 40), nbits, missing = 0;
 	bool gone = flags & PAR_DONE_GONE;
-	int rc = 0;
+	uint8_t *a;
+	int rc = 0, why = 0;
 
 	if (f->meta_len != PAR_DONE_META || get32(m + 36) != par->code ||
 	    flags & ~(uint32_t)PAR_DONE_GONE || get32(m + 44) || f->bulk_len)
 		return -EINVAL;
+	/* No seal has more pieces than the largest file. */
+	if (n > (RFT_MAX_FILE_SIZE >> par->e->store.chunk_shift) + 1)
+		return -EINVAL;
+	nbits = n < PROT_MAP_BITS ? n : PROT_MAP_BITS;
+	a = calloc(1, 8 + (nbits + 7) / 8);
+	if (!a)
+		return -ENOMEM;
 	pthread_mutex_lock(&par->lock);
-	for (uint32_t i = 0; i < n && rc == 0; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		struct pstripe *ps;
 		uint64_t stripe;
 		int slot;
@@ -448,11 +504,27 @@ int parity_rx_done(struct parity *par, int node, const struct peer_frame *f)
 		in = ps && ps->st.member[slot].in &&
 		     ps->st.member[slot].id == gseal &&
 		     ps->who[slot].ino == ino;
-		if (in == gone)
-			rc = -EAGAIN;
+		if (in != gone)
+			continue;
+		missing++;
+		if (i < nbits)
+			a[8 + i / 8] |= (uint8_t)(1u << (i % 8));
 	}
+	if (missing && node >= 0 && node < GRP_MAX_NODES &&
+	    par->refused_by[node].ino == ino &&
+	    par->refused_by[node].gseal == gseal &&
+	    par->refused_by[node].unfold == gone)
+		why = par->refused_by[node].err;
 	pthread_mutex_unlock(&par->lock);
-	return rc;
+	if (rc < 0) {
+		free(a);
+		return rc;
+	}
+	put32(a, missing ? (uint32_t)(why ? -why : EAGAIN) : 0);
+	put32(a + 4, missing ? nbits : 0);
+	*meta = a;
+	*meta_len = 8 + (missing ? (nbits + 7) / 8 : 0);
+	return 0;
 }
 
 int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
@@ -540,9 +612,9 @@ uint64_t parity_holders_of(const struct parity *par, int owner, uint64_t base,
 }
 
 int parity_send(struct parity *par, int h, const struct par_seal *ps,
-		const struct file_snap *fs, bool unfold, uint8_t *bounce,
-		bool (*pace)(void *ctx, uint64_t len), void *pace_ctx,
-		uint64_t *pieces, uint64_t *bytes)
+		const struct file_snap *fs, bool unfold, const uint8_t *need,
+		uint8_t *bounce, bool (*pace)(void *ctx, uint64_t len),
+		void *pace_ctx, uint64_t *pieces, uint64_t *bytes)
 {
 	struct eng *e = par->e;
 	uint8_t meta[PAR_FOLD_META];
@@ -561,6 +633,8 @@ int parity_send(struct parity *par, int h, const struct par_seal *ps,
 			return -EINVAL;
 		if (ers_layout_member(&par->l, stripe, h) < par->l.k)
 			continue; /* @h holds no row of this stripe */
+		if (!prot_map_has(need, i))
+			continue; /* @h has it folded (or out) already */
 		if (s && slot_in_ram(s)) {
 			f.bulk = store_ptr(&e->store, s->chunk);
 			if (s->fill < len) {
@@ -597,13 +671,17 @@ int parity_send(struct parity *par, int h, const struct par_seal *ps,
 }
 
 int parity_ask(struct parity *par, int h, const struct par_seal *ps,
-	       bool gone)
+	       bool gone, uint8_t *need)
 {
-	uint8_t meta[PAR_DONE_META];
+	uint8_t meta[PAR_DONE_META], *ans = malloc(PROT_MAP_ANSWER_MAX);
 	struct peer_frame f = { .type = PAR_T_DONE, .meta = meta,
 				.meta_len = sizeof(meta) };
-	struct peer_reply rep = { 0 };
+	struct peer_reply rep = { .meta = ans,
+				  .meta_cap = PROT_MAP_ANSWER_MAX };
+	int rc;
 
+	if (!ans)
+		return -ENOMEM;
 	put64(meta, ps->ino);
 	put64(meta + 8, ps->gseal);
 	put64(meta + 16, ps->ckpt);
@@ -612,7 +690,11 @@ int parity_ask(struct parity *par, int h, const struct par_seal *ps,
 	put32(meta + 36, par->code);
 	put32(meta + 40, gone ? PAR_DONE_GONE : 0);
 	put32(meta + 44, 0);
-	return peer_call(par->x, h, &f, &rep, PAR_SEND_MS);
+	rc = peer_call(par->x, h, &f, &rep, PAR_SEND_MS);
+	if (rc == 0)
+		rc = prot_map_read(ans, rep.meta_len, ps->npieces, need);
+	free(ans);
+	return rc;
 }
 
 /* --- reconstructing reads ----------------------------------------------------- */

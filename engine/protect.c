@@ -7,20 +7,26 @@
  * so the writer may go on and copy on write), paced by --protect-bw.  Each
  * holder receives a piece straight into an arena chunk of its own (counted
  * against its --mem), checks its CRC32C and makes it that file's piece; a
- * DONE request then asks whether it has every piece.  When every holder
- * has, the owner appends PROTECT to the group's log: from then on every
- * node knows where the copies are (file->holders) and the file is
- * PROTECTED.  A holder that is down, full or behind leaves the file SEALED,
- * and the owner tries again later (backoff from 1 s to 30 s); the writer
+ * DONE request asks first which pieces it lacks, only those are sent, and
+ * DONE asks again.  When every holder has every piece, the owner appends
+ * PROTECT to the group's log: from then on every node knows where the
+ * copies are (file->holders) and the file is PROTECTED.  A holder that is
+ * down, full or behind leaves the file SEALED, and the owner tries again
+ * later (backoff from 1 s to 30 s), sending only what it lacks; one that
+ * refused a piece for want of memory says so in its answer, and the
+ * owner logs it once per file and reports it (files_stalled).  The writer
  * never waits for any of it.
  *
  * Frames (docs/protocol.md, "Protection frames"), meta little-endian:
  *   PROT_T_PUT   u64 ino, u64 gseal, u32 piece, u32 len, u32 crc; bulk:
  *                the piece.  No answer: a piece refused (another seal,
  *                no memory) shows in the DONE that follows.
- *   PROT_T_DONE  u64 ino, u64 gseal.  Answered 0 when every piece of that
- *                seal is here, -EAGAIN when some are missing, -ESTALE when
- *                this node is at another seal of the file.
+ *   PROT_T_DONE  u64 ino, u64 gseal.  Answered with a status and the
+ *                pieces missing here (gns_i.h, PROT_MAP_BITS): status 0
+ *                when every piece of that seal is here, EAGAIN when some
+ *                are missing, ENOSPC when this node refused one of them
+ *                for want of memory; -ESTALE (an error) when this node is
+ *                at another seal of the file.
  * PUTs and their DONE go over one link, in order: a DONE answered 0 has
  * seen every PUT before it.
  *
@@ -43,6 +49,8 @@
 #define PROT_SEND_MS 10000	/* one piece handed to the link */
 #define PROT_RETRY_MIN_MS 1000
 #define PROT_RETRY_MAX_MS 30000
+#define PROT_LEAVE_RETRY_MS 250	/* retries while a graceful stop waits */
+#define PROT_LEAVE_POLL_MS 100
 
 /* --protect-bw: a token bucket, one per thread that sends or fetches. */
 struct pacer {
@@ -57,6 +65,10 @@ struct prot_job {
 	uint64_t acked;		/* holders that have every piece */
 	unsigned backoff_ms;
 	uint64_t at_ms;		/* not before (a retry) */
+	/* Its last try: a live holder that refused it (no memory), why. */
+	int stall_holder;	/* -1: none */
+	int stall_err;		/* -errno; 0: none */
+	uint64_t warned;	/* holders whose refusal was logged */
 };
 
 struct prot_ans {
@@ -110,19 +122,28 @@ struct protect {
 	struct prot_ans *ans;	/* lock */
 	unsigned queued;	/* jobs not yet done; lock */
 	bool stop;		/* lock */
+	bool leaving;		/* a graceful stop waits (protect_leave):
+				   retries soon, no rebuild; lock */
 	bool started;
 	pthread_t sender, answerer;
 
 	_Atomic uint64_t files_protected, pieces_sent, bytes_sent;
 	_Atomic uint64_t pieces_held, bytes_held, pieces_refused;
 	_Atomic uint64_t retries;
+	/*
+	 * A holder: per owner node, the last seal a copy's piece of which
+	 * was refused here for want of memory; its DONE says so (lock).
+	 */
+	struct {
+		uint64_t ino, gseal;
+	} put_refused[GRP_MAX_NODES];
 
 	/* The rebuild after a start with empty memory. */
 	bool rebuilding;	/* its thread was started */
 	bool rebuild_running;	/* and has not finished; lock */
 	pthread_t rebuilder;
 	uint64_t rebuild_files, rebuild_done; /* lock */
-	_Atomic uint64_t rebuild_bytes, rebuild_failed;
+	_Atomic uint64_t rebuild_bytes, rebuild_failed, rebuild_lost;
 };
 
 static uint64_t now_ms(void)
@@ -167,20 +188,81 @@ static void ans_free(struct prot_ans *a)
 	free(a);
 }
 
+/*
+ * A piece of @node's copy of @ino at seal @gseal refused here for want of
+ * memory: noted for its DONE, logged once per seal.  Takes p->lock.
+ */
+static void put_refused(struct protect *p, int node, uint64_t ino,
+			uint64_t gseal)
+{
+	bool news;
+
+	if (node < 0 || node >= GRP_MAX_NODES)
+		return;
+	pthread_mutex_lock(&p->lock);
+	news = p->put_refused[node].ino != ino ||
+	       p->put_refused[node].gseal != gseal;
+	p->put_refused[node].ino = ino;
+	p->put_refused[node].gseal = gseal;
+	pthread_mutex_unlock(&p->lock);
+	if (news)
+		rft_warn("protect: a piece of node %d's inode %llu refused "
+			 "here: no memory for its copy (it sends what is "
+			 "missing again)",
+			 node, (unsigned long long)ino);
+}
+
+/*
+ * PROT_T_DONE's answer (gns_i.h): malloc()ed into *@meta, or -ESTALE,
+ * -ENOMEM.  Never sleeps.
+ */
+static int done_answer(struct protect *p, int node, uint64_t ino,
+		       uint64_t gseal, uint8_t **meta, uint32_t *meta_len)
+{
+	uint8_t *a = calloc(1, PROT_MAP_ANSWER_MAX);
+	uint32_t n, nbits, why = EAGAIN;
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	rc = file_replica_complete(p->e, ino, gseal, a + 8, PROT_MAP_BITS,
+				   &n);
+	if (rc < 0 && rc != -EAGAIN) {
+		free(a);
+		return rc;
+	}
+	nbits = rc == 0 ? 0 : n < PROT_MAP_BITS ? n : PROT_MAP_BITS;
+	pthread_mutex_lock(&p->lock);
+	if (node >= 0 && node < GRP_MAX_NODES &&
+	    p->put_refused[node].ino == ino &&
+	    p->put_refused[node].gseal == gseal)
+		why = ENOSPC;
+	pthread_mutex_unlock(&p->lock);
+	put32(a, rc == 0 ? 0 : why);
+	put32(a + 4, nbits);
+	*meta = a;
+	*meta_len = 8 + (nbits + 7) / 8;
+	return 0;
+}
+
 static void *rx_bulk_dest(void *ctx, int node, const struct peer_frame *f,
 			  void **cookie)
 {
 	struct protect *p = ctx;
 	const uint8_t *m = f->meta;
 	uint32_t chunk;
+	int rc;
 
 	if ((f->type == PAR_T_FOLD || f->type == PAR_T_UNFOLD) && p->par)
 		return parity_rx_dest(p->par, node, f, cookie);
 	if (f->type != PROT_T_PUT || f->meta_len != 28 ||
 	    f->bulk_len != get32(m + 20) || f->bulk_crc != get32(m + 24))
 		return NULL;
-	if (file_replica_dest(p->e, get64(m), get64(m + 8), get32(m + 16),
-			      f->bulk_len, get32(m + 24), &chunk) < 0)
+	rc = file_replica_dest(p->e, get64(m), get64(m + 8), get32(m + 16),
+			       f->bulk_len, get32(m + 24), &chunk);
+	if (rc == -ENOSPC)
+		put_refused(p, node, get64(m), get64(m + 8));
+	if (rc < 0)
 		return NULL;
 	*cookie = (void *)(uintptr_t)((uint64_t)chunk + 1);
 	return store_ptr(&p->e->store, chunk);
@@ -206,7 +288,8 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 			return 0; /* the asker times out */
 		/* Never sleeps: par->lock is a leaf no thread waits under. */
 		a->rc = f->type == PAR_T_DONE
-				? parity_rx_done(p->par, node, f)
+				? parity_rx_done(p->par, node, f, &a->meta,
+						 &a->meta_len)
 				: parity_rx_get(p->par, node, f, &a->meta,
 						&a->meta_len, &a->bulk,
 						&a->bulk_len);
@@ -235,7 +318,8 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	if (!a)
 		return 0; /* the owner times out and tries again */
 	/* Never sleeps: the checking takes locks no thread sleeps under. */
-	a->rc = file_replica_complete(p->e, get64(m), get64(m + 8));
+	a->rc = done_answer(p, node, get64(m), get64(m + 8), &a->meta,
+			    &a->meta_len);
 	return queue_answer(p, node, f, a);
 }
 
@@ -316,8 +400,41 @@ static bool pace(struct protect *p, struct pacer *b, uint64_t len)
 }
 
 /*
- * Send every piece of @fs to @h and ask whether it has them all.  0 once
- * it has; -errno (down, full, behind) otherwise.
+ * Ask @h whether it has every piece of @ino's seal @gseal (PROT_T_DONE):
+ * 0, or its reason with @need set to the pieces it lacks (gns_i.h), or
+ * -errno from the link.
+ */
+static int ask_copy(struct protect *p, int h, uint64_t ino, uint64_t gseal,
+		    uint32_t n, uint8_t *need)
+{
+	uint8_t dmeta[16], *ans = malloc(PROT_MAP_ANSWER_MAX);
+	struct peer_frame done = { .type = PROT_T_DONE, .meta = dmeta,
+				   .meta_len = sizeof(dmeta) };
+	struct peer_reply rep = { .meta = ans,
+				  .meta_cap = PROT_MAP_ANSWER_MAX };
+	int rc;
+
+	if (!ans)
+		return -ENOMEM;
+	put64(dmeta, ino);
+	put64(dmeta + 8, gseal);
+	rc = peer_call(p->x, h, &done, &rep, PROT_SEND_MS);
+	if (rc == 0)
+		rc = prot_map_read(ans, rep.meta_len, n, need);
+	free(ans);
+	return rc;
+}
+
+/* A holder's answer that it refused what was sent (not a link's error). */
+static bool refusal(int rc)
+{
+	return rc == -ENOSPC || rc == -ENOMEM || rc == -EBADMSG;
+}
+
+/*
+ * Make @h hold every piece of @fs: ask which it lacks, send those, ask
+ * again.  0 once it has them all; its reason (-EAGAIN, -ENOSPC: it
+ * refused some for want of memory) or -errno from the link otherwise.
  */
 static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 		   const struct file_snap *fs, uint8_t *bounce)
@@ -325,20 +442,23 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 	struct eng *e = p->e;
 	uint32_t n = (uint32_t)((fs->size + e->store.chunk_size - 1) >>
 				e->store.chunk_shift);
-	uint8_t meta[28], dmeta[16];
-	struct peer_frame done = { .type = PROT_T_DONE, .meta = dmeta,
-				   .meta_len = sizeof(dmeta) };
-	struct peer_reply rep = { 0 };
+	uint8_t meta[28], *need = malloc(n / 8 + 1);
 	int rc;
 
+	if (!need)
+		return -ENOMEM;
+	rc = ask_copy(p, h, ino, gseal, n, need);
+	if (rc != -EAGAIN && !refusal(rc))
+		goto out;
 	for (uint32_t i = 0; i < n && i < fs->nslots; i++) {
 		const struct slot *s = &fs->slots[i];
 		uint32_t len = file_piece_len(e, fs->size, i);
 		struct peer_frame f = { .type = PROT_T_PUT, .meta = meta,
 					.meta_len = sizeof(meta) };
 
-		if (!slot_in_ram(s))
-			continue; /* a hole: the holder has it from the seal */
+		if (!slot_in_ram(s) || !prot_map_has(need, i))
+			continue; /* a hole (the holder has it from the
+				     seal), or there already */
 		f.bulk = store_ptr(&e->store, s->chunk);
 		if (s->fill < len) {
 			/* Past fill the piece reads as zeros, not the chunk. */
@@ -353,17 +473,45 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 		put32(meta + 16, i);
 		put32(meta + 20, len);
 		put32(meta + 24, s->crc);
-		if (!pace(p, &p->send_pace, len))
-			return -ECANCELED;
+		if (!pace(p, &p->send_pace, len)) {
+			rc = -ECANCELED;
+			goto out;
+		}
 		rc = peer_send(p->x, h, &f, PROT_SEND_MS);
 		if (rc < 0)
-			return rc;
+			goto out;
 		atomic_fetch_add(&p->pieces_sent, 1);
 		atomic_fetch_add(&p->bytes_sent, len);
 	}
-	put64(dmeta, ino);
-	put64(dmeta + 8, gseal);
-	return peer_call(p->x, h, &done, &rep, PROT_SEND_MS);
+	rc = ask_copy(p, h, ino, gseal, n, need);
+out:
+	free(need);
+	return rc;
+}
+
+/*
+ * Log, once per holder and job of @j's file (j->warned), that holder @h
+ * refused its protection for @err, and note it in @j.  No lock held.
+ */
+static void warn_refused(struct protect *p, struct prot_job *j, int h,
+			 int err)
+{
+	char rel[PATH_MAX];
+
+	j->stall_holder = h;
+	j->stall_err = err;
+	if (j->warned & (1ULL << h))
+		return;
+	j->warned |= 1ULL << h;
+	pthread_rwlock_rdlock(&p->e->ns.lock);
+	if (ns_path(&p->e->ns, j->in, rel, sizeof(rel)) < 0)
+		snprintf(rel, sizeof(rel), "inode %llu",
+			 (unsigned long long)j->in->ino);
+	pthread_rwlock_unlock(&p->e->ns.lock);
+	rft_warn("protect: %s: node %d refused its %s (%s%s); tried again, "
+		 "sending only what it lacks",
+		 rel, h, p->par ? "parity folds" : "copy", strerror(-err),
+		 err == -ENOSPC || err == -ENOMEM ? ": no memory there" : "");
 }
 
 /* Tell the group where the copies are: PROTECT through the log. */
@@ -428,6 +576,8 @@ static int run_job(struct protect *p, struct prot_job *j, uint8_t *bounce)
 			continue;
 		}
 		rc = send_to(p, h, j->in->ino, j->gseal, &fs, bounce);
+		if (refusal(rc))
+			warn_refused(p, j, h, rc);
 		if (rc == 0)
 			j->acked |= 1ULL << h;
 		else if (!first_err)
@@ -509,17 +659,23 @@ static bool pace_send(void *ctx, uint64_t len)
 
 /*
  * Fold (@gone false) or take out (@gone true) @fo's pieces at every live
- * holder not in *@acked; holders that confirm join *@acked.  A dead
- * holder's rows went with it (a replacement starts empty): skipped when
- * taking out, an error when folding.  0 when every holder confirmed.
+ * holder not in *@acked; holders that confirm join *@acked.  Each is
+ * asked first which pieces it lacks, and only those go (after a loss or
+ * a refusal, most are there already).  A dead holder's rows went with it
+ * (a replacement starts empty): skipped when taking out, an error when
+ * folding.  0 when every holder confirmed; a holder that refused (no
+ * memory) is logged once per job and set in @j.
  */
-static int fold_at(struct protect *p, struct folded *fo, bool gone,
-		   uint64_t *acked, uint8_t *bounce)
+static int fold_at(struct protect *p, struct prot_job *j, struct folded *fo,
+		   bool gone, uint64_t *acked, uint8_t *bounce)
 {
 	struct memb_view v;
 	uint64_t pieces = 0, bytes = 0;
+	uint8_t *need = malloc(fo->ps.npieces / 8 + 1);
 	int first_err = 0;
 
+	if (!need)
+		return -ENOMEM;
 	memb_get_view(p->memb, &v);
 	for (int h = 0; h < p->nodes; h++) {
 		int rc;
@@ -532,20 +688,23 @@ static int fold_at(struct protect *p, struct folded *fo, bool gone,
 			first_err = first_err ? first_err : -EHOSTDOWN;
 			continue;
 		}
-		/* Ask first: after a loss most holders have them already. */
-		rc = parity_ask(p->par, h, &fo->ps, gone);
-		if (rc == -EAGAIN) {
+		rc = parity_ask(p->par, h, &fo->ps, gone, need);
+		if (rc == -EAGAIN || refusal(rc)) {
 			rc = parity_send(p->par, h, &fo->ps, &fo->fs, gone,
-					 bounce, pace_send, p, &pieces,
+					 need, bounce, pace_send, p, &pieces,
 					 &bytes);
 			if (rc == 0)
-				rc = parity_ask(p->par, h, &fo->ps, gone);
+				rc = parity_ask(p->par, h, &fo->ps, gone,
+						need);
 		}
+		if (refusal(rc))
+			warn_refused(p, j, h, rc);
 		if (rc == 0)
 			*acked |= 1ULL << h;
 		else if (!first_err)
 			first_err = rc;
 	}
+	free(need);
 	atomic_fetch_add(&p->pieces_sent, pieces);
 	atomic_fetch_add(&p->bytes_sent, bytes);
 	return first_err;
@@ -580,7 +739,7 @@ static int run_parity_job(struct protect *p, struct prot_job *j,
 		away = slot_remote(&f->slots[i]);
 	if (fo && (!current || fo->ps.gseal != f->gseal || away)) {
 		pthread_rwlock_unlock(&f->lock);
-		rc = fold_at(p, fo, true, &acked, bounce);
+		rc = fold_at(p, j, fo, true, &acked, bounce);
 		if (rc < 0)
 			return rc;
 		folded_free(p, fo, true);
@@ -627,7 +786,7 @@ static int run_parity_job(struct protect *p, struct prot_job *j,
 	} else {
 		pthread_rwlock_unlock(&f->lock);
 	}
-	rc = fold_at(p, fo, false, &acked, bounce);
+	rc = fold_at(p, j, fo, false, &acked, bounce);
 	if (rc < 0)
 		return rc;
 	/* The owner's bit too: LOST of this node makes it unprotected. */
@@ -693,6 +852,8 @@ static void *sender_main(void *arg)
 		if (!p->head)
 			p->tail = NULL;
 		pthread_mutex_unlock(&p->lock);
+		j->stall_holder = -1;
+		j->stall_err = 0;
 		rc = !bounce	? -ENOMEM
 		     : p->par	? run_parity_job(p, j, bounce)
 				: run_job(p, j, bounce);
@@ -711,7 +872,8 @@ static void *sender_main(void *arg)
 					      : PROT_RETRY_MIN_MS;
 		if (j->backoff_ms > PROT_RETRY_MAX_MS)
 			j->backoff_ms = PROT_RETRY_MAX_MS;
-		j->at_ms = now_ms() + j->backoff_ms;
+		j->at_ms = now_ms() + (p->leaving ? PROT_LEAVE_RETRY_MS
+						  : j->backoff_ms);
 		j->next = p->later;
 		p->later = j;
 	}
@@ -823,14 +985,13 @@ void protect_node_lost(struct protect *p, int node)
 }
 
 /*
- * Bring back every piece of @in (held) this node does not have; 0, or
- * -ESTALE when the file is gone or was sealed again meanwhile (nothing
- * left to bring back: its new data is being written here).
- */
-/*
- * Bring back what of @in (owned here) is not in memory, from its holders,
- * then protect it again.  @b: the calling thread's pacer (the rebuild's),
- * NULL for none (verify --repair: a few pieces, on the caller's thread).
+ * Bring back what of @in (owned here, held) is not in memory, from its
+ * holders, then protect it again.  @b: the calling thread's pacer (the
+ * rebuild's), NULL for none (verify --repair: a few pieces, on the
+ * caller's thread).  0; -ESTALE when the file is gone or no longer this
+ * node's (nothing left to bring back); -ENODATA when it is lost (no
+ * copy, parity or persisted copy of its seal: nowhere to bring it back
+ * from); -errno to try again.
  */
 static int rebuild_file(struct protect *p, struct inode *in, struct pacer *b)
 {
@@ -846,6 +1007,8 @@ static int rebuild_file(struct protect *p, struct inode *in, struct pacer *b)
 		       p->e->store.chunk_shift);
 	if (in->nlink == 0 || f->owner != p->self)
 		rc = -ESTALE;
+	else if (file_lost(f))
+		rc = -ENODATA;
 	pthread_rwlock_unlock(&f->lock);
 	if (rc < 0)
 		return rc;
@@ -877,7 +1040,9 @@ int protect_repair(struct protect *p, struct inode *in)
  * copies this node held for others come back from their owners
  * (protect_node_lost on their side).  A file that cannot be brought back
  * now (its holders not reachable yet, memory full) is tried again, with a
- * backoff from 1 s to 30 s, until it is back, gone, or the daemon stops.
+ * backoff from 1 s to 30 s, until it is back, gone, or the daemon stops;
+ * a lost one (file_lost: the log says no copy of it is left) is not
+ * tried: it is counted and named (protect --wait, rebuild --wait).
  */
 static void *rebuild_main(void *arg)
 {
@@ -901,9 +1066,15 @@ static void *rebuild_main(void *arg)
 			int rc;
 
 			pthread_mutex_lock(&p->lock);
-			stop = p->stop;
+			/* A graceful stop: the rest is on its holders. */
+			stop = p->stop || p->leaving;
 			pthread_mutex_unlock(&p->lock);
 			rc = stop ? -ECANCELED : rebuild_file(p, in, &p->rebuild_pace);
+			if (rc == -ENODATA) {
+				atomic_fetch_add(&p->rebuild_lost, 1);
+				ns_unhold(p->e, in);
+				continue;
+			}
 			if (rc < 0 && rc != -ESTALE) {
 				/* Kept for the next round. */
 				if (!stop && backoff == PROT_RETRY_MIN_MS)
@@ -922,9 +1093,9 @@ static void *rebuild_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		p->rebuild_done = files_done;
 		for (uint64_t until = now_ms() + backoff;
-		     left && !p->stop && now_ms() < until;)
+		     left && !p->stop && !p->leaving && now_ms() < until;)
 			cv_wait_until(p, until);
-		stop = p->stop;
+		stop = p->stop || p->leaving;
 		pthread_mutex_unlock(&p->lock);
 		if (!left || stop)
 			break;
@@ -942,6 +1113,12 @@ static void *rebuild_main(void *arg)
 	if (left)
 		rft_warn("rebuild: stopped with %zu of %zu files not back",
 			 left, w.n);
+	else if (atomic_load(&p->rebuild_lost))
+		rft_err("rebuild: done (%llu files back); %llu files are "
+			"lost: no copy, parity or persisted copy of them is "
+			"left (named by reftfs-admin rebuild)",
+			(unsigned long long)files_done,
+			(unsigned long long)atomic_load(&p->rebuild_lost));
 	else
 		rft_info("rebuild: done (%llu files)",
 			 (unsigned long long)files_done);
@@ -969,6 +1146,105 @@ int protect_rebuild(struct protect *p)
 		memb_set_rebuilding(p->memb, false);
 	}
 	return rc;
+}
+
+/* --- a graceful stop --------------------------------------------------- */
+
+struct pending_walk {
+	struct protect *p;
+	uint64_t n;
+};
+
+/*
+ * A sealed file of this node not protected yet, whose bytes are all here
+ * (so that its protection can go on), neither lost nor persisted.
+ * ns->lock held (read).
+ */
+static int count_pending(void *ctx, struct inode *in)
+{
+	struct pending_walk *w = ctx;
+	struct file *f = &in->file;
+	bool want;
+
+	if (!S_ISREG(in->mode) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	want = f->owner == w->p->self && file_sealed(f) &&
+	       f->dur.protected_data != f->version && !file_lost(f) &&
+	       !file_data_persisted(f);
+	for (uint32_t i = 0; want && i < f->nslots; i++)
+		want = !slot_remote(&f->slots[i]);
+	pthread_rwlock_unlock(&f->lock);
+	w->n += want;
+	return 0;
+}
+
+/*
+ * A holder this node's protections need that is declared dead, or -1.
+ * One not heard from yet (a daemon that just started) or suspect may
+ * still answer: the wait goes on for it.
+ */
+static int holder_down(struct protect *p)
+{
+	struct memb_view v;
+
+	memb_get_view(p->memb, &v);
+	for (int k = 0; k < p->nholders; k++)
+		if (v.node[p->holders[k]].state == MEMB_DEAD)
+			return p->holders[k];
+	return -1;
+}
+
+int protect_leave(struct protect *p, uint64_t until_ms)
+{
+	struct pending_walk w = { p, 0 };
+	bool said = false;
+	int down;
+
+	if (!p || !p->nholders)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	p->leaving = true;
+	/* Retries due now, not after their backoff. */
+	for (struct prot_job *j = p->later; j; j = j->next)
+		j->at_ms = 0;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	for (;;) {
+		w.n = 0;
+		pthread_rwlock_rdlock(&p->e->ns.lock);
+		ns_walk(&p->e->ns, count_pending, &w);
+		pthread_rwlock_unlock(&p->e->ns.lock);
+		if (w.n == 0) {
+			if (said)
+				rft_info("stop: every sealed file of this "
+					 "node is protected");
+			return 0;
+		}
+		down = holder_down(p);
+		if (down >= 0) {
+			rft_warn("stop: %llu sealed files of this node not "
+				 "protected, and node %d, a holder of their "
+				 "%s, is dead: not waiting for it",
+				 (unsigned long long)w.n, down,
+				 p->par ? "parity rows" : "copies");
+			return -EHOSTDOWN;
+		}
+		if (now_ms() >= until_ms)
+			return -ETIMEDOUT;
+		if (!said)
+			rft_info("stop: protecting %llu sealed files of this "
+				 "node first (--stop-wait %llu s at most)",
+				 (unsigned long long)w.n,
+				 (unsigned long long)(until_ms - now_ms() +
+						      999) / 1000);
+		said = true;
+		pthread_mutex_lock(&p->lock);
+		cv_wait_until(p, now_ms() + PROT_LEAVE_POLL_MS < until_ms
+					 ? now_ms() + PROT_LEAVE_POLL_MS
+					 : until_ms);
+		pthread_mutex_unlock(&p->lock);
+	}
 }
 
 /* --- the module --------------------------------------------------------- */
@@ -1239,12 +1515,18 @@ void protect_get_stats(struct protect *p, struct eng_protect_stats *s)
 	s->retries = atomic_load(&p->retries);
 	pthread_mutex_lock(&p->lock);
 	s->files_pending = p->queued;
+	for (struct prot_job *j = p->later; j; j = j->next)
+		if (j->stall_err && !s->files_stalled++) {
+			s->stalled_holder = j->stall_holder;
+			s->stalled_err = j->stall_err;
+		}
 	s->rebuilding = p->rebuild_running;
 	s->rebuild_files = p->rebuild_files;
 	s->rebuild_done = p->rebuild_done;
 	pthread_mutex_unlock(&p->lock);
 	s->rebuild_bytes = atomic_load(&p->rebuild_bytes);
 	s->rebuild_failed = atomic_load(&p->rebuild_failed);
+	s->rebuild_lost = atomic_load(&p->rebuild_lost);
 	s->holder_dead = -1;
 	memb_get_view(p->memb, &v);
 	for (int k = 0; k < p->nholders; k++)

@@ -429,7 +429,8 @@ static const struct rep_field mem_fields[MEM_N] = {
 		"Bytes of the blocks small pieces take in shared chunks."),
 };
 
-enum { NS_CKPTS, NS_FILES, NS_DIRS, NS_LOGICAL, NS_RESIDENT, NS_N };
+enum { NS_CKPTS, NS_FILES, NS_DIRS, NS_LOGICAL, NS_RESIDENT, NS_LOST,
+       NS_N };
 
 static const struct rep_field ns_fields[NS_N] = {
 	[NS_CKPTS] = REP_EXPORT("checkpoints", REP_COUNT, REP_GAUGE,
@@ -442,6 +443,11 @@ static const struct rep_field ns_fields[NS_N] = {
 		"reftfs_logical_bytes", "Sum of file sizes."),
 	[NS_RESIDENT] = REP_EXPORT("resident_bytes", REP_BYTES, REP_GAUGE,
 		"reftfs_resident_bytes", "File bytes resident in RAM."),
+	[NS_LOST] = REP_EXPORT("lost_files", REP_COUNT, REP_GAUGE,
+		"reftfs_files_lost",
+		"Files whose data is gone for good: no copy, parity row or "
+		"persisted copy was left when their owner lost its memory "
+		"(a write or an unlink of one ends it)."),
 };
 
 enum { IO_WOPS, IO_WBYTES, IO_ROPS, IO_RBYTES, IO_N };
@@ -613,7 +619,7 @@ static const struct rep_field persist_fields[PER_N] = {
 };
 
 enum { CK_NAME, CK_SEQ, CK_STATE, CK_FILES, CK_BYTES, CK_RESIDENT, CK_FLAGS,
-       CK_N };
+       CK_LOST, CK_N };
 enum { CK_FLAG_KEEP = 1 << 0, CK_FLAG_PERSIST = 1 << 1 };
 
 static const char *const ck_flag_names[] = { "keep", "persist" };
@@ -656,6 +662,9 @@ static const struct rep_field ck_fields[CK_N] = {
 		.names = ck_flag_names,
 		.keys = ck_flag_keys,
 	},
+	[CK_LOST] = REP_EXPORT("lost_files", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_lost_files",
+		"Files of the checkpoint whose data is gone for good."),
 };
 
 /* --- group --------------------------------------------------------------- */
@@ -780,11 +789,16 @@ enum {
 	GR_PROT_REFUSED,
 	GR_PROT_RETRIES,
 	GR_PROT_HOLDER_DEAD,
+	GR_PROT_LOST,
+	GR_PROT_STALLED,
+	GR_PROT_STALLED_HOLDER,
+	GR_PROT_STALLED_ERR,
 	GR_REB_RUNNING,
 	GR_REB_FILES,
 	GR_REB_DONE,
 	GR_REB_FAILED,
 	GR_REB_BYTES,
+	GR_REB_LOST,
 	GR_N
 };
 
@@ -882,6 +896,15 @@ static const struct rep_field gr_fields[GR_N] = {
 		REP_COUNTER, "reftfs_protect_retries_total",
 		"Protections and rebuild rounds tried again."),
 	[GR_PROT_HOLDER_DEAD] = REP_FIELD("protect_holder_dead", REP_INT),
+	[GR_PROT_LOST] = REP_FIELD("protect_lost", REP_COUNT),
+	[GR_PROT_STALLED] = REP_EXPORT("protect_stalled", REP_COUNT,
+		REP_GAUGE, "reftfs_protect_stalled_files",
+		"Files of this node whose protection a live holder refused "
+		"(no memory there): tried again."),
+	[GR_PROT_STALLED_HOLDER] = REP_FIELD("protect_stalled_holder",
+		REP_INT),
+	[GR_PROT_STALLED_ERR] = REP_FIELD("protect_stalled_error",
+		REP_STRING),
 	[GR_REB_RUNNING] = REP_FIELD("rebuild_running", REP_BOOL),
 	[GR_REB_FILES] = REP_FIELD("rebuild_files", REP_COUNT),
 	[GR_REB_DONE] = REP_FIELD("rebuild_done", REP_COUNT),
@@ -889,6 +912,7 @@ static const struct rep_field gr_fields[GR_N] = {
 		"reftfs_rebuild_files_not_back",
 		"Files the rebuild could not bring back yet."),
 	[GR_REB_BYTES] = REP_FIELD("rebuild_bytes", REP_BYTES),
+	[GR_REB_LOST] = REP_FIELD("rebuild_lost", REP_COUNT),
 };
 
 /* Fill group object @gobj and member table @tbl of @top from the group. */
@@ -963,11 +987,18 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		rep_set_u64(gobj, GR_PROT_REFUSED, ps.pieces_refused);
 		rep_set_u64(gobj, GR_PROT_RETRIES, ps.retries);
 		rep_set_int(gobj, GR_PROT_HOLDER_DEAD, ps.holder_dead);
+		rep_set_u64(gobj, GR_PROT_LOST, ps.files_lost);
+		rep_set_u64(gobj, GR_PROT_STALLED, ps.files_stalled);
+		rep_set_int(gobj, GR_PROT_STALLED_HOLDER, ps.stalled_holder);
+		if (ps.files_stalled)
+			rep_set_str(gobj, GR_PROT_STALLED_ERR,
+				    err_name(ps.stalled_err));
 		rep_set_bool(gobj, GR_REB_RUNNING, ps.rebuilding);
 		rep_set_u64(gobj, GR_REB_FILES, ps.rebuild_files);
 		rep_set_u64(gobj, GR_REB_DONE, ps.rebuild_done);
 		rep_set_u64(gobj, GR_REB_FAILED, ps.rebuild_failed);
 		rep_set_u64(gobj, GR_REB_BYTES, ps.rebuild_bytes);
+		rep_set_u64(gobj, GR_REB_LOST, ps.rebuild_lost);
 	}
 	eng_copy_bytes(c->e, there, here);
 	for (i = 0; i < n; i++) {
@@ -1096,6 +1127,13 @@ static const struct rep_text group_text[] = {
 	    "{group.protect_files} protected since start, "
 	    "{group.protect_bytes_sent} sent, {group.protect_bytes_held} "
 	    "held for peers, {group.protect_retries} retries"),
+	TXT("group.protect_on&group.protect_lost", "",
+	    "{group.protect_lost} files of this node lost (reftfs-admin "
+	    "protect names them)"),
+	TXT("group.protect_on&group.protect_stalled", "",
+	    "{group.protect_stalled} files refused by node "
+	    "{group.protect_stalled_holder} ({group.protect_stalled_error}): "
+	    "tried again"),
 	TXT("group.protect_on&!group.protect_copies", "parity",
 	    "{group.parity_bytes} in {group.parity_rows} "
 	    "{group.parity_rows?row|rows} held for the group, "
@@ -1109,6 +1147,8 @@ static const struct rep_text group_text[] = {
 	    "rebuild",
 	    "done: {group.rebuild_files} files, {group.rebuild_bytes} "
 	    "back"),
+	TXT("group.protect_on&group.rebuild_lost", "",
+	    "{group.rebuild_lost} files found lost: not brought back"),
 	TXT("group.enabled", NULL, ""),
 	TABLE("members", &gm_table),
 };
@@ -1205,13 +1245,17 @@ static const struct rep_col ck_cols[] = {
 };
 
 static const struct rep_row_text ck_rows[] = {
+	{ "lost_files",
+	  (const char *const[]){ "{name}", "{seq}", "{state}", "{files}",
+				 "{bytes}", "{resident_bytes}",
+				 "{flags}  {lost_files} lost" } },
 	{ NULL, (const char *const[]){ "{name}", "{seq}", "{state}", "{files}",
 				       "{bytes}", "{resident_bytes}",
 				       "{flags}" } },
 };
 
 static const struct rep_table_text ck_table = {
-	"checkpoints", ck_cols, 7, ck_rows, 1
+	"checkpoints", ck_cols, 7, ck_rows, 2
 };
 
 /* What "status" says, field by field; docs/protocol.md shows it. */
@@ -1244,6 +1288,10 @@ static const struct rep_text status_text[] = {
 	TXT(NULL, "data",
 	    "{namespace.logical_bytes} logical, {namespace.resident_bytes} "
 	    "resident in RAM"),
+	TXT("namespace.lost_files", "lost",
+	    "{namespace.lost_files} file{namespace.lost_files?|s} whose data "
+	    "is gone for good: no copy, parity or persisted copy left "
+	    "(reftfs-admin ls shows them)"),
 	TXT(NULL, "io",
 	    "{io.write_ops} writes ({io.write_bytes}), {io.read_ops} reads "
 	    "({io.read_bytes})"),
@@ -1325,6 +1373,7 @@ static int ck_row(void *ctx, const struct eng_ckpt_info *ci)
 	rep_set_u64(row, CK_SEQ, ci->seq);
 	rep_set_u64(row, CK_STATE, ci->state);
 	rep_set_u64(row, CK_FILES, ci->files);
+	rep_set_u64(row, CK_LOST, ci->files_lost);
 	rep_set_u64(row, CK_BYTES, ci->bytes);
 	rep_set_u64(row, CK_RESIDENT, ci->bytes_resident);
 	rep_set_u64(row, CK_FLAGS,
@@ -1410,6 +1459,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, NS_DIRS, st.dirs);
 	rep_set_u64(g, NS_LOGICAL, st.bytes_logical);
 	rep_set_u64(g, NS_RESIDENT, st.bytes_resident);
+	rep_set_u64(g, NS_LOST, st.files_lost);
 
 	g = rep_obj(top, ST_IO);
 	rep_set_u64(g, IO_WOPS, st.write_ops);
@@ -2371,17 +2421,92 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 /* --- protect, rebuild ---------------------------------------------------- */
 
 enum group_wait_kind { WAIT_PROTECT, WAIT_REBUILD };
+
+/* The holder that refused, and why, that a wait said last. */
+struct stall_said {
+	int holder, err;
+};
 enum group_wait_state { GW_WAIT, GW_DONE, GW_FAIL };
+
+/* Lost files named by protect and rebuild; past this, a count. */
+#define CTL_LOST_NAMED 100
+
+struct lost_names {
+	struct rep_out *o;
+	const char *cmd;
+};
+
+static int name_lost(void *ctx, const char *path)
+{
+	struct lost_names *ln = ctx;
+
+	rep_out_begin(ln->o, 'e');
+	/* With a leading '/', as ls shows it. */
+	rep_out_printf(ln->o, "%s: lost: /", ln->cmd);
+	rep_out_text(ln->o, path);
+	rep_out_end(ln->o);
+	return 0;
+}
+
+/*
+ * The files of this node that are lost, one 'e' line each (the first
+ * CTL_LOST_NAMED), after one that says what it means.
+ */
+static void say_lost(struct rep_out *o, struct eng *e, const char *cmd,
+		     uint64_t n)
+{
+	struct lost_names ln = { o, cmd };
+	long total;
+
+	if (n == 1)
+		rep_out_line(o, 'e',
+			     "%s: 1 file of this node is lost: no copy, parity "
+			     "row or persisted copy of its data is left, so "
+			     "it cannot come back (a write or an unlink of it "
+			     "ends this)",
+			     cmd);
+	else
+		rep_out_line(o, 'e',
+			     "%s: %" PRIu64 " files of this node are lost: no "
+			     "copy, parity row or persisted copy of their data "
+			     "is left, so they cannot come back (a write or an "
+			     "unlink of one ends this for it)",
+			     cmd, n);
+	total = eng_list_lost(e, true, CTL_LOST_NAMED, name_lost, &ln);
+	if (total > CTL_LOST_NAMED)
+		rep_out_line(o, 'e', "%s: ... and %ld more", cmd,
+			     total - CTL_LOST_NAMED);
+}
+
+/* protect: holder @ps->stalled_holder refused, and why. */
+static void say_stalled(struct rep_out *o, uint64_t left,
+			const struct eng_protect_stats *ps)
+{
+	rep_out_line(o, 'e',
+		     "protect: waiting: %" PRIu64 " files of this node are "
+		     "not protected: node %d refused %s of %" PRIu64 " of "
+		     "them (%s%s); tried again, sending only what it lacks",
+		     left, ps->stalled_holder,
+		     ps->copies ? "the copies" : "the parity folds",
+		     ps->files_stalled, err_name(ps->stalled_err),
+		     ps->stalled_err == -ENOSPC || ps->stalled_err == -ENOMEM
+			     ? ": no memory for them there"
+			     : "");
+}
 
 /*
  * Where protection (or the rebuild) stands: GW_DONE, GW_WAIT (not yet) or
  * GW_FAIL (it cannot finish now, and @o says why).  @done and @total are
- * the progress in files.
+ * the progress in files.  Files of this node that are lost end either
+ * wait once the others are done (they never will be).  A holder that
+ * refuses for want of memory is said (once per holder and reason: *@said)
+ * and waited for: it may make room.
  */
-static enum group_wait_state group_wait_state(struct rep_out *o, enum group_wait_kind k,
+static enum group_wait_state group_wait_state(struct rep_out *o,
+			    struct eng *e, enum group_wait_kind k,
 			    const struct eng_protect_stats *ps,
 			    bool caught_up, uint64_t *total, uint64_t *done,
-			    uint64_t *bytes)
+			    uint64_t *bytes, struct stall_said *said)
 {
 	/* Nothing is known, and no rebuild begun, before it caught up. */
 	if (!caught_up) {
@@ -2397,6 +2522,10 @@ static enum group_wait_state group_wait_state(struct rep_out *o, enum group_wait
 			*total = left;
 		*done = *total - left;
 		*bytes = 0;
+		if (left == 0 && ps->files_lost) {
+			say_lost(o, e, "protect", ps->files_lost);
+			return GW_FAIL;
+		}
 		if (left == 0)
 			return GW_DONE;
 		if (ps->holder_dead >= 0) {
@@ -2409,16 +2538,30 @@ static enum group_wait_state group_wait_state(struct rep_out *o, enum group_wait
 				     ps->copies ? "copies" : "parity rows");
 			return GW_FAIL;
 		}
+		if (ps->files_stalled && ps->stalled_holder >= 0 &&
+		    (said->holder != ps->stalled_holder ||
+		     said->err != ps->stalled_err)) {
+			say_stalled(o, left, ps);
+			*said = (struct stall_said){ ps->stalled_holder,
+						     ps->stalled_err };
+		}
 		return GW_WAIT;
 	}
 	*total = ps->rebuild_files;
 	*done = ps->rebuild_done;
 	*bytes = ps->rebuild_bytes;
-	return ps->rebuilding ? GW_WAIT : GW_DONE;
+	if (ps->rebuilding)
+		return GW_WAIT;
+	if (ps->files_lost) {
+		say_lost(o, e, "rebuild", ps->files_lost);
+		return GW_FAIL;
+	}
+	return GW_DONE;
 }
 
 enum { PW_COPIES, PW_SCHEME, PW_UNPROT, PW_PENDING, PW_PROTECTED,
-       PW_HOLDER_DEAD, PW_FINISHED, PW_CAUGHT_UP, PW_N };
+       PW_HOLDER_DEAD, PW_FINISHED, PW_CAUGHT_UP, PW_LOST, PW_STALLED,
+       PW_N };
 
 static const struct rep_field pw_fields[PW_N] = {
 	[PW_COPIES] = REP_FIELD("copies", REP_COUNT),
@@ -2430,10 +2573,12 @@ static const struct rep_field pw_fields[PW_N] = {
 	[PW_FINISHED] = REP_FIELD("finished", REP_BOOL),
 	/* false: this node has not caught up with the group's log yet */
 	[PW_CAUGHT_UP] = REP_FIELD("caught_up", REP_BOOL),
+	[PW_LOST] = REP_FIELD("lost", REP_COUNT),
+	[PW_STALLED] = REP_FIELD("stalled", REP_COUNT),
 };
 
 enum { RB_RUNNING, RB_FILES, RB_DONE, RB_NOT_BACK, RB_BYTES, RB_FINISHED,
-       RB_CAUGHT_UP, RB_N };
+       RB_CAUGHT_UP, RB_LOST, RB_N };
 
 static const struct rep_field rb_fields[RB_N] = {
 	[RB_RUNNING] = REP_FIELD("running", REP_BOOL),
@@ -2443,6 +2588,7 @@ static const struct rep_field rb_fields[RB_N] = {
 	[RB_BYTES] = REP_FIELD("bytes", REP_BYTES),
 	[RB_FINISHED] = REP_FIELD("finished", REP_BOOL),
 	[RB_CAUGHT_UP] = REP_FIELD("caught_up", REP_BOOL),
+	[RB_LOST] = REP_FIELD("lost", REP_COUNT),
 };
 
 static const struct rep_field wait_roots[] = {
@@ -2468,6 +2614,9 @@ static const struct rep_text rebuild_text[] = {
 	    "{not_back} not back yet"),
 	TXT("caught_up&!running&files", NULL,
 	    "rebuild: done, {files} files, {bytes} brought back"),
+	TXT("caught_up&lost", NULL,
+	    "rebuild: {lost} files of this node lost: nowhere to bring "
+	    "them back from"),
 	TXT("caught_up&!running&!files", NULL,
 	    "rebuild: nothing to bring back (this daemon did not start "
 	    "with empty memory, or its node owned nothing)"),
@@ -2495,6 +2644,8 @@ static void group_wait_report(struct rep_out *o, bool json,
 		rep_set_int(top, PW_HOLDER_DEAD, ps->holder_dead);
 		rep_set_bool(top, PW_FINISHED, done);
 		rep_set_bool(top, PW_CAUGHT_UP, caught_up);
+		rep_set_u64(top, PW_LOST, ps->files_lost);
+		rep_set_u64(top, PW_STALLED, ps->files_stalled);
 	} else {
 		rep_set_bool(top, RB_RUNNING, ps->rebuilding);
 		rep_set_u64(top, RB_FILES, ps->rebuild_files);
@@ -2503,6 +2654,7 @@ static void group_wait_report(struct rep_out *o, bool json,
 		rep_set_u64(top, RB_BYTES, ps->rebuild_bytes);
 		rep_set_bool(top, RB_FINISHED, done);
 		rep_set_bool(top, RB_CAUGHT_UP, caught_up);
+		rep_set_u64(top, RB_LOST, ps->files_lost);
 	}
 	if (rep_err(rep))
 		o->err = rep_err(rep);
@@ -2511,7 +2663,7 @@ static void group_wait_report(struct rep_out *o, bool json,
 	else if (k == WAIT_PROTECT)
 		rep_text(o, rep, protect_text, 2, 0);
 	else
-		rep_text(o, rep, rebuild_text, 4, 0);
+		rep_text(o, rep, rebuild_text, 5, 0);
 	rep_free(rep);
 }
 
@@ -2524,6 +2676,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 	uint64_t total = 0, done = 0, bytes = 0, sent_at = 0;
 	uint64_t last[3] = { UINT64_MAX, 0, 0 };
 	enum group_wait_state st;
+	struct stall_said said = { -1, 0 };
 	bool caught_up;
 	int rc;
 
@@ -2540,8 +2693,8 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 	}
 	for (;;) {
 		caught_up = eng_group_caught_up(r->c->e);
-		st = group_wait_state(o, k, &ps, caught_up, &total, &done,
-				      &bytes);
+		st = group_wait_state(o, r->c->e, k, &ps, caught_up, &total,
+				      &done, &bytes, &said);
 		if (st == GW_FAIL)
 			return CTL_EXIT_FAIL;
 		if (!r->wait)

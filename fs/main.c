@@ -6,7 +6,8 @@
  *                                         "mount -t fuse.reftfs" and fstab)
  *
  * Exit status: 0 after a clean unmount, 1 when write-back at unmount
- * failed, 2 for bad options or a setup error (one line says which).
+ * failed or (in a group) sealed files were left unprotected at the stop,
+ * 2 for bad options or a setup error (one line says which).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 #define EXIT_SETUP 2
 #define READ_AHEAD_KB 16384
 #define WORKERS 8 /* FUSE worker threads */
+#define STOP_WAIT_MS 30000 /* --stop-wait's default */
 /* What --mem leaves to the kernel, the daemon and the job (check_mem). */
 #define MEM_RESERVE_MIN (1ULL << 30)
 #define MEM_RESERVE_MAX (16ULL << 30)
@@ -50,6 +52,7 @@ struct opts {
 	bool early_copy; /* --early-copy */
 	int in_place; /* --in-place, --no-in-place */
 	bool mem_given;	/* --mem or -o mem= */
+	unsigned stop_wait_ms; /* --stop-wait */
 	char *owned[16]; /* copies of option values (-o strings are freed) */
 	unsigned nowned;
 	char fuse_opts[4096]; /* -o options for libfuse */
@@ -123,12 +126,17 @@ static void usage(FILE *out)
 		"                        one is usable, else ISA-L; same bytes)\n"
 		"  --protect-bw SIZE     bytes per second protection may send (default\n"
 		"                        0: no limit)\n"
+		"  --stop-wait SECONDS   at a stop (unmount, SIGTERM, SIGINT), wait this\n"
+		"                        long at most for this node's sealed files to be\n"
+		"                        protected (default 30; 0: no wait); each one left\n"
+		"                        unprotected is logged, the others show it lost,\n"
+		"                        and reftfsd exits 1\n"
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, prefault,\n"
 		"                        no_prefault, direct_read, io_uring, passthrough,\n"
 		"                        no_passthrough, early_copy, in_place,\n"
-		"                        no_in_place, state_dir=,\n"
+		"                        no_in_place, state_dir=, stop_wait=,\n"
 		"                        ...;\n"
 		"                        others (allow_other, ...) go to FUSE\n"
 		"  -f                    stay in the foreground\n"
@@ -365,6 +373,12 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 			return bad("bad --protect-bw '%s': want bytes per "
 				   "second (K, M, G), 0 for no limit",
 				   val ? val : "");
+	} else if (!strcmp(key, "stop-wait")) {
+		if (val && !strcmp(val, "0"))
+			o->stop_wait_ms = 0;
+		else if (parse_seconds_ms(val, &o->stop_wait_ms) < 0)
+			return bad("bad --stop-wait '%s': want seconds, e.g. "
+				   "30 (0: no wait)", val ? val : "");
 	} else if (!strcmp(key, "dead-after")) {
 		if (parse_seconds_ms(val, &o->grp.dead_after_ms) < 0)
 			return bad("bad --dead-after '%s': want seconds, e.g. 5 "
@@ -436,7 +450,7 @@ static int parse_o(struct opts *o, const char *arg)
 }
 
 /* Long options with no letter of their own. */
-enum { OPT_NO_PASSTHROUGH = 0x100, OPT_NO_IN_PLACE };
+enum { OPT_NO_PASSTHROUGH = 0x100, OPT_NO_IN_PLACE, OPT_STOP_WAIT };
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -470,6 +484,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "state-dir", required_argument, NULL, 'Y' },
 		{ "protect", required_argument, NULL, 'T' },
 		{ "protect-bw", required_argument, NULL, 'B' },
+		{ "stop-wait", required_argument, NULL, OPT_STOP_WAIT },
 		{ "codec", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -549,6 +564,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'Y': name = "state-dir"; break;
 		case 'T': name = "protect"; break;
 		case 'B': name = "protect-bw"; break;
+		case OPT_STOP_WAIT: name = "stop-wait"; break;
 		case 'G': name = "codec"; break;
 		default:
 			return bad("cannot parse the options");
@@ -1012,6 +1028,7 @@ int main(int argc, char **argv)
 	prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	memset(&o, 0, sizeof(o));
 	o.passthrough = o.in_place = -1;
+	o.stop_wait_ms = STOP_WAIT_MS;
 	memset(&rfs, 0, sizeof(rfs));
 	eng_config_defaults(&o.cfg);
 	grp_config_defaults(&o.grp);
@@ -1165,6 +1182,15 @@ int main(int argc, char **argv)
 out_unmount:
 	fuse_session_unmount(se);
 	rft_info("unmounted %s", o.mountpoint);
+	/*
+	 * A node of a group protects its sealed files before it goes (as
+	 * eng_stop writes back to the persist dir), while its peers and the
+	 * log still run, and names what it cannot: its memory goes with it.
+	 * The control socket still answers meanwhile (protect --wait).
+	 */
+	if (grp && eng_group_caught_up(e) &&
+	    eng_group_leave(e, o.stop_wait_ms) > 0)
+		status = 1;
 	rfs_ctl_free(ctl); /* it reports on the engine: gone before it stops */
 	ctl = NULL;
 	grp_stop(grp);

@@ -127,6 +127,26 @@ start_node 1
 check_all "replacement node 1" 1 0 2
 log "replacement node 1 reads every file back"
 
+# --- a node stopped with a file not written back yet ---------------------
+# --persist-every 0: nothing is written back by itself.  Its stop writes
+# the file back while the group still runs, so the others learn it is
+# there (PERSIST) and read it from the persist dir: not lost.
+head -c 300000 /dev/urandom >"$REF/late"
+cp "$REF/late" "${M[1]}/ckpt/late"
+stop_daemon "${M[1]}" "${PID[1]}"
+wait_states "${M[0]}" "self dead up" 30
+cmp "$REF/late" "$P/ckpt/late" || fail "persist dir: ckpt/late after node 1's stop"
+for n in 0 2; do
+	cmp "$REF/late" "${M[$n]}/ckpt/late" ||
+		fail "ckpt/late on node $n after node 1's stop"
+	st=$(admin "${M[$n]}" ls /ckpt/late --json | "$PY" -c '
+import json, sys
+print(json.load(sys.stdin)[0]["state"])')
+	expect_eq "$st" persisted "ckpt/late on node $n after node 1's stop"
+done
+start_node 1
+log "node 1 stopped with ckpt/late in memory only: written back at its stop, read on the others"
+
 # --- the whole group stopped and started again on its state dirs ---------
 for n in 0 1 2; do stop_daemon "${M[$n]}" "${PID[$n]}"; done
 for n in 0 1 2; do start_node "$n"; done

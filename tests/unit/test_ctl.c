@@ -54,10 +54,10 @@ void rft_log(int level, const char *func, int line, const char *fmt, ...)
 
 const char *eng_state_name(enum eng_state s)
 {
-	static const char *const n[] = { "writing", "sealed", "protected",
-					 "persisted" };
+	static const char *const n[] = { "lost", "writing", "sealed",
+					 "protected", "persisted" };
 
-	return (unsigned)s < 4 ? n[s] : "unknown";
+	return (unsigned)s < 5 ? n[s] : "unknown";
 }
 
 const char *eng_crc_state_name(enum eng_crc_state s)
@@ -156,6 +156,10 @@ static _Atomic bool fake_in_group;
 static _Atomic unsigned fake_copies = 2;
 static _Atomic bool fake_parity;
 static _Atomic int fake_holder_dead = -1;
+/* Files of this node the fake says are lost (eng_list_lost). */
+static _Atomic unsigned fake_lost;
+/* One file's protection refused by node 2 for want of memory. */
+static _Atomic bool fake_stalled;
 static _Atomic unsigned fake_prot_calls;
 
 static _Atomic bool fake_behind; /* not caught up with the log yet */
@@ -201,6 +205,29 @@ void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
 	st->rebuild_done = n < 4 ? n : 4;
 	st->rebuild_bytes = st->rebuild_done << 20;
 	st->rebuilding = n < 4;
+	st->files_lost = fake_lost;
+	st->stalled_holder = -1;
+	if (fake_stalled && st->files_unprotected) {
+		st->files_stalled = 1;
+		st->stalled_holder = 2;
+		st->stalled_err = -ENOSPC;
+	}
+}
+
+
+long eng_list_lost(struct eng *e, bool mine, unsigned max, eng_path_fn fn,
+		   void *ctx)
+{
+	char path[64];
+
+	(void)e;
+	(void)mine;
+	for (unsigned i = 0; fn && i < fake_lost && i < max; i++) {
+		snprintf(path, sizeof(path), "step_100/lost\n%u.pt", i);
+		if (fn(ctx, path))
+			break;
+	}
+	return fake_lost;
 }
 
 /* Names that try to break lines, quotes, terminals and UTF-8. */
@@ -251,7 +278,7 @@ int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx)
 		struct eng_ckpt_info ci = {
 			.name = ck_names[i],
 			.seq = i + 1,
-			.state = (enum eng_state)i,
+			.state = (enum eng_state)(i + ENG_STATE_WRITING),
 			.files = i,
 			.bytes = (uint64_t)i << 20,
 			.bytes_resident = (uint64_t)i << 19,
@@ -911,8 +938,57 @@ static void test_protect_rebuild(void **state)
 	assert_int_equal(frame_check(a), 0);
 	assert_non_null(strstr(a, "p 4 4 4194304 0 rebuild\n"));
 	assert_non_null(strstr(a, "\"running\":false,\"files\":4,\"done\":4"));
-	assert_non_null(strstr(a, "\"finished\":true,\"caught_up\":true}"));
+	assert_non_null(strstr(a, "\"finished\":true,\"caught_up\":true,"
+				  "\"lost\":0}"));
 	free(a);
+
+	/*
+	 * Files of this node that are lost: both waits end, exit 1, each
+	 * named (as ls names it, escaped), once the rest is done.
+	 */
+	fake_lost = 2;
+	fake_prot_calls = 3;
+	a = ask(*state, "protect --wait\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "e protect: 2 files of this node are lost: "
+				  "no copy, parity row or persisted copy of "
+				  "their data is left"));
+	assert_non_null(strstr(a, "e protect: lost: /step_100/lost\\n0.pt\n"
+				  "e protect: lost: /step_100/lost\\n1.pt\n"));
+	free(a);
+	fake_prot_calls = 0;
+	a = ask(*state, "rebuild --wait\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "p 3 4 3145728 0 rebuild\n"));
+	assert_non_null(strstr(a, "e rebuild: lost: /step_100/lost\\n1.pt\n"));
+	free(a);
+	a = ask(*state, "group\n");
+	assert_non_null(strstr(a, "2 files of this node lost (reftfs-admin "
+				  "protect names them)"));
+	free(a);
+	fake_lost = 0;
+
+	/*
+	 * A holder refused (no memory there): said once, who and why, and
+	 * waited for (it may make room).
+	 */
+	fake_prot_calls = 0;
+	fake_stalled = true;
+	a = ask(*state, "protect --wait\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "e protect: waiting: 3 files of this node "
+				  "are not protected: node 2 refused the "
+				  "copies of 1 of them (No space left on "
+				  "device: no memory for them there)"));
+	assert_null(strstr(strstr(a, "e protect: waiting") + 1,
+			   "e protect: waiting"));
+	assert_non_null(strstr(a, "p 3 3 0 0 protect\n"));
+	free(a);
+	fake_prot_calls = 0;
+	a = ask(*state, "metrics\n");
+	assert_non_null(strstr(a, "reftfs_protect_stalled_files 1\n"));
+	free(a);
+	fake_stalled = false;
 
 	/* A holder of this node's copies is dead: exit 1, and why. */
 	fake_prot_calls = 0;
@@ -932,7 +1008,8 @@ static void test_protect_rebuild(void **state)
 	assert_non_null(strstr(a, "rebuild: waiting for this node to catch up"));
 	free(a);
 	a = ask(*state, "protect --json\n");
-	assert_non_null(strstr(a, "\"finished\":false,\"caught_up\":false}"));
+	assert_non_null(strstr(a, "\"finished\":false,\"caught_up\":false,"
+				  "\"lost\":0,\"stalled\":0}"));
 	free(a);
 	fake_behind = false;
 

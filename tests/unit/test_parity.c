@@ -315,7 +315,8 @@ static int shim_deliver(void *ctx, int node, const struct peer_frame *f,
 		if (!a)
 			return 0; /* the asker times out */
 		a->rc = f->type == PAR_T_DONE
-				? parity_rx_done(nd->par, node, f)
+				? parity_rx_done(nd->par, node, f, &a->meta,
+						 &a->meta_len)
 				: parity_rx_get(nd->par, node, f, &a->meta,
 						&a->meta_len, &a->bulk,
 						&a->bulk_len);
@@ -718,12 +719,12 @@ static int fold_at(struct world *w, struct pfile *f, int h, bool unfold,
 	int rc = 0;
 
 	for (int t = 0; t < tries && !atomic_load(&w->failing); t++) {
-		rc = parity_ask(o->par, h, &ps, unfold);
+		rc = parity_ask(o->par, h, &ps, unfold, NULL);
 		if (rc == -EAGAIN) {
-			rc = parity_send(o->par, h, &ps, &fs, unfold, bounce,
-					 NULL, NULL, &pieces, &bytes);
+			rc = parity_send(o->par, h, &ps, &fs, unfold, NULL,
+					 bounce, NULL, NULL, &pieces, &bytes);
 			if (rc == 0)
-				rc = parity_ask(o->par, h, &ps, unfold);
+				rc = parity_ask(o->par, h, &ps, unfold, NULL);
 		}
 		if (rc == 0)
 			return t;
@@ -772,14 +773,14 @@ static void *runner_main(void *arg)
 			struct par_seal ps = seal_of(jb->f);
 
 			rc = parity_ask(w->node[r->node].par, jb->h, &ps,
-					jb->unfold);
+					jb->unfold, NULL);
 		} else if (jb->kind == J_SEND) {
 			struct par_seal ps = seal_of(jb->f);
 			struct file_snap fs = snap_of(jb->f);
 			uint64_t pieces = 0, bytes = 0;
 
 			rc = parity_send(w->node[r->node].par, jb->h, &ps, &fs,
-					 jb->unfold, bounce, NULL, NULL,
+					 jb->unfold, NULL, bounce, NULL, NULL,
 					 &pieces, &bytes);
 		} else {
 			rc = fold_at(w, jb->f, jb->h, jb->unfold, bounce,
@@ -1436,7 +1437,7 @@ static void refold(struct world *w, uint64_t mask, uint64_t skip)
 				   w->node[h].live) {
 				/* Its rows elsewhere outlived the owner. */
 				int rc = parity_ask(w->node[f->owner].par, h,
-						    &ps, false);
+						    &ps, false, NULL);
 
 				if (rc != 0)
 					fail_msg("%s: inode %" PRIu64 " of "
@@ -1590,13 +1591,15 @@ static void check_malformed(struct world *w)
 	uint64_t folds, refused, bchunk;
 	int nbad = 0;
 	void *cookie;
-	uint8_t *dst;
+	uint8_t *dst, need[1];
 	struct par_seal ps;
+	struct parity *pa;
 
 	w->phase = "malformed folds";
 	assert_int_equal(ers_layout_locate(&w->l, a, chunk, &stripe, &slot),
 			 0);
 	h = ers_layout_node(&w->l, stripe, w->k);	/* row 0 */
+	pa = w->node[a].par;
 	bslot = (slot + 1) % w->k;			/* another's slot */
 	assert_int_equal(ers_layout_chunk(&w->l, stripe, bslot, &bnode,
 					  &bchunk),
@@ -1688,8 +1691,8 @@ static void check_malformed(struct world *w)
 				 w->row),
 			 -EINVAL);
 	ps = (struct par_seal){ ino, gseal, ck, chunk, 1 };
-	assert_int_equal(parity_ask(w->node[a].par, h, &ps, false), -EAGAIN);
-	assert_int_equal(parity_ask(w->node[a].par, h, &ps, true), 0);
+	assert_int_equal(parity_ask(pa, h, &ps, false, NULL), -EAGAIN);
+	assert_int_equal(parity_ask(pa, h, &ps, true, NULL), 0);
 
 	/* Straight into the holder: a bulk that failed its CRC on the way,
 	   a link that died under it, a meta of another length. */
@@ -1746,8 +1749,9 @@ static void check_malformed(struct world *w)
 		  len, crc);
 	send_frame(w, a, h, PAR_T_FOLD, meta, FOLD_META, bulk, len, crc);
 	send_frame(w, a, h, PAR_T_FOLD, meta, FOLD_META, bulk, len, crc);
-	assert_int_equal(parity_ask(w->node[a].par, h, &ps, false), 0);
-	assert_int_equal(parity_ask(w->node[a].par, h, &ps, true), -EAGAIN);
+	assert_int_equal(parity_ask(w->node[a].par, h, &ps, false, NULL), 0);
+	assert_int_equal(parity_ask(w->node[a].par, h, &ps, true, NULL),
+			 -EAGAIN);
 	assert_int_equal(rpc_get(w, a, h, ck, stripe, w->code, got, &mlen,
 				 w->row),
 			 0);
@@ -1781,7 +1785,8 @@ static void check_malformed(struct world *w)
 	assert_int_equal(rpc_get(w, bnode, h, ck, stripe, w->code, got, &mlen,
 				 w->row),
 			 0);
-	assert_int_equal(parity_ask(w->node[a].par, h, &ps, true), -EAGAIN);
+	assert_int_equal(parity_ask(w->node[a].par, h, &ps, true, NULL),
+			 -EAGAIN);
 	assert_int_equal(rpc_get(w, a, h, ck, stripe, w->code, got, &mlen,
 				 w->row),
 			 0);
@@ -1789,7 +1794,7 @@ static void check_malformed(struct world *w)
 	assert_int_equal(get32(got + 8 + 32 * slot + 28), 1);
 	/* The right one is, and the row goes back to the store. */
 	send_frame(w, a, h, PAR_T_UNFOLD, meta, FOLD_META, bulk, len, crc);
-	assert_int_equal(parity_ask(w->node[a].par, h, &ps, true), 0);
+	assert_int_equal(parity_ask(pa, h, &ps, true, NULL), 0);
 	assert_int_equal(rpc_get(w, a, h, ck, stripe, w->code, got, &mlen,
 				 w->row),
 			 -ENOENT);
@@ -1813,20 +1818,20 @@ static void check_malformed(struct world *w)
 			nheld++;
 		send_frame(w, a, h, PAR_T_FOLD, meta, FOLD_META, bulk, len,
 			   crc);
-		assert_int_equal(parity_ask(w->node[a].par, h, &ps, false),
-				 -EAGAIN);
+		/* The holder says why, and which piece to send again. */
+		need[0] = 0;
+		assert_int_equal(parity_ask(pa, h, &ps, false, need), -ENOSPC);
+		assert_int_equal(need[0] & 1, 1);
 		assert_true(refused_of(w, h) >= refused + 3);
 		while (nheld)
 			store_put(st, held[--nheld]);
-		assert_int_equal(parity_ask(w->node[a].par, h, &ps, false),
-				 -EAGAIN);
+		assert_int_equal(parity_ask(pa, h, &ps, false, NULL), -ENOSPC);
 		send_frame(w, a, h, PAR_T_FOLD, meta, FOLD_META, bulk, len,
 			   crc);
-		assert_int_equal(parity_ask(w->node[a].par, h, &ps, false),
-				 0);
+		assert_int_equal(parity_ask(pa, h, &ps, false, need), 0);
 		send_frame(w, a, h, PAR_T_UNFOLD, meta, FOLD_META, bulk, len,
 			   crc);
-		assert_int_equal(parity_ask(w->node[a].par, h, &ps, true), 0);
+		assert_int_equal(parity_ask(pa, h, &ps, true, NULL), 0);
 	}
 	free(bulk);
 	check_rows(w, "after malformed folds");
