@@ -166,6 +166,13 @@ int store_try_alloc_len(struct store *s, uint32_t len, uint32_t *id);
  * by others.  0, or -ENOSPC.  Hold no namespace or file lock.
  */
 int store_alloc_evict(struct store *s, uint32_t len, uint32_t *id);
+/*
+ * One round of eviction now (the pressure callback), for a caller that was
+ * refused memory under a lock of its own and must not wait: what it frees
+ * is there for the next try (a holder's row, asked again by its owner).
+ * Hold no namespace, file or leaf lock.
+ */
+void store_make_room(struct store *s);
 /* CLOCK_MONOTONIC time @wait_ms from now, for store_wait_free. */
 void store_deadline(unsigned wait_ms, struct timespec *deadline);
 /*
@@ -1264,10 +1271,11 @@ bool file_draft(const struct eng *e, const struct file *f);
 int file_revert(struct eng *e, struct inode *in, int why);
 /*
  * Replicas on a holder (protect.c), called on a transport thread: never
- * sleep.  file_replica_dest() takes an arena chunk (without waiting) for
- * piece @idx of @ino's seal @gseal, if this node has that seal and not the
- * piece: 0, -ESTALE (another seal, or no such piece), -EEXIST (here
- * already), -ENOSPC.  file_replica_install() makes it the piece once its
+ * sleep.  file_replica_dest() takes an arena chunk (without waiting for
+ * others; when none is free, evicting caches itself) for piece @idx of
+ * @ino's seal @gseal, if this node has that seal and not the piece: 0,
+ * -ESTALE (another seal, or no such piece), -EEXIST (here already),
+ * -ENOSPC.  file_replica_install() makes it the piece once its
  * bytes arrived checked (@ok), else gives the chunk back.
  * file_replica_complete(): 0 when every piece of that seal is here,
  * -EAGAIN when some are missing (their bits set in @map, zeroed by the

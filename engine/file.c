@@ -1332,10 +1332,18 @@ int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
 
 	if (s && s->where == PIECE_PEER && s->crc == crc &&
 	    len == file_piece_len(e, f->size, idx))
-		rc = store_try_alloc_len(&e->store, len, chunk);
+		rc = 0;
 	else if (s && slot_in_ram(s))
 		rc = -EEXIST;
 	replica_unlock(e, f);
+	/*
+	 * A copy held for its owner comes before caches: when memory is
+	 * full, eviction runs now, with no lock held (it never waits: it
+	 * takes files with trywrlock).  The slot is looked at again when
+	 * the bytes are in (file_replica_install).
+	 */
+	if (rc == 0)
+		rc = store_alloc_evict(&e->store, len, chunk);
 	return rc;
 }
 

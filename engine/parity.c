@@ -460,6 +460,13 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 			(unsigned long long)get64(m + 8), strerror(-rc));
 		if (rc == -ENOSPC || rc == -ENOMEM)
 			refused(par, node, f, rc);
+		/*
+		 * Caches give way to rows: evict now, with no lock held,
+		 * so that the owner's next try (it asks what is missing)
+		 * finds room.
+		 */
+		if (rc == -ENOSPC)
+			store_make_room(&par->e->store);
 	}
 	rxbuf_put(par, cookie);
 	return 0;

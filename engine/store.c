@@ -525,6 +525,12 @@ int store_alloc_evict(struct store *s, uint32_t len, uint32_t *id)
 	return store_try_alloc_len(s, len, id);
 }
 
+void store_make_room(struct store *s)
+{
+	if (s->pressure)
+		s->pressure(s->pressure_ctx);
+}
+
 int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id)
 {
 	return store_alloc_len(s, wait_ms, s->chunk_size, id);
