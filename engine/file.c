@@ -200,6 +200,20 @@ int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
 }
 
 /*
+ * Piece @s of @f, in memory, goes back to its holders (PIECE_PEER): its
+ * chunk is let go; fill, CRC and its length stay, what the next fetch
+ * checks.  f->lock held for writing.
+ */
+static void slot_to_peer(struct eng *e, struct file *f, struct slot *s)
+{
+	store_put(&e->store, s->chunk);
+	s->chunk = 0;
+	s->where = PIECE_PEER;
+	s->flags = 0;
+	f->resident--;
+}
+
+/*
  * Is @f a file whose fetched copies this node may drop: another node's,
  * sealed (nobody writes it, here or there, and no draft of this node's is
  * waiting for its seal: its base may be gone by the time it needs the
@@ -285,12 +299,7 @@ uint32_t file_evict_cache_locked(struct eng *e, struct file *f,
 
 		if (!cache_piece(e, f, i) || spare_fresh(s, spared))
 			continue;
-		/* Fill, CRC and its length stay: what the next fetch checks. */
-		store_put(&e->store, s->chunk);
-		s->chunk = 0;
-		s->where = PIECE_PEER;
-		s->flags = 0;
-		f->resident--;
+		slot_to_peer(e, f, s);
 		freed++;
 	}
 	return freed;
@@ -1534,11 +1543,7 @@ uint32_t file_drop_pieces(struct eng *e, struct inode *in,
 		    s->crc != fs->slots[i].crc || f->version != fs->version ||
 		    (cache_only && !(s->flags & SLOT_FETCHED)))
 			continue;
-		store_put(&e->store, s->chunk);
-		s->chunk = 0;
-		s->where = PIECE_PEER;
-		s->flags = 0;
-		f->resident--;
+		slot_to_peer(e, f, s);
 		dropped++;
 	}
 	pthread_rwlock_unlock(&f->lock);
