@@ -1,31 +1,67 @@
 #!/usr/bin/env bash
-# Install, build and run every test, then print one summary line:
-# `N passed, N failed, N skipped`, counting every run below.  Exit status 0
-# only if nothing failed.  Benchmarks (suite 'bench') are not run here.
+# Install, build and run the tests, in one of three tiers, then print one
+# summary line: `N passed, N failed, N skipped`, counting every run below,
+# and before it the 20 slowest tests.  Exit status 0 only if nothing
+# failed.  Benchmarks (suite 'bench') are not run here.
 #
-# Four runs, each in its own build dir:
-#   build/       unit + integration + io_uring + passthrough + direct:
-#                the build that ships, with libfuse 3.16+ (the system's, or
-#                Debian's 3.18 built in: setup.sh); integration with the
-#                daemon's defaults (as root: passthrough, in place), suite
-#                io_uring, with 3.18+, runs the single-node tests again
-#                over io_uring (--io-uring), suite passthrough with copies
-#                at seal (--no-in-place), suite direct with every read
-#                through the daemon (--no-passthrough)
-#   build-fuse-system/  integration against the system's libfuse, however
-#                old (Debian 12: 3.14, where opens use the page cache):
-#                the single-node tests and 240-group-data (the other
-#                group tests are in suite 'group' there, not run)
-#   build-asan/  unit + integration, and the racing and mapping tests
-#                of io_uring, passthrough and direct,
-#                under ASan, UBSan and LeakSanitizer (the integration
-#                tests run build-asan's own reftfsd)
-#   build-tsan/  unit tests of the threaded engine modules under TSan
+#   bash tools/test.sh          the quick tier (the README's test command):
+#                 every feature once, in the build that ships (build/):
+#                 suites unit and quick (every integration test once, and
+#                 112-io-uring), RFT_TIER=quick: the randomized tests do
+#                 a few trials each.  About 10 minutes on 2 cores.
+#   bash tools/test.sh --full   what CI runs (.ci/run), at most 35 minutes:
+#     build/      unit + integration + io_uring + passthrough + direct:
+#                 the build that ships, with libfuse 3.16+ (the system's,
+#                 or Debian's 3.18 built in: setup.sh); integration with
+#                 the daemon's defaults (as root: passthrough, in place);
+#                 the other suites run again the single-node tests whose
+#                 requests go another way: over io_uring (--io-uring),
+#                 with copies at seal (--no-in-place), every read through
+#                 the daemon (--no-passthrough)
+#     build-fuse-system/  integration against the system's libfuse,
+#                 however old (Debian 12: 3.14, where opens use the page
+#                 cache): the single-node tests and 240-group-data
+#     build-asan/ unit + integration, and the racing and mapping tests of
+#                 io_uring, passthrough and direct, under ASan, UBSan and
+#                 LeakSanitizer (the integration tests run build-asan's own
+#                 reftfsd; the randomized ones with the quick tier's
+#                 counts, every daemon being several times slower)
+#     build-tsan/ unit tests of the threaded engine modules under TSan
+#   bash tools/test.sh --soak [MINUTES]   the long randomized runs, on
+#                 demand: RFT_TIER=soak (every pair of nodes lost in every
+#                 erasure scheme, 2000 differential trials, 400 rounds of
+#                 concurrent writers with replicate:2, xor and none, ...)
+#                 in build/, then the integration suite against the TSan
+#                 daemon; with MINUTES, the randomized tests again with
+#                 new seeds until that many minutes have passed.
 #
-# usage: bash tools/test.sh [extra meson test arguments]
-#        (the extra arguments go to the build/ and build-asan/ runs)
+# Seeds and counts come from the caller's environment (DIFF_SEED,
+# ERASURE_PAIRS, WRITERS_FUZZ_SEED, ...: each test's header), over the
+# tier's.
+#
+# usage: bash tools/test.sh [--full | --soak [MINUTES]] [meson test args]
+#        (the extra arguments go to every meson test run of build/ and
+#        build-asan/)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+
+TIER=quick
+SOAK_MINUTES=0
+case ${1:-} in
+--full) TIER=full; shift ;;
+--soak)
+	TIER=soak
+	shift
+	if [[ ${1:-} =~ ^[0-9]+$ ]]; then
+		SOAK_MINUTES=$1
+		shift
+	fi
+	;;
+--quick) shift ;;
+-h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$ d'; exit 0 ;;
+esac
+export RFT_TIER=$TIER
+START=$SECONDS
 
 NPROC=$(nproc 2>/dev/null || echo 2)
 PASSED=0
@@ -36,7 +72,19 @@ SKIPPED=0
 # log read from its end (CI keeps only the end) names what failed and why.
 FAILURES=""
 
+# Every test's time, "SECONDS BUILD_DIR NAME" a line, for slowest().
+TIMES=$(mktemp "${TMPDIR:-/tmp}/reftfs-test-times.XXXXXX")
+
+slowest() {
+	echo "test: the 20 slowest tests of this run ($TIER tier," \
+		"$(((SECONDS - START) / 60)) min in all):" >&2
+	sort -rn "$TIMES" | head -n 20 |
+		awk '{ printf "test:   %7.1f s  %s  %s\n", $1, $2, $3 }' >&2
+	rm -f "$TIMES"
+}
+
 summary() {
+	slowest
 	if [ -n "$FAILURES" ]; then
 		echo "test: === what failed, again:" >&2
 		printf '%s' "$FAILURES" >&2
@@ -137,6 +185,14 @@ run_suite() {
 		FAILED=$((FAILED + 1))
 		return
 	fi
+	/usr/bin/python3 - "$dir" "$log" >>"$TIMES" <<'PYEOF'
+import json, sys
+for line in open(sys.argv[2]):
+    if line.strip():
+        t = json.loads(line)
+        print("%.1f %s %s" % (t.get("duration", 0), sys.argv[1],
+                              t.get("name", "?").split(" / ")[-1]))
+PYEOF
 	read -r p f s < <(count_results "$log")
 	[ "${f:-0}" = 0 ] || FAILURES+=$(failed_tails "$dir" "$log")$'\n'
 	if [ "$rc" != 0 ] && [ "${f:-0}" = 0 ]; then
@@ -156,94 +212,141 @@ if ! bash tools/setup.sh; then
 	summary
 fi
 
-# 1. The ordinary build.  Unit tests run in parallel; integration tests are
-# is_parallel: false, so meson runs them one at a time whatever
-# --num-processes says.
-run_suite build --suite unit --suite integration --suite io_uring \
-	--suite passthrough --suite direct "$@"
-
 # The shipped build must be the fast path: with an older libfuse it would
 # test the page-cache path twice and the direct one never.
-fuse_v=$(build/fs/reftfsd --version 2>/dev/null | sed -n 's/.*(libfuse \([0-9.]*\)).*/\1/p')
-if [ "$(printf '%s\n3.16\n' "$fuse_v" | sort -V | head -n1)" != 3.16 ]; then
-	msg="test: build/ has libfuse '$fuse_v', not 3.16 or later: tools/fetch-libfuse.sh failed (see its output above)"
-	echo "$msg" >&2
-	FAILURES+="$msg"$'\n'
-	FAILED=$((FAILED + 1))
-fi
-
-# 1b. The same integration tests against the system's libfuse, to keep its
-# path (page cache, no FUSE_DIRECT_IO_ALLOW_MMAP on 3.14) correct.  Where
-# the system's is 3.16+ this runs the fast path again.
-if prepare build-fuse-system -Dlibfuse=system -Dcuda=disabled; then
-	# Half the differential test's trials, as under ASan: build/ runs its
-	# 200 on the same engine (five minutes each on a slow guest).
-	DIFF_TRIALS=${DIFF_TRIALS:-100} \
-		run_suite build-fuse-system --suite integration "$@"
-else
-	echo "test: build-fuse-system: configure or build failed" >&2
-	FAILED=$((FAILED + 1))
-fi
-
-# 2. ASan + UBSan, with leak detection: every daemon the integration tests
-# start is this build's.  clang, not gcc: GCC's UBSan ignores log_path when
-# ASan is linked in too (GCC bug 94328), and tests/integration/lib.sh needs
-# every report in a file, a background daemon's stderr being /dev/null.
-# b_lundef=false is what meson asks for with clang's sanitizers.  No CUDA in
-# the sanitizer builds: nvcc's code is not instrumented and the CUDA runtime
-# maps memory where ASan keeps its shadow; build/ covers gpu/.
-if CC=clang prepare build-asan -Db_sanitize=address,undefined \
-	-Db_lundef=false -Dcuda=disabled; then
-	# The differential test's trials cost twice as much under ASan:
-	# half as many here (build/ runs its default 200).
-	DIFF_TRIALS=${DIFF_TRIALS:-100} \
-	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
-	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		run_suite build-asan --suite unit --suite integration \
-		--timeout-multiplier 2 "$@"
-	# The other ways of starting the daemon, under ASan: the tests that
-	# race and map, and passthrough's own random test, in each (the
-	# rest of those suites runs in build/; all of them here took CI near
-	# its 90 minutes on a slow guest).
-	asan_more=()
-	asan_list=$(meson test -C build-asan --list 2>/dev/null)
-	for t in 112-io-uring 045-truncate-race+io_uring 105-mmap+io_uring \
-		045-truncate-race+passthrough 105-mmap+passthrough \
-		107-passthrough+passthrough 045-truncate-race+direct \
-		105-mmap+direct; do
-		grep -q " / $t\$" <<<"$asan_list" && asan_more+=("$t")
-	done
-	[ ${#asan_more[@]} = 0 ] ||
-		ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
-		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-			run_suite build-asan --timeout-multiplier 2 "${asan_more[@]}"
-else
-	echo "test: build-asan: configure or build failed" >&2
-	FAILED=$((FAILED + 1))
-fi
-
-# 3. TSan on the unit tests of the modules that take locks and run threads
-# (the engine's and the group's), and on 'stress' (randomized concurrent
-# operations) where the tree has it.
-# They drive the engine's threads directly, in seconds.  The integration
-# suite against the TSan daemon is not part of this run; by hand:
-# TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite integration
-if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
-	# The group's threaded modules: transports, membership, the raft log,
-	# the parity holders.
-	tsan_tests=(store ns file persist durability pass seal ctl loop peer_tcp
-		peer_fake memb registry nslog parity)
-	# The list whole first: grep -q leaves early, and under pipefail
-	# meson's SIGPIPE made the test false, so stress never ran here.
-	tsan_list=$(meson test -C build-tsan --list 2>/dev/null)
-	if grep -qx 'reftfs:unit / stress' <<<"$tsan_list"; then
-		tsan_tests+=(stress)
+check_fuse_version() {
+	local fuse_v msg
+	fuse_v=$(build/fs/reftfsd --version 2>/dev/null | sed -n 's/.*(libfuse \([0-9.]*\)).*/\1/p')
+	if [ "$(printf '%s\n3.16\n' "$fuse_v" | sort -V | head -n1)" != 3.16 ]; then
+		msg="test: build/ has libfuse '$fuse_v', not 3.16 or later: tools/fetch-libfuse.sh failed (see its output above)"
+		echo "$msg" >&2
+		FAILURES+="$msg"$'\n'
+		FAILED=$((FAILED + 1))
 	fi
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-		run_suite build-tsan --timeout-multiplier 2 "${tsan_tests[@]}"
-else
-	echo "test: build-tsan: configure or build failed" >&2
-	FAILED=$((FAILED + 1))
+}
+
+# with_asan CMD...: CMD (run_suite) with the sanitizers' options, which
+# halt at the first report.
+with_asan() {
+	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$@"
+}
+with_tsan() { TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$@"; }
+
+# The quick tier: every unit test, every integration test once (suite
+# quick), in build/.  Unit tests run in parallel; integration tests are
+# is_parallel: false, so meson runs them one at a time whatever
+# --num-processes says.
+quick_tier() {
+	run_suite build --suite unit --suite quick "$@"
+	check_fuse_version
+}
+
+full_tier() {
+	# 1. The build that ships, every suite.
+	run_suite build --suite unit --suite integration --suite io_uring \
+		--suite passthrough --suite direct "$@"
+	check_fuse_version
+
+	# 1b. The same integration tests against the system's libfuse, to
+	# keep its path (page cache, no FUSE_DIRECT_IO_ALLOW_MMAP on 3.14)
+	# correct.  Where the system's is 3.16+ this runs the fast path again.
+	if prepare build-fuse-system -Dlibfuse=system -Dcuda=disabled; then
+		run_suite build-fuse-system --suite integration "$@"
+	else
+		echo "test: build-fuse-system: configure or build failed" >&2
+		FAILED=$((FAILED + 1))
+	fi
+
+	# 2. ASan + UBSan, with leak detection: every daemon the integration
+	# tests start is this build's.  clang, not gcc: GCC's UBSan ignores
+	# log_path when ASan is linked in too (GCC bug 94328), and
+	# tests/integration/lib.sh needs every report in a file, a background
+	# daemon's stderr being /dev/null.  b_lundef=false is what meson asks
+	# for with clang's sanitizers.  No CUDA in the sanitizer builds: nvcc's
+	# code is not instrumented and the CUDA runtime maps memory where ASan
+	# keeps its shadow; build/ covers gpu/.  The randomized tests do what
+	# the quick tier does (lib.sh's by_tier).
+	if CC=clang prepare build-asan -Db_sanitize=address,undefined \
+		-Db_lundef=false -Dcuda=disabled; then
+		with_asan run_suite build-asan --suite unit \
+			--suite integration --timeout-multiplier 2 "$@"
+		# The other ways of starting the daemon, under ASan: the tests
+		# that race and map, and passthrough's own random test, in each
+		# (the rest of those suites runs in build/).
+		local asan_more=() asan_list t
+		asan_list=$(meson test -C build-asan --list 2>/dev/null)
+		for t in 112-io-uring 045-truncate-race+io_uring \
+			105-mmap+io_uring 045-truncate-race+passthrough \
+			105-mmap+passthrough 107-passthrough+passthrough \
+			045-truncate-race+direct 105-mmap+direct; do
+			grep -q " / $t\$" <<<"$asan_list" && asan_more+=("$t")
+		done
+		[ ${#asan_more[@]} = 0 ] ||
+			with_asan run_suite build-asan \
+				--timeout-multiplier 2 "${asan_more[@]}"
+	else
+		echo "test: build-asan: configure or build failed" >&2
+		FAILED=$((FAILED + 1))
+	fi
+
+	# 3. TSan on the unit tests of the modules that take locks and run
+	# threads (the engine's and the group's: transports, membership, the
+	# raft log, the parity holders), and on 'stress' (randomized
+	# concurrent operations).  They drive the engine's threads directly,
+	# in seconds; the integration suite against the TSan daemon is the
+	# soak tier's.
+	if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
+		with_tsan run_suite build-tsan --timeout-multiplier 2 \
+			store ns file persist durability pass seal ctl loop \
+			peer_tcp peer_fake memb registry nslog parity stress
+	else
+		echo "test: build-tsan: configure or build failed" >&2
+		FAILED=$((FAILED + 1))
+	fi
+}
+
+# The randomized tests, which the soak tier gives their soak counts.
+SOAK_TESTS=(100-differential 105-mmap 107-passthrough 110-small-files
+	112-io-uring 220-peer-fuzz 243-group-writers 250-group-fuzz
+	250-group-fuzz+xor 252-group-erasure 256-group-writers
+	256-group-writers+xor 256-group-writers+none)
+
+soak_tier() {
+	local until=$((START + SOAK_MINUTES * 60)) pass=1 list t
+	# Those this build has (112-io-uring needs libfuse 3.18).
+	list=$(meson test -C build --setup soak --list 2>/dev/null)
+	for t in "${!SOAK_TESTS[@]}"; do
+		grep -q " / ${SOAK_TESTS[t]}\$" <<<"$list" || unset "SOAK_TESTS[t]"
+	done
+	# A soak run's test takes up to ten times its usual timeout.
+	run_suite build --setup soak --timeout-multiplier 10 "${SOAK_TESTS[@]}" "$@"
+	# The integration suite against the TSan daemon, with the counts
+	# of a sanitizer build (by_tier).
+	if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
+		RFT_TIER=full with_tsan run_suite build-tsan \
+			--suite integration --timeout-multiplier 4 "$@"
+	else
+		echo "test: build-tsan: configure or build failed" >&2
+		FAILED=$((FAILED + 1))
+	fi
+	while [ "$SECONDS" -lt "$until" ] && [ "$FAILED" = 0 ]; do
+		pass=$((pass + 1))
+		echo "test: === soak pass $pass, $(((until - SECONDS) / 60)) min left" >&2
+		run_suite build --setup soak --timeout-multiplier 10 "${SOAK_TESTS[@]}" "$@"
+	done
+}
+
+if ! bash tools/setup.sh; then
+	echo "test: setup or build failed" >&2
+	FAILED=1
+	summary
 fi
+
+case $TIER in
+quick) quick_tier "$@" ;;
+full) full_tier "$@" ;;
+soak) soak_tier "$@" ;;
+esac
 
 summary

@@ -6,15 +6,17 @@
 # written-back one or a later one; after an unmount: the last one).  The
 # driver is diff_fuzz.py (its docstring says what is checked); it prints
 # its seed first and, for a failure, the trial's operations and a replay
-# command.  DIFF_SEED, DIFF_TRIALS (default 200), DIFF_ONLY, DIFF_OPS,
-# DIFF_STOP: see diff_fuzz.py.  More trials than fit meson's timeout:
-#   DIFF_TRIALS=2000 meson test -C build 100-differential -v -t 10
+# command.  DIFF_SEED, DIFF_ONLY, DIFF_OPS,
+# DIFF_STOP: see diff_fuzz.py.  DIFF_TRIALS by RFT_TIER: quick 25,
+# full 120, soak 2000 (more than fit meson's timeout: tools/test.sh
+# --soak gives it the time).
 . "$(dirname "$0")/lib.sh"
 need_fuse
 # Suites 'passthrough' and 'direct': diff_fuzz.py starts every daemon
 # --no-in-place or --no-passthrough (lib.sh).
 [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] && need_passthrough
 
+export DIFF_TRIALS=${DIFF_TRIALS:-$(by_tier 25 120 2000)}
 MNT=$(new_dir mnt)
 # The driver starts and stops its daemons itself (as children, on $MNT);
 # registering the mount point makes lib.sh's trap unmount it and stop any

@@ -18,7 +18,7 @@ need_fuse
 MNT=$(new_dir mnt)
 PERSIST=$(new_dir persist)
 LOCAL=$(new_dir local)
-OPS=${MMAP_OPS:-300}
+OPS=${MMAP_OPS:-$(by_tier 150 300 3000)}
 
 log "the exerciser on a local directory"
 run_py mmap_fuzz.py "$LOCAL" --procs 2 --ops "$OPS" --fallocate >"$T_TMP/local.out" ||

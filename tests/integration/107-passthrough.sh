@@ -48,7 +48,7 @@ grep -q "passthrough: on.*copied once the writes stop for 250 ms" "$DAEMON_LOG" 
 	fail "the daemon does not say that copies wait for the writes to stop: $(grep "passthrough: on" "$DAEMON_LOG")"
 
 log "random operations while a reader passes through"
-run_py pass_fuzz.py "$MNT" --files 3 --ops "${PASS_OPS:-1000}" "${fuzz_how[@]}" \
+run_py pass_fuzz.py "$MNT" --files 3 --ops "${PASS_OPS:-$(by_tier 400 1000 10000)}" "${fuzz_how[@]}" \
 	--manifest "$T_TMP/manifest.json" \
 	--ctl-json "timeout 60 $REFTFS_ADMIN -m $MNT --json status" ||
 	fail "pass_fuzz"

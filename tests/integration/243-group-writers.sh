@@ -25,7 +25,7 @@ for n in 0 1 2; do group_node "$n" --mem 256M --protect xor; done
 wait_states "${M[0]}" "self up up"
 MIN_COMMIT=2
 wait_agree 30 0 1 2
-TRIALS=${WRITERS_TRIALS:-6}
+TRIALS=${WRITERS_TRIALS:-$(by_tier 3 6 30)}
 SIZE=$((10 << 20))
 
 # writer MOUNT PATH LETTER BLOCK FLAGS FIRST COUNT: open PATH (FLAGS:

@@ -5,7 +5,7 @@
 # many sizes (0 bytes to ~7 MiB, around the 1 MiB chunk) into one
 # checkpoint, the last writes nothing (stripes with empty slots);
 # protect --wait on every node; every file reads back on every node.  Then
-# each node in turn is SIGKILLed: every file reads back byte-identical on
+# each node in turn (ERASURE_SINGLES) is SIGKILLed: every file reads back byte-identical on
 # the survivors, including the files of a fresh checkpoint written just
 # before the loss that no survivor ever read (those reads are decoded from
 # the stripes, and the survivors' decode counters say so); a replacement
@@ -24,13 +24,17 @@
 #
 # Environment:
 #   ERASURE_SCHEMES  which runs, "SCHEME:NODES" separated by spaces or
-#                    commas, NODES after the last colon (default
-#                    "xor:3 xor:4 rs:2+1:3 rs:2+2:4 rs:4+2:6"); e.g.
+#                    commas, NODES after the last colon (RFT_TIER quick:
+#                    "xor:3 rs:2+2:4"; full and soak: "xor:3 xor:4
+#                    rs:2+1:3 rs:2+2:4 rs:4+2:6"); e.g.
 #                    ERASURE_SCHEMES=rs:2+2:4 runs rs:2+2 on 4 nodes only
 #   ERASURE_PAIRS    with two parity rows or more, which pairs of nodes are
-#                    lost at once: "all" (default: every pair), or N: a
-#                    random sample of N pairs per scheme, drawn from the
-#                    seed (ERASURE_SEED replays it)
+#                    lost at once: "all" (every pair; RFT_TIER soak), or
+#                    N: a random sample of N pairs per scheme, drawn from
+#                    the seed (ERASURE_SEED replays it; quick and full: 1)
+#   ERASURE_SINGLES  which nodes are lost one at a time: "all" (every node
+#                    in turn; full and soak), or N: a sample drawn from
+#                    the seed (quick: 1)
 #   ERASURE_SEED     replays the file contents and the sample of pairs of
 #                    an earlier run (its log prints the seed)
 #
@@ -41,13 +45,17 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
-SCHEMES=${ERASURE_SCHEMES:-"xor:3 xor:4 rs:2+1:3 rs:2+2:4 rs:4+2:6"}
-PAIRS=${ERASURE_PAIRS:-all}
+ALL_SCHEMES="xor:3 xor:4 rs:2+1:3 rs:2+2:4 rs:4+2:6"
+SCHEMES=${ERASURE_SCHEMES:-$(by_tier "xor:3 rs:2+2:4" "$ALL_SCHEMES" "$ALL_SCHEMES")}
+PAIRS=${ERASURE_PAIRS:-$(by_tier 1 1 all)}
+SINGLES=${ERASURE_SINGLES:-$(by_tier 1 all all)}
+[ "$SINGLES" = all ] || [[ $SINGLES =~ ^[0-9]+$ ]] ||
+	fail "ERASURE_SINGLES='$SINGLES': want all or a number of nodes"
 [ "$PAIRS" = all ] || [[ $PAIRS =~ ^[0-9]+$ ]] ||
 	fail "ERASURE_PAIRS='$PAIRS': want all or a number of pairs"
 SEED=${ERASURE_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 log "seed $SEED (ERASURE_SEED=$SEED replays the file contents and the sample of pairs)"
-log "schemes: $SCHEMES; pairs lost with two parity rows or more: $PAIRS"
+log "schemes: $SCHEMES; nodes lost one at a time: $SINGLES; pairs lost with two parity rows or more: $PAIRS"
 # 0, 1, 100, 4096 bytes; one chunk (1 MiB, the default); one chunk + 17;
 # 2.5 chunks; ~7 MiB.
 SIZES_LIST="0 1 100 4096 1048576 1048593 2621440 7340035"
@@ -448,14 +456,20 @@ lose() {
 
 # pairs_for: the pairs of nodes to lose at once ("I,J ..."): every pair, or
 # with ERASURE_PAIRS=N a sample of N drawn from the seed and the scheme.
-pairs_for() {
-	"$PY" - "$NODES" "$PAIRS" "$SEED:$SCHEME:$NODES:pairs" <<'PYEOF'
+# singles_for: the nodes to lose one at a time, the same way from
+# ERASURE_SINGLES.
+pairs_for() { sample_of 2 "$PAIRS"; }
+singles_for() { sample_of 1 "$SINGLES"; }
+sample_of() { # sample_of K WANT: every K nodes at once, or WANT of them
+	"$PY" - "$NODES" "$1" "$2" "$SEED:$SCHEME:$NODES:$1" <<'PYEOF'
 import itertools, random, sys
-nodes, want, seed = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-pairs = list(itertools.combinations(range(nodes), 2))
-if want != "all" and int(want) < len(pairs):
-    pairs = sorted(random.Random(seed).sample(pairs, int(want)))
-print(" ".join("%d,%d" % p for p in pairs))
+nodes, k, want, seed = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+# The seed string of pairs as it was, so that earlier seeds replay.
+seed = seed[:-2] + ":pairs" if k == 2 else seed
+sets = list(itertools.combinations(range(nodes), k))
+if want != "all" and int(want) < len(sets):
+    sets = sorted(random.Random(seed).sample(sets, int(want)))
+print(" ".join(",".join("%d" % n for n in c) for c in sets))
 PYEOF
 }
 
@@ -520,9 +534,13 @@ assert m["parity_bytes"] == g["parity_bytes"], (g, m)' <<<"$out" ||
 g = json.load(sys.stdin)["group"]
 print(g["parity_bytes"], "in", g["parity_rows"], "rows")' <<<"$out")"
 
-	# --- 3: each node lost in turn, then replaced ---------------------
+	# --- 3: each node lost in turn (or ERASURE_SINGLES of them), then
+	# replaced ----------------------------------------------------------
+	local singles
+	singles=$(singles_for) || fail "choosing the nodes to lose"
+	log "nodes lost one at a time (ERASURE_SINGLES=$SINGLES): $singles"
 	r=0
-	for ((v = 0; v < NODES; v++)); do
+	for v in $singles; do
 		r=$((r + 1))
 		lose "round-$r" "$v"
 	done

@@ -31,7 +31,8 @@ read, to check read-through under memory pressure (sparse files included).
 
 Environment:
   DIFF_SEED    seed of the run (default: random); printed first
-  DIFF_TRIALS  number of trials (default 200)
+  DIFF_TRIALS  number of trials (default 200; 100-differential.sh sets it
+               by RFT_TIER)
   DIFF_ONLY    run only trial N of the seed (replays one failure fast)
   DIFF_OPS     maximum operations per trial (default 30)
   DIFF_STOP    1: stop at the first failing trial (default: run them all

@@ -17,6 +17,11 @@
 #                 for the test and put back after); the test fails if the
 #                 requests do not come over it.  The suite 'io_uring' runs
 #                 tests so (tests/integration/meson.build).
+#   RFT_TIER      quick, full (the default) or soak: how much a randomized
+#                 or exhaustive test does (by_tier below).  tools/test.sh
+#                 sets it; meson.build never does, so that it, and every
+#                 count and seed a test reads (DIFF_TRIALS, ERASURE_PAIRS,
+#                 ...), come from the caller's environment.
 #
 # Exit codes follow meson: 0 pass, 77 skip, anything else fail.
 
@@ -53,6 +58,21 @@ for _v in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
 done
 unset _v
 
+# by_tier QUICK FULL SOAK: the one of the three for this run's RFT_TIER.
+# A sanitizer build runs every daemon several times slower: there the
+# full tier takes what the quick one does (tools/test.sh's --full runs
+# build/ with the full counts).
+by_tier() {
+	local tier=${RFT_TIER:-full}
+	[ "$tier" = full ] && [ "${RFT_SANITIZE:-none}" != none ] && tier=quick
+	case $tier in
+	quick) echo "$1" ;;
+	full) echo "$2" ;;
+	soak) echo "$3" ;;
+	*) fail "RFT_TIER='$RFT_TIER': want quick, full or soak" ;;
+	esac
+}
+
 _T_MOUNTS=()	# FUSE mount points we made
 _T_TMPFS=()	# other mounts we made (tmpfs), unmounted after the FUSE ones
 _T_PIDS=()	# processes we started
@@ -65,7 +85,9 @@ _T_URING_WAS=""	# the parameter's value before uring_set changed it
 _T_URING_OPT=()	# what start_daemon adds: (--io-uring) or ()
 _T_WATCHDOG=""	# the deadline's watchdog (below), while it runs
 
-log() { printf '[%s] %s\n' "$TEST_NAME" "$*" >&2; }
+# Each line says the seconds since the test began: what is slow shows.
+_T_T0=$SECONDS
+log() { printf '[%s +%ds] %s\n' "$TEST_NAME" $((SECONDS - _T_T0)) "$*" >&2; }
 fail() {
 	printf '[%s] FAIL: %s\n' "$TEST_NAME" "$*" >&2
 	exit 1
