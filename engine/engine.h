@@ -266,7 +266,6 @@ struct eng_open_info {
  */
 int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 		    unsigned quiet_ms);
-bool eng_pass_enabled(struct eng *e);
 /*
  * After eng_pass_enable: a large file is written into the backing file
  * that the last copy of a file of the same base name left (in place), so

@@ -1249,11 +1249,8 @@ static int take_sealed(struct eng *e, struct inode *in)
 	f->seal_sent = f->version;
 	in->mtime = t->mtime;
 	in->ctime = t->ctime;
-	if (t->protected) {
+	if (t->protected)
 		f->dur.protected_data = f->version;
-		f->dur.protect_scheme = t->protect_flags;
-		f->dur.protect_epoch = t->index;
-	}
 	if (t->persisted) {
 		if (f->copy == COPY_NONE) {
 			f->copy = COPY_HOME;
@@ -1798,11 +1795,8 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 				f->holders |= op->holders;
 			}
 			/* This node's data is that seal's unless rewritten. */
-			if (f->dur.sealed == f->version && !file_draft(e, f)) {
+			if (f->dur.sealed == f->version && !file_draft(e, f))
 				f->dur.protected_data = f->version;
-				f->dur.protect_scheme = op->flags;
-				f->dur.protect_epoch = op->gseal;
-			}
 			rc = 0;
 		} else if (!(f->sealed && f->sealed->index == op->gseal)) {
 			rc = -ESTALE;
@@ -1813,7 +1807,6 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 			f->sealed->holders |= op->holders;
 			f->sealed->parity_holders |= op->holders;
 			f->sealed->protected = true;
-			f->sealed->protect_flags = op->flags;
 		}
 		pthread_rwlock_unlock(&f->lock);
 	}
