@@ -146,14 +146,6 @@ void eng_free(struct eng *e);
  */
 const struct eng_config *eng_get_config(struct eng *e);
 
-/*
- * Default control socket path for a mount point: a directory for sockets
- * (/run/reftfs when root, else $XDG_RUNTIME_DIR/reftfs or /tmp/reftfs-UID)
- * plus a hash of the absolute mount point.  Writes at most @size bytes to
- * @buf.  Returns 0 or -ENAMETOOLONG.  Used by reftfsd and reftfs-admin.
- */
-int eng_ctl_default_path(const char *mountpoint, char *buf, size_t size);
-
 /* --- namespace ---------------------------------------------------------- */
 
 int eng_lookup(struct eng *e, uint64_t parent, const char *name,
