@@ -1127,6 +1127,13 @@ static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
 	touch_dir(sdir, &op->now);
 	touch_dir(ddir, &op->now);
 	src->ctime = op->now;
+	/*
+	 * The inode replaced lost a link (still seen by its other names or
+	 * open handles), or, exchanged, was moved: its ctime changes too, as
+	 * on tmpfs.
+	 */
+	if (dst)
+		dst->ctime = op->now;
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0 && mirror) {
