@@ -1142,8 +1142,6 @@ int ns_make_entry(struct eng *e, const struct nsop *op, mode_t mode,
 bool ns_check_local(struct eng *e, const struct nsop *op, int *rc);
 /* Copy an apply's outputs into the call. */
 void eng_call_take(struct eng_call *c, const struct nsop_out *out);
-/* eng_call(), then wait for done() when it is ENG_LATER.  Sleeps. */
-int eng_call_wait(struct eng *e, struct eng_call *c);
 /*
  * Give @child the name @name in @dir: as its primary name if @primary (or
  * it has none), else as one more (a hard link).  ns->lock held.

@@ -1990,39 +1990,6 @@ int file_apply_lost(struct eng *e, const struct nsop *op)
 	return 0;
 }
 
-int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
-	     struct eng_open_info *info)
-{
-	struct eng_call c = { .kind = ENG_CALL_OPEN, .ino = ino,
-			      .flags = flags };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0) {
-		*fp = c.newfp;
-		if (info)
-			*info = c.info;
-	}
-	return rc;
-}
-
-int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	       uid_t uid, gid_t gid, int flags, struct stat *st,
-	       struct eng_file **fp, struct eng_open_info *info)
-{
-	struct eng_call c = { .kind = ENG_CALL_CREATE, .parent = parent,
-			      .name = name, .mode = mode, .uid = uid,
-			      .gid = gid, .flags = flags };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0) {
-		*st = c.st;
-		*fp = c.newfp;
-		if (info)
-			*info = c.info;
-	}
-	return rc;
-}
-
 /*
  * A writer of @f is gone: the last one seals it.  *sealed: it goes to the
  * tiers; *tell: the group hears of the seal.  No lock held.
@@ -2111,13 +2078,6 @@ int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c)
 	tell = f->writers == 1 && file_to_seal(e, f);
 	pthread_rwlock_unlock(&f->lock);
 	return tell ? e->gops->seal(e->gctx, fp->inode, c) : 0;
-}
-
-int eng_flush(struct eng *e, struct eng_file *fp)
-{
-	struct eng_call c = { .kind = ENG_CALL_FLUSH, .fp = fp };
-
-	return eng_call_wait(e, &c);
 }
 
 int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
