@@ -146,14 +146,6 @@ void eng_free(struct eng *e);
  */
 const struct eng_config *eng_get_config(struct eng *e);
 
-/*
- * Default control socket path for a mount point: a directory for sockets
- * (/run/reftfs when root, else $XDG_RUNTIME_DIR/reftfs or /tmp/reftfs-UID)
- * plus a hash of the absolute mount point.  Writes at most @size bytes to
- * @buf.  Returns 0 or -ENAMETOOLONG.  Used by reftfsd and reftfs-admin.
- */
-int eng_ctl_default_path(const char *mountpoint, char *buf, size_t size);
-
 /* --- namespace ---------------------------------------------------------- */
 
 int eng_lookup(struct eng *e, uint64_t parent, const char *name,
@@ -191,31 +183,22 @@ struct eng_setattr {
 /* kill_gid of a caller with CAP_FSETID: set-group-ID needs group execute. */
 #define ENG_KILL_PRIVILEGED ((gid_t)-1)
 
-/* Change attributes; @fp, when not NULL, is the handle a truncate came by. */
-int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
-		const struct eng_setattr *sa, struct stat *st);
+/*
+ * Namespace changes (mknod, mkdir, symlink, link, unlink, rmdir, rename,
+ * setattr) are eng_call()s, below.  New entries belong to @uid/@gid; @mode
+ * carries the file type bits.  MKNOD makes regular files, FIFOs, sockets
+ * and device nodes (@rdev).  SETATTR: @fp, when not NULL, is the handle a
+ * truncate came by.
+ */
 
-/* New entries belong to @uid/@gid; @mode carries the file type bits. */
-/* Regular files, FIFOs, sockets, and device nodes (@rdev). */
-int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	      dev_t rdev, uid_t uid, gid_t gid, struct stat *st);
-int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	      uid_t uid, gid_t gid, struct stat *st);
-int eng_symlink(struct eng *e, uint64_t parent, const char *name,
-		const char *target, uid_t uid, gid_t gid, struct stat *st);
 /* Copy the target (not NUL-terminated) into @buf; returns its length. */
 int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size);
 /* Hard links, of anything but directories; at most RFT_LINK_MAX names. */
 #define RFT_LINK_MAX 65000
-int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
-	     const char *newname, struct stat *st);
-int eng_unlink(struct eng *e, uint64_t parent, const char *name);
-int eng_rmdir(struct eng *e, uint64_t parent, const char *name);
 
+/* eng_call's flags for ENG_CALL_RENAME. */
 #define ENG_RENAME_NOREPLACE (1u << 0)
 #define ENG_RENAME_EXCHANGE (1u << 1)
-int eng_rename(struct eng *e, uint64_t parent, const char *name,
-	       uint64_t newparent, const char *newname, unsigned flags);
 
 /* f_blocks/f_bfree report the memory budget, in f_frsize units. */
 int eng_statfs(struct eng *e, struct statvfs *sv);
@@ -266,7 +249,6 @@ struct eng_open_info {
  */
 int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 		    unsigned quiet_ms);
-bool eng_pass_enabled(struct eng *e);
 /*
  * After eng_pass_enable: a large file is written into the backing file
  * that the last copy of a file of the same base name left (in place), so
@@ -283,13 +265,11 @@ void eng_pass_in_place(struct eng *e, bool on);
  */
 int eng_pass_registered(struct eng *e, struct eng_file *fp, int id);
 
-/* Open; @flags are open(2) flags (O_TRUNC, O_APPEND, access mode). */
-int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
-	     struct eng_open_info *info);
-/* Create @name and open it in one step (O_EXCL honoured). */
-int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	       uid_t uid, gid_t gid, int flags, struct stat *st,
-	       struct eng_file **fp, struct eng_open_info *info);
+/*
+ * Open and create are eng_call()s (ENG_CALL_OPEN, ENG_CALL_CREATE), below:
+ * @flags are open(2) flags (O_TRUNC, O_APPEND, access mode); create makes
+ * @name and opens it in one step (O_EXCL honoured).
+ */
 
 /*
  * Write @size bytes at @off (at the end of file for O_APPEND handles).
@@ -358,7 +338,7 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
  */
 int eng_write_kill_setid(struct eng *e, struct eng_file *fp, gid_t gid);
 
-int eng_flush(struct eng *e, struct eng_file *fp);
+/* Flush (a close(2)) is an eng_call(), ENG_CALL_FLUSH, below. */
 int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync);
 /*
  * Close; the last writer's close seals the file.  Returns a backing id
@@ -374,8 +354,8 @@ int eng_release(struct eng *e, struct eng_file *fp);
  * change goes through the group's log and finishes when it has been
  * applied on every live node: eng_call() returns ENG_LATER and @done is
  * called once, from an engine thread, so that a FUSE worker never waits
- * for the network.  The synchronous calls above (eng_mkdir, eng_create,
- * ...) are eng_call() plus a wait, for callers that may block.
+ * for the network.  fs/ops.c makes every one of these calls this way, and
+ * so do the unit tests (tests/unit/eng_fixture.h, a wait on @done).
  */
 enum eng_call_kind {
 	ENG_CALL_MKNOD,		/* parent, name, mode, rdev, uid, gid -> st */

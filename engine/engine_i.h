@@ -372,16 +372,14 @@ enum copy_where {
  * data and metadata: independent properties, not points on one scale.
  * Sealed: its last writer closed at the current data version.  Persisted:
  * the persisted copy holds the current data and metadata versions.
- * Protected (the group, issue 8): peers hold the current data version under
- * a scheme, in a group epoch.  A checkpoint's state is derived from these.
+ * Protected (the group, issue 8): peers hold the current data version, as
+ * the file's scheme says.  A checkpoint's state is derived from these.
  */
 struct durability {
 	uint64_t sealed;	  /* data version at the last seal */
 	uint64_t persisted_data;  /* versions in the persisted copy; 0: none */
 	uint64_t persisted_meta;
 	uint64_t protected_data;  /* data version peers hold; 0: none */
-	uint32_t protect_scheme;  /* for issue 8 */
-	uint64_t protect_epoch;
 };
 
 struct seal_rec;
@@ -809,7 +807,6 @@ struct seal_rec {
 	uint32_t scheme;	/* as struct file's */
 	uint64_t ckpt, base;
 	uint64_t holders, parity_holders; /* PROTECT applied since */
-	uint64_t protect_flags;	/* PROTECT's flags, when protected */
 	bool protected, persisted;
 	uint32_t npieces;
 	struct nsop_piece pieces[];
@@ -1145,8 +1142,6 @@ int ns_make_entry(struct eng *e, const struct nsop *op, mode_t mode,
 bool ns_check_local(struct eng *e, const struct nsop *op, int *rc);
 /* Copy an apply's outputs into the call. */
 void eng_call_take(struct eng_call *c, const struct nsop_out *out);
-/* eng_call(), then wait for done() when it is ENG_LATER.  Sleeps. */
-int eng_call_wait(struct eng *e, struct eng_call *c);
 /*
  * Give @child the name @name in @dir: as its primary name if @primary (or
  * it has none), else as one more (a hard link).  ns->lock held.

@@ -1249,11 +1249,8 @@ static int take_sealed(struct eng *e, struct inode *in)
 	f->seal_sent = f->version;
 	in->mtime = t->mtime;
 	in->ctime = t->ctime;
-	if (t->protected) {
+	if (t->protected)
 		f->dur.protected_data = f->version;
-		f->dur.protect_scheme = t->protect_flags;
-		f->dur.protect_epoch = t->index;
-	}
 	if (t->persisted) {
 		if (f->copy == COPY_NONE) {
 			f->copy = COPY_HOME;
@@ -1798,11 +1795,8 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 				f->holders |= op->holders;
 			}
 			/* This node's data is that seal's unless rewritten. */
-			if (f->dur.sealed == f->version && !file_draft(e, f)) {
+			if (f->dur.sealed == f->version && !file_draft(e, f))
 				f->dur.protected_data = f->version;
-				f->dur.protect_scheme = op->flags;
-				f->dur.protect_epoch = op->gseal;
-			}
 			rc = 0;
 		} else if (!(f->sealed && f->sealed->index == op->gseal)) {
 			rc = -ESTALE;
@@ -1813,7 +1807,6 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 			f->sealed->holders |= op->holders;
 			f->sealed->parity_holders |= op->holders;
 			f->sealed->protected = true;
-			f->sealed->protect_flags = op->flags;
 		}
 		pthread_rwlock_unlock(&f->lock);
 	}
@@ -1997,39 +1990,6 @@ int file_apply_lost(struct eng *e, const struct nsop *op)
 	return 0;
 }
 
-int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
-	     struct eng_open_info *info)
-{
-	struct eng_call c = { .kind = ENG_CALL_OPEN, .ino = ino,
-			      .flags = flags };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0) {
-		*fp = c.newfp;
-		if (info)
-			*info = c.info;
-	}
-	return rc;
-}
-
-int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	       uid_t uid, gid_t gid, int flags, struct stat *st,
-	       struct eng_file **fp, struct eng_open_info *info)
-{
-	struct eng_call c = { .kind = ENG_CALL_CREATE, .parent = parent,
-			      .name = name, .mode = mode, .uid = uid,
-			      .gid = gid, .flags = flags };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0) {
-		*st = c.st;
-		*fp = c.newfp;
-		if (info)
-			*info = c.info;
-	}
-	return rc;
-}
-
 /*
  * A writer of @f is gone: the last one seals it.  *sealed: it goes to the
  * tiers; *tell: the group hears of the seal.  No lock held.
@@ -2118,13 +2078,6 @@ int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c)
 	tell = f->writers == 1 && file_to_seal(e, f);
 	pthread_rwlock_unlock(&f->lock);
 	return tell ? e->gops->seal(e->gctx, fp->inode, c) : 0;
-}
-
-int eng_flush(struct eng *e, struct eng_file *fp)
-{
-	struct eng_call c = { .kind = ENG_CALL_FLUSH, .fp = fp };
-
-	return eng_call_wait(e, &c);
 }
 
 int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)

@@ -1127,6 +1127,13 @@ static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
 	touch_dir(sdir, &op->now);
 	touch_dir(ddir, &op->now);
 	src->ctime = op->now;
+	/*
+	 * The inode replaced lost a link (still seen by its other names or
+	 * open handles), or, exchanged, was moved: its ctime changes too, as
+	 * on tmpfs.
+	 */
+	if (dst)
+		dst->ctime = op->now;
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0 && mirror) {
@@ -1390,93 +1397,6 @@ void eng_call_take(struct eng_call *c, const struct nsop_out *out)
 	c->info = out->info;
 }
 
-struct call_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-	int rc;
-};
-
-static void call_woken(struct eng_call *c, int rc)
-{
-	struct call_wait *w = c->ctx;
-
-	pthread_mutex_lock(&w->lock);
-	w->rc = rc;
-	w->done = true;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-int eng_call_wait(struct eng *e, struct eng_call *c)
-{
-	struct call_wait w = { PTHREAD_MUTEX_INITIALIZER,
-			       PTHREAD_COND_INITIALIZER, false, 0 };
-	int rc;
-
-	c->done = call_woken;
-	c->ctx = &w;
-	rc = eng_call(e, c);
-	if (rc != ENG_LATER)
-		return rc;
-	pthread_mutex_lock(&w.lock);
-	while (!w.done)
-		pthread_cond_wait(&w.cond, &w.lock);
-	pthread_mutex_unlock(&w.lock);
-	return w.rc;
-}
-
-int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
-		const struct eng_setattr *sa, struct stat *st)
-{
-	struct eng_call c = { .kind = ENG_CALL_SETATTR, .ino = ino, .fp = fp,
-			      .sa = *sa };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0)
-		*st = c.st;
-	return rc;
-}
-
-int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	      dev_t rdev, uid_t uid, gid_t gid, struct stat *st)
-{
-	struct eng_call c = { .kind = ENG_CALL_MKNOD, .parent = parent,
-			      .name = name, .mode = mode, .rdev = rdev,
-			      .uid = uid, .gid = gid };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0)
-		*st = c.st;
-	return rc;
-}
-
-int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
-	      uid_t uid, gid_t gid, struct stat *st)
-{
-	struct eng_call c = { .kind = ENG_CALL_MKDIR, .parent = parent,
-			      .name = name, .mode = mode, .uid = uid,
-			      .gid = gid };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0)
-		*st = c.st;
-	return rc;
-}
-
-int eng_symlink(struct eng *e, uint64_t parent, const char *name,
-		const char *target, uid_t uid, gid_t gid, struct stat *st)
-{
-	struct eng_call c = { .kind = ENG_CALL_SYMLINK, .parent = parent,
-			      .name = name, .target = target, .uid = uid,
-			      .gid = gid };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0)
-		*st = c.st;
-	return rc;
-}
-
 int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
 {
 	struct inode *in;
@@ -1501,44 +1421,6 @@ int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	return rc;
-}
-
-int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
-	     const char *newname, struct stat *st)
-{
-	struct eng_call c = { .kind = ENG_CALL_LINK, .ino = ino,
-			      .newparent = newparent, .newname = newname };
-	int rc = eng_call_wait(e, &c);
-
-	if (rc == 0)
-		*st = c.st;
-	return rc;
-}
-
-int eng_unlink(struct eng *e, uint64_t parent, const char *name)
-{
-	struct eng_call c = { .kind = ENG_CALL_UNLINK, .parent = parent,
-			      .name = name };
-
-	return eng_call_wait(e, &c);
-}
-
-int eng_rmdir(struct eng *e, uint64_t parent, const char *name)
-{
-	struct eng_call c = { .kind = ENG_CALL_RMDIR, .parent = parent,
-			      .name = name };
-
-	return eng_call_wait(e, &c);
-}
-
-int eng_rename(struct eng *e, uint64_t parent, const char *name,
-	       uint64_t newparent, const char *newname, unsigned flags)
-{
-	struct eng_call c = { .kind = ENG_CALL_RENAME, .parent = parent,
-			      .name = name, .newparent = newparent,
-			      .newname = newname, .flags = (int)flags };
-
-	return eng_call_wait(e, &c);
 }
 
 int eng_statfs(struct eng *e, struct statvfs *sv)

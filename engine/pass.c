@@ -1088,11 +1088,6 @@ void eng_pass_in_place(struct eng *e, bool on)
 			 "backing file their name's last copy left");
 }
 
-bool eng_pass_enabled(struct eng *e)
-{
-	return e->pass.mnt >= 0;
-}
-
 /*
  * May a new pass start for @in, opened by @fp and nothing else?  A sealed
  * regular file over min_size, every piece here or a hole.  ns->lock and

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "ctl_path.h"
 #include "group.h"
 #include "rfs.h"
 
@@ -41,7 +42,7 @@ struct opts {
 	char *mountpoint;
 	char *persist_dir;
 	char *ctl_path;	/* from -o ctl= */
-	const char *ctl; /* control socket; NULL: eng_ctl_default_path */
+	const char *ctl; /* control socket; NULL: rfs_ctl_default_path */
 	bool foreground;
 	bool debug;
 	bool single_thread;
@@ -1052,7 +1053,7 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		goto out; /* eng_new said why */
 	/* Bound now, so that a socket in use stops us before mounting. */
-	if (!o.ctl && eng_ctl_default_path(o.mountpoint, sock, sizeof(sock))) {
+	if (!o.ctl && rfs_ctl_default_path(o.mountpoint, sock, sizeof(sock))) {
 		fprintf(stderr, "%s: control socket path too long\n", prog);
 		goto out;
 	}

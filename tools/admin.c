@@ -4,9 +4,9 @@
  * Thin on purpose: find the daemon's socket, send one request line, relay
  * the tagged answer lines (docs/protocol.md, "Control socket") and exit
  * with the code the daemon chose.  The daemon renders text, JSON and
- * metrics; the only thing drawn here is flush progress.  Of the engine,
- * only eng_ctl_default_path() is used: tools talk to reftfsd through the
- * socket and nothing else.
+ * metrics; the only thing drawn here is flush progress.  Of the daemon,
+ * only rfs_ctl_default_path() (fs/ctl_path.c) is linked: tools talk to
+ * reftfsd through the socket and nothing else.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "ctl_path.h"
 
 #ifndef RFT_VERSION
 #define RFT_VERSION "unknown"
@@ -748,7 +748,7 @@ int main(int argc, char **argv)
 		snprintf(sock, sizeof(sock), "%s", sopt);
 		fd = connect_to(sock);
 	} else {
-		rc = eng_ctl_default_path(mnt, sock, sizeof(sock));
+		rc = rfs_ctl_default_path(mnt, sock, sizeof(sock));
 		if (rc < 0) {
 			fprintf(stderr, "%s: no socket path for %s: %s\n",
 				prog, mnt, strerror(-rc));

@@ -10,14 +10,14 @@
  *   peer.c       what every transport shares: handler table, dispatch,
  *                request/reply calls with timeouts
  *   peer_tcp.c   the TCP transport: authenticated connections per peer
- *   peer_fake.c  an in-process transport for unit tests: delays, link
- *                drops, partitions, lost peers, all from one seed
  *   memb.c       membership: heartbeats, failure detector, view + epoch,
  *                static --peers or a memcached registry
  *   nslog.c      the group's namespace log on canonical's C Raft (libraft)
  *
  * Dependency direction: nslog and memb use a transport only through
  * struct peer_xport; nothing here includes the engine's private headers.
+ * The unit tests' fake transport and raft cut are not built here
+ * (tests/unit/group_test.h).
  *
  * Threads: a transport delivers frames on its own receive threads.  A
  * handler (struct peer_rx) must not sleep: it copies what it needs or hands
@@ -164,7 +164,7 @@ void wire_hdr_encode(const struct wire_hdr *h, uint8_t out[WIRE_HDR_LEN]);
  */
 int wire_hdr_decode(const uint8_t in[WIRE_HDR_LEN], struct wire_hdr *h);
 
-/* --- transports (peer.c, peer_tcp.c, peer_fake.c) ------------------------ */
+/* --- transports (peer.c, peer_tcp.c; tests: peer_fake.c) ---------------- */
 
 struct peer_xport;
 
@@ -391,39 +391,6 @@ int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out);
  * before peer_start(), -EINVAL if @x is not a TCP transport.
  */
 int peer_tcp_port(struct peer_xport *x);
-
-/*
- * The fake transport: endpoints in one process joined by a fake network.
- * Frames between two endpoints arrive in order, after a delay drawn from
- * [min_ms, max_ms]; a link can be cut (frames in flight are lost, both
- * sides see link down) and healed; a killed node's endpoint receives and
- * sends nothing until revived.  Every random choice comes from @seed.
- */
-struct peer_fakenet;
-struct peer_fakenet *peer_fakenet_new(int nodes, uint64_t seed);
-void peer_fakenet_free(struct peer_fakenet *net);
-int peer_fake_new(struct peer_fakenet *net, int self, uint64_t incarnation,
-		  struct peer_xport **out);
-void peer_fakenet_delay(struct peer_fakenet *net, int min_ms, int max_ms);
-/* Each frame breaks its link with probability @p (frame lost, link down). */
-void peer_fakenet_drop(struct peer_fakenet *net, double p);
-/* Cut (true) or heal (false) the link between @a and @b. */
-void peer_fakenet_cut(struct peer_fakenet *net, int a, int b, bool cut);
-/* Cut every link between side[i] == 0 nodes and side[i] == 1 nodes. */
-void peer_fakenet_partition(struct peer_fakenet *net, const int *side);
-void peer_fakenet_heal(struct peer_fakenet *net);
-/*
- * Stop (@frozen) or resume delivery to and from @node, as a hung daemon:
- * frames to it wait and arrive when it thaws; its sends wait for the thaw
- * until their timeout (-ETIMEDOUT).
- */
-void peer_fakenet_freeze(struct peer_fakenet *net, int node, bool frozen);
-/*
- * The address peer_set_addr() last gave fake endpoint @x for @node ("" if
- * none), copied into @buf (@len bytes).  0, -EINVAL (not a fake endpoint),
- * -ENAMETOOLONG.
- */
-int peer_fake_addr(struct peer_xport *x, int node, char *buf, size_t len);
 
 /* --- membership (memb.c) ------------------------------------------------- */
 
@@ -689,13 +656,6 @@ void nslog_get_status(struct nslog *l, struct nslog_status *out);
  * used is still added (nslog.c, "Addresses").
  */
 int nslog_set_addr(struct nslog *l, int node, const char *addr);
-
-/*
- * For tests only: refuse (@cut) or allow again raft's links between this
- * node and @node, and close those already made, as a network partition
- * would.  The peer transport (o->x) is not touched.
- */
-void nslog_test_cut(struct nslog *l, int node, bool cut);
 
 /* --- the group as the engine's group modules see it (group.c) ---------- */
 

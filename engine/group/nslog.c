@@ -364,7 +364,9 @@ enum op_kind {
 	OP_APPLY,	/* raft_apply(buf) */
 	OP_BARRIER,	/* raft_barrier() */
 	OP_JOIN,	/* a replacement asks: make id a voter */
+#ifdef RFT_TEST_HOOKS
 	OP_CUT,		/* nslog_test_cut(node, flag) */
+#endif
 	OP_MOVED,	/* node's address changed: close our links to it */
 };
 
@@ -559,10 +561,27 @@ struct nslog {
 	bool push_busy;
 	uint64_t push_term, push_index;	/* where it was appended */
 	struct apply_out out;
+#ifdef RFT_TEST_HOOKS
 	bool cut[GRP_MAX_NODES]; /* nslog_test_cut() */
+#endif
 	struct dd_slot (*dd)[DEDUPE_SLOTS]; /* [GRP_MAX_NODES] */
 	struct gen_rec gen[GRP_MAX_NODES];
 };
+
+/*
+ * Has a unit test cut raft's links with @node (nslog_test_cut)?  Never in
+ * the daemon: the cut is built only with RFT_TEST_HOOKS.
+ */
+static inline bool tr_is_cut(const struct nslog *l, int node)
+{
+#ifdef RFT_TEST_HOOKS
+	return l->cut[node];
+#else
+	(void)l;
+	(void)node;
+	return false;
+#endif
+}
 
 /* --- small helpers -------------------------------------------------------- */
 
@@ -1326,7 +1345,7 @@ static void hs_s_group(struct hs *hs)
 
 	if (hs->got != l->group_len || memcmp(hs->in, l->group, hs->got))
 		return hs_refuse(hs, true, "another group");
-	if (t->l->cut[hs->peer_node]) {
+	if (tr_is_cut(t->l, hs->peer_node)) {
 		hs_fail(hs, RAFT_NOCONNECTION);
 		return;
 	}
@@ -1397,7 +1416,7 @@ static void hs_c_welcome(struct hs *hs)
 	if (get32(p) != HS_MAGIC || get16(p + 4) != HS_VERSION ||
 	    get16(p + 6) != 0)
 		return hs_refuse(hs, false, "malformed WELCOME");
-	if (hs->t->l->cut[hs->peer_node])
+	if (tr_is_cut(hs->t->l, hs->peer_node))
 		return hs_fail(hs, RAFT_NOCONNECTION);
 	hs_done(hs);
 }
@@ -1595,7 +1614,7 @@ static int tr_connect(struct raft_uv_transport *iface,
 	(void)address; /* a label: we go where the node listens now */
 	if (t->closing)
 		return RAFT_CANCELED;
-	if (node < 0 || node == l->self || l->cut[node])
+	if (node < 0 || node == l->self || tr_is_cut(l, node))
 		return RAFT_NOCONNECTION;
 	pthread_mutex_lock(&l->lock);
 	known = l->where[node].addr[0] != '\0';
@@ -1712,12 +1731,14 @@ static void tr_close_links(struct nslog *l, int node, bool outbound)
 	t->nlinks = j;
 }
 
+#ifdef RFT_TEST_HOOKS
 /* Test hook: refuse raft links with @node, and cut those made. */
 static void tr_cut(struct nslog *l, int node, bool cut)
 {
 	l->cut[node] = cut;
 	tr_close_links(l, cut ? node : -1, false);
 }
+#endif
 
 /* --- the state machine around the caller's: dedupe, generations ---------- */
 
@@ -2656,10 +2677,12 @@ static void run_op(struct nslog *l, struct op *op)
 	case OP_JOIN:
 		join_poll(l, op);
 		break;
+#ifdef RFT_TEST_HOOKS
 	case OP_CUT:
 		tr_cut(l, op->node, op->flag);
 		op_finish(l, op, 0, 0);
 		break;
+#endif
 	case OP_MOVED:
 		/*
 		 * Only links made to the old address: one the node made to
@@ -3807,6 +3830,10 @@ void nslog_get_status(struct nslog *l, struct nslog_status *out)
 	out->bad_handshakes = atomic_load(&l->bad_hs);
 }
 
+#ifdef RFT_TEST_HOOKS
+/* Declared in tests/unit/group_test.h: the unit tests' build only. */
+void nslog_test_cut(struct nslog *l, int node, bool cut);
+
 void nslog_test_cut(struct nslog *l, int node, bool cut)
 {
 	struct op *op;
@@ -3820,6 +3847,7 @@ void nslog_test_cut(struct nslog *l, int node, bool cut)
 	op->flag = cut;
 	run_local(l, op, now_ms() + 10000, NULL);
 }
+#endif
 
 int nslog_set_addr(struct nslog *l, int node, const char *addr)
 {

@@ -1,8 +1,8 @@
 /*
  * peer.c - what every peer transport shares: the table of modules by frame
  * type, routing of received frames, request/reply calls with timeouts, and
- * the per-peer counters.  The transports (peer_tcp.c, peer_fake.c) move
- * bytes; they call peer_base_* on their receive threads.
+ * the per-peer counters.  The transports (peer_tcp.c, and the unit tests'
+ * peer_fake.c) move bytes; they call peer_base_* on their receive threads.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -3,7 +3,8 @@
 # and random pwrite with holes, truncate, rename (replace, NOREPLACE,
 # EXCHANGE), unlink/rmdir/rmtree, symlink, hard link, chmod/utimens,
 # ownership, statfs = --mem, mmap and numpy memmap reads, fsync, sparse
-# truncate to 100 GiB.  The checks themselves are in posix_check.py.
+# truncate to 100 GiB, the ctimes a rename changes.  The checks themselves
+# are in posix_check.py.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_numpy

@@ -251,6 +251,42 @@ def renameat2_flags():
 
 
 @case
+def rename_ctimes():
+    """A rename changes the ctime of every inode it touches, as on tmpfs:
+    the one moved, the one it replaces (whose link count drops, seen here
+    through its other hard link) and, with RENAME_EXCHANGE, the other."""
+    import time
+    d = p("t_rename_ctime")
+    os.mkdir(d)
+    a, b, b2 = (os.path.join(d, n) for n in ("a", "b", "b2"))
+    write_file(a, b"a")
+    write_file(b, b"b")
+    os.link(b, b2)
+    before = os.stat(b2).st_ctime_ns
+    time.sleep(0.02)
+    os.rename(a, b)
+    st = os.stat(b2)
+    check(st.st_nlink == 1, "nlink of the replaced inode: %d" % st.st_nlink)
+    check(st.st_ctime_ns > before, "rename over a name of an inode with "
+          "another hard link left that inode's ctime unchanged")
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        return
+    x, y = os.path.join(d, "x"), os.path.join(d, "y")
+    write_file(x, b"x")
+    write_file(y, b"y")
+    cx, cy = os.stat(x).st_ctime_ns, os.stat(y).st_ctime_ns
+    time.sleep(0.02)
+    rc = libc.renameat2(-100, x.encode(), -100, y.encode(), ctypes.c_uint(2))
+    if rc != 0:
+        return  # RENAME_EXCHANGE refused: renameat2_flags says so
+    check(os.stat(y).st_ctime_ns > cx,
+          "RENAME_EXCHANGE left the ctime of the source unchanged")
+    check(os.stat(x).st_ctime_ns > cy,
+          "RENAME_EXCHANGE left the ctime of the target unchanged")
+
+
+@case
 def unlink_rmdir_rmtree():
     d = p("t_tree")
     for i in range(4):

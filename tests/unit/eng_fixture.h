@@ -1,6 +1,8 @@
 /*
  * eng_fixture.h - a real engine in a temp dir for the unit tests: no FUSE,
- * the calls fs/ would make, made directly.
+ * the calls fs/ would make, made directly.  Namespace changes, opens and
+ * flushes go through eng_call() as fs/ops.c sends them, then wait for the
+ * answer (eng_mkdir() and the rest below: test helpers, not engine API).
  */
 #ifndef RFT_ENG_FIXTURE_H
 #define RFT_ENG_FIXTURE_H
@@ -16,6 +18,33 @@
 #include "engine_i.h"
 
 #define MiB (1u << 20)
+
+/*
+ * The engine's calls as fs/ops.c makes them, then a wait for the answer:
+ * synchronous helpers for the tests (eng_fixture.c), not engine API.
+ * Each is eng_call() with one ENG_CALL_* kind; @st, @fp and @info get the
+ * call's outputs when it returns 0.
+ */
+int eng_setattr(struct eng *e, uint64_t ino, struct eng_file *fp,
+		const struct eng_setattr *sa, struct stat *st);
+int eng_mknod(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	      dev_t rdev, uid_t uid, gid_t gid, struct stat *st);
+int eng_mkdir(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	      uid_t uid, gid_t gid, struct stat *st);
+int eng_symlink(struct eng *e, uint64_t parent, const char *name,
+		const char *target, uid_t uid, gid_t gid, struct stat *st);
+int eng_link(struct eng *e, uint64_t ino, uint64_t newparent,
+	     const char *newname, struct stat *st);
+int eng_unlink(struct eng *e, uint64_t parent, const char *name);
+int eng_rmdir(struct eng *e, uint64_t parent, const char *name);
+int eng_rename(struct eng *e, uint64_t parent, const char *name,
+	       uint64_t newparent, const char *newname, unsigned flags);
+int eng_open(struct eng *e, uint64_t ino, int flags, struct eng_file **fp,
+	     struct eng_open_info *info);
+int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
+	       uid_t uid, gid_t gid, int flags, struct stat *st,
+	       struct eng_file **fp, struct eng_open_info *info);
+int eng_flush(struct eng *e, struct eng_file *fp);
 
 struct fixture {
 	char tmp[PATH_MAX];

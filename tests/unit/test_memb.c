@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "group_i.h"
+#include "group_test.h"
 
 #define MAXN 12
 /* Small, but slack enough for a loaded 2-core machine under TSan. */

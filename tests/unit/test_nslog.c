@@ -34,7 +34,7 @@
 #include <cmocka.h>
 
 #include "erasure.h"
-#include "group_i.h"
+#include "group_test.h"
 
 #define MAXN 5
 #define ELECTION_MS 300

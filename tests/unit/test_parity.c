@@ -67,7 +67,7 @@
 
 #include "engine_i.h"
 #include "erasure.h"
-#include "group_i.h"
+#include "group_test.h"
 #include "gns_i.h"
 #include "watchdog.h"
 

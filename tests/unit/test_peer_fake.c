@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "erasure.h"
-#include "group_i.h"
+#include "group_test.h"
 
 #define MAXN 6
 

@@ -31,7 +31,7 @@
 #include <cmocka.h>
 #include <libmemcached/memcached.h>
 
-#include "group_i.h"
+#include "group_test.h"
 
 #define MEMCACHED_BIN "/usr/bin/memcached"
 #define MAXN 4

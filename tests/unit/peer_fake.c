@@ -45,7 +45,7 @@
 #include <time.h>
 
 #include "engine.h"
-#include "group_i.h"
+#include "group_test.h"
 
 #define FAKE_ADDR_MAX 128
 
