@@ -1,21 +1,82 @@
 /*
- * engine_i.h - private structures of the engine.  Not for fs/ or tools/.
+ * engine_i.h - private structures of the engine.  Not for fs/ or tools/;
+ * today it is also the private header of gns.c, protect.c and parity.c
+ * (library rftgns), which reach into struct file through it (issue 26).
  *
- * Lock order (outermost first; never take an earlier lock while holding a
- * later one):
+ * Locks, as the code takes them.  This is the one place the order is
+ * written down (docs/design.md points here).  Outermost first: a thread
+ * that holds a lock never waits for one above it in this list.
  *
- *   eng->names_lock        serialises name changes with their listeners
- *                          (the persist dir's names follow the namespace)
- *   ns->lock               namespace tree, inode table, non-data attributes
- *   file->lock             one file's slots, size, mtime, state
- *   pass.lock              files passing through to backing files
- *   store->lock            the free-chunk stack
- *   persist->lock          write-back queue, flush tickets, error state
+ *   eng->names_lock (mutex)  name changes and what their listeners do
+ *       (the persist dir's names follow the namespace); with file->lock,
+ *       a file's copy, away_rel and copy_id.  Taken with no other lock
+ *       held, and held across persist-dir I/O for a name change.  A read
+ *       or write that found its copy moved takes and drops it, with no
+ *       lock held, to wait out a rename (load_range, read_direct).
+ *   ns->lock (rwlock)  namespace tree, inode table, holds, opens and
+ *       lookups, non-data attributes, stripe spaces.  Under names_lock
+ *       (apply_link, apply_remove, apply_rename, file_revert and
+ *       file_resync, persist.c's mirror and write-back).
+ *   file->lock (rwlock, one per file)  slots, size, durability record,
+ *       versions, writers, seal and owner fields.  Under ns->lock, or
+ *       alone (the data path).  Never two files' locks at once, except
+ *       eviction's pthread_rwlock_trywrlock under ns->lock, which never
+ *       waits.
+ *   eng->pass.lock (mutex)  every file's pass, homes, spares, early
+ *       copies and the pass copier's queue.  Under file->lock (pass_place
+ *       on the write path, pass_sealed, copy_sealed, early_round,
+ *       pass_open) and under ns->lock alone (pass_stat from
+ *       ns_fill_stat).  Under it a file's lock is only ever tried
+ *       (keepable: pthread_rwlock_tryrdlock).
+ *   store->lock (mutex)  the free-chunk stack, faulted-in accounting,
+ *       slabs, lent pages.  Under any of the above and under par->lock;
+ *       it calls out (pressure, target) only after letting go.
  *
- *   copier.lock            queued asynchronous write copies (a leaf)
+ * Leaves: taken under any of the locks above, or alone; while one is
+ * held no other lock is taken (but store->lock under par->lock):
+ *   persist->lock     write-back queue, flush tickets, pending removals,
+ *                     files whose copy is away, error state (under
+ *                     names_lock, ns->lock or file->lock: set_copy)
+ *   copier.lock       queued write copies, files' pending counts (under
+ *                     file->lock: write_common, copier_main; under
+ *                     ns, file and pass: early_pick_locked)
+ *   fetcher.lock      reads queued for the fetch threads (enqueue takes
+ *                     ns->lock for the hold first, and lets it go)
+ *   loads.lock        pieces being loaded (waited on with no namespace
+ *                     or file lock held)
+ *   eng->handles_lock the list of open handles (under ns->lock: open)
+ *   p->lock           struct protect (protect.c): jobs, folded seals,
+ *                     answers; as a listener under names_lock
+ *                     (EV_UNLINKED, EV_RENAMED) or ns->lock
+ *                     (EV_EVICTED), else alone
+ *   g->lock           struct gns (gns.c): queues, pending proposals,
+ *                     parked waits; never held across an engine call,
+ *                     the log or the network
+ *   par->lock         struct parity (parity.c): the stripe table and
+ *                     decodes in flight; taken with no engine lock held,
+ *                     and store->lock is taken under it (a row's chunk),
+ *                     never waiting
  *
- * The data path (eng_read/eng_write on an open handle) takes only
- * file->lock and, to allocate, store->lock: there is no global lock on it.
+ * Outside this order: the group's own locks (nslog, memb, peer_tcp, the
+ * calls of peer.c, group.c), each private to its module and let go before
+ * it calls out; no engine lock is held across a call into engine/group/
+ * (it may wait for the network).  nslog's loop thread applies entries
+ * (ns_apply) holding none of its own locks, taking engine locks as a FUSE
+ * call does.  fs/'s locks (control socket, invalidation queue, lane, loop,
+ * stale backing ids) are never held across an engine call.
+ *
+ * The data path takes more than file->lock.  eng_write: file->lock
+ * (write), under it pass.lock (pass_place, in place), store->lock (to
+ * allocate) and copier.lock (to queue a copy); after letting go, ns->lock
+ * (write, briefly, for a hold: queue_job via pass_wrote, with early
+ * copies on) and pass.lock.  eng_read: copier.lock when copies are
+ * queued (to wait for them), file->lock (read), store->lock when a pin
+ * is the last one put; a read that must fetch takes ns->lock (write, for
+ * the hold) and then fetcher.lock.  eng_release: pass.lock (pass_take,
+ * pass_release), file->lock (the seal), ns->lock (write), the
+ * listeners' leaves (EV_DIRTY), gns.c's g->lock (the seal to the group)
+ * and handles_lock.  What is held across the copy of a write's bytes is
+ * the file's own lock only: no global lock.
  */
 #ifndef RFT_ENGINE_I_H
 #define RFT_ENGINE_I_H
@@ -395,7 +456,7 @@ struct file {
 	uint64_t version;	/* bumped by every data change; from 1; lock */
 	uint64_t meta_version;	/* bumped by chmod, chown, utimens; lock */
 	uint64_t cached_version; /* version a cached open last saw; lock */
-	/* Changed under lock and persist's mirror lock; read under either. */
+	/* Changed under lock and eng->names_lock; read under either. */
 	enum copy_where copy;
 	char *away_rel;		/* COPY_AWAY: the copy's path */
 	struct copy_id {	/* the copy's host inode: renames keep it */
@@ -695,8 +756,12 @@ int file_read_fetch(struct eng *e, struct inode *in, uint64_t pos,
 
 /*
  * What the namespace and the files tell the tiers that keep copies of them
- * (persist now, protection with the group): ns.c and file.c post, they do
- * not call those tiers.  Listeners run in the poster's thread, so:
+ * (the listeners: persist.c, and protect.c in a group).  These events are
+ * one of three ways core reaches the tiers: ns.c and file.c also call
+ * pass.c directly (pass_sealed, pass_take, pass_open, pass_place and
+ * more), and the group through e->gops (seal, propose, fetch).  A last
+ * close does all three: pass_sealed, EV_DIRTY, gops->seal (issue 26).
+ * Listeners run in the poster's thread, so:
  *   EV_DIRTY     something needs writing again (a file sealed or changed,
  *                a directory or node new or changed); posted with no lock
  *                or under ns->lock: listeners take leaf locks only.
@@ -1210,8 +1275,8 @@ uint32_t file_evictable_locked(const struct eng *e, const struct file *f,
 
 /*
  * A file's pieces as they are at one version, their chunks pinned (a
- * reference each), so that write-back (and, later, protection) can read
- * them without the file's lock while writers copy on write.
+ * reference each), so that write-back and protection (protect.c) can
+ * read them without the file's lock while writers copy on write.
  */
 struct file_snap {
 	uint64_t version, meta_version, size;

@@ -2,12 +2,13 @@
  * fetch.c - reads that must fetch data run here, not on FUSE threads.
  *
  * A read whose pieces are all in RAM is answered on the caller's thread.
- * One that needs a piece from elsewhere (the persist dir today, peers with
- * the group) is queued to this small pool of threads and answered when the
- * data is in, or when its deadline passes: a FUSE worker never waits for
- * storage or a network, and a slow source holds up only the threads that
- * read from it.  The queued read holds its inode, not its handle, so it
- * outlives neither more nor less than the file it reads.
+ * One that needs a piece from elsewhere (the persist dir, or in a group
+ * the peers that hold it) is queued to this small pool of threads and
+ * answered when the data is in, or when its deadline passes: a FUSE
+ * worker never waits for storage or a network, and a slow source holds up
+ * only the threads that read from it.  The queued read holds its inode,
+ * not its handle, so it outlives neither more nor less than the file it
+ * reads.
  *
  * Read-ahead.  A reader that goes through a file from peers or the persist
  * dir would otherwise wait one round trip per piece, one piece at a time.

@@ -1,8 +1,11 @@
 /*
  * gns_i.h - the engine's modules that build on the group (library rftgns):
- * gns.c (the group's namespace on this node) and protect.c (copies of
- * sealed files on peers).  Private to them; the engine core reaches them
- * only through struct eng_group_ops (engine_i.h).
+ * gns.c (the group's namespace on this node), protect.c (copies of sealed
+ * files on peers) and parity.c (xor and rs:K+M rows held for peers).
+ * Private to them; the engine core reaches them only through struct
+ * eng_group_ops (engine_i.h), and fs/main.c calls eng_join_group().  The
+ * other way is not so narrow: all three include engine_i.h and work on
+ * struct file and the namespace directly (issue 26).
  */
 #ifndef RFT_GNS_I_H
 #define RFT_GNS_I_H

@@ -6,7 +6,7 @@
  * it is protected by ns->lock; file data is not (see file.c).
  *
  * Changes to names (unlink, rmdir, rename) are mirrored into the persist
- * dir under the persist mirror lock, so a copy written back earlier moves
+ * dir under eng->names_lock, so a copy written back earlier moves
  * with its name and never reappears under an old one after a remount.
  */
 #include <errno.h>

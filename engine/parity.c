@@ -42,8 +42,10 @@
  *       row, then per data slot u64 ino, u64 gseal, u32 piece, u32 len,
  *       u32 crc, u32 in (0/1); bulk: the row.  -ENOENT: no member here.
  *
- * Locks: par->lock (a leaf) guards the stripe table; folds and copies of a
- * row happen under it, never a wait.
+ * Locks: par->lock guards the stripe table and the decodes in flight;
+ * it is taken with no engine lock held, and only store->lock is taken
+ * under it (a row's chunk).  Folds and copies of a row happen under it,
+ * never a wait (decode_begin waits on par->decoded, which lets it go).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -315,7 +315,7 @@ int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
 	return -ENOENT;
 }
 
-/* Record where @in's copy now is; mirror lock held, no file lock. */
+/* Record where @in's copy now is; names lock held, no file lock. */
 static void set_copy(struct eng *e, struct inode *in, enum copy_where w,
 		     const char *away)
 {
@@ -515,7 +515,7 @@ static int drop_name(struct eng *e, const char *rel, bool dir)
 	return remove_copy(p, rel);
 }
 
-/* Try the queued removals again; mirror lock held. */
+/* Try the queued removals again; names lock held. */
 static void retry_ops(struct eng *e)
 {
 	struct persist *p = e->persist;
@@ -774,7 +774,7 @@ static int write_sum(struct eng *e, struct snap *s, const char *tmp,
 
 /*
  * Make @to a hard link of @from in the persist dir (and the sidecars, for
- * files), replacing what was there; mirror lock held.
+ * files), replacing what was there; names lock held.
  */
 static int link_name(struct eng *e, struct inode *in, const char *from,
 		     const char *to)
@@ -1597,7 +1597,7 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 			drop_empty_parents(e, from);
 		return;
 	}
-	/* copy and copy_id change under the mirror lock only. */
+	/* copy and copy_id change only under the names lock, held here. */
 	id = in->file.copy_id;
 	if (!home || !id.ino || (rc < 0 && rc != -ENOENT) ||
 	    (rc == 0 && strcmp(rel, from) == 0))
@@ -2210,7 +2210,7 @@ static void mirror_dir(struct eng *e, struct inode *src, const char *from,
 	persist_kick(e);
 }
 
-/* Move @in's copy from @from to its new name @to; mirror lock held. */
+/* Move @in's copy from @from to its new name @to; names lock held. */
 static void follow_name(struct eng *e, struct inode *in, const char *from,
 			const char *to)
 {

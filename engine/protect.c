@@ -286,7 +286,7 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 		a = calloc(1, sizeof(*a));
 		if (!a)
 			return 0; /* the asker times out */
-		/* Never sleeps: par->lock is a leaf no thread waits under. */
+		/* Never sleeps: nothing waits holding par->lock. */
 		a->rc = f->type == PAR_T_DONE
 				? parity_rx_done(p->par, node, f, &a->meta,
 						 &a->meta_len)

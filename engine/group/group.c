@@ -12,9 +12,8 @@
  * founds the group's log once it has them all, and a node that already
  * has a log links to each peer as its address arrives.  Losing memcached
  * keeps the addresses known and raft's links with them.  Its state
- * machine is empty for now (issue 8, step 1 of docs/design.md's plan):
- * the log elects, replicates and survives restarts, and nothing proposes
- * entries yet.
+ * machine is the engine's namespace: engine/gns.c sets it (grp_set_fsm)
+ * and proposes every namespace change, seal, protect and persist record.
  */
 #include <errno.h>
 #include <limits.h>

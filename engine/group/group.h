@@ -29,7 +29,8 @@ struct grp_config {
 	const char *secret_file; /* --secret-file */
 	unsigned dead_after_ms;	/* --dead-after */
 	const char *state_dir;	/* --state-dir; NULL: grp_state_dir_default */
-	const char *protect;	/* --protect: "none" or "replicate:R" */
+	const char *protect;	/* --protect: none, replicate:R, xor[:K],
+				   rs:K+M */
 	uint64_t protect_bw;	/* --protect-bw bytes/s; 0: unlimited */
 	const char *codec;	/* --codec auto|isal|gpu (xor, rs); NULL: auto */
 };
