@@ -325,9 +325,10 @@ struct dd_slot {
 
 #define DD_REC_LEN (40 + 4 * DEDUPE_WINDOW)
 #define GEN_REC_LEN 24
-#define SNAP_HDR_LEN 24
+#define SNAP_HDR_LEN 32	/* version 1: 24, no index */
+#define SNAP_HDR_LEN_V1 24
 #define SNAP_MAGIC 0x534c534eu	/* "NSLS" */
-#define SNAP_VERSION 1
+#define SNAP_VERSION 2
 
 /* The last generation handed out to a node, and the request that did. */
 struct gen_rec {
@@ -1920,6 +1921,8 @@ static int rfsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
 	put32(h + 8, nd);
 	put32(h + 12, ng);
 	put64(h + 16, ulen);
+	/* raft takes a snapshot at its last applied entry. */
+	put64(h + 24, raft_last_applied(&l->raft));
 	p = h + SNAP_HDR_LEN;
 	for (node = 0; node < l->nodes; node++) {
 		for (i = 0; i < DEDUPE_SLOTS; i++) {
@@ -2014,31 +2017,42 @@ static int rfsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
 	const uint8_t *h = buf->base, *p;
 	uint32_t nd, ng, i;
 	uint8_t per_node[GRP_MAX_NODES];
-	uint64_t ulen;
-	size_t need;
+	uint64_t ulen, index = 0;
+	size_t need, hlen = SNAP_HDR_LEN;
 	int rc;
 
-	if (buf->len < SNAP_HDR_LEN || get32(h) != SNAP_MAGIC ||
-	    get32(h + 4) != SNAP_VERSION)
+	if (buf->len < SNAP_HDR_LEN_V1 || get32(h) != SNAP_MAGIC)
 		goto bad;
+	if (get32(h + 4) == 1) {
+		hlen = SNAP_HDR_LEN_V1; /* before the index was in it */
+	} else if (get32(h + 4) != SNAP_VERSION) {
+		rft_err("node %d: a snapshot of format %u: this daemon reads "
+			"formats 1 and %u only (a newer daemon wrote it?)",
+			l->self, get32(h + 4), SNAP_VERSION);
+		return RAFT_MALFORMED;
+	} else if (buf->len < SNAP_HDR_LEN) {
+		goto bad;
+	} else {
+		index = get64(h + 24);
+	}
 	nd = get32(h + 8);
 	ng = get32(h + 12);
 	ulen = get64(h + 16);
 	if (nd > (uint32_t)l->nodes * DEDUPE_SLOTS || ng > (uint32_t)l->nodes)
 		goto bad;
-	need = SNAP_HDR_LEN + (size_t)nd * DD_REC_LEN +
+	need = hlen + (size_t)nd * DD_REC_LEN +
 	       (size_t)ng * GEN_REC_LEN;
 	if (buf->len < need || buf->len - need != ulen)
 		goto bad;
 	memset(per_node, 0, sizeof(per_node));
-	for (i = 0, p = h + SNAP_HDR_LEN; i < nd; i++, p += DD_REC_LEN)
+	for (i = 0, p = h + hlen; i < nd; i++, p += DD_REC_LEN)
 		if (get32(p) >= (uint32_t)l->nodes || get64(p + 8) == 0 ||
 		    ++per_node[get32(p)] > DEDUPE_SLOTS)
 			goto bad;
 	for (i = 0; i < ng; i++, p += GEN_REC_LEN)
 		if (get32(p) >= (uint32_t)l->nodes)
 			goto bad;
-	rc = l->fsm.restore(l->fsm.ctx, h + need, ulen);
+	rc = l->fsm.restore(l->fsm.ctx, index, h + need, ulen);
 	if (rc < 0) {
 		rft_err("node %d: state machine restore failed: %s", l->self,
 			strerror(-rc));
@@ -2046,7 +2060,7 @@ static int rfsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
 	}
 	memset(l->dd, 0, sizeof(*l->dd) * GRP_MAX_NODES);
 	memset(l->gen, 0, sizeof(l->gen));
-	for (i = 0, p = h + SNAP_HDR_LEN; i < nd; i++, p += DD_REC_LEN) {
+	for (i = 0, p = h + hlen; i < nd; i++, p += DD_REC_LEN) {
 		struct dd_slot *row = l->dd[get32(p)], *s = NULL;
 
 		/* Counted above: a free slot is there. */

@@ -175,8 +175,10 @@ static int f_snapshot(void *ctx, void **buf, size_t *len)
 	return *buf ? 0 : -ENOMEM;
 }
 
-static int f_restore(void *ctx, const void *buf, size_t len)
+static int f_restore(void *ctx, uint64_t index, const void *buf,
+		     size_t len)
 {
+	(void)index;
 	struct tfsm *f = ctx;
 
 	if (len % sizeof(struct rec))
