@@ -297,9 +297,10 @@ full_tier() {
 	# in seconds; the integration suite against the TSan daemon is the
 	# soak tier's.
 	if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
+		NSSNAP_ENTRIES=${NSSNAP_ENTRIES:-30000} \
 		with_tsan run_suite build-tsan --timeout-multiplier 2 \
 			store ns file persist durability pass seal ctl loop \
-			peer_tcp peer_fake memb registry nslog parity stress
+			peer_tcp peer_fake memb registry nslog nssnap parity stress
 	else
 		echo "test: build-tsan: configure or build failed" >&2
 		FAILED=$((FAILED + 1))
