@@ -474,11 +474,12 @@ static const struct rep_field fuse_fields[FU_N] = {
 		"1 once FUSE requests come over io_uring (--io-uring)."),
 	[FU_PASS] = REP_EXPORT("passthrough", REP_BOOL, REP_GAUGE,
 		"reftfs_fuse_passthrough",
-		"1 when large sealed files may pass through (--passthrough)."),
+		"1 when large sealed files may pass through (the default; "
+		"--no-passthrough: 0)."),
 	[FU_PASS_IN_PLACE] = REP_EXPORT("passthrough_in_place", REP_BOOL,
 		REP_GAUGE, "reftfs_fuse_passthrough_in_place",
 		"1 when large files are written into their backing files "
-		"(--in-place)."),
+		"(the default with passthrough; --no-in-place: 0)."),
 	[FU_PASS_HELD] = REP_EXPORT("passthrough_held_bytes", REP_BYTES,
 		REP_GAUGE, "reftfs_fuse_passthrough_held_bytes",
 		"Budget held by backing files of files passing through now."),

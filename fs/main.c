@@ -49,9 +49,9 @@ struct opts {
 	bool direct_read;
 	bool io_uring;	/* --io-uring */
 	/* 1 asked for, 0 turned off (--no-...), -1 the default */
-	int passthrough; /* --passthrough, --no-passthrough */
+	int passthrough; /* on (-1) or --no-passthrough (0) */
 	bool early_copy; /* --early-copy */
-	int in_place; /* --in-place, --no-in-place */
+	int in_place; /* in place (-1) or --no-in-place (0) */
 	bool mem_given;	/* --mem or -o mem= */
 	unsigned stop_wait_ms; /* --stop-wait */
 	char *owned[16]; /* copies of option values (-o strings are freed) */
@@ -83,27 +83,6 @@ static void usage(FILE *out)
 		"                        (default 2000)\n"
 		"  --retry MS            write-back retry period after an error (default 5000)\n"
 		"  --ctl PATH            control socket (default: derived from MOUNTPOINT)\n"
-		"  --prefault            fault the whole memory budget in before mounting\n"
-		"                        (default: in the background after mounting)\n"
-		"  --no-prefault         fault memory in only as it is used\n"
-		"  --direct-read         libfuse < 3.16: read-only opens bypass the page\n"
-		"                        cache (faster reads; shared mmap of them fails)\n"
-		"  --io-uring            take FUSE requests over io_uring where the kernel\n"
-		"                        offers it (libfuse 3.18+): small-file operations\n"
-		"                        about twice as fast, large reads and writes slower\n"
-		"  --no-passthrough      serve every read and mapping through the daemon.\n"
-		"                        Default, where it can (as root, alone, without\n"
-		"                        --io-uring, kernel 6.9+ and libfuse 3.16+): large\n"
-		"                        sealed files pass through to a copy in memory\n"
-		"                        (reads and mappings at tmpfs speed), written in\n"
-		"                        place (below); the log says why where it cannot\n"
-		"  --no-in-place         copy a large file for passthrough at seal.\n"
-		"                        Default: write it straight into the memory its\n"
-		"                        copy is kept in (the one a file of the same name\n"
-		"                        left), so a read right after the save needs no copy\n"
-		"  --early-copy          copy large files for passthrough while they are\n"
-		"                        written (the writes slow down; not in place)\n"
-		"  --passthrough, --in-place  the defaults, said outright\n"
 		"\n"
 		"sharding group (several daemons protecting each other's checkpoints):\n"
 		"  --node ID             this node's id in the group, from 0\n"
@@ -132,13 +111,29 @@ static void usage(FILE *out)
 		"                        protected (default 30; 0: no wait); each one left\n"
 		"                        unprotected is logged, the others show it lost,\n"
 		"                        and reftfsd exits 1\n"
+		"\n"
+		"tuning (the defaults measured best: docs/operations.md, \"Tuning\"):\n"
+		"  --prefault            fault the whole memory budget in before mounting\n"
+		"                        (default: in the background after mounting)\n"
+		"  --no-prefault         fault memory in only as it is used\n"
+		"  --io-uring            take FUSE requests over io_uring where the kernel\n"
+		"                        offers it (libfuse 3.18+): small-file operations\n"
+		"                        about twice as fast, large reads and writes slower\n"
+		"  --no-passthrough      serve every read and mapping through the daemon\n"
+		"                        (default, where it can: as root, alone, without\n"
+		"                        --io-uring, kernel 6.9+ and libfuse 3.16+, large\n"
+		"                        sealed files pass through to a copy in memory,\n"
+		"                        written in place; the log says why where not)\n"
+		"  --no-in-place         copy a large file for passthrough at seal\n"
+		"  --early-copy          copy large files for passthrough while they are\n"
+		"                        written (the writes slow down; not in place)\n"
+		"  --direct-read         libfuse < 3.16: read-only opens bypass the page\n"
+		"                        cache (faster reads; shared mmap of them fails)\n"
+		"\n"
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
-		"                        enospc_wait=, retry=, ctl=, prefault,\n"
-		"                        no_prefault, direct_read, io_uring, passthrough,\n"
-		"                        no_passthrough, early_copy, in_place,\n"
-		"                        no_in_place, state_dir=, stop_wait=,\n"
-		"                        ...;\n"
+		"                        enospc_wait=, retry=, ctl=, state_dir=,\n"
+		"                        stop_wait=, no_passthrough, io_uring, ...;\n"
 		"                        others (allow_other, ...) go to FUSE\n"
 		"  -f                    stay in the foreground\n"
 		"  -s                    single-threaded\n"
@@ -302,14 +297,10 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		o->direct_read = true;
 	} else if (!strcmp(key, "io-uring")) {
 		o->io_uring = true;
-	} else if (!strcmp(key, "passthrough")) {
-		o->passthrough = 1;
 	} else if (!strcmp(key, "no-passthrough")) {
 		o->passthrough = 0;
 	} else if (!strcmp(key, "early-copy")) {
 		o->early_copy = true;
-	} else if (!strcmp(key, "in-place")) {
-		o->in_place = 1;
 	} else if (!strcmp(key, "no-in-place")) {
 		o->in_place = 0;
 	} else if (!strcmp(key, "node")) {
@@ -469,9 +460,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "no-prefault", no_argument, NULL, 'N' },
 		{ "direct-read", no_argument, NULL, 'D' },
 		{ "io-uring", no_argument, NULL, 'I' },
-		{ "passthrough", no_argument, NULL, 'H' },
 		{ "early-copy", no_argument, NULL, 'A' },
-		{ "in-place", no_argument, NULL, 'L' },
 		{ "no-passthrough", no_argument, NULL, OPT_NO_PASSTHROUGH },
 		{ "no-in-place", no_argument, NULL, OPT_NO_IN_PLACE },
 		{ "node", required_argument, NULL, 'n' },
@@ -549,9 +538,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'N': name = "no-prefault"; break;
 		case 'D': name = "direct-read"; break;
 		case 'I': name = "io-uring"; break;
-		case 'H': name = "passthrough"; break;
 		case 'A': name = "early-copy"; break;
-		case 'L': name = "in-place"; break;
 		case OPT_NO_PASSTHROUGH: name = "no-passthrough"; break;
 		case OPT_NO_IN_PLACE: name = "no-in-place"; break;
 		case 'n': name = "node"; break;
@@ -576,13 +563,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	if (o->early_copy && o->passthrough == 0)
 		return bad("--early-copy and --no-passthrough do not go together "
 			   "(it copies files for passthrough reads)");
-	if (o->in_place == 1 && o->passthrough == 0)
-		return bad("--in-place and --no-passthrough do not go together "
-			   "(it writes files into their backing files for "
-			   "passthrough reads)");
-	if (o->in_place == 1 && o->early_copy)
-		return bad("--in-place and --early-copy do not go together (in "
-			   "place there is nothing to copy early)");
 	/* On unless turned off; in place unless copied early or turned off. */
 	if (o->passthrough < 0)
 		o->passthrough = 1;

@@ -75,8 +75,8 @@ mount_target() { # mount_target NAME: on $MNT
 		TMPFS_ON=1
 		return ;;
 	reftfs) set -- --no-passthrough ;;
-	passthrough) set -- --passthrough --no-in-place ;;
-	in-place) set -- --passthrough --in-place ;;
+	passthrough) set -- --no-in-place ;;
+	in-place) set -- ;;
 	esac
 	"$REFTFSD" "$MNT" -f --mem "$MEM" --prefault "$@" >"$WORK/reftfsd.log" 2>&1 &
 	PID=$!

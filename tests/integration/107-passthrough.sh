@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# reftfsd --passthrough (docs/design.md, "Passthrough"): large sealed files
+# Passthrough, reftfsd's default (docs/design.md, "Passthrough"): large sealed files
 # opened when nothing else has them open pass through to a backing copy,
 # every open of such a file passes through while one does, and writers
 # passing through have their bytes taken at FLUSH, FSYNC and RELEASE.
@@ -30,11 +30,11 @@ if [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ]; then
 	how=(--early-copy)
 	fuzz_how=()
 fi
-start_daemon "$MNT" --mem 512M --persist "$PERSIST" --passthrough "${how[@]}"
+start_daemon "$MNT" --mem 512M --persist "$PERSIST" "${how[@]}"
 if ! version_ge "${RFT_LIBFUSE_VERSION:?}" 3.16 || ! version_ge "$KERNEL_VERSION" 6.9; then
 	log "libfuse $RFT_LIBFUSE_VERSION, kernel $KERNEL_VERSION: passthrough must be off, and say so"
 	wait_log "passthrough: off" ||
-		fail "--passthrough without libfuse 3.16+ and kernel 6.9+: no 'passthrough: off' in the log"
+		fail "passthrough without libfuse 3.16+ and kernel 6.9+: no 'passthrough: off' in the log"
 	head -c 3M /dev/urandom >"$T_TMP/ref"
 	cp "$T_TMP/ref" "$MNT/f"
 	cmp "$T_TMP/ref" "$MNT/f" || fail "a file read back differs"
@@ -55,7 +55,7 @@ run_py pass_fuzz.py "$MNT" --files 3 --ops "${PASS_OPS:-$(by_tier 400 1000 10000
 daemon_alive "$DAEMON_PID"
 
 log "files that writers open first stay direct beside it"
-run_py mmap_fuzz.py "$MNT" --procs 2 --ops 150 --fallocate || fail "mmap_fuzz on a --passthrough mount"
+run_py mmap_fuzz.py "$MNT" --procs 2 --ops 150 --fallocate || fail "mmap_fuzz on a passthrough mount"
 
 admin "$MNT" flush --wait || fail "flush --wait"
 stop_daemon "$MNT" "$DAEMON_PID"

@@ -220,7 +220,7 @@ class Daemon:
                 raise Fail("daemon start", "not mounted after 30 s\n" +
                            self.log_tail())
             time.sleep(0.005)
-        if "--passthrough" in opts:
+        if "--no-in-place" in opts:
             self.wait_passthrough()
 
     def wait_passthrough(self):
@@ -234,8 +234,8 @@ class Daemon:
             if "passthrough: off" in said:
                 break
             time.sleep(0.01)
-        raise Fail("daemon start", "started with --passthrough, but it is "
-                   "not on\n" + self.log_tail())
+        raise Fail("daemon start", "started with --no-in-place, but "
+                   "passthrough is not on\n" + self.log_tail())
 
     def log_tail(self, n=30):
         try:

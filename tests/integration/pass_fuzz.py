@@ -1,4 +1,4 @@
-"""Random operations on files that pass through (reftfsd --passthrough),
+"""Random operations on files that pass through (reftfsd's default),
 checked against a model of each file after every operation.
 
 usage: pass_fuzz.py DIR --ctl-json CMD [--files N] [--ops N] [--seed S]
@@ -31,9 +31,9 @@ while the reader holds it must pass through too.  Operations, at random:
 After every operation the reader's descriptor, its mapping and stat(2)
 must show the model.  At the end every file is closed and compared once
 more.  --ctl-json CMD prints the daemon's `status --json`: the run fails
-unless opens passed through and files were copied.  --in-place: the daemon
-runs with --in-place, and the run fails unless its status says so and a
-copy at seal used bytes written in place.  --manifest F: each
+unless opens passed through and files were copied.  --in-place: the
+daemon writes large files in place (its default), and the run fails unless
+its status says so and a copy at seal used bytes written in place.  --manifest F: each
 file's size and sha256 at the end, as JSON, for the caller to check after
 a remount.  The seed is printed
 first; PASS_SEED replays a run.
