@@ -252,7 +252,9 @@ full_tier() {
 	# keep its path (page cache, no FUSE_DIRECT_IO_ALLOW_MMAP on 3.14)
 	# correct.  Where the system's is 3.16+ this runs the fast path again.
 	if prepare build-fuse-system -Dlibfuse=system -Dcuda=disabled; then
-		run_suite build-fuse-system --suite integration "$@"
+		# Half the differential trials of build/: the same engine.
+		DIFF_TRIALS=${DIFF_TRIALS:-60} \
+			run_suite build-fuse-system --suite integration "$@"
 	else
 		echo "test: build-fuse-system: configure or build failed" >&2
 		FAILED=$((FAILED + 1))
@@ -269,6 +271,9 @@ full_tier() {
 	# the quick tier does (lib.sh's by_tier).
 	if CC=clang prepare build-asan -Db_sanitize=address,undefined \
 		-Db_lundef=false -Dcuda=disabled; then
+		# More differential trials than the quick tier's: its random
+		# operations are the engine's widest memory check.
+		DIFF_TRIALS=${DIFF_TRIALS:-40} \
 		with_asan run_suite build-asan --suite unit \
 			--suite integration --timeout-multiplier 2 "$@"
 		# The other ways of starting the daemon, under ASan: the tests
