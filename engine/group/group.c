@@ -611,7 +611,7 @@ int grp_new(const struct grp_config *c, struct grp **out)
 	to.addrs = g->addrs;
 	to.listen = g->listen;
 	to.secret = &g->secret;
-	to.handshake_ms = 2000;
+	to.handshake_ms = GRP_HS_MS;
 	to.idle_ms = 10000;
 	rc = peer_tcp_new(&to, &g->x);
 	if (rc < 0) {

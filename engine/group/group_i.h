@@ -6,6 +6,8 @@
  * own; the daemon and the engine see only engine/group/group.h.
  *
  *   auth.c       the shared secret (--secret-file) and HMAC-SHA256
+ *   hs.c         the link handshake both TCP transports run (peer links
+ *                and raft links): pure, on caller-owned buffers
  *   wire.c       the frame header: encode/decode, limits (pure functions)
  *   peer.c       what every transport shares: handler table, dispatch,
  *                request/reply calls with timeouts
@@ -163,6 +165,125 @@ void wire_hdr_encode(const struct wire_hdr *h, uint8_t out[WIRE_HDR_LEN]);
  * length over the limits.  Checks nothing that needs the payload.
  */
 int wire_hdr_decode(const uint8_t in[WIRE_HDR_LEN], struct wire_hdr *h);
+
+/* --- the link handshake (hs.c) ------------------------------------------ */
+
+/*
+ * One handshake for both TCP transports (docs/protocol.md, "Handshake"):
+ * the peer links (peer_tcp.c) and raft's links (nslog.c).  Four frames
+ * with the header above, HELLO and AUTH from the client, CHALLENGE and
+ * WELCOME from the server; each side proves the secret with an
+ * HMAC-SHA256 over both nonces, both ids, the group and the link kind.
+ *
+ * hs.c does no I/O: the transport moves the bytes (blocking reads with a
+ * deadline in peer_tcp.c, libuv callbacks in nslog.c) and owns the time
+ * limit (GRP_HS_MS).  The loop is the same on both sides:
+ *
+ *	grp_hs_client() or grp_hs_server();
+ *	for (;;) {
+ *		send grp_hs_out()'s bytes, if any;
+ *		if the last grp_hs_feed() said GRP_HS_DONE: done;
+ *		read exactly grp_hs_want() bytes into its buffer;
+ *		rc = grp_hs_feed();  (< 0: close the connection)
+ *	}
+ *
+ * Exactly the bytes of each message are asked for, so whatever follows
+ * the handshake on the stream (raft's own protocol) is left unread.
+ * A refused peer is told nothing: the connection is closed.
+ */
+#define GRP_GROUP_MAX 255	/* bytes of group name */
+#define GRP_HS_MS 2000		/* a handshake not done in this time fails */
+
+enum grp_hs_link {
+	GRP_HS_PEER = 1,	/* peer_tcp.c: ids are node incarnations */
+	GRP_HS_RAFT = 2,	/* nslog.c: ids are raft ids */
+};
+
+/* What one side knows before a handshake.  Read-only while one runs. */
+struct grp_hs_cfg {
+	const struct grp_secret *secret;
+	const char *group;
+	size_t group_len;	/* 1..GRP_GROUP_MAX */
+	uint8_t link;		/* enum grp_hs_link */
+	uint32_t self;		/* this node */
+	uint32_t nodes;		/* node ids are below this */
+	uint64_t self_id;	/* GRP_HS_PEER: incarnation; RAFT: raft id */
+	/*
+	 * Server, optional: may @node, which says its id is @id, connect?
+	 * NULL to accept, else why not (refused with -EACCES).  Called on
+	 * the transport's thread; must not sleep.
+	 */
+	const char *(*check)(void *ctx, uint32_t node, uint64_t id);
+	void *ctx;
+};
+
+#define GRP_HS_HELLO_LEN 64	/* HELLO's meta before the group name */
+#define GRP_HS_CHALLENGE_LEN 80
+#define GRP_HS_MSG_MAX (WIRE_HDR_LEN + GRP_HS_HELLO_LEN + GRP_GROUP_MAX)
+
+/* One side of one handshake.  Caller-owned; no resources to free. */
+struct grp_hs {
+	const struct grp_hs_cfg *cfg;
+	bool server;
+	int step;		/* hs.c's own */
+	int peer_node;		/* the other side; -1 until known */
+	uint64_t peer_id;	/* its id, once proved or (server) claimed */
+	uint64_t want_id;	/* client: the server id it dialled, 0 any */
+	const char *why;	/* after a failure: what to log */
+	uint8_t cnonce[GRP_NONCE_LEN], snonce[GRP_NONCE_LEN];
+	struct wire_hdr h;	/* the frame being read */
+	uint32_t want;		/* bytes the current read needs */
+	uint32_t out_len;	/* bytes in out not taken yet */
+	uint8_t in[GRP_HS_MSG_MAX];
+	uint8_t out[GRP_HS_MSG_MAX];
+	char whybuf[96];
+};
+
+#define GRP_HS_MORE 0		/* grp_hs_feed(): go on */
+#define GRP_HS_DONE 1		/* authenticated once out is sent */
+
+/*
+ * Start the client side towards @node, which should answer with id @id
+ * (0: any).  HELLO is then waiting in grp_hs_out().  0, -EINVAL for a bad
+ * @cfg or @node, -errno from getrandom(2).
+ */
+int grp_hs_client(struct grp_hs *hs, const struct grp_hs_cfg *cfg,
+		  uint32_t node, uint64_t id);
+/* Start the server side: it waits for HELLO.  0 or -EINVAL (@cfg). */
+int grp_hs_server(struct grp_hs *hs, const struct grp_hs_cfg *cfg);
+/*
+ * The bytes to send now (inside @hs, valid until the next call on it),
+ * taken: a second call gives 0 until grp_hs_feed() makes more.
+ */
+uint32_t grp_hs_out(struct grp_hs *hs, const uint8_t **p);
+/* Where the next bytes go (*@dst, inside @hs) and exactly how many. */
+uint32_t grp_hs_want(struct grp_hs *hs, uint8_t **dst);
+/*
+ * grp_hs_want()'s bytes are in.  GRP_HS_MORE, GRP_HS_DONE (send the
+ * last grp_hs_out() first), or a failure with hs->why set: -EPROTO (not
+ * a handshake of this link kind: a bad header, type, sequence, length or
+ * layout), -EBADMSG (a meta CRC mismatch), -EACCES (refused: another
+ * group, a node or id not expected, a wrong MAC), -errno (getrandom).
+ * Nothing is allocated; no length is believed before it is checked.
+ */
+int grp_hs_feed(struct grp_hs *hs);
+/*
+ * What to log for a handshake that ended in @rc: hs->why, or the
+ * transport's own errors (-ECONNRESET and -EPIPE: the other side hung up;
+ * -ETIMEDOUT: the time limit).
+ */
+const char *grp_hs_why(const struct grp_hs *hs, int rc);
+
+/*
+ * Handshake failures are logged through one of these per transport: at
+ * most one line a minute per peer (unknown peers share one slot), since
+ * the counters have the numbers.  Zeroed memory is ready to use.
+ */
+struct grp_hs_log {
+	_Atomic int64_t last_ms[GRP_MAX_NODES + 1];
+};
+/* Log the failure @rc of @hs, if @lg allows it now.  Any thread. */
+void grp_hs_log(struct grp_hs_log *lg, const struct grp_hs *hs, int rc);
 
 /* --- transports (peer.c, peer_tcp.c; tests: peer_fake.c) ---------------- */
 

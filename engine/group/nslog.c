@@ -156,36 +156,21 @@
  * that comes while the first is still being installed is dropped the same
  * way and costs one transfer.
  *
- * The raft link handshake (docs/protocol.md).  raft_uv talks to its peers
- * over TCP at o->addrs[node].  Before raft sees a connection, we run this
- * challenge-response on it (all integers little-endian):
- *
- *   client -> server  HELLO      56 bytes + group
- *     0 magic "RFTR" u32, 4 version u16 (1), 6 group_len u16 (1..255),
- *     8 client raft id u64, 16 server raft id u64 (whom the client wants),
- *     24 client nonce [32], then the group name.
- *   server -> client  CHALLENGE  72 bytes
- *     0 magic u32, 4 version u16, 6 zero u16, 8 server nonce [32],
- *     40 server MAC [32]
- *   client -> server  AUTH       40 bytes
- *     0 magic u32, 4 version u16, 6 zero u16, 8 client MAC [32]
- *   server -> client  WELCOME    8 bytes
- *     0 magic u32, 4 version u16, 6 zero u16
- *
- * The MACs are grp_mac() over the parts (role, group, client id, server
- * id, client nonce, server nonce), role "reftfs raft server v1" for the
- * server's and "reftfs raft client v1" for the client's, so each side
- * proves it knows the secret, for this group, these two ids and these
- * fresh nonces.  The server refuses (closes) a HELLO for another group, for
- * a raft id that is not its own (a replaced node's old id) or from an id
- * that is no node of the group; either side closes on a wrong MAC.  Each
- * refusal is counted (nslog_status) and logged at most once a minute per
- * peer.  Reads take exactly the bytes of each message, so nothing of raft's
- * stream is consumed; after WELCOME the stream is raft's own (its protocol
- * is unchanged).  A handshake has a time limit, and at most HS_MAX_INBOUND
- * inbound ones run at once (more are closed at accept).  The links are
- * authenticated, not encrypted: an attacker on the path could still read
- * or hijack a connection, as with the peer links.
+ * The raft links (docs/protocol.md, "Namespace log links").  raft_uv
+ * talks to its peers over TCP at o->addrs[node].  Before raft sees a
+ * connection, we run the group's link handshake on it (hs.c, the same as
+ * the peer links', link kind GRP_HS_RAFT, ids = raft ids): the client
+ * names the raft id it wants, and the server refuses one that is not its
+ * current id (a replaced node's old one) and a client id of no other
+ * node (tr_check_peer).  hs.c asks for exactly the bytes of each message,
+ * so nothing of raft's stream is consumed; after WELCOME the stream is
+ * raft's own (its protocol is unchanged).  Refusals (-EACCES) count as
+ * auth_failed, malformed, slow or excess handshakes as bad_hs; both are
+ * logged at most once a minute per peer (grp_hs_log).  A handshake has
+ * GRP_HS_MS, and at most HS_MAX_INBOUND inbound ones run at once (more
+ * are closed at accept).  The links are authenticated, not encrypted: an
+ * attacker on the path could still read or hijack a connection, as with
+ * the peer links.
  *
  * Frames over o->x (docs/protocol.md), all requests answered with
  * peer_reply(), or peer_reply_err() with a -errno (-EAGAIN: not the leader
@@ -299,20 +284,10 @@ struct ent {
 #define MAX_INCS 8		/* incarnations of an "unknown" disk */
 #define HS_MAX_INBOUND 16	/* raft handshakes accepted at once */
 #define LINK_TRACK_MAX 256	/* raft links remembered (tr_close_links) */
-#define LOG_EVERY_MS 60000	/* one refusal logged per peer per minute */
 #define STATE_FILE "nslog.state"
 #define STATE_TMP "nslog.state.new"
 #define LOCK_FILE ".reftfs-lock"	/* held while a daemon uses the dir */
 
-#define HS_MAGIC 0x52544652u	/* "RFTR" */
-#define HS_VERSION 1
-#define HS_HELLO_LEN 56
-#define HS_CHALLENGE_LEN 72
-#define HS_AUTH_LEN 40
-#define HS_WELCOME_LEN 8
-#define HS_GROUP_MAX 255
-#define HS_ROLE_SERVER "reftfs raft server v1"
-#define HS_ROLE_CLIENT "reftfs raft client v1"
 
 /* One incarnation of one node in the dedupe table. */
 struct dd_slot {
@@ -432,27 +407,18 @@ struct hs {
 	bool listed;		/* in t->hs, not failed or handed over */
 	bool handed;		/* raft owns tcp now */
 	bool reading;
+	bool connecting;	/* outbound: TCP connect not done yet */
 	int open_handles;	/* closes still to come before free */
-	int phase;
 	uv_tcp_t *tcp;		/* raft_malloc()ed: raft frees it */
 	uv_timer_t timer;
 	uv_connect_t creq;
-	size_t want, got;
-	uint8_t in[HS_CHALLENGE_LEN + HS_GROUP_MAX];
+	uint8_t *dst;		/* where the message being read goes */
+	uint32_t want, got;	/* its length, and what has come */
 	raft_id peer_id;
 	int peer_node;
-	uint8_t nc[GRP_NONCE_LEN], ns[GRP_NONCE_LEN];
+	struct grp_hs g;	/* the handshake itself (hs.c) */
 	struct raft_uv_connect *req; /* outbound: raft's request */
 	int status;		/* for req->cb when it fails */
-};
-
-enum {
-	HS_C_CONNECT,	/* client: TCP connect */
-	HS_C_CHALLENGE,	/* client: reading CHALLENGE */
-	HS_C_WELCOME,	/* client: reading WELCOME */
-	HS_S_HELLO,	/* server: reading HELLO's fixed part */
-	HS_S_GROUP,	/* server: reading the group name */
-	HS_S_AUTH,	/* server: reading AUTH */
 };
 
 /* A raft link handed to raft, remembered to close it (a cut, a move). */
@@ -480,7 +446,8 @@ struct tr {
 	raft_uv_transport_close_cb close_cb;
 	struct tr_link links[LINK_TRACK_MAX];
 	int nlinks;
-	uint64_t last_log[GRP_MAX_NODES + 1];
+	struct grp_hs_cfg hs_cfg; /* set by tr_init (our raft id) */
+	struct grp_hs_log hs_log;
 };
 
 /* The leader's work for one replacement (loop thread). */
@@ -1111,41 +1078,6 @@ static int dir_lock(struct nslog *l)
 
 static void tr_maybe_closed(struct tr *t);
 
-/* Log a refused link at most once a minute per peer (-1: unknown peer). */
-__attribute__((format(printf, 3, 4))) static void
-tr_log(struct tr *t, int node, const char *fmt, ...)
-{
-	int slot = node >= 0 && node < GRP_MAX_NODES ? node : GRP_MAX_NODES;
-	uint64_t now = now_ms();
-	char msg[256];
-	va_list ap;
-
-	if (t->last_log[slot] && now - t->last_log[slot] < LOG_EVERY_MS)
-		return;
-	t->last_log[slot] = now;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	rft_warn("node %d: raft link: %s (logged once a minute per peer)",
-		 t->l->self, msg);
-}
-
-static void hs_mac(struct nslog *l, const char *role, raft_id cid,
-		   raft_id sid, const uint8_t *nc, const uint8_t *ns,
-		   uint8_t out[GRP_MAC_LEN])
-{
-	uint8_t c8[8], s8[8];
-	struct grp_part parts[6] = {
-		{ role, strlen(role) },	 { l->group, l->group_len },
-		{ c8, sizeof(c8) },	 { s8, sizeof(s8) },
-		{ nc, GRP_NONCE_LEN },	 { ns, GRP_NONCE_LEN },
-	};
-
-	put64(c8, cid);
-	put64(s8, sid);
-	grp_mac(&l->secret, parts, 6, out);
-}
-
 struct hs_write {
 	uv_write_t w;
 	size_t len;
@@ -1291,135 +1223,49 @@ static void hs_done(struct hs *hs)
 	}
 }
 
-static void hs_refuse(struct hs *hs, bool auth, const char *what)
+static void hs_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void hs_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+/*
+ * The handshake failed with @rc (hs.c's -EACCES: a refusal; anything
+ * else: malformed or slow): count it, log it, close.
+ */
+static void hs_refuse(struct hs *hs, int rc)
 {
 	struct tr *t = hs->t;
 
-	atomic_fetch_add(auth ? &t->l->auth_failed : &t->l->bad_hs, 1);
-	tr_log(t, hs->peer_node, "%s node %d (raft id %llu): %s, closed",
-	       hs->inbound ? "from" : "to", hs->peer_node,
-	       (unsigned long long)hs->peer_id, what);
+	atomic_fetch_add(rc == -EACCES ? &t->l->auth_failed : &t->l->bad_hs,
+			 1);
+	grp_hs_log(&t->hs_log, &hs->g, rc);
 	hs_fail(hs, RAFT_NOCONNECTION);
 }
 
-static void hs_expect(struct hs *hs, int phase, size_t want)
+/*
+ * Send what the handshake has to send, then read what it wants next, or
+ * hand the stream to raft when it is done (@rc GRP_HS_DONE).
+ */
+static void hs_next(struct hs *hs, int rc)
 {
-	hs->phase = phase;
-	hs->want = want;
+	const uint8_t *out;
+	uint32_t n;
+
+	hs->peer_node = hs->g.peer_node;
+	hs->peer_id = hs->g.peer_id ? hs->g.peer_id : hs->peer_id;
+	if (hs->peer_node >= 0 && tr_is_cut(hs->t->l, hs->peer_node))
+		return hs_fail(hs, RAFT_NOCONNECTION); /* a test's cut */
+	n = grp_hs_out(&hs->g, &out);
+	if (n && hs_write(hs, out, n) < 0)
+		return hs_fail(hs, RAFT_NOCONNECTION);
+	if (rc == GRP_HS_DONE)
+		return hs_done(hs);
+	hs->want = grp_hs_want(&hs->g, &hs->dst);
 	hs->got = 0;
-}
-
-/* Server: HELLO's fixed part is in. */
-static void hs_s_hello(struct hs *hs)
-{
-	struct tr *t = hs->t;
-	struct nslog *l = t->l;
-	const uint8_t *p = hs->in;
-	uint16_t glen = get16(p + 6);
-
-	hs->peer_id = get64(p + 8);
-	hs->peer_node = node_of(l, hs->peer_id);
-	if (get32(p) != HS_MAGIC || get16(p + 4) != HS_VERSION ||
-	    glen == 0 || glen > HS_GROUP_MAX)
-		return hs_refuse(hs, false, "not a raft link handshake");
-	if (hs->peer_node < 0 || hs->peer_node == l->self)
-		return hs_refuse(hs, false, "raft id of no peer node");
-	if (get64(p + 16) != t->id) {
-		char what[96];
-
-		snprintf(what, sizeof(what),
-			 "asks for raft id %llu, this node is %llu",
-			 (unsigned long long)get64(p + 16),
-			 (unsigned long long)t->id);
-		return hs_refuse(hs, true, what);
+	if (!hs->reading) {
+		if (uv_read_start((uv_stream_t *)hs->tcp, hs_alloc, hs_read) <
+		    0)
+			return hs_fail(hs, RAFT_NOCONNECTION);
+		hs->reading = true;
 	}
-	memcpy(hs->nc, p + 24, GRP_NONCE_LEN);
-	hs_expect(hs, HS_S_GROUP, glen);
-}
-
-/* Server: the group name is in; answer the challenge. */
-static void hs_s_group(struct hs *hs)
-{
-	struct tr *t = hs->t;
-	struct nslog *l = t->l;
-	uint8_t out[HS_CHALLENGE_LEN];
-
-	if (hs->got != l->group_len || memcmp(hs->in, l->group, hs->got))
-		return hs_refuse(hs, true, "another group");
-	if (tr_is_cut(t->l, hs->peer_node)) {
-		hs_fail(hs, RAFT_NOCONNECTION);
-		return;
-	}
-	if (grp_random(hs->ns, GRP_NONCE_LEN) < 0)
-		return hs_refuse(hs, false, "no random bytes");
-	put32(out, HS_MAGIC);
-	put16(out + 4, HS_VERSION);
-	put16(out + 6, 0);
-	memcpy(out + 8, hs->ns, GRP_NONCE_LEN);
-	hs_mac(l, HS_ROLE_SERVER, hs->peer_id, t->id, hs->nc, hs->ns,
-	       out + 40);
-	if (hs_write(hs, out, sizeof(out)) < 0)
-		return hs_fail(hs, RAFT_NOCONNECTION);
-	hs_expect(hs, HS_S_AUTH, HS_AUTH_LEN);
-}
-
-/* Server: AUTH is in; check the client's MAC and welcome it. */
-static void hs_s_auth(struct hs *hs)
-{
-	struct tr *t = hs->t;
-	struct nslog *l = t->l;
-	uint8_t mac[GRP_MAC_LEN], out[HS_WELCOME_LEN];
-	const uint8_t *p = hs->in;
-
-	if (get32(p) != HS_MAGIC || get16(p + 4) != HS_VERSION ||
-	    get16(p + 6) != 0)
-		return hs_refuse(hs, false, "malformed AUTH");
-	hs_mac(l, HS_ROLE_CLIENT, hs->peer_id, t->id, hs->nc, hs->ns, mac);
-	if (!grp_mac_equal(mac, p + 8))
-		return hs_refuse(hs, true, "wrong secret");
-	put32(out, HS_MAGIC);
-	put16(out + 4, HS_VERSION);
-	put16(out + 6, 0);
-	if (hs_write(hs, out, sizeof(out)) < 0)
-		return hs_fail(hs, RAFT_NOCONNECTION);
-	hs_done(hs);
-}
-
-/* Client: CHALLENGE is in; check the server's MAC and prove ours. */
-static void hs_c_challenge(struct hs *hs)
-{
-	struct tr *t = hs->t;
-	struct nslog *l = t->l;
-	uint8_t mac[GRP_MAC_LEN], out[HS_AUTH_LEN];
-	const uint8_t *p = hs->in;
-
-	if (get32(p) != HS_MAGIC || get16(p + 4) != HS_VERSION ||
-	    get16(p + 6) != 0)
-		return hs_refuse(hs, false, "malformed CHALLENGE");
-	memcpy(hs->ns, p + 8, GRP_NONCE_LEN);
-	hs_mac(l, HS_ROLE_SERVER, t->id, hs->peer_id, hs->nc, hs->ns, mac);
-	if (!grp_mac_equal(mac, p + 40))
-		return hs_refuse(hs, true, "server does not know the secret");
-	put32(out, HS_MAGIC);
-	put16(out + 4, HS_VERSION);
-	put16(out + 6, 0);
-	hs_mac(l, HS_ROLE_CLIENT, t->id, hs->peer_id, hs->nc, hs->ns,
-	       out + 8);
-	if (hs_write(hs, out, sizeof(out)) < 0)
-		return hs_fail(hs, RAFT_NOCONNECTION);
-	hs_expect(hs, HS_C_WELCOME, HS_WELCOME_LEN);
-}
-
-static void hs_c_welcome(struct hs *hs)
-{
-	const uint8_t *p = hs->in;
-
-	if (get32(p) != HS_MAGIC || get16(p + 4) != HS_VERSION ||
-	    get16(p + 6) != 0)
-		return hs_refuse(hs, false, "malformed WELCOME");
-	if (tr_is_cut(hs->t->l, hs->peer_node))
-		return hs_fail(hs, RAFT_NOCONNECTION);
-	hs_done(hs);
 }
 
 /* Exactly the bytes still missing from the current message. */
@@ -1428,59 +1274,38 @@ static void hs_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	struct hs *hs = h->data;
 
 	(void)suggested;
-	*buf = uv_buf_init((char *)hs->in + hs->got,
+	*buf = uv_buf_init((char *)hs->dst + hs->got,
 			   (unsigned)(hs->want - hs->got));
 }
 
 static void hs_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
 	struct hs *hs = s->data;
+	int rc;
 
 	(void)buf;
 	if (!hs->listed || n == 0)
 		return;
 	if (n < 0)
 		return hs_fail(hs, RAFT_NOCONNECTION);
-	hs->got += (size_t)n;
+	hs->got += (uint32_t)n;
 	if (hs->got < hs->want)
 		return;
-	switch (hs->phase) {
-	case HS_S_HELLO:
-		hs_s_hello(hs);
-		break;
-	case HS_S_GROUP:
-		hs_s_group(hs);
-		break;
-	case HS_S_AUTH:
-		hs_s_auth(hs);
-		break;
-	case HS_C_CHALLENGE:
-		hs_c_challenge(hs);
-		break;
-	case HS_C_WELCOME:
-		hs_c_welcome(hs);
-		break;
-	default:
-		hs_fail(hs, RAFT_NOCONNECTION);
-	}
+	rc = grp_hs_feed(&hs->g);
+	if (rc < 0)
+		return hs_refuse(hs, rc);
+	hs_next(hs, rc);
 }
 
 static void hs_timeout(uv_timer_t *timer)
 {
 	struct hs *hs = timer->data;
 
-	if (hs->phase == HS_C_CONNECT) {
+	if (hs->connecting) {
 		hs_fail(hs, RAFT_NOCONNECTION); /* nobody answers: no log */
 		return;
 	}
-	hs_refuse(hs, false, "handshake too slow");
-}
-
-static unsigned hs_time_ms(const struct nslog *l)
-{
-	unsigned ms = 2 * l->election_ms;
-
-	return ms < 1000 ? 1000 : ms > 10000 ? 10000 : ms;
+	hs_refuse(hs, -ETIMEDOUT);
 }
 
 /* A new handshake object with its timer started; listed in t->hs. */
@@ -1502,7 +1327,7 @@ static struct hs *hs_new(struct tr *t, bool inbound)
 	hs->tcp->data = hs;
 	uv_timer_init(&t->l->loop, &hs->timer);
 	hs->timer.data = hs;
-	uv_timer_start(&hs->timer, hs_timeout, hs_time_ms(t->l), 0);
+	uv_timer_start(&hs->timer, hs_timeout, GRP_HS_MS, 0);
 	hs->open_handles = 2;
 	hs->listed = true;
 	hs->next = t->hs;
@@ -1526,44 +1351,40 @@ static void tr_on_conn(uv_stream_t *srv, int status)
 	hs = hs_new(t, true);
 	if (!hs)
 		return;
+	grp_hs_server(&hs->g, &t->hs_cfg); /* the cfg was checked */
 	if (uv_accept(srv, (uv_stream_t *)hs->tcp) < 0) {
 		hs_fail(hs, RAFT_NOCONNECTION);
 		return;
 	}
-	if (t->n_inbound > HS_MAX_INBOUND)
-		return hs_refuse(hs, false, "too many handshakes at once");
-	hs_expect(hs, HS_S_HELLO, HS_HELLO_LEN);
-	if (uv_read_start((uv_stream_t *)hs->tcp, hs_alloc, hs_read) < 0)
-		return hs_fail(hs, RAFT_NOCONNECTION);
-	hs->reading = true;
+	if (t->n_inbound > HS_MAX_INBOUND) {
+		hs->g.why = "too many handshakes at once";
+		return hs_refuse(hs, -EBUSY);
+	}
+	hs_next(hs, GRP_HS_MORE);
 }
 
 static void hs_connected(uv_connect_t *req, int status)
 {
 	struct hs *hs = req->data;
 	struct tr *t = hs->t;
-	struct nslog *l = t->l;
-	uint8_t out[HS_HELLO_LEN + HS_GROUP_MAX];
 
 	if (!hs->listed)
 		return; /* failed or closing: the handles are being closed */
+	hs->connecting = false;
 	if (status < 0)
 		return hs_fail(hs, RAFT_NOCONNECTION);
-	if (grp_random(hs->nc, GRP_NONCE_LEN) < 0)
+	if (grp_hs_client(&hs->g, &t->hs_cfg, (uint32_t)hs->peer_node,
+			  hs->peer_id) < 0)
 		return hs_fail(hs, RAFT_NOCONNECTION);
-	put32(out, HS_MAGIC);
-	put16(out + 4, HS_VERSION);
-	put16(out + 6, (uint16_t)l->group_len);
-	put64(out + 8, t->id);
-	put64(out + 16, hs->peer_id);
-	memcpy(out + 24, hs->nc, GRP_NONCE_LEN);
-	memcpy(out + HS_HELLO_LEN, l->group, l->group_len);
-	if (hs_write(hs, out, HS_HELLO_LEN + l->group_len) < 0)
-		return hs_fail(hs, RAFT_NOCONNECTION);
-	hs_expect(hs, HS_C_CHALLENGE, HS_CHALLENGE_LEN);
-	if (uv_read_start((uv_stream_t *)hs->tcp, hs_alloc, hs_read) < 0)
-		return hs_fail(hs, RAFT_NOCONNECTION);
-	hs->reading = true;
+	hs_next(hs, GRP_HS_MORE);
+}
+
+/* The handshake's server check: is @id a raft id of node @node? */
+static const char *tr_check_peer(void *ctx, uint32_t node, uint64_t id)
+{
+	struct nslog *l = ctx;
+
+	return node_of(l, id) == (int)node ? NULL : "a raft id of another node";
 }
 
 /* raft_uv_transport->init: called by raft_init() through raft_uv. */
@@ -1571,9 +1392,21 @@ static int tr_init(struct raft_uv_transport *iface, raft_id id,
 		   const char *address)
 {
 	struct tr *t = iface->impl;
+	struct nslog *l = t->l;
 
 	(void)address;
 	t->id = id;
+	t->hs_cfg = (struct grp_hs_cfg){
+		.secret = &l->secret,
+		.group = l->group,
+		.group_len = l->group_len,
+		.link = GRP_HS_RAFT,
+		.self = (uint32_t)l->self,
+		.nodes = (uint32_t)l->nodes,
+		.self_id = id,
+		.check = tr_check_peer,
+		.ctx = l,
+	};
 	uv_tcp_init(&t->l->loop, &t->listener);
 	t->listener.data = t;
 	t->listener_init = true;
@@ -1630,7 +1463,7 @@ static int tr_connect(struct raft_uv_transport *iface,
 	hs->req = req;
 	hs->peer_id = id;
 	hs->peer_node = node;
-	hs->phase = HS_C_CONNECT;
+	hs->connecting = true;
 	hs->creq.data = hs;
 	if (uv_tcp_connect(&hs->creq, hs->tcp, (const struct sockaddr *)&sa,
 			   hs_connected) < 0) {
@@ -3259,7 +3092,7 @@ static bool group_name_ok(const char *g)
 {
 	size_t n = strlen(g);
 
-	if (n == 0 || n > HS_GROUP_MAX)
+	if (n == 0 || n > GRP_GROUP_MAX)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (g[i] <= ' ' || g[i] == 0x7f)
@@ -3304,7 +3137,7 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	if (!group_name_ok(o->group)) {
 		rft_err("namespace log: group name \"%s\" must be 1 to %d "
 			"printable characters without spaces",
-			o->group, HS_GROUP_MAX);
+			o->group, GRP_GROUP_MAX);
 		return -EINVAL;
 	}
 	l = calloc(1, sizeof(*l));

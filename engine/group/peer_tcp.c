@@ -80,7 +80,6 @@
 #include "group_i.h"
 
 #define TCP_ADDR_MAX 256	/* "host:port" */
-#define TCP_GROUP_MAX 255	/* bytes of group name */
 #define TCP_HS_MAX 8		/* incoming connections in handshake at once */
 #define TCP_KEEP_BUF (1u << 20) /* receive buffer kept between frames */
 #define TCP_BACKLOG 64
@@ -90,21 +89,6 @@
  * setting them turns autotuning off).
  */
 #define TCP_SOCKBUF 0
-
-/*
- * Handshake records (meta of the handshake frames), little-endian:
- *
- *   HELLO      0 node u32 | 4 incarnation u64 | 12 nonce[32] |
- *              44 group_len u16 | 46 group[group_len]
- *   CHALLENGE  0 node u32 | 4 incarnation u64 | 12 nonce[32] | 44 mac[32]
- *   AUTH       0 mac[32]
- *   WELCOME    (empty)
- */
-#define HELLO_FIXED 46
-#define CHALLENGE_LEN 76
-
-static const char label_server[] = "reftfs-peer server";
-static const char label_client[] = "reftfs-peer client";
 
 /* A connection this node made to a peer (the only way it sends). */
 struct tcp_out {
@@ -153,8 +137,10 @@ struct tcp_in {
 struct peer_tcp {
 	struct peer_xport x;	/* first: peer.c's part */
 	struct grp_secret secret;
-	char group[TCP_GROUP_MAX + 1];
+	char group[GRP_GROUP_MAX + 1];
 	size_t group_len;
+	struct grp_hs_cfg hs_cfg; /* the handshake's view of the above */
+	struct grp_hs_log hs_log;
 	char listen[TCP_ADDR_MAX];
 	int handshake_ms, idle_ms;
 	int lfd, efd;
@@ -187,39 +173,6 @@ static int64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)v);
-	put16(p + 2, (uint16_t)(v >> 16));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)get16(p) | (uint32_t)get16(p + 2) << 16;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 /*
@@ -454,76 +407,38 @@ static void frame_hdr(uint8_t *hb, uint16_t type, uint16_t flags,
 	wire_hdr_encode(&h, hb);
 }
 
-/* Send one handshake frame (meta only).  0 or -errno. */
-static int hs_send(int fd, uint16_t type, uint64_t seq, const void *meta,
-		   uint32_t len, int64_t deadline)
+/*
+ * Run handshake @hs (hs.c) on @fd by @deadline: send what it has, read
+ * exactly what it wants.  0 once authenticated, or what failed: hs.c's
+ * -EPROTO, -EBADMSG, -EACCES; -ECONNRESET, -EPIPE, -ETIMEDOUT, -errno.
+ */
+static int hs_run(int fd, struct grp_hs *hs, int64_t deadline)
 {
-	uint8_t hb[WIRE_HDR_LEN];
-	struct iovec iov[2] = {
-		{ .iov_base = hb, .iov_len = sizeof(hb) },
-		{ .iov_base = (void *)meta, .iov_len = len },
-	};
+	const uint8_t *out;
+	struct iovec iov;
+	uint8_t *dst;
+	uint32_t n;
 	size_t sent;
+	int rc = GRP_HS_MORE, wrc;
 
-	frame_hdr(hb, type, 0, 0, seq, meta, len, 0, 0);
-	return write_iov(fd, iov, len ? 2 : 1, deadline, &sent);
-}
-
-/*
- * Read one handshake frame: type @type, sequence @seq, no flags, rid or
- * bulk, meta of @min..@max bytes into @meta.  0; -EPROTO for anything
- * else (a bad frame); -EBADMSG for a meta CRC mismatch; -ECONNRESET,
- * -ETIMEDOUT, -errno.
- */
-static int hs_recv(int fd, uint16_t type, uint64_t seq, uint8_t *meta,
-		   uint32_t min, uint32_t max, uint32_t *len, int64_t deadline)
-{
-	uint8_t hb[WIRE_HDR_LEN];
-	struct wire_hdr h;
-	int rc;
-
-	rc = read_full(fd, hb, sizeof(hb), deadline, NULL);
-	if (rc < 0)
-		return rc;
-	if (wire_hdr_decode(hb, &h) < 0 || h.type != type || h.seq != seq ||
-	    h.flags != 0 || h.rid != 0 || h.bulk_len != 0 ||
-	    h.meta_len < min || h.meta_len > max)
-		return -EPROTO;
-	rc = read_full(fd, meta, h.meta_len, deadline, NULL);
-	if (rc < 0)
-		return rc;
-	if (ers_crc32c(0, meta, h.meta_len) != h.meta_crc)
-		return -EBADMSG;
-	*len = h.meta_len;
-	return 0;
-}
-
-/*
- * The MAC of one side of a handshake: the role's label, the group, both
- * node ids, both incarnations and both nonces, so that a MAC is good for
- * one role of one connection only.
- */
-static void hs_mac(const struct peer_tcp *t, const char *label, uint32_t cid,
-		   uint32_t sid, uint64_t cinc, uint64_t sinc,
-		   const uint8_t *cnonce, const uint8_t *snonce,
-		   uint8_t mac[GRP_MAC_LEN])
-{
-	uint8_t ids[8], incs[16];
-	struct grp_part parts[] = {
-		{ label, strlen(label) },
-		{ t->group, t->group_len },
-		{ ids, sizeof(ids) },
-		{ incs, sizeof(incs) },
-		{ cnonce, GRP_NONCE_LEN },
-		{ snonce, GRP_NONCE_LEN },
-	};
-
-	put32(ids, cid);
-	put32(ids + 4, sid);
-	put64(incs, cinc);
-	put64(incs + 8, sinc);
-	grp_mac(&t->secret, parts, (int)(sizeof(parts) / sizeof(parts[0])),
-		mac);
+	for (;;) {
+		n = grp_hs_out(hs, &out);
+		if (n) {
+			iov.iov_base = (void *)out;
+			iov.iov_len = n;
+			wrc = write_iov(fd, &iov, 1, deadline, &sent);
+			if (wrc < 0)
+				return wrc;
+		}
+		if (rc == GRP_HS_DONE)
+			return 0;
+		n = grp_hs_want(hs, &dst);
+		rc = read_full(fd, dst, n, deadline, NULL);
+		if (rc == 0)
+			rc = grp_hs_feed(hs);
+		if (rc < 0)
+			return rc;
+	}
 }
 
 /* Count a failed handshake step against @node: what the error says. */
@@ -550,68 +465,26 @@ static void count_fail(struct peer_tcp *t, int node, int rc)
 static int cli_handshake(struct peer_tcp *t, int fd, int node,
 			 int64_t deadline, uint64_t *inc)
 {
-	struct peer_xport *x = &t->x;
 	int64_t hs_end = now_ms() + t->handshake_ms;
 	int64_t end = deadline < hs_end ? deadline : hs_end;
-	uint8_t hello[HELLO_FIXED + TCP_GROUP_MAX];
-	uint8_t ch[CHALLENGE_LEN], mac[GRP_MAC_LEN], none[1];
-	uint8_t cnonce[GRP_NONCE_LEN];
-	uint64_t sinc;
-	uint32_t len;
+	struct grp_hs hs;
 	int rc;
 
-	rc = grp_random(cnonce, sizeof(cnonce));
+	rc = grp_hs_client(&hs, &t->hs_cfg, (uint32_t)node, 0);
 	if (rc < 0)
 		return rc;
-	put32(hello, (uint32_t)x->self);
-	put64(hello + 4, x->incarnation);
-	memcpy(hello + 12, cnonce, GRP_NONCE_LEN);
-	put16(hello + 44, (uint16_t)t->group_len);
-	memcpy(hello + HELLO_FIXED, t->group, t->group_len);
-	rc = hs_send(fd, PEER_T_HELLO, 1, hello,
-		     (uint32_t)(HELLO_FIXED + t->group_len), end);
-	if (rc == 0)
-		rc = hs_recv(fd, PEER_T_CHALLENGE, 1, ch, CHALLENGE_LEN,
-			     CHALLENGE_LEN, &len, end);
-	if (rc < 0)
-		goto fail;
-	sinc = get64(ch + 4);
-	if (get32(ch) != (uint32_t)node) {
-		/* Someone else answers at that address. */
-		if (log_ok(t))
-			rft_warn("peer %d: node %u answers at its address",
-				 node, get32(ch));
-		rc = -EACCES;
-		goto fail;
+	rc = hs_run(fd, &hs, end);
+	if (rc == 0) {
+		*inc = hs.peer_id;
+		return 0;
 	}
-	hs_mac(t, label_server, (uint32_t)x->self, (uint32_t)node,
-	       x->incarnation, sinc, cnonce, ch + 12, mac);
-	if (!grp_mac_equal(mac, ch + 44)) {
-		if (log_ok(t))
-			rft_warn("peer %d: handshake refused: wrong secret or group",
-				 node);
-		rc = -EACCES;
-		goto fail;
-	}
-	hs_mac(t, label_client, (uint32_t)x->self, (uint32_t)node,
-	       x->incarnation, sinc, cnonce, ch + 12, mac);
-	rc = hs_send(fd, PEER_T_AUTH, 2, mac, sizeof(mac), end);
-	if (rc == 0)
-		rc = hs_recv(fd, PEER_T_WELCOME, 2, none, 0, 0, &len, end);
-	if (rc < 0)
-		goto fail;
-	*inc = sinc;
-	return 0;
-fail:
-	if (rc == -ECONNRESET || rc == -EPIPE) {
+	if (rc != -ETIMEDOUT || end == hs_end) {
+		grp_hs_log(&t->hs_log, &hs, rc);
 		/* The server hung up mid-handshake: it refused us. */
-		if (log_ok(t))
-			rft_warn("peer %d: closed the connection during the handshake (wrong secret or group?)",
-				 node);
-		rc = -EACCES;
-	}
-	if (rc != -ETIMEDOUT || end == hs_end)
+		if (rc == -ECONNRESET || rc == -EPIPE)
+			rc = -EACCES;
 		count_fail(t, node, rc);
+	}
 	return rc;
 }
 
@@ -858,82 +731,27 @@ static int tcp_send(struct peer_xport *x, int node, const struct peer_frame *f,
 
 /*
  * The server's handshake on incoming @c, by handshake_ms after accept.
- * On success c->node and c->inc are set.  0 or -errno (counted).
+ * On success c->node and c->inc are set.  0 or -errno (counted, against
+ * this node's own id until a HELLO named a peer).
  */
 static int srv_handshake(struct peer_tcp *t, struct tcp_in *c)
 {
-	struct peer_xport *x = &t->x;
-	int64_t end = c->accepted_ms + t->handshake_ms;
-	uint8_t m[HELLO_FIXED + TCP_GROUP_MAX];
-	uint8_t ch[CHALLENGE_LEN], mac[GRP_MAC_LEN], cnonce[GRP_NONCE_LEN];
-	uint64_t cinc;
-	uint32_t len, node;
-	int who = x->self, rc;
+	struct grp_hs hs;
+	int rc;
 
-	rc = hs_recv(c->fd, PEER_T_HELLO, 1, m, HELLO_FIXED,
-		     HELLO_FIXED + TCP_GROUP_MAX, &len, end);
-	if (rc < 0)
-		goto fail;
-	node = get32(m);
-	cinc = get64(m + 4);
-	memcpy(cnonce, m + 12, GRP_NONCE_LEN);
-	if (len != HELLO_FIXED + (uint32_t)get16(m + 44)) {
-		rc = -EPROTO;
-		goto fail;
-	}
-	if (node >= (uint32_t)x->nodes || node == (uint32_t)x->self) {
-		rc = -EACCES;
-		goto fail;
-	}
-	who = (int)node;
-	if (len - HELLO_FIXED != t->group_len ||
-	    memcmp(m + HELLO_FIXED, t->group, t->group_len) != 0) {
-		if (log_ok(t))
-			rft_warn("peer %d: handshake refused: another group",
-				 who);
-		rc = -EACCES;
-		goto fail;
-	}
-	put32(ch, (uint32_t)x->self);
-	put64(ch + 4, x->incarnation);
-	rc = grp_random(ch + 12, GRP_NONCE_LEN);
-	if (rc < 0)
-		goto fail;
-	hs_mac(t, label_server, node, (uint32_t)x->self, cinc, x->incarnation,
-	       cnonce, ch + 12, ch + 44);
-	rc = hs_send(c->fd, PEER_T_CHALLENGE, 1, ch, sizeof(ch), end);
+	rc = grp_hs_server(&hs, &t->hs_cfg);
 	if (rc == 0)
-		rc = hs_recv(c->fd, PEER_T_AUTH, 2, m, GRP_MAC_LEN, GRP_MAC_LEN,
-			     &len, end);
-	if (rc < 0)
-		goto fail;
-	hs_mac(t, label_client, node, (uint32_t)x->self, cinc, x->incarnation,
-	       cnonce, ch + 12, mac);
-	if (!grp_mac_equal(mac, m)) {
-		if (log_ok(t))
-			rft_warn("peer %d: handshake refused: wrong secret",
-				 who);
-		rc = -EACCES;
-		goto fail;
+		rc = hs_run(c->fd, &hs, c->accepted_ms + t->handshake_ms);
+	if (rc < 0) {
+		count_fail(t, hs.peer_node >= 0 ? hs.peer_node : t->x.self,
+			   rc);
+		grp_hs_log(&t->hs_log, &hs, rc);
+		return rc;
 	}
-	rc = hs_send(c->fd, PEER_T_WELCOME, 2, NULL, 0, end);
-	if (rc < 0)
-		goto fail;
-	c->node = (int)node;
-	c->inc = cinc;
+	c->node = hs.peer_node;
+	c->inc = hs.peer_id;
 	c->rx_seq = 2;
 	return 0;
-fail:
-	count_fail(t, who, rc);
-	if (rc != -EACCES && log_ok(t)) {
-		if (who == x->self)
-			rft_warn("an unidentified connection: handshake not completed: %s",
-				 strerror(-rc));
-		else
-			rft_warn("peer %d: handshake not completed: %s", who,
-				 strerror(-rc));
-	}
-	return rc;
 }
 
 /*
@@ -1537,7 +1355,8 @@ int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out)
 	int i, rc;
 
 	*out = NULL;
-	if (!o->group || strlen(o->group) > TCP_GROUP_MAX || !o->secret ||
+	if (!o->group || !o->group[0] || strlen(o->group) > GRP_GROUP_MAX ||
+	    !o->secret ||
 	    o->secret->len < GRP_SECRET_MIN ||
 	    o->secret->len > GRP_SECRET_MAX || o->handshake_ms <= 0 ||
 	    o->idle_ms <= 0)
@@ -1561,6 +1380,15 @@ int peer_tcp_new(const struct peer_tcp_opts *o, struct peer_xport **out)
 	t->group_len = strlen(o->group);
 	memcpy(t->group, o->group, t->group_len);
 	snprintf(t->listen, sizeof(t->listen), "%s", listen_addr);
+	t->hs_cfg = (struct grp_hs_cfg){
+		.secret = &t->secret,
+		.group = t->group,
+		.group_len = t->group_len,
+		.link = GRP_HS_PEER,
+		.self = (uint32_t)o->self,
+		.nodes = (uint32_t)o->nodes,
+		.self_id = o->incarnation,
+	};
 	t->handshake_ms = o->handshake_ms;
 	t->idle_ms = o->idle_ms;
 	pthread_mutex_init(&t->lock, NULL);

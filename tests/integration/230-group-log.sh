@@ -106,15 +106,34 @@ log "a second daemon on node 1's state dir: exit 2, not mounted; node 1" \
 	"serves on (commit $COMMIT)"
 
 # --- a raft link with a bad handshake is refused and counted -------------
-# A HELLO (nslog.c, docs/protocol.md) for another group: closed unanswered.
+# A HELLO (docs/protocol.md, "Handshake": link 2, raft ids) for another
+# group: closed unanswered.
 "$PY" - "$((P0 + 1))" <<'PYEOF' || fail "the raft port answered a bad HELLO"
 import os, socket, struct, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+
+
+def crc32c(b):
+    c = 0xFFFFFFFF
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    return c ^ 0xFFFFFFFF
+
+
 group = b"not-this-group"
-s.sendall(struct.pack("<IHHQQ", 0x52544652, 1, len(group), 2, 1) +
-          os.urandom(32) + group)
+# from node 1 (raft id 2) to node 0 (raft id 1)
+meta = b"RFTH" + struct.pack("<HBBIIQQ", 2, 2, len(group), 1, 0, 2, 1) + \
+    os.urandom(32) + group
+h = struct.pack("<IHHHHIIIQQI", 0x50544652, 1, 1, 0, 0, len(meta), 0, 0,
+                0, 1, crc32c(meta))
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(h + struct.pack("<I", crc32c(h)) + meta)
 s.settimeout(5)
-sys.exit(1 if s.recv(100) else 0)
+try:
+    sys.exit(1 if s.recv(100) else 0)
+except ConnectionResetError:
+    sys.exit(0)
 PYEOF
 for i in $(seq 1 50); do
 	af=$(group_log "${M[0]}" log_auth_failed)

@@ -2,14 +2,15 @@
 """Fuzz a running reftfsd's peer port (docs/protocol.md, "Peer protocol").
 
 usage: peer_fuzz.py --port P --secret FILE --group NAME --nodes N --as ID
-                    [--seed S] [--rounds R]
+                    [--to NODE] [--seed S] [--rounds R]
 
 Each round opens a connection to 127.0.0.1:P and does one of:
   - random bytes;
   - a valid-looking header, then one field of it mutated (CRC fixed up or
     not), or lengths over the limits, or a truncated frame;
   - a handshake with the wrong secret, or the wrong group;
-  - a correct handshake as node ID (the secret is known), then frames with
+  - a correct handshake as node ID to node NODE (the one listening on P,
+    0 unless given; the secret is known), then frames with
     mutated headers, unknown types, garbage membership frames, frames
     before their seq, or a frame cut off in the middle.
 The daemon must close every such connection (or ignore what it may) and
@@ -61,9 +62,16 @@ def header(ftype, meta=b"", bulk_len=0, bulk_crc=0, seq=1, rid=0, flags=0,
     return h + struct.pack("<I", crc32c(h) if fix_crc else 0)
 
 
+# The link handshake (docs/protocol.md, "Handshake"), written from the
+# document: a peer link is link kind 1, its ids are incarnations.
+HS_MAGIC = b"RFTH"
+HS_VERSION = 2
+LINK_PEER = 1
+
+
 def mac(key, label, group, id_c, id_s, inc_c, inc_s, n_c, n_s):
-    parts = [label, group, struct.pack("<II", id_c, id_s),
-             struct.pack("<QQ", inc_c, inc_s), n_c, n_s]
+    parts = [label, bytes([LINK_PEER]), group,
+             struct.pack("<IIQQ", id_c, id_s, inc_c, inc_s), n_c, n_s]
     m = hmac.new(key, digestmod=hashlib.sha256)
     for p in parts:
         m.update(struct.pack("<Q", len(p)))
@@ -118,20 +126,20 @@ class Conn:
         self.s.close()
 
 
-def handshake(c, key, group, me, nodes, rnd, wrong_group=False):
-    """Run the client side; True if WELCOME came."""
+def handshake(c, key, group, me, to, rnd, wrong_group=False):
+    """Run the client side towards node @to; True if WELCOME came."""
     nonce = bytes(rnd.getrandbits(8) for _ in range(32))
     g = group + (b"x" if wrong_group else b"")
-    meta = struct.pack("<IQ", me, 1000 + me) + nonce + \
-        struct.pack("<H", len(g)) + g
+    meta = HS_MAGIC + struct.pack("<HBBIIQQ", HS_VERSION, LINK_PEER, len(g),
+                                  me, to, 1000 + me, 0) + nonce + g
     if not c.send(frame(1, meta, seq=1)):
         return False
     f = c.recv_frame()
-    if not f or f[0] != 2 or len(f[1]) != 76:
+    if not f or f[0] != 2 or len(f[1]) != 80:
         return False
-    id_s, inc_s = struct.unpack_from("<IQ", f[1], 0)
-    n_s = f[1][12:44]
-    m = mac(key, b"reftfs-peer client", group, me, id_s, 1000 + me, inc_s,
+    inc_s, = struct.unpack_from("<Q", f[1], 8)
+    n_s = f[1][16:48]
+    m = mac(key, b"reftfs link client v2", group, me, to, 1000 + me, inc_s,
             nonce, n_s)
     if not c.send(frame(3, m, seq=2)):
         return False
@@ -185,10 +193,10 @@ def round_(rnd, args, key):
         if what == 2:
             wrong = bytes(rnd.getrandbits(8) for _ in range(32))
             ok = handshake(c, wrong, args.group.encode(), args.me,
-                           args.nodes, rnd)
+                           args.to, rnd)
             return "wrong-secret", (not ok) and c.closed_by_peer()
         if what == 3:
-            ok = handshake(c, key, args.group.encode(), args.me, args.nodes,
+            ok = handshake(c, key, args.group.encode(), args.me, args.to,
                            rnd, wrong_group=True)
             return "wrong-group", (not ok) and c.closed_by_peer()
         if what == 4:
@@ -197,7 +205,7 @@ def round_(rnd, args, key):
             c.send(frame(1, b"y" * 100)[:HDR + rnd.randrange(0, 99)])
             return "truncated", True
         # Authenticated, then nonsense.
-        if not handshake(c, key, args.group.encode(), args.me, args.nodes,
+        if not handshake(c, key, args.group.encode(), args.me, args.to,
                          rnd):
             return "handshake", False
         sub = rnd.randrange(3)
@@ -225,6 +233,7 @@ def main():
     ap.add_argument("--group", required=True)
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--as", dest="me", type=int, required=True)
+    ap.add_argument("--to", type=int, default=0)
     ap.add_argument("--seed", type=int,
                     default=int(os.environ.get("PEER_FUZZ_SEED", "0")) or
                     random.randrange(1 << 31))

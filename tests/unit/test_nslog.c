@@ -1016,13 +1016,47 @@ static bool closed_within(int fd, int ms)
 }
 
 /*
+ * A raft link's HELLO frame as docs/protocol.md ("Handshake") lays it
+ * out, written from the document: from node @cn (raft id @cid) to node
+ * @sn (raft id @sid), group @g (2 bytes).  Its length.
+ */
+static size_t doc_hello(uint8_t *out, int cn, uint64_t cid, int sn,
+			uint64_t sid, const char *g)
+{
+	uint8_t m[64 + 2];
+	struct wire_hdr h = { .version = WIRE_VERSION, .type = 1, .seq = 1,
+			      .meta_len = sizeof(m) };
+
+	memset(m, 0, sizeof(m));
+	memcpy(m, "RFTH", 4);
+	m[4] = 2;	/* version */
+	m[6] = 2;	/* a raft link */
+	m[7] = 2;	/* group length */
+	m[8] = (uint8_t)cn;
+	m[12] = (uint8_t)sn;
+	for (int i = 0; i < 8; i++) {
+		m[16 + i] = (uint8_t)(cid >> (8 * i));
+		m[24 + i] = (uint8_t)(sid >> (8 * i));
+	}
+	getrandom(m + 32, 32, 0);
+	memcpy(m + 64, g, 2);
+	h.meta_crc = ers_crc32c(0, m, sizeof(m));
+	wire_hdr_encode(&h, out);
+	memcpy(out + WIRE_HDR_LEN, m, sizeof(m));
+	return WIRE_HDR_LEN + sizeof(m);
+}
+
+/*
  * The raft port of a follower against garbage, a wrong group, a HELLO for
  * another raft id, a wrong MAC and a silent client: each closed and
  * counted, and the group goes on (one entry committed).
  */
 static void bad_input(struct world *w, struct acked *a)
 {
-	uint8_t hello[56 + 2], buf[512];
+	uint8_t hello[WIRE_HDR_LEN + 64 + 2], buf[512];
+	struct wire_hdr h = { .version = WIRE_VERSION, .type = 3, .seq = 2,
+			      .meta_len = 32 };
+	size_t hl;
 	struct nslog_status s0, s1;
 	int fd, silent, target, leader;
 	uint64_t seed = 99;
@@ -1043,39 +1077,33 @@ static void bad_input(struct world *w, struct acked *a)
 	assert_true(closed_within(fd, 3000));
 	close(fd);
 
-	/* A HELLO: magic, version, group "g1" / "g0", ids, nonce. */
-	memset(hello, 0, sizeof(hello));
-	hello[0] = 'R', hello[1] = 'F', hello[2] = 'T', hello[3] = 'R';
-	hello[4] = 1;
-	hello[6] = 2;
-	hello[8] = (uint8_t)(leader + 1);	/* client: the leader's id */
-	hello[16] = (uint8_t)(target + 1);	/* server: the target's */
-	memcpy(hello + 56, "g1", 2);
+	/* A HELLO from the leader's raft id in group "g1". */
+	hl = doc_hello(hello, leader, (uint64_t)leader + 1, target,
+		       (uint64_t)target + 1, "g1");
 	fd = raw_connect(w->addrs[target]);
-	assert_int_equal(write(fd, hello, sizeof(hello)),
-			 (ssize_t)sizeof(hello));
+	assert_int_equal(write(fd, hello, hl), (ssize_t)hl);
 	assert_true(closed_within(fd, 3000));
 	close(fd);
 
 	/* Right group, another raft id. */
-	memcpy(hello + 56, "g0", 2);
-	hello[16] = (uint8_t)(target + 1 + 1);
+	hl = doc_hello(hello, leader, (uint64_t)leader + 1, target,
+		       (uint64_t)target + 2, "g0");
 	fd = raw_connect(w->addrs[target]);
-	assert_int_equal(write(fd, hello, sizeof(hello)),
-			 (ssize_t)sizeof(hello));
+	assert_int_equal(write(fd, hello, hl), (ssize_t)hl);
 	assert_true(closed_within(fd, 3000));
 	close(fd);
 
 	/* Right everything, then an AUTH with a wrong MAC. */
-	hello[16] = (uint8_t)(target + 1);
+	hl = doc_hello(hello, leader, (uint64_t)leader + 1, target,
+		       (uint64_t)target + 1, "g0");
 	fd = raw_connect(w->addrs[target]);
-	assert_int_equal(write(fd, hello, sizeof(hello)),
-			 (ssize_t)sizeof(hello));
-	assert_int_equal(read(fd, buf, 72), 72); /* CHALLENGE */
-	memset(buf, 0, 40);
-	buf[0] = 'R', buf[1] = 'F', buf[2] = 'T', buf[3] = 'R', buf[4] = 1;
-	memset(buf + 8, 0x5a, 32);
-	assert_int_equal(write(fd, buf, 40), 40);
+	assert_int_equal(write(fd, hello, hl), (ssize_t)hl);
+	/* CHALLENGE: a header and 80 bytes of meta. */
+	assert_int_equal(read(fd, buf, WIRE_HDR_LEN + 80), WIRE_HDR_LEN + 80);
+	memset(buf + WIRE_HDR_LEN, 0x5a, 32);
+	h.meta_crc = ers_crc32c(0, buf + WIRE_HDR_LEN, 32);
+	wire_hdr_encode(&h, buf);
+	assert_int_equal(write(fd, buf, WIRE_HDR_LEN + 32), WIRE_HDR_LEN + 32);
 	assert_true(closed_within(fd, 3000));
 	close(fd);
 

@@ -1002,38 +1002,49 @@ static size_t raw_frame(uint8_t *out, uint16_t type, uint16_t flags,
 	return WIRE_HDR_LEN + mlen + blen;
 }
 
-/* The MAC as docs/protocol.md defines it, written from the document. */
+/*
+ * The handshake as docs/protocol.md defines it, written from the
+ * document (not with hs.c): the MAC, and a peer link's HELLO from node
+ * @id (incarnation @inc) to node @to.
+ */
+#define DOC_SERVER "reftfs link server v2"
+#define DOC_CLIENT "reftfs link client v2"
+
 static void doc_mac(const char *label, uint32_t cid, uint32_t sid,
 		    uint64_t cinc, uint64_t sinc, const uint8_t *cn,
 		    const uint8_t *sn, uint8_t *mac)
 {
-	uint8_t ids[8], incs[16];
+	uint8_t ids[24], link = 1;
 	struct grp_part parts[] = {
-		{ label, strlen(label) }, { GROUP, strlen(GROUP) },
-		{ ids, 8 }, { incs, 16 },
+		{ label, strlen(label) }, { &link, 1 },
+		{ GROUP, strlen(GROUP) }, { ids, 24 },
 		{ cn, GRP_NONCE_LEN }, { sn, GRP_NONCE_LEN },
 	};
 
 	put32(ids, cid);
 	put32(ids + 4, sid);
-	put64(incs, cinc);
-	put64(incs + 8, sinc);
+	put64(ids + 8, cinc);
+	put64(ids + 16, sinc);
 	grp_mac(&secret, parts, 6, mac);
 }
 
-static size_t hello(uint8_t *out, uint32_t id, uint64_t inc, uint8_t *nonce,
-		    const char *group)
+static size_t hello(uint8_t *out, uint32_t id, uint32_t to, uint64_t inc,
+		    uint8_t *nonce, const char *group)
 {
-	uint8_t m[46 + 64];
+	uint8_t m[64 + 64];
 	size_t gl = strlen(group);
 
-	put32(m, id);
-	put64(m + 4, inc);
-	memcpy(m + 12, nonce, GRP_NONCE_LEN);
-	m[44] = (uint8_t)gl;
-	m[45] = 0;
-	memcpy(m + 46, group, gl);
-	return raw_frame(out, PEER_T_HELLO, 0, 0, 1, m, (uint32_t)(46 + gl),
+	memset(m, 0, 64);
+	memcpy(m, "RFTH", 4);
+	m[4] = 2;	/* version */
+	m[6] = 1;	/* a peer link */
+	m[7] = (uint8_t)gl;
+	put32(m + 8, id);
+	put32(m + 12, to);
+	put64(m + 16, inc);
+	memcpy(m + 32, nonce, GRP_NONCE_LEN);
+	memcpy(m + 64, group, gl);
+	return raw_frame(out, PEER_T_HELLO, 0, 0, 1, m, (uint32_t)(64 + gl),
 			 NULL, 0);
 }
 
@@ -1049,22 +1060,24 @@ static int raw_hello(struct fuzz *z, int fd, uint8_t *auth_mac)
 	uint64_t sinc;
 
 	grp_random(cn, sizeof(cn));
-	len = hello(buf, (uint32_t)z->self, 99, cn, GROUP);
+	len = hello(buf, (uint32_t)z->self, (uint32_t)z->target, 99, cn,
+		    GROUP);
 	raw_send(fd, buf, len);
 	if (raw_read(fd, buf, WIRE_HDR_LEN, 5000) < 0 ||
 	    wire_hdr_decode(buf, &h) < 0 || h.type != PEER_T_CHALLENGE ||
-	    h.seq != 1 || h.meta_len != 76 ||
-	    raw_read(fd, buf, 76, 5000) < 0)
+	    h.seq != 1 || h.meta_len != 80 ||
+	    raw_read(fd, buf, 80, 5000) < 0)
 		return -1;
-	sinc = get64(buf + 4);
-	if (get32(buf) != (uint32_t)z->target || sinc != z->target_inc)
+	sinc = get64(buf + 8);
+	if (memcmp(buf, "RFTH", 4) != 0 || buf[4] != 2 || buf[6] != 1 ||
+	    sinc != z->target_inc)
 		return -1;
-	doc_mac("reftfs-peer server", (uint32_t)z->self, (uint32_t)z->target,
-		99, sinc, cn, buf + 12, want);
-	if (memcmp(want, buf + 44, GRP_MAC_LEN) != 0)
+	doc_mac(DOC_SERVER, (uint32_t)z->self, (uint32_t)z->target, 99, sinc,
+		cn, buf + 16, want);
+	if (memcmp(want, buf + 48, GRP_MAC_LEN) != 0)
 		return -1;
-	doc_mac("reftfs-peer client", (uint32_t)z->self, (uint32_t)z->target,
-		99, sinc, cn, buf + 12, auth_mac);
+	doc_mac(DOC_CLIENT, (uint32_t)z->self, (uint32_t)z->target, 99, sinc,
+		cn, buf + 16, auth_mac);
 	return 0;
 }
 
@@ -1235,7 +1248,8 @@ static void fuzz_one(struct fuzz *z, uint8_t *buf, uint8_t *bulk)
 		return;
 	case 1: /* a HELLO with flipped bits */
 		fd = raw_connect(z->port);
-		len = hello(buf, (uint32_t)z->self, 99, cn, GROUP);
+		len = hello(buf, (uint32_t)z->self, (uint32_t)z->target, 99, cn,
+		    GROUP);
 		flip(z, buf, len, 1 + (int)(rnd(&z->rs) % 4));
 		raw_send(fd, buf, len);
 		shutdown(fd, SHUT_WR);
@@ -1275,26 +1289,35 @@ static void fuzz_one(struct fuzz *z, uint8_t *buf, uint8_t *bulk)
 		raw_send(fd, buf, len);
 		expect_closed(z, fd, 5000);
 		return;
-	case 6: /* another group, the server's own id, an id out of range */
+	case 6: /* another group, the server's own id, an id out of range,
+		 * another server */
 		fd = raw_connect(z->port);
-		switch (rnd(&z->rs) % 3) {
+		switch (rnd(&z->rs) % 4) {
 		case 0:
-			len = hello(buf, (uint32_t)z->self, 99, cn, "other");
+			len = hello(buf, (uint32_t)z->self,
+				    (uint32_t)z->target, 99, cn, "other");
 			break;
 		case 1:
-			len = hello(buf, (uint32_t)z->target, 99, cn, GROUP);
+			len = hello(buf, (uint32_t)z->target,
+				    (uint32_t)z->target, 99, cn, GROUP);
+			break;
+		case 2:
+			len = hello(buf, (uint32_t)z->self,
+				    (uint32_t)(z->target + 1) % NODES, 99, cn,
+				    GROUP);
 			break;
 		default:
 			len = hello(buf, NODES + (uint32_t)(rnd(&z->rs) % 99),
-				    99, cn, GROUP);
+				    (uint32_t)z->target, 99, cn, GROUP);
 		}
 		raw_send(fd, buf, len);
 		expect_closed(z, fd, 5000);
 		return;
 	case 7: /* a HELLO whose group length lies */
 		fd = raw_connect(z->port);
-		len = hello(buf, (uint32_t)z->self, 99, cn, GROUP);
-		buf[WIRE_HDR_LEN + 44] ^= (uint8_t)(1 + rnd(&z->rs) % 200);
+		len = hello(buf, (uint32_t)z->self, (uint32_t)z->target, 99, cn,
+		    GROUP);
+		buf[WIRE_HDR_LEN + 7] ^= (uint8_t)(1 + rnd(&z->rs) % 200);
 		put32(buf + 40, ers_crc32c(0, buf + WIRE_HDR_LEN,
 					   len - WIRE_HDR_LEN));
 		recrc(buf);
@@ -1303,7 +1326,8 @@ static void fuzz_one(struct fuzz *z, uint8_t *buf, uint8_t *bulk)
 		return;
 	case 8: /* a HELLO with a huge meta: refused before it is read */
 		fd = raw_connect(z->port);
-		len = hello(buf, (uint32_t)z->self, 99, cn, GROUP);
+		len = hello(buf, (uint32_t)z->self, (uint32_t)z->target, 99, cn,
+		    GROUP);
 		put32(buf + 12, 1 + (uint32_t)(rnd(&z->rs) % PEER_META_MAX) +
 			(rnd(&z->rs) % 2 ? 0 : 1000));
 		recrc(buf);
@@ -1333,7 +1357,8 @@ static void fuzz_slow(struct fuzz *z, uint8_t *buf, uint8_t *bulk, int hs_ms,
 	/* Half a HELLO, one byte at a time, then stops. */
 	grp_random(cn, sizeof(cn));
 	fd = raw_connect(z->port);
-	len = hello(buf, (uint32_t)z->self, 99, cn, GROUP);
+	len = hello(buf, (uint32_t)z->self, (uint32_t)z->target, 99, cn,
+		    GROUP);
 	raw_send(fd, buf, 1);
 	raw_send(fd, buf + 1, 1);
 	expect_closed(z, fd, 20 * hs_ms);
@@ -1445,7 +1470,7 @@ static ssize_t drain(int fd, int ms)
 static void *fake_main(void *arg)
 {
 	struct fake *f = arg;
-	uint8_t buf[512], cn[GRP_NONCE_LEN], sn[GRP_NONCE_LEN], m[76];
+	uint8_t buf[512], cn[GRP_NONCE_LEN], sn[GRP_NONCE_LEN], m[80];
 	uint8_t mac[GRP_MAC_LEN];
 	struct wire_hdr h;
 	int mode, fd;
@@ -1463,19 +1488,21 @@ static void *fake_main(void *arg)
 			close(fd);
 			continue;
 		}
-		memcpy(cn, buf + 12, GRP_NONCE_LEN);
+		memcpy(cn, buf + 32, GRP_NONCE_LEN);
 		grp_random(sn, sizeof(sn));
-		put32(m, mode == FAKE_WRONG_ID ? 2 : 1);
-		put64(m + 4, 77);
-		memcpy(m + 12, sn, GRP_NONCE_LEN);
+		memset(m, 0, 16);
+		memcpy(m, "RFTH", 4);
+		m[4] = 2;
+		m[6] = 1;
+		put64(m + 8, 77);
+		memcpy(m + 16, sn, GRP_NONCE_LEN);
 		if (mode == FAKE_BAD_MAC)
-			grp_random(m + 44, GRP_MAC_LEN);
+			grp_random(m + 48, GRP_MAC_LEN);
 		else
-			doc_mac(mode == FAKE_REFLECT ? "reftfs-peer client" :
-						       "reftfs-peer server",
-				get32(buf), mode == FAKE_WRONG_ID ? 2 : 1,
-				get64(buf + 4), 77, cn, sn, m + 44);
-		len = raw_frame(buf, PEER_T_CHALLENGE, 0, 0, 1, m, 76, NULL,
+			doc_mac(mode == FAKE_REFLECT ? DOC_CLIENT : DOC_SERVER,
+				get32(buf + 8), mode == FAKE_WRONG_ID ? 2 : 1,
+				get64(buf + 16), 77, cn, sn, m + 48);
+		len = raw_frame(buf, PEER_T_CHALLENGE, 0, 0, 1, m, 80, NULL,
 				0);
 		raw_send(fd, buf, len);
 		if (mode != FAKE_OK_STALL) {
@@ -1487,7 +1514,7 @@ static void *fake_main(void *arg)
 			close(fd);
 			continue;
 		}
-		doc_mac("reftfs-peer client", 0, 1, 5, 77, cn, sn, mac);
+		doc_mac(DOC_CLIENT, 0, 1, 5, 77, cn, sn, mac);
 		f->auth_ok = wire_hdr_decode(buf, &h) == 0 &&
 			     h.type == PEER_T_AUTH && h.seq == 2 &&
 			     memcmp(buf + WIRE_HDR_LEN, mac, GRP_MAC_LEN) == 0;
