@@ -305,7 +305,8 @@ full_tier() {
 		NSSNAP_ENTRIES=${NSSNAP_ENTRIES:-30000} \
 		with_tsan run_suite build-tsan --timeout-multiplier 2 \
 			store ns file persist durability pass seal ctl loop \
-			peer_tcp peer_fake memb registry nslog nssnap parity stress
+			peer_tcp peer_fake hs memb registry nslog nssnap parity \
+			stress
 	else
 		echo "test: build-tsan: configure or build failed" >&2
 		FAILED=$((FAILED + 1))
