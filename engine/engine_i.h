@@ -234,8 +234,6 @@ int store_alloc_evict(struct store *s, uint32_t len, uint32_t *id);
  * Hold no namespace, file or leaf lock.
  */
 void store_make_room(struct store *s);
-/* CLOCK_MONOTONIC time @wait_ms from now, for store_wait_free. */
-void store_deadline(unsigned wait_ms, struct timespec *deadline);
 /*
  * Ask for eviction and wait until @want chunks are free (at least one, at
  * most the arena) or @deadline passes (-ENOSPC, also when it has passed
@@ -742,7 +740,6 @@ int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
  * read; dropped when enough read-ahead is queued already.  No lock held.
  */
 void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx);
-bool fetch_expired(const struct timespec *deadline);
 /*
  * On a fetch thread: bring what the read needs into RAM (or read it
  * straight from where it is) and call @reply.  Returns 0 once @reply was

@@ -36,27 +36,6 @@ struct fetch_job {
 	struct timespec deadline; /* CLOCK_MONOTONIC */
 };
 
-static void monotonic_after(struct timespec *ts, unsigned ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
-bool fetch_expired(const struct timespec *deadline)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec > deadline->tv_sec ||
-	       (now.tv_sec == deadline->tv_sec &&
-		now.tv_nsec >= deadline->tv_nsec);
-}
-
 static void job_run(struct eng *e, struct fetch_job *job, bool stopping)
 {
 	int rc;
@@ -71,7 +50,7 @@ static void job_run(struct eng *e, struct fetch_job *job, bool stopping)
 	}
 	if (stopping)
 		rc = -ESHUTDOWN;
-	else if (fetch_expired(&job->deadline))
+	else if (rft_expired_ts(&job->deadline))
 		rc = -ETIMEDOUT;
 	else
 		rc = file_read_fetch(e, job->in, job->pos, job->size,
@@ -130,7 +109,7 @@ static int enqueue(struct eng *e, struct fetch_job *job, bool ahead)
 	struct fetch_job **tail = ahead ? &fe->ahead_tail : &fe->tail;
 
 	job->next = NULL;
-	monotonic_after(&job->deadline, e->cfg.fetch_timeout_ms);
+	rft_deadline_ts(&job->deadline, e->cfg.fetch_timeout_ms);
 	/* The caller's open handle keeps the inode alive until this hold. */
 	pthread_rwlock_wrlock(&e->ns.lock);
 	job->in->holds++;

@@ -146,22 +146,6 @@ struct protect {
 	_Atomic uint64_t rebuild_bytes, rebuild_failed, rebuild_lost;
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void cv_wait_until(struct protect *p, uint64_t until)
-{
-	struct timespec ts = { (time_t)(until / 1000),
-			       (long)(until % 1000) * 1000000L };
-
-	pthread_cond_timedwait(&p->cv, &p->lock, &ts);
-}
-
 /* --- holders: receiving ------------------------------------------------- */
 
 /* Hand answer @a to @node's request @f to the answerer thread. */
@@ -238,8 +222,8 @@ static int done_answer(struct protect *p, int node, uint64_t ino,
 	    p->put_refused[node].gseal == gseal)
 		why = ENOSPC;
 	pthread_mutex_unlock(&p->lock);
-	put32(a, rc == 0 ? 0 : why);
-	put32(a + 4, nbits);
+	rft_put_le32(a, rc == 0 ? 0 : why);
+	rft_put_le32(a + 4, nbits);
 	*meta = a;
 	*meta_len = 8 + (nbits + 7) / 8;
 	return 0;
@@ -256,12 +240,14 @@ static void *rx_bulk_dest(void *ctx, int node, const struct peer_frame *f,
 	if ((f->type == PAR_T_FOLD || f->type == PAR_T_UNFOLD) && p->par)
 		return parity_rx_dest(p->par, node, f, cookie);
 	if (f->type != PROT_T_PUT || f->meta_len != 28 ||
-	    f->bulk_len != get32(m + 20) || f->bulk_crc != get32(m + 24))
+	    f->bulk_len != rft_get_le32(m + 20) ||
+	    f->bulk_crc != rft_get_le32(m + 24))
 		return NULL;
-	rc = file_replica_dest(p->e, get64(m), get64(m + 8), get32(m + 16),
-			       f->bulk_len, get32(m + 24), &chunk);
+	rc = file_replica_dest(p->e, rft_get_le64(m), rft_get_le64(m + 8),
+			       rft_get_le32(m + 16), f->bulk_len,
+			       rft_get_le32(m + 24), &chunk);
 	if (rc == -ENOSPC)
-		put_refused(p, node, get64(m), get64(m + 8));
+		put_refused(p, node, rft_get_le64(m), rft_get_le64(m + 8));
 	if (rc < 0)
 		return NULL;
 	*cookie = (void *)(uintptr_t)((uint64_t)chunk + 1);
@@ -302,10 +288,10 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 			atomic_fetch_add(&p->pieces_refused, 1);
 			return 0;
 		}
-		file_replica_install(p->e, get64(m), get64(m + 8),
-				     get32(m + 16),
+		file_replica_install(p->e, rft_get_le64(m), rft_get_le64(m + 8),
+				     rft_get_le32(m + 16),
 				     (uint32_t)((uintptr_t)cookie - 1),
-				     get32(m + 24), bulk_rc == 0);
+				     rft_get_le32(m + 24), bulk_rc == 0);
 		if (bulk_rc == 0) {
 			atomic_fetch_add(&p->pieces_held, 1);
 			atomic_fetch_add(&p->bytes_held, f->bulk_len);
@@ -318,8 +304,8 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	if (!a)
 		return 0; /* the owner times out and tries again */
 	/* Never sleeps: the checking takes locks no thread sleeps under. */
-	a->rc = done_answer(p, node, get64(m), get64(m + 8), &a->meta,
-			    &a->meta_len);
+	a->rc = done_answer(p, node, rft_get_le64(m), rft_get_le64(m + 8),
+			    &a->meta, &a->meta_len);
 	return queue_answer(p, node, f, a);
 }
 
@@ -375,7 +361,7 @@ static bool pace(struct protect *p, struct pacer *b, uint64_t len)
 		return true;
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		uint64_t now = now_ms();
+		uint64_t now = rft_now_ms();
 
 		if (p->stop) {
 			go = false;
@@ -392,8 +378,9 @@ static bool pace(struct protect *p, struct pacer *b, uint64_t len)
 			b->tokens -= (double)len;
 			break;
 		}
-		cv_wait_until(p, now + 1 +
-				 (uint64_t)((want - b->tokens) * 1e3 / bw));
+		rft_cond_wait_until(
+		    &p->cv, &p->lock,
+		    now + 1 + (uint64_t)((want - b->tokens) * 1e3 / bw));
 	}
 	pthread_mutex_unlock(&p->lock);
 	return go;
@@ -416,8 +403,8 @@ static int ask_copy(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 
 	if (!ans)
 		return -ENOMEM;
-	put64(dmeta, ino);
-	put64(dmeta + 8, gseal);
+	rft_put_le64(dmeta, ino);
+	rft_put_le64(dmeta + 8, gseal);
 	rc = peer_call(p->x, h, &done, &rep, PROT_SEND_MS);
 	if (rc == 0)
 		rc = prot_map_read(ans, rep.meta_len, n, need);
@@ -468,11 +455,11 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 		}
 		f.bulk_len = len;
 		f.bulk_crc = s->crc;
-		put64(meta, ino);
-		put64(meta + 8, gseal);
-		put32(meta + 16, i);
-		put32(meta + 20, len);
-		put32(meta + 24, s->crc);
+		rft_put_le64(meta, ino);
+		rft_put_le64(meta + 8, gseal);
+		rft_put_le32(meta + 16, i);
+		rft_put_le32(meta + 20, len);
+		rft_put_le32(meta + 24, s->crc);
 		if (!pace(p, &p->send_pace, len)) {
 			rc = -ECANCELED;
 			goto out;
@@ -813,7 +800,7 @@ static void *sender_main(void *arg)
 
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop) {
-		uint64_t now = now_ms(), next = now + 1000;
+		uint64_t now = rft_now_ms(), next = now + 1000;
 		struct prot_job *j, **pp;
 		int rc;
 
@@ -845,7 +832,7 @@ static void *sender_main(void *arg)
 		}
 		j = p->head;
 		if (!j) {
-			cv_wait_until(p, next);
+			rft_cond_wait_until(&p->cv, &p->lock, next);
 			continue;
 		}
 		p->head = j->next;
@@ -872,8 +859,8 @@ static void *sender_main(void *arg)
 					      : PROT_RETRY_MIN_MS;
 		if (j->backoff_ms > PROT_RETRY_MAX_MS)
 			j->backoff_ms = PROT_RETRY_MAX_MS;
-		j->at_ms = now_ms() + (p->leaving ? PROT_LEAVE_RETRY_MS
-						  : j->backoff_ms);
+		j->at_ms = rft_now_ms() +
+			   (p->leaving ? PROT_LEAVE_RETRY_MS : j->backoff_ms);
 		j->next = p->later;
 		p->later = j;
 	}
@@ -1092,9 +1079,9 @@ static void *rebuild_main(void *arg)
 		atomic_store(&p->rebuild_failed, left);
 		pthread_mutex_lock(&p->lock);
 		p->rebuild_done = files_done;
-		for (uint64_t until = now_ms() + backoff;
-		     left && !p->stop && !p->leaving && now_ms() < until;)
-			cv_wait_until(p, until);
+		for (uint64_t until = rft_now_ms() + backoff;
+		     left && !p->stop && !p->leaving && rft_now_ms() < until;)
+			rft_cond_wait_until(&p->cv, &p->lock, until);
 		stop = p->stop || p->leaving;
 		pthread_mutex_unlock(&p->lock);
 		if (!left || stop)
@@ -1230,19 +1217,20 @@ int protect_leave(struct protect *p, uint64_t until_ms)
 				 p->par ? "parity rows" : "copies");
 			return -EHOSTDOWN;
 		}
-		if (now_ms() >= until_ms)
+		if (rft_now_ms() >= until_ms)
 			return -ETIMEDOUT;
 		if (!said)
 			rft_info("stop: protecting %llu sealed files of this "
 				 "node first (--stop-wait %llu s at most)",
 				 (unsigned long long)w.n,
-				 (unsigned long long)(until_ms - now_ms() +
+				 (unsigned long long)(until_ms - rft_now_ms() +
 						      999) / 1000);
 		said = true;
 		pthread_mutex_lock(&p->lock);
-		cv_wait_until(p, now_ms() + PROT_LEAVE_POLL_MS < until_ms
-					 ? now_ms() + PROT_LEAVE_POLL_MS
-					 : until_ms);
+		rft_cond_wait_until(&p->cv, &p->lock,
+				    rft_now_ms() + PROT_LEAVE_POLL_MS < until_ms
+					? rft_now_ms() + PROT_LEAVE_POLL_MS
+					: until_ms);
 		pthread_mutex_unlock(&p->lock);
 	}
 }
