@@ -30,9 +30,10 @@
  * PUTs and their DONE go over one link, in order: a DONE answered 0 has
  * seen every PUT before it.
  *
- * Threads: one sender (the jobs, in order), one answerer (DONE answers: a
- * transport thread must not wait on a socket).  p->lock is a leaf, never
- * held across an engine call or the network.
+ * Threads: one sender (the jobs, in order), one answerer (an rft_wq,
+ * "rft-prot-ans": DONE and parity answers, in arrival order; a transport
+ * thread must not wait on a socket).  p->lock is a leaf, never held across
+ * an engine call or the network.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@
 #include "group.h"
 #include "group_i.h"
 #include "gns_i.h"
+#include "rft_wq.h"
 
 #define PROT_SEND_MS 10000	/* one piece handed to the link */
 #define PROT_RETRY_MIN_MS 1000
@@ -72,7 +74,8 @@ struct prot_job {
 };
 
 struct prot_ans {
-	struct prot_ans *next;
+	struct rft_wq_item w;	/* on p->answers */
+	struct protect *p;
 	int node;
 	struct peer_frame req;	/* meta unused */
 	int rc;
@@ -116,16 +119,16 @@ struct protect {
 	struct pacer rebuild_pace; /* the rebuild thread's */
 
 	pthread_mutex_t lock;
-	pthread_cond_t cv;	/* sender: a job; answerer: an answer */
+	pthread_cond_t cv;	/* sender: a job, stop */
 	struct prot_job *head, *tail; /* lock */
 	struct prot_job *later;	/* retries, lock */
-	struct prot_ans *ans;	/* lock */
+	struct rft_wq *answers;	/* the answerer */
 	unsigned queued;	/* jobs not yet done; lock */
 	bool stop;		/* lock */
 	bool leaving;		/* a graceful stop waits (protect_leave):
 				   retries soon, no rebuild; lock */
 	bool started;
-	pthread_t sender, answerer;
+	pthread_t sender;
 
 	_Atomic uint64_t files_protected, pieces_sent, bytes_sent;
 	_Atomic uint64_t pieces_held, bytes_held, pieces_refused;
@@ -148,6 +151,16 @@ struct protect {
 
 /* --- holders: receiving ------------------------------------------------- */
 
+static void ans_free(struct prot_ans *a)
+{
+	free(a->meta);
+	free(a->bulk);
+	free(a);
+}
+
+/* The answerer's item: send answer @w, or with @cancel drop it. */
+static void send_answer(struct rft_wq_item *w, bool cancel);
+
 /* Hand answer @a to @node's request @f to the answerer thread. */
 static int queue_answer(struct protect *p, int node, const struct peer_frame *f,
 			struct prot_ans *a)
@@ -157,19 +170,11 @@ static int queue_answer(struct protect *p, int node, const struct peer_frame *f,
 	a->req.meta = NULL;
 	a->req.meta_len = 0;
 	a->req.bulk = NULL;
-	pthread_mutex_lock(&p->lock);
-	a->next = p->ans;
-	p->ans = a;
-	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->lock);
+	a->w.fn = send_answer;
+	a->p = p;
+	if (rft_wq_queue(p->answers, &a->w, RFT_WQ_HIGH) < 0)
+		ans_free(a); /* stopping: the asker times out */
 	return 0;
-}
-
-static void ans_free(struct prot_ans *a)
-{
-	free(a->meta);
-	free(a->bulk);
-	free(a);
 }
 
 /*
@@ -309,39 +314,26 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	return queue_answer(p, node, f, a);
 }
 
-static void *answerer_main(void *arg)
+static void send_answer(struct rft_wq_item *w, bool cancel)
 {
-	struct protect *p = arg;
+	struct prot_ans *a = (struct prot_ans *)w;
+	struct protect *p = a->p;
 
-	pthread_mutex_lock(&p->lock);
-	while (!p->stop) {
-		struct prot_ans *a = p->ans;
+	if (cancel) {
+		/* stopping: the asker times out */
+	} else if (a->rc < 0) {
+		peer_reply_err(p->x, a->node, &a->req, a->rc, PROT_SEND_MS);
+	} else {
+		struct peer_frame rep = { .meta = a->meta,
+					  .meta_len = a->meta_len,
+					  .bulk = a->bulk,
+					  .bulk_len = a->bulk_len };
 
-		if (!a) {
-			pthread_cond_wait(&p->cv, &p->lock);
-			continue;
-		}
-		p->ans = a->next;
-		pthread_mutex_unlock(&p->lock);
-		if (a->rc < 0) {
-			peer_reply_err(p->x, a->node, &a->req, a->rc,
-				       PROT_SEND_MS);
-		} else {
-			struct peer_frame rep = { .meta = a->meta,
-						  .meta_len = a->meta_len,
-						  .bulk = a->bulk,
-						  .bulk_len = a->bulk_len };
-
-			if (a->bulk_len)
-				rep.bulk_crc = ers_crc32c(0, a->bulk,
-							  a->bulk_len);
-			peer_reply(p->x, a->node, &a->req, &rep, PROT_SEND_MS);
-		}
-		ans_free(a);
-		pthread_mutex_lock(&p->lock);
+		if (a->bulk_len)
+			rep.bulk_crc = ers_crc32c(0, a->bulk, a->bulk_len);
+		peer_reply(p->x, a->node, &a->req, &rep, PROT_SEND_MS);
 	}
-	pthread_mutex_unlock(&p->lock);
-	return NULL;
+	ans_free(a);
 }
 
 /* --- the owner: sending ------------------------------------------------- */
@@ -1396,7 +1388,10 @@ int protect_new(struct eng *e, struct grp *g, struct protect **out)
 	pthread_mutex_init(&p->lock, NULL);
 	rft_cond_init(&p->cv);
 	r.ctx = p;
-	rc = peer_register(p->x, PEER_T_DATA_FIRST, PEER_T_DATA_LAST, &r);
+	rc = rft_wq_new("rft-prot-ans", 1, &p->answers);
+	if (rc == 0)
+		rc = peer_register(p->x, PEER_T_DATA_FIRST, PEER_T_DATA_LAST,
+				   &r);
 	if (rc < 0) {
 		protect_free(p);
 		return rc;
@@ -1413,7 +1408,7 @@ int protect_start(struct protect *p)
 		return 0;
 	rc = -pthread_create(&p->sender, NULL, sender_main, p);
 	if (rc == 0) {
-		rc = -pthread_create(&p->answerer, NULL, answerer_main, p);
+		rc = rft_wq_start(p->answers);
 		if (rc < 0) {
 			pthread_mutex_lock(&p->lock);
 			p->stop = true;
@@ -1438,8 +1433,9 @@ void protect_stop(struct protect *p)
 	p->stop = true;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->lock);
+	/* Answers not yet sent are dropped: their askers time out. */
+	rft_wq_stop(p->answers, RFT_WQ_CANCEL);
 	pthread_join(p->sender, NULL);
-	pthread_join(p->answerer, NULL);
 	if (p->rebuilding)
 		pthread_join(p->rebuilder, NULL);
 	p->rebuilding = false;
@@ -1461,12 +1457,7 @@ void protect_free(struct protect *p)
 			lists[i] = j->next;
 			job_free(p, j);
 		}
-	while (p->ans) {
-		struct prot_ans *a = p->ans;
-
-		p->ans = a->next;
-		ans_free(a);
-	}
+	rft_wq_free(p->answers);
 	for (size_t b = 0; p->folded && b < PROT_FOLDED_BUCKETS; b++)
 		while (p->folded[b]) {
 			struct folded *fo = p->folded[b];
