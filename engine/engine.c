@@ -230,7 +230,7 @@ void eng_free(struct eng *e)
 		e->gops->stop(e->gctx);
 		e->gops->free(e->gctx);
 	}
-	fetch_stop(e);
+	fetch_fini(e);
 	copier_stop(e);
 	pass_fini(e);
 	eng_free_handles(e);

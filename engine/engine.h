@@ -24,6 +24,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "rft_clock.h"
+
 #define RFT_ROOT_INO 1ULL
 
 #define RFT_CHUNK_MIN (1u << 20)
@@ -68,13 +70,6 @@ void rft_log(int level, const char *func, int line, const char *fmt, ...)
 #define rft_warn(...) rft_log_at(RFT_LOG_WARN, __VA_ARGS__)
 #define rft_info(...) rft_log_at(RFT_LOG_INFO, __VA_ARGS__)
 #define rft_dbg(...) rft_log_at(RFT_LOG_DBG, __VA_ARGS__)
-
-/*
- * Initialize @cv for pthread_cond_timedwait() deadlines on CLOCK_MONOTONIC,
- * the clock of every deadline in reftfs (a wall-clock step must neither
- * cut a wait short nor stretch it).
- */
-void rft_cond_init(pthread_cond_t *cv);
 
 /* --- configuration and lifetime ---------------------------------------- */
 

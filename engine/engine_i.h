@@ -40,8 +40,9 @@
  *   copier.lock       queued write copies, files' pending counts (under
  *                     file->lock: write_common, copier_main; under
  *                     ns, file and pass: early_pick_locked)
- *   fetcher.lock      reads queued for the fetch threads (enqueue takes
- *                     ns->lock for the hold first, and lets it go)
+ *   fetch queue lock  reads queued for the fetch threads (rft_wq's;
+ *                     enqueue takes ns->lock for the hold first, and
+ *                     lets it go)
  *   loads.lock        pieces being loaded (waited on with no namespace
  *                     or file lock held)
  *   eng->handles_lock the list of open handles (under ns->lock: open)
@@ -72,7 +73,7 @@
  * copies on) and pass.lock.  eng_read: copier.lock when copies are
  * queued (to wait for them), file->lock (read), store->lock when a pin
  * is the last one put; a read that must fetch takes ns->lock (write, for
- * the hold) and then fetcher.lock.  eng_release: pass.lock (pass_take,
+ * the hold) and then the fetch queue's lock.  eng_release: pass.lock (pass_take,
  * pass_release), file->lock (the seal), ns->lock (write), the
  * listeners' leaves (EV_DIRTY), gns.c's g->lock (the seal to the group)
  * and handles_lock.  What is held across the copy of a write's bytes is
@@ -86,6 +87,7 @@
 #include <stdatomic.h>
 
 #include "engine.h"
+#include "rft_wq.h"
 
 struct persist;
 
@@ -234,8 +236,6 @@ int store_alloc_evict(struct store *s, uint32_t len, uint32_t *id);
  * Hold no namespace, file or leaf lock.
  */
 void store_make_room(struct store *s);
-/* CLOCK_MONOTONIC time @wait_ms from now, for store_wait_free. */
-void store_deadline(unsigned wait_ms, struct timespec *deadline);
 /*
  * Ask for eviction and wait until @want chunks are free (at least one, at
  * most the arena) or @deadline passes (-ENOSPC, also when it has passed
@@ -697,18 +697,13 @@ struct copier {
 #define ENG_FETCH_THREADS_MAX 16
 
 struct fetcher {
-	pthread_mutex_t lock;
-	pthread_cond_t work;	/* a job was queued, or stop */
-	struct fetch_job *head, *tail; /* protected by lock */
-	unsigned queued;	/* protected by lock */
-	/* Read-ahead, taken only when no read waits; at most
-	   2 * nthreads queued. */
-	struct fetch_job *ahead_head, *ahead_tail; /* protected by lock */
-	unsigned ahead_queued;	/* protected by lock */
-	bool stop;		/* protected by lock */
-	bool running;
-	unsigned nthreads;
-	pthread_t threads[ENG_FETCH_THREADS_MAX];
+	/*
+	 * "rft-fetch": reads on RFT_WQ_HIGH; read-ahead on RFT_WQ_LOW,
+	 * taken only when no read waits, at most 2 * nthreads queued.
+	 * NULL before fetch_start and after fetch_fini.
+	 */
+	struct rft_wq *wq;
+	unsigned nthreads;	/* 0 when stopped */
 };
 
 /*
@@ -730,6 +725,8 @@ struct loads {
 
 int fetch_start(struct eng *e);
 void fetch_stop(struct eng *e);
+/* Stop the fetch threads if need be and free their queue. */
+void fetch_fini(struct eng *e);
 /*
  * Queue a read of [@pos, @pos + @size) of @in (open by the caller) to the
  * fetch threads; @reply is called once, from one of them.  0 or -errno
@@ -742,7 +739,6 @@ int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
  * read; dropped when enough read-ahead is queued already.  No lock held.
  */
 void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx);
-bool fetch_expired(const struct timespec *deadline);
 /*
  * On a fetch thread: bring what the read needs into RAM (or read it
  * straight from where it is) and call @reply.  Returns 0 once @reply was

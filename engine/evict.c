@@ -48,14 +48,6 @@ struct evict {
 	bool caches;		/* this walk: fetched copies, else persisted */
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /*
  * Free chunks are what writers wait for, and a small piece evicted frees a
  * block, not a chunk, until its slab empties: count the store's, not ours.
@@ -173,7 +165,7 @@ static void evict_both(struct evict *ev)
 static void evict_log(struct eng *e)
 {
 	struct evictor *v = &e->evictor;
-	uint64_t now = now_ms(), next = atomic_load(&v->log_next);
+	uint64_t now = rft_now_ms(), next = atomic_load(&v->log_next);
 	uint32_t c, p, u;
 
 	if (now < next ||
@@ -211,7 +203,7 @@ void evict_run(struct eng *e, bool pressure)
 	 * A walk locks every file: readers that find memory full call here
 	 * for each piece, and while nothing is evictable they go without.
 	 */
-	if (pressure && now_ms() < atomic_load(&e->evictor.barren_until))
+	if (pressure && rft_now_ms() < atomic_load(&e->evictor.barren_until))
 		return;
 	ev.target = high > nfree ? high : nfree + 1;
 	pthread_rwlock_rdlock(&e->ns.lock);
@@ -225,7 +217,7 @@ void evict_run(struct eng *e, bool pressure)
 	freed = ev.cached + ev.persisted;
 	if (pressure && !freed && !ev.spared && !ev.busy)
 		atomic_store(&e->evictor.barren_until,
-			     now_ms() + EVICT_BARREN_MS);
+			     rft_now_ms() + EVICT_BARREN_MS);
 	/*
 	 * A piece written in place frees no chunk when evicted: its memory
 	 * is its backing file's page, which the copy kept for readers holds.

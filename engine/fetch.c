@@ -27,7 +27,8 @@
 #include "engine_i.h"
 
 struct fetch_job {
-	struct fetch_job *next;
+	struct rft_wq_item w;	/* on fetcher.wq */
+	struct eng *e;
 	struct inode *in;	/* held (in->holds) until the job is done */
 	uint64_t pos;
 	size_t size;
@@ -35,27 +36,6 @@ struct fetch_job {
 	void *ctx;
 	struct timespec deadline; /* CLOCK_MONOTONIC */
 };
-
-static void monotonic_after(struct timespec *ts, unsigned ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
-bool fetch_expired(const struct timespec *deadline)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec > deadline->tv_sec ||
-	       (now.tv_sec == deadline->tv_sec &&
-		now.tv_nsec >= deadline->tv_nsec);
-}
 
 static void job_run(struct eng *e, struct fetch_job *job, bool stopping)
 {
@@ -71,7 +51,7 @@ static void job_run(struct eng *e, struct fetch_job *job, bool stopping)
 	}
 	if (stopping)
 		rc = -ESHUTDOWN;
-	else if (fetch_expired(&job->deadline))
+	else if (rft_expired_ts(&job->deadline))
 		rc = -ETIMEDOUT;
 	else
 		rc = file_read_fetch(e, job->in, job->pos, job->size,
@@ -84,39 +64,12 @@ static void job_run(struct eng *e, struct fetch_job *job, bool stopping)
 	free(job);
 }
 
-static void *fetch_main(void *arg)
+/* A fetch thread's item; @stopping: fetch_stop began, answer -ESHUTDOWN. */
+static void job_fn(struct rft_wq_item *w, bool stopping)
 {
-	struct eng *e = arg;
-	struct fetcher *fe = &e->fetcher;
-	struct fetch_job *job;
-	bool stopping;
+	struct fetch_job *job = (struct fetch_job *)w;
 
-	pthread_mutex_lock(&fe->lock);
-	for (;;) {
-		while (!fe->head && !fe->ahead_head && !fe->stop)
-			pthread_cond_wait(&fe->work, &fe->lock);
-		if (fe->head) {
-			job = fe->head;
-			fe->head = job->next;
-			if (!fe->head)
-				fe->tail = NULL;
-			fe->queued--;
-		} else if (fe->ahead_head) {
-			job = fe->ahead_head;
-			fe->ahead_head = job->next;
-			if (!fe->ahead_head)
-				fe->ahead_tail = NULL;
-			fe->ahead_queued--;
-		} else {
-			break; /* stopping, and nothing left to answer */
-		}
-		stopping = fe->stop;
-		pthread_mutex_unlock(&fe->lock);
-		job_run(e, job, stopping);
-		pthread_mutex_lock(&fe->lock);
-	}
-	pthread_mutex_unlock(&fe->lock);
-	return NULL;
+	job_run(job->e, job, stopping);
 }
 
 /*
@@ -126,33 +79,20 @@ static void *fetch_main(void *arg)
 static int enqueue(struct eng *e, struct fetch_job *job, bool ahead)
 {
 	struct fetcher *fe = &e->fetcher;
-	struct fetch_job **head = ahead ? &fe->ahead_head : &fe->head;
-	struct fetch_job **tail = ahead ? &fe->ahead_tail : &fe->tail;
 
-	job->next = NULL;
-	monotonic_after(&job->deadline, e->cfg.fetch_timeout_ms);
+	job->w.fn = job_fn;
+	job->e = e;
+	rft_deadline_ts(&job->deadline, e->cfg.fetch_timeout_ms);
 	/* The caller's open handle keeps the inode alive until this hold. */
 	pthread_rwlock_wrlock(&e->ns.lock);
 	job->in->holds++;
 	pthread_rwlock_unlock(&e->ns.lock);
-	pthread_mutex_lock(&fe->lock);
-	if (!fe->running || fe->stop) {
-		pthread_mutex_unlock(&fe->lock);
+	if (!fe->wq || rft_wq_queue(fe->wq, &job->w,
+				    ahead ? RFT_WQ_LOW : RFT_WQ_HIGH) < 0) {
 		ns_unhold(e, job->in);
 		free(job);
 		return -ESHUTDOWN;
 	}
-	if (*tail)
-		(*tail)->next = job;
-	else
-		*head = job;
-	*tail = job;
-	if (ahead)
-		fe->ahead_queued++;
-	else
-		fe->queued++;
-	pthread_cond_signal(&fe->work);
-	pthread_mutex_unlock(&fe->lock);
 	return 0;
 }
 
@@ -181,10 +121,8 @@ void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx)
 	struct fetch_job *job;
 	bool full;
 
-	pthread_mutex_lock(&fe->lock);
-	full = !fe->running || fe->stop ||
-	       fe->ahead_queued >= 2 * fe->nthreads;
-	pthread_mutex_unlock(&fe->lock);
+	full = !fe->wq || !fe->nthreads ||
+	       rft_wq_pending(fe->wq, RFT_WQ_LOW) >= 2 * fe->nthreads;
 	if (full || !(job = calloc(1, sizeof(*job))))
 		return;
 	job->in = in;
@@ -200,18 +138,15 @@ int fetch_start(struct eng *e)
 
 	if (n > ENG_FETCH_THREADS_MAX)
 		n = ENG_FETCH_THREADS_MAX;
-	pthread_mutex_init(&fe->lock, NULL);
-	pthread_cond_init(&fe->work, NULL);
-	fe->running = true;
-	for (fe->nthreads = 0; fe->nthreads < n; fe->nthreads++) {
-		rc = -pthread_create(&fe->threads[fe->nthreads], NULL,
-				     fetch_main, e);
-		if (rc < 0)
-			break;
+	rc = rft_wq_new("rft-fetch", n, &fe->wq);
+	if (rc == 0)
+		rc = rft_wq_start(fe->wq);
+	if (rc < 0) {
+		fetch_fini(e);
+		return rc;
 	}
-	if (rc < 0)
-		fetch_stop(e);
-	return rc;
+	fe->nthreads = n;
+	return 0;
 }
 
 /*
@@ -223,15 +158,17 @@ void fetch_stop(struct eng *e)
 {
 	struct fetcher *fe = &e->fetcher;
 
-	if (!fe->running)
+	if (!fe->wq)
 		return;
-	pthread_mutex_lock(&fe->lock);
-	fe->stop = true;
-	pthread_cond_broadcast(&fe->work);
-	pthread_mutex_unlock(&fe->lock);
-	while (fe->nthreads > 0)
-		pthread_join(fe->threads[--fe->nthreads], NULL);
-	fe->running = false;
-	pthread_cond_destroy(&fe->work);
-	pthread_mutex_destroy(&fe->lock);
+	rft_wq_stop(fe->wq, RFT_WQ_CANCEL);
+	fe->nthreads = 0;
+}
+
+void fetch_fini(struct eng *e)
+{
+	struct fetcher *fe = &e->fetcher;
+
+	fetch_stop(e);
+	rft_wq_free(fe->wq);
+	fe->wq = NULL;
 }

@@ -451,7 +451,7 @@ static int loads_begin(struct eng *e, const struct inode *in, uint32_t i,
 			pthread_mutex_unlock(&l->lock);
 			return 1;
 		}
-		if (deadline && fetch_expired(deadline)) {
+		if (deadline && rft_expired_ts(deadline)) {
 			pthread_mutex_unlock(&l->lock);
 			return -ETIMEDOUT;
 		}
@@ -2556,7 +2556,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 		 */
 		pthread_rwlock_unlock(&f->lock);
 		if (!waited) {
-			store_deadline(e->cfg.enospc_wait_ms, &deadline);
+			rft_deadline_ts(&deadline, e->cfg.enospc_wait_ms);
 			waited = true;
 		}
 		timed_out = store_wait_free(&e->store, need, &deadline) < 0;
@@ -2814,7 +2814,7 @@ int eng_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 		/* Out of memory: wait as a writer does, no lock held. */
 		pthread_rwlock_unlock(&f->lock);
 		if (!waited) {
-			store_deadline(e->cfg.enospc_wait_ms, &deadline);
+			rft_deadline_ts(&deadline, e->cfg.enospc_wait_ms);
 			waited = true;
 		}
 		timed_out = store_wait_free(&e->store, need, &deadline) < 0;
@@ -3089,7 +3089,7 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 		file_ahead(e, in, last);
 		if (!deadline)
 			return fetch_queue(e, in, pos, size, reply, ctx);
-		if (fetch_expired(deadline))
+		if (rft_expired_ts(deadline))
 			return -ETIMEDOUT;
 		rc = tries == LOAD_TRIES ? -EAGAIN
 					 : load_range(e, in, first, last,

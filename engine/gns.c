@@ -170,24 +170,6 @@ struct gns {
 	_Atomic uint64_t proposed, failed, gets_served, gets_refused;
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Wait on @cv until @until_ms (CLOCK_MONOTONIC ms); g->lock held. */
-static void cv_wait_until(struct gns *g, pthread_cond_t *cv, uint64_t until)
-{
-	struct timespec ts;
-
-	ts.tv_sec = (time_t)(until / 1000);
-	ts.tv_nsec = (long)(until % 1000) * 1000000L;
-	pthread_cond_timedwait(cv, &g->lock, &ts);
-}
-
 /* --- copying ops ----------------------------------------------------------- */
 
 /* Deep copy of @src (target, pieces).  0 or -ENOMEM. */
@@ -384,12 +366,12 @@ static void wait_visible(struct gns *g, uint64_t index)
 	uint8_t meta[8], ans[8];
 
 	memb_get_view(g->memb, &v);
-	put64(meta, index);
+	rft_put_le64(meta, index);
 	for (int n = 0; n < g->nodes; n++) {
 		struct peer_frame f = { .type = GNS_T_WAIT, .meta = meta,
 					.meta_len = sizeof(meta) };
 		struct peer_reply rep = { .meta = ans, .meta_cap = sizeof(ans) };
-		uint64_t until = now_ms() + g->dead_ms;
+		uint64_t until = rft_now_ms() + g->dead_ms;
 		int rc;
 
 		if (n == g->self || (v.node[n].state != MEMB_UP &&
@@ -398,8 +380,8 @@ static void wait_visible(struct gns *g, uint64_t index)
 		/* A peer answers early after GNS_WAIT_MAX_MS: ask again. */
 		do {
 			rc = peer_call(g->x, n, &f, &rep, (int)g->dead_ms);
-		} while (rc == 0 && rep.meta_len == 8 && get64(ans) < index &&
-			 now_ms() < until);
+		} while (rc == 0 && rep.meta_len == 8 &&
+			 rft_get_le64(ans) < index && rft_now_ms() < until);
 		if (rc < 0 && rc != -ESHUTDOWN)
 			rft_dbg("node %d did not confirm index %llu: %s", n,
 				(unsigned long long)index, strerror(-rc));
@@ -471,7 +453,7 @@ static void finish(struct gns *g, struct gns_req *r, int rc)
 static void seal_retry(struct gns *g, struct gns_req *r)
 {
 	pthread_mutex_lock(&g->lock);
-	r->retry_at_ms = now_ms() + GNS_SEAL_RETRY_MS;
+	r->retry_at_ms = rft_now_ms() + GNS_SEAL_RETRY_MS;
 	r->next = g->retry;
 	g->retry = r;
 	pthread_mutex_unlock(&g->lock);
@@ -570,7 +552,7 @@ static void *submitter_main(void *arg)
 	pthread_mutex_lock(&g->lock);
 	for (;;) {
 		struct gns_req *r = g->q_head, **pp;
-		uint64_t now = now_ms(), next = now + 1000;
+		uint64_t now = rft_now_ms(), next = now + 1000;
 
 		/* Seals due for another try go to the queue. */
 		for (pp = &g->retry; *pp;) {
@@ -610,7 +592,7 @@ static void *submitter_main(void *arg)
 		}
 		if (g->stop)
 			break;
-		cv_wait_until(g, &g->work, next);
+		rft_cond_wait_until(&g->work, &g->lock, next);
 	}
 	pthread_mutex_unlock(&g->lock);
 	return NULL;
@@ -750,8 +732,8 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	j->f = *f;
 	memcpy(j->meta, f->meta, f->meta_len);
 	j->f.meta = j->meta;
-	j->until_ms = now_ms() + GNS_WAIT_MAX_MS;
-	j->inval_ms = now_ms() + GNS_INVAL_WAIT_MS;
+	j->until_ms = rft_now_ms() + GNS_WAIT_MAX_MS;
+	j->inval_ms = rft_now_ms() + GNS_INVAL_WAIT_MS;
 	pthread_mutex_lock(&g->lock);
 	if (g->stop) {
 		pthread_mutex_unlock(&g->lock);
@@ -773,7 +755,7 @@ static void answer_wait(struct gns *g, struct gns_job *j)
 	uint8_t meta[8];
 	struct peer_frame rep = { .meta = meta, .meta_len = sizeof(meta) };
 
-	put64(meta, atomic_load(&g->applied));
+	rft_put_le64(meta, atomic_load(&g->applied));
 	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
 }
 
@@ -785,8 +767,9 @@ static void answer_wait(struct gns *g, struct gns_job *j)
 static void serve_get(struct gns *g, struct gns_job *j)
 {
 	struct eng *e = g->e;
-	uint64_t ino = get64(j->meta), gseal = get64(j->meta + 8);
-	uint32_t idx = get32(j->meta + 16), len = get32(j->meta + 20);
+	uint64_t ino = rft_get_le64(j->meta), gseal = rft_get_le64(j->meta + 8);
+	uint32_t idx = rft_get_le32(j->meta + 16),
+		 len = rft_get_le32(j->meta + 20);
 	uint32_t chunk = RFT_NO_CHUNK, crc = 0, fill = 0;
 	struct peer_frame rep = { 0 };
 	uint8_t *bounce = NULL;
@@ -852,30 +835,30 @@ static void serve_verify(struct gns *g, struct gns_job *j)
 	uint32_t digest, flags = 0;
 	int rc;
 
-	if (get32(j->meta + 16) & ~(uint32_t)GNS_VERIFY_REPAIR) {
+	if (rft_get_le32(j->meta + 16) & ~(uint32_t)GNS_VERIFY_REPAIR) {
 		peer_reply_err(g->x, j->node, &j->f, -EINVAL, GNS_SEND_MS);
 		return;
 	}
-	rc = file_verify_ino(g->e, get64(j->meta), get64(j->meta + 8),
-			     j->node, get32(j->meta + 16) & GNS_VERIFY_REPAIR,
-			     &vc, &digest);
+	rc = file_verify_ino(
+	    g->e, rft_get_le64(j->meta), rft_get_le64(j->meta + 8), j->node,
+	    rft_get_le32(j->meta + 16) & GNS_VERIFY_REPAIR, &vc, &digest);
 	if (rc < 0) {
 		peer_reply_err(g->x, j->node, &j->f, rc, GNS_SEND_MS);
 		return;
 	}
-	if (digest != get32(j->meta + 20))
+	if (digest != rft_get_le32(j->meta + 20))
 		flags |= GNS_VERIFY_DIFFERS;
 	if (vc.synced)
 		flags |= GNS_VERIFY_SYNCED;
-	put32(meta, vc.checked);
-	put32(meta + 4, vc.bad);
-	put32(meta + 8, vc.first_bad);
-	put32(meta + 12, vc.absent);
-	put64(meta + 16, vc.bytes);
-	put32(meta + 24, vc.repaired);
-	put32(meta + 28, flags);
-	put32(meta + 32, vc.off);
-	put32(meta + 36, digest);
+	rft_put_le32(meta, vc.checked);
+	rft_put_le32(meta + 4, vc.bad);
+	rft_put_le32(meta + 8, vc.first_bad);
+	rft_put_le32(meta + 12, vc.absent);
+	rft_put_le64(meta + 16, vc.bytes);
+	rft_put_le32(meta + 24, vc.repaired);
+	rft_put_le32(meta + 28, flags);
+	rft_put_le32(meta + 32, vc.off);
+	rft_put_le32(meta + 36, digest);
 	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
 }
 
@@ -885,7 +868,7 @@ static void *server_main(void *arg)
 
 	pthread_mutex_lock(&g->lock);
 	for (;;) {
-		uint64_t now = now_ms(), next = now + 1000;
+		uint64_t now = rft_now_ms(), next = now + 1000;
 		uint64_t applied = atomic_load(&g->applied);
 		bool inval_idle = eng_inval_idle(g->e);
 		struct gns_job *j = NULL, **pp;
@@ -895,7 +878,7 @@ static void *server_main(void *arg)
 		 * updated (or long enough waited for that), or out of time.
 		 */
 		for (pp = &g->waits; *pp; pp = &(*pp)->next) {
-			bool done = get64((*pp)->meta) <= applied;
+			bool done = rft_get_le64((*pp)->meta) <= applied;
 
 			if ((done && ((*pp)->inval_ms <= now || inval_idle)) ||
 			    (*pp)->until_ms <= now || g->stop) {
@@ -914,7 +897,7 @@ static void *server_main(void *arg)
 			if (!g->j_head)
 				g->j_tail = NULL;
 			if (j->f.type == GNS_T_WAIT &&
-			    (get64(j->meta) > applied || !inval_idle) &&
+			    (rft_get_le64(j->meta) > applied || !inval_idle) &&
 			    !g->stop) {
 				j->next = g->waits;
 				g->waits = j;
@@ -937,7 +920,7 @@ static void *server_main(void *arg)
 		}
 		if (g->stop)
 			break;
-		cv_wait_until(g, &g->jobs, next);
+		rft_cond_wait_until(&g->jobs, &g->lock, next);
 	}
 	pthread_mutex_unlock(&g->lock);
 	return NULL;
@@ -960,10 +943,10 @@ static int fetch_from(struct gns *g, uint64_t ino, uint64_t gseal,
 	uint8_t meta[24];
 	int rc = -EIO;
 
-	put64(meta, ino);
-	put64(meta + 8, gseal);
-	put32(meta + 16, idx);
-	put32(meta + 20, len);
+	rft_put_le64(meta, ino);
+	rft_put_le64(meta + 8, gseal);
+	rft_put_le32(meta + 16, idx);
+	rft_put_le32(meta + 20, len);
 	memb_get_view(g->memb, &v);
 	for (int pass = 0; pass < 2; pass++) {
 		for (int n = 0; n < g->nodes; n++) {
@@ -973,7 +956,7 @@ static int fetch_from(struct gns *g, uint64_t ino, uint64_t gseal,
 			struct peer_reply rep = { .bulk = buf,
 						  .bulk_cap = len };
 			enum memb_state st = v.node[n].state;
-			uint64_t now = now_ms();
+			uint64_t now = rft_now_ms();
 			int left, r;
 
 			if (!(holders & (1ULL << n)) || n == g->self ||
@@ -1038,7 +1021,7 @@ static int gns_fetch(void *ctx, const struct eng_piece *pc, uint8_t *buf,
 		until = (uint64_t)deadline->tv_sec * 1000 +
 			(uint64_t)deadline->tv_nsec / 1000000;
 	} else {
-		until = now_ms() + g->e->cfg.fetch_timeout_ms;
+		until = rft_now_ms() + g->e->cfg.fetch_timeout_ms;
 	}
 	rc = fetch_from(g, pc->ino, pc->gseal, pc->holders, pc->idx, pc->len,
 			pc->crc, buf, until);
@@ -1080,24 +1063,25 @@ static void gns_verify(void *ctx, int node, uint64_t ino, uint64_t gseal,
 		vc->rc = -EHOSTDOWN;
 		return;
 	}
-	put64(meta, ino);
-	put64(meta + 8, gseal);
-	put32(meta + 16, repair ? GNS_VERIFY_REPAIR : 0);
-	put32(meta + 20, digest);
+	rft_put_le64(meta, ino);
+	rft_put_le64(meta + 8, gseal);
+	rft_put_le32(meta + 16, repair ? GNS_VERIFY_REPAIR : 0);
+	rft_put_le32(meta + 20, digest);
 	vc->rc = peer_call(g->x, node, &f, &rep, GNS_VERIFY_MS);
 	if (vc->rc == 0 && rep.meta_len != sizeof(ans))
 		vc->rc = -EPROTO;
 	if (vc->rc < 0)
 		return;
-	vc->checked = get32(ans);
-	vc->bad = get32(ans + 4);
-	vc->first_bad = get32(ans + 8);
-	vc->absent = get32(ans + 12);
-	vc->bytes = get64(ans + 16);
-	vc->repaired = get32(ans + 24); /* dropped there, to send again */
-	vc->seal_differs = get32(ans + 28) & GNS_VERIFY_DIFFERS;
-	vc->synced = get32(ans + 28) & GNS_VERIFY_SYNCED;
-	vc->off = get32(ans + 32);
+	vc->checked = rft_get_le32(ans);
+	vc->bad = rft_get_le32(ans + 4);
+	vc->first_bad = rft_get_le32(ans + 8);
+	vc->absent = rft_get_le32(ans + 12);
+	vc->bytes = rft_get_le64(ans + 16);
+	/* dropped there, to send again */
+	vc->repaired = rft_get_le32(ans + 24);
+	vc->seal_differs = rft_get_le32(ans + 28) & GNS_VERIFY_DIFFERS;
+	vc->synced = rft_get_le32(ans + 28) & GNS_VERIFY_SYNCED;
+	vc->off = rft_get_le32(ans + 32);
 }
 
 /* --- readiness, life ------------------------------------------------------ */
@@ -1148,15 +1132,15 @@ static bool drain(struct gns *g, uint64_t until_ms)
 
 	pthread_mutex_lock(&g->lock);
 	for (;;) {
-		uint64_t now = now_ms();
+		uint64_t now = rft_now_ms();
 
 		done = !g->q_head && !g->retry && !g->pending && !g->running;
 		if (done || now >= until_ms)
 			break;
-		cv_wait_until(g, &g->applied_cv,
-			      now + GNS_LEAVE_POLL_MS < until_ms
-				      ? now + GNS_LEAVE_POLL_MS
-				      : until_ms);
+		rft_cond_wait_until(&g->applied_cv, &g->lock,
+				    now + GNS_LEAVE_POLL_MS < until_ms
+					? now + GNS_LEAVE_POLL_MS
+					: until_ms);
 	}
 	pthread_mutex_unlock(&g->lock);
 	return done;
@@ -1218,9 +1202,10 @@ static void wait_flush(struct gns *g, uint64_t ticket, uint64_t until_ms)
 	struct eng_flush_progress fp;
 
 	while (eng_flush_progress(g->e, ticket, &fp) == 0 && !fp.finished &&
-	       now_ms() < until_ms) {
+	       rft_now_ms() < until_ms) {
 		pthread_mutex_lock(&g->lock);
-		cv_wait_until(g, &g->tick_cv, now_ms() + GNS_LEAVE_POLL_MS);
+		rft_cond_wait_until(&g->tick_cv, &g->lock,
+				    rft_now_ms() + GNS_LEAVE_POLL_MS);
 		pthread_mutex_unlock(&g->lock);
 	}
 }
@@ -1250,7 +1235,7 @@ static int gns_leave(void *ctx, unsigned wait_ms)
 	struct gns *g = ctx;
 	struct eng *e = g->e;
 	struct leave_walk *w = calloc(1, sizeof(*w));
-	uint64_t until = now_ms() + wait_ms, ticket = 0, n;
+	uint64_t until = rft_now_ms() + wait_ms, ticket = 0, n;
 	bool flushing, protecting = g->prot != NULL;
 	struct nsop op;
 	void *buf = NULL;
@@ -1276,9 +1261,9 @@ static int gns_leave(void *ctx, unsigned wait_ms)
 	 */
 	protect_stop(g->prot);
 	/* Seals, protections and persist records: in the log first. */
-	if (!drain(g, until > now_ms() + GNS_LEAVE_POLL_MS
-			      ? until
-			      : now_ms() + GNS_LEAVE_POLL_MS))
+	if (!drain(g, until > rft_now_ms() + GNS_LEAVE_POLL_MS
+			  ? until
+			  : rft_now_ms() + GNS_LEAVE_POLL_MS))
 		rft_warn("stop: namespace changes of this node are not all in "
 			 "the group's log yet");
 	pthread_rwlock_rdlock(&e->ns.lock);
@@ -1364,7 +1349,7 @@ static void *ticker_main(void *arg)
 
 	pthread_mutex_lock(&g->lock);
 	while (!g->stop) {
-		uint64_t now = now_ms(), prev = atomic_load(&g->tick_ms);
+		uint64_t now = rft_now_ms(), prev = atomic_load(&g->tick_ms);
 
 		/* Stale first, then the tick: gns_fresh reads them so. */
 		if (now - prev >= g->stale_ms &&
@@ -1376,7 +1361,7 @@ static void *ticker_main(void *arg)
 				 (unsigned long long)(now - prev));
 		}
 		atomic_store(&g->tick_ms, now);
-		cv_wait_until(g, &g->tick_cv, now + GNS_TICK_MS);
+		rft_cond_wait_until(&g->tick_cv, &g->lock, now + GNS_TICK_MS);
 	}
 	pthread_mutex_unlock(&g->lock);
 	return NULL;
@@ -1397,7 +1382,7 @@ static int gns_fresh(void *ctx)
 	uint64_t tick = atomic_load(&g->tick_ms), gen;
 	int rc;
 
-	if (now_ms() - tick < g->stale_ms && !atomic_load(&g->stale))
+	if (rft_now_ms() - tick < g->stale_ms && !atomic_load(&g->stale))
 		return 0;
 	atomic_store(&g->stale, true);
 	pthread_mutex_lock(&g->lock);
@@ -1419,7 +1404,7 @@ static int gns_fresh(void *ctx)
 			 strerror(-rc));
 		rc = -EIO;
 	} else {
-		atomic_store(&g->tick_ms, now_ms());
+		atomic_store(&g->tick_ms, rft_now_ms());
 		atomic_store(&g->stale, false);
 		rft_info("namespace confirmed with the group's log: serving "
 			 "again");
@@ -1465,7 +1450,7 @@ static int gns_start(void *ctx)
 				     g);
 	for (int k = 0; k < GNS_SERVERS && rc == 0; k++)
 		rc = -pthread_create(&g->servers[k], NULL, server_main, g);
-	atomic_store(&g->tick_ms, now_ms());
+	atomic_store(&g->tick_ms, rft_now_ms());
 	if (rc == 0)
 		rc = -pthread_create(&g->ticker, NULL, ticker_main, g);
 	if (rc < 0) {
@@ -1568,7 +1553,7 @@ int eng_join_group(struct eng *e, struct grp *grp)
 	g->stale_ms = g->dead_ms / 2 > GNS_STALE_MIN_MS ? g->dead_ms / 2
 							 : GNS_STALE_MIN_MS;
 	pthread_mutex_init(&g->lock, NULL);
-	/* Deadlines are CLOCK_MONOTONIC (cv_wait_until). */
+	/* Deadlines are CLOCK_MONOTONIC (rft_cond_wait_until). */
 	rft_cond_init(&g->work);
 	rft_cond_init(&g->jobs);
 	rft_cond_init(&g->applied_cv);

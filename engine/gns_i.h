@@ -15,36 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-/* Little-endian fields of the group's frames (gns.c, protect.c, parity.c). */
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
+#include "rft_le.h"
 
 /*
  * The answer to a DONE (PROT_T_DONE, PAR_T_DONE: has the holder every
@@ -69,8 +40,8 @@ static inline int prot_map_read(const uint8_t *a, uint32_t len,
 
 	if (len < 8)
 		return -EPROTO;
-	status = get32(a);
-	nbits = get32(a + 4);
+	status = rft_get_le32(a);
+	nbits = rft_get_le32(a + 4);
 	if (nbits > npieces || nbits > PROT_MAP_BITS ||
 	    len != 8 + (nbits + 7) / 8 || status > 4095 ||
 	    (status && !nbits && npieces) || (!status && nbits))

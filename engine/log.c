@@ -1,6 +1,5 @@
 /*
- * log.c - rft_err/warn/info/dbg, and rft_cond_init, the other helper
- * every part of the engine shares.
+ * log.c - rft_err/warn/info/dbg.
  */
 #include <stdio.h>
 #include <string.h>
@@ -56,14 +55,4 @@ void rft_log(int level, const char *func, int line, const char *fmt, ...)
 	va_start(ap, fmt);
 	rft_logv(level, func, line, fmt, ap);
 	va_end(ap);
-}
-
-void rft_cond_init(pthread_cond_t *cv)
-{
-	pthread_condattr_t ca;
-
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(cv, &ca);
-	pthread_condattr_destroy(&ca);
 }

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "engine_i.h"
+#include "rft_le.h"
 
 #define NSOP_HDR_LEN 36
 
@@ -132,8 +133,9 @@ static void w_u8(struct wbuf *w, uint8_t v)
 
 static void w_u16(struct wbuf *w, uint16_t v)
 {
-	uint8_t b[2] = { (uint8_t)v, (uint8_t)(v >> 8) };
+	uint8_t b[2];
 
+	rft_put_le16(b, v);
 	w_bytes(w, b, 2);
 }
 
@@ -141,8 +143,7 @@ static void w_u32(struct wbuf *w, uint32_t v)
 {
 	uint8_t b[4];
 
-	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
+	rft_put_le32(b, v);
 	w_bytes(w, b, 4);
 }
 
@@ -150,8 +151,7 @@ static void w_u64(struct wbuf *w, uint64_t v)
 {
 	uint8_t b[8];
 
-	for (int i = 0; i < 8; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
+	rft_put_le64(b, v);
 	w_bytes(w, b, 8);
 }
 
@@ -291,27 +291,21 @@ static uint16_t r_u16(struct rbuf *r)
 {
 	const uint8_t *p = r_take(r, 2);
 
-	return p ? (uint16_t)(p[0] | p[1] << 8) : 0;
+	return p ? rft_get_le16(p) : 0;
 }
 
 static uint32_t r_u32(struct rbuf *r)
 {
 	const uint8_t *p = r_take(r, 4);
-	uint32_t v = 0;
 
-	for (int i = 0; p && i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
+	return p ? rft_get_le32(p) : 0;
 }
 
 static uint64_t r_u64(struct rbuf *r)
 {
 	const uint8_t *p = r_take(r, 8);
-	uint64_t v = 0;
 
-	for (int i = 0; p && i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
+	return p ? rft_get_le64(p) : 0;
 }
 
 static void r_time(struct rbuf *r, struct timespec *ts)

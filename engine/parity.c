@@ -350,14 +350,14 @@ static bool fold_ok(struct parity *par, int node, const struct peer_frame *f,
 	uint64_t stripe, chunk;
 	int owner;
 
-	if (f->meta_len != PAR_FOLD_META || get32(m + 32) != par->code ||
-	    get32(m + 52) || f->bulk_len != get32(m + 44) ||
+	if (f->meta_len != PAR_FOLD_META || rft_get_le32(m + 32) != par->code ||
+	    rft_get_le32(m + 52) || f->bulk_len != rft_get_le32(m + 44) ||
 	    f->bulk_len > par->e->store.chunk_size ||
-	    (f->bulk_len && f->bulk_crc != get32(m + 48)))
+	    (f->bulk_len && f->bulk_crc != rft_get_le32(m + 48)))
 		return false;
-	stripe = get64(m + 8);
-	if (get32(m + 36) >= (uint32_t)par->l.k ||
-	    ers_layout_chunk(&par->l, stripe, (int)get32(m + 36), &owner,
+	stripe = rft_get_le64(m + 8);
+	if (rft_get_le32(m + 36) >= (uint32_t)par->l.k ||
+	    ers_layout_chunk(&par->l, stripe, (int)rft_get_le32(m + 36), &owner,
 			     &chunk) < 0 ||
 	    owner != node)
 		return false;
@@ -373,7 +373,7 @@ static void refused(struct parity *par, int node, const struct peer_frame *f,
 		    int err)
 {
 	const uint8_t *m = f->meta;
-	uint64_t ino = get64(m + 16), gseal = get64(m + 24);
+	uint64_t ino = rft_get_le64(m + 16), gseal = rft_get_le64(m + 24);
 	bool unfold = f->type == PAR_T_UNFOLD, news;
 	struct par_refusal *r;
 
@@ -427,26 +427,28 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 		rxbuf_put(par, cookie);
 		return 0;
 	}
-	slot = (int)get32(m + 36);
+	slot = (int)rft_get_le32(m + 36);
 	pthread_mutex_lock(&par->lock);
 	if (f->type == PAR_T_FOLD) {
-		ps = find_or_make(par, get64(m), get64(m + 8), row,
-				  f->bulk_len);
+		ps = find_or_make(par, rft_get_le64(m), rft_get_le64(m + 8),
+				  row, f->bulk_len);
 		rc = ps ? row_fit(par, ps, f->bulk_len) : -ENOSPC;
 		if (rc == 0)
-			rc = ers_stripe_fold(&ps->st, slot, get64(m + 24),
-					     get32(m + 48), data, f->bulk_len);
+			rc = ers_stripe_fold(
+			    &ps->st, slot, rft_get_le64(m + 24),
+			    rft_get_le32(m + 48), data, f->bulk_len);
 		if (rc == 0) {
-			ps->who[slot].ino = get64(m + 16);
-			ps->who[slot].piece = get32(m + 40);
+			ps->who[slot].ino = rft_get_le64(m + 16);
+			ps->who[slot].piece = rft_get_le32(m + 40);
 			atomic_fetch_add(&par->folds, 1);
 		}
 	} else {
-		ps = find(par, get64(m), get64(m + 8));
+		ps = find(par, rft_get_le64(m), rft_get_le64(m + 8));
 		/* Out only with the bytes it went in with: its CRC too. */
-		rc = ps && ps->st.member[slot].crc == get32(m + 48)
-			     ? ers_stripe_unfold(&ps->st, slot, get64(m + 24),
-						 data, f->bulk_len)
+		rc = ps && ps->st.member[slot].crc == rft_get_le32(m + 48)
+			     ? ers_stripe_unfold(&ps->st, slot,
+						 rft_get_le64(m + 24), data,
+						 f->bulk_len)
 			     : -ENOENT;
 		if (rc == 0) {
 			atomic_fetch_add(&par->unfolds, 1);
@@ -458,8 +460,9 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 		atomic_fetch_add(&par->refused, 1);
 		rft_dbg("%s of piece %u of inode %llu into stripe %llu: %s",
 			f->type == PAR_T_FOLD ? "fold" : "unfold",
-			get32(m + 40), (unsigned long long)get64(m + 16),
-			(unsigned long long)get64(m + 8), strerror(-rc));
+			rft_get_le32(m + 40),
+			(unsigned long long)rft_get_le64(m + 16),
+			(unsigned long long)rft_get_le64(m + 8), strerror(-rc));
 		if (rc == -ENOSPC || rc == -ENOMEM)
 			refused(par, node, f, rc);
 		/*
@@ -478,15 +481,18 @@ int parity_rx_done(struct parity *par, int node, const struct peer_frame *f,
 		   uint8_t **meta, uint32_t *meta_len)
 {
 	const uint8_t *m = f->meta;
-	uint64_t ino = get64(m), gseal = get64(m + 8), ckpt = get64(m + 16);
-	uint64_t base = get64(m + 24);
-	uint32_t n = get32(m + 32), flags = get32(m + 40), nbits, missing = 0;
+	uint64_t ino = rft_get_le64(m), gseal = rft_get_le64(m + 8),
+		 ckpt = rft_get_le64(m + 16);
+	uint64_t base = rft_get_le64(m + 24);
+	uint32_t n = rft_get_le32(m + 32), flags = rft_get_le32(m + 40), nbits,
+		 missing = 0;
 	bool gone = flags & PAR_DONE_GONE;
 	uint8_t *a;
 	int rc = 0, why = 0;
 
-	if (f->meta_len != PAR_DONE_META || get32(m + 36) != par->code ||
-	    flags & ~(uint32_t)PAR_DONE_GONE || get32(m + 44) || f->bulk_len)
+	if (f->meta_len != PAR_DONE_META || rft_get_le32(m + 36) != par->code ||
+	    flags & ~(uint32_t)PAR_DONE_GONE || rft_get_le32(m + 44) ||
+	    f->bulk_len)
 		return -EINVAL;
 	/* No seal has more pieces than the largest file. */
 	if (n > (RFT_MAX_FILE_SIZE >> par->e->store.chunk_shift) + 1)
@@ -529,8 +535,8 @@ int parity_rx_done(struct parity *par, int node, const struct peer_frame *f,
 		free(a);
 		return rc;
 	}
-	put32(a, missing ? (uint32_t)(why ? -why : EAGAIN) : 0);
-	put32(a + 4, missing ? nbits : 0);
+	rft_put_le32(a, missing ? (uint32_t)(why ? -why : EAGAIN) : 0);
+	rft_put_le32(a + 4, missing ? nbits : 0);
 	*meta = a;
 	*meta_len = 8 + (missing ? (nbits + 7) / 8 : 0);
 	return 0;
@@ -547,8 +553,8 @@ int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
 	uint8_t *a, *b;
 
 	(void)node;
-	if (f->meta_len != PAR_GET_META || get32(m + 16) != par->code ||
-	    get32(m + 20) || f->bulk_len)
+	if (f->meta_len != PAR_GET_META || rft_get_le32(m + 16) != par->code ||
+	    rft_get_le32(m + 20) || f->bulk_len)
 		return -EINVAL;
 	a = malloc(mlen);
 	b = malloc(len);
@@ -558,20 +564,20 @@ int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&par->lock);
-	ps = find(par, get64(m), get64(m + 8));
+	ps = find(par, rft_get_le64(m), rft_get_le64(m + 8));
 	if (ps) {
-		put32(a, (uint32_t)par->l.k);
-		put32(a + 4, (uint32_t)ps->st.row);
+		rft_put_le32(a, (uint32_t)par->l.k);
+		rft_put_le32(a + 4, (uint32_t)ps->st.row);
 		for (int s = 0; s < par->l.k; s++) {
 			uint8_t *w = a + 8 + (size_t)s * PAR_MEMBER_META;
 			const struct ers_stripe_member *mb = &ps->st.member[s];
 
-			put64(w, mb->in ? ps->who[s].ino : 0);
-			put64(w + 8, mb->in ? mb->id : 0);
-			put32(w + 16, mb->in ? ps->who[s].piece : 0);
-			put32(w + 20, mb->in ? mb->len : 0);
-			put32(w + 24, mb->in ? mb->crc : 0);
-			put32(w + 28, mb->in);
+			rft_put_le64(w, mb->in ? ps->who[s].ino : 0);
+			rft_put_le64(w + 8, mb->in ? mb->id : 0);
+			rft_put_le32(w + 16, mb->in ? ps->who[s].piece : 0);
+			rft_put_le32(w + 20, mb->in ? mb->len : 0);
+			rft_put_le32(w + 24, mb->in ? mb->crc : 0);
+			rft_put_le32(w + 28, mb->in);
 		}
 		/* Only the row's bytes: the asker reads zeros past them. */
 		len = (uint32_t)ps->st.len;
@@ -658,16 +664,16 @@ int parity_send(struct parity *par, int h, const struct par_seal *ps,
 			return -EAGAIN; /* not all here: a rebuild brings it */
 		}
 		/* A hole folds as zeros: in its slot, adding nothing. */
-		put64(meta, ps->ckpt);
-		put64(meta + 8, stripe);
-		put64(meta + 16, ps->ino);
-		put64(meta + 24, ps->gseal);
-		put32(meta + 32, par->code);
-		put32(meta + 36, (uint32_t)slot);
-		put32(meta + 40, i);
-		put32(meta + 44, f.bulk_len);
-		put32(meta + 48, f.bulk_len ? s->crc : 0);
-		put32(meta + 52, 0);
+		rft_put_le64(meta, ps->ckpt);
+		rft_put_le64(meta + 8, stripe);
+		rft_put_le64(meta + 16, ps->ino);
+		rft_put_le64(meta + 24, ps->gseal);
+		rft_put_le32(meta + 32, par->code);
+		rft_put_le32(meta + 36, (uint32_t)slot);
+		rft_put_le32(meta + 40, i);
+		rft_put_le32(meta + 44, f.bulk_len);
+		rft_put_le32(meta + 48, f.bulk_len ? s->crc : 0);
+		rft_put_le32(meta + 52, 0);
 		if (pace && !pace(pace_ctx, f.bulk_len))
 			return -ECANCELED;
 		rc = peer_send(par->x, h, &f, PAR_SEND_MS);
@@ -691,14 +697,14 @@ int parity_ask(struct parity *par, int h, const struct par_seal *ps,
 
 	if (!ans)
 		return -ENOMEM;
-	put64(meta, ps->ino);
-	put64(meta + 8, ps->gseal);
-	put64(meta + 16, ps->ckpt);
-	put64(meta + 24, ps->base);
-	put32(meta + 32, ps->npieces);
-	put32(meta + 36, par->code);
-	put32(meta + 40, gone ? PAR_DONE_GONE : 0);
-	put32(meta + 44, 0);
+	rft_put_le64(meta, ps->ino);
+	rft_put_le64(meta + 8, ps->gseal);
+	rft_put_le64(meta + 16, ps->ckpt);
+	rft_put_le64(meta + 24, ps->base);
+	rft_put_le32(meta + 32, ps->npieces);
+	rft_put_le32(meta + 36, par->code);
+	rft_put_le32(meta + 40, gone ? PAR_DONE_GONE : 0);
+	rft_put_le32(meta + 44, 0);
 	rc = peer_call(par->x, h, &f, &rep, PAR_SEND_MS);
 	if (rc == 0)
 		rc = prot_map_read(ans, rep.meta_len, ps->npieces, need);
@@ -714,19 +720,9 @@ struct member_info {
 	bool in;
 };
 
-static uint64_t deadline_ms(const struct timespec *d)
-{
-	return (uint64_t)d->tv_sec * 1000 + (uint64_t)d->tv_nsec / 1000000;
-}
-
 static int left_ms(const struct timespec *deadline)
 {
-	struct timespec now;
-	uint64_t n, d = deadline_ms(deadline);
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	n = deadline_ms(&now);
-	return d > n ? (int)(d - n) : 0;
+	return (int)rft_ms_left(rft_ts_ms(deadline));
 }
 
 /* Row @r of @stripe from its holder @h, and the members folded into it. */
@@ -749,15 +745,15 @@ static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
 		free(ans);
 		return -ETIMEDOUT;
 	}
-	put64(meta, ckpt);
-	put64(meta + 8, stripe);
-	put32(meta + 16, par->code);
-	put32(meta + 20, 0);
+	rft_put_le64(meta, ckpt);
+	rft_put_le64(meta + 8, stripe);
+	rft_put_le32(meta + 16, par->code);
+	rft_put_le32(meta + 20, 0);
 	rc = peer_call(par->x, h, &f, &rep, left);
-	if (rc == 0 && (rep.meta_len != alen ||
-			get32(ans) != (uint32_t)par->l.k ||
-			get32(ans + 4) != (uint32_t)r ||
-			rep.bulk_len > par->e->store.chunk_size))
+	if (rc == 0 &&
+	    (rep.meta_len != alen || rft_get_le32(ans) != (uint32_t)par->l.k ||
+	     rft_get_le32(ans + 4) != (uint32_t)r ||
+	     rep.bulk_len > par->e->store.chunk_size))
 		rc = -EPROTO;
 	/* A row as long as its longest member: zeros past it. */
 	if (rc == 0)
@@ -766,11 +762,15 @@ static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
 	for (int s = 0; rc == 0 && s < par->l.k; s++) {
 		const uint8_t *w = ans + 8 + (size_t)s * PAR_MEMBER_META;
 
-		mi[s] = (struct member_info){ get64(w), get64(w + 8),
-					      get32(w + 16), get32(w + 20),
-					      get32(w + 24), get32(w + 28) };
+		mi[s] = (struct member_info){ rft_get_le64(w),
+					      rft_get_le64(w + 8),
+					      rft_get_le32(w + 16),
+					      rft_get_le32(w + 20),
+					      rft_get_le32(w + 24),
+					      rft_get_le32(w + 28) };
 		/* A member is at most a chunk: its length sizes reads. */
-		if (mi[s].len > par->e->store.chunk_size || get32(w + 28) > 1)
+		if (mi[s].len > par->e->store.chunk_size ||
+		    rft_get_le32(w + 28) > 1)
 			rc = -EPROTO;
 	}
 	free(ans);
@@ -1104,8 +1104,7 @@ void parity_scrub(struct parity *par, const struct eng_piece *pc,
 		int slot;
 
 		p.idx = i;
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += 30;
+		rft_deadline_ts(&deadline, 30000);
 		if (ers_layout_locate(&par->l, pc->owner, pc->chunk_base + i,
 				      &stripe, &slot) < 0) {
 			vi->rows_unchecked++;

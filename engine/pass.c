@@ -799,11 +799,6 @@ static void copy_sealed(struct eng *e, struct inode *in)
 	pthread_mutex_unlock(&e->pass.lock);
 }
 
-static uint64_t ts_ns(const struct timespec *t)
-{
-	return (uint64_t)t->tv_sec * 1000000000u + (uint64_t)t->tv_nsec;
-}
-
 /*
  * Have the writes stopped: less than PASS_QUIET_BYTES written in the last
  * quiet_ms?  Else *@until is when to look again (every quarter of it, so
@@ -826,9 +821,9 @@ static bool writes_quiet(struct eng *e, struct timespec *until)
 		e->pass.quiet_bytes = bytes;
 		e->pass.quiet_since = now;
 	}
-	if (ts_ns(&e->pass.quiet_since) + quiet <= ts_ns(&now))
+	if (rft_ts_ns(&e->pass.quiet_since) + quiet <= rft_ts_ns(&now))
 		return true;
-	store_deadline(e->pass.quiet_ms / 4 ? e->pass.quiet_ms / 4 : 1, until);
+	rft_deadline_ts(until, e->pass.quiet_ms / 4 ? e->pass.quiet_ms / 4 : 1);
 	return false;
 }
 
@@ -1634,7 +1629,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 {
 	struct file *f = &in->file;
 	struct copy_job *j, left = { 0 };
-	struct timespec t0, t1;
+	uint64_t t0, t1;
 	struct early *ea = NULL;
 	uint64_t early = 0, placed = 0;
 	uint32_t nplaced = 0;
@@ -1650,7 +1645,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 	j = job_new(e, in);
 	if (!j)
 		return -ENOMEM;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = rft_now_ns();
 	pthread_mutex_lock(&e->pass.lock);
 	if (f->home && atomic_load(&f->home->home->sh.frozen)) {
 		sp = f->home;
@@ -1763,14 +1758,13 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		atomic_fetch_add(&e->pass.early_used, early);
 		atomic_fetch_add(&e->pass.placed_used, placed);
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
+	t1 = rft_now_ns();
 	rft_dbg("passthrough: inode %" PRIu64 ": %" PRIu64 " bytes copied "
 		"in %.1f ms, over a spare of %" PRIu64 ", %" PRIu64
 		" of them early, %" PRIu64 " written in place, %" PRIu64
 		" mapped: %s",
-		in->ino, j->size,
-		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
-		j->spare, early, placed, ea || homed ? left.mapped : j->mapped,
+		in->ino, j->size, (double)(t1 - t0) / 1e6, j->spare, early,
+		placed, ea || homed ? left.mapped : j->mapped,
 		rc < 0 ? strerror(-rc) : "done");
 	if (ea) {
 		pthread_mutex_lock(&e->pass.lock);
@@ -2293,7 +2287,7 @@ struct inode *pass_cut_begin(struct eng *e, uint64_t ino)
 			struct timespec later;
 
 			/* The memory comes back as others free it. */
-			store_deadline(e->cfg.enospc_wait_ms, &later);
+			rft_deadline_ts(&later, e->cfg.enospc_wait_ms);
 			store_wait_free(&e->store, DETACH_BATCH, &later);
 		}
 		pthread_mutex_lock(&e->pass.lock);

@@ -1237,14 +1237,6 @@ struct pass {
 	bool final;	/* the last pass at unmount: open files too */
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 enum due { DUE_NOTHING, DUE_NOW, DUE_LATER };
 
 /*
@@ -1268,7 +1260,8 @@ static enum due writeback_due(struct eng *e, struct inode *in,
 		/* In a group each node writes back the files it owns. */
 		need = !file_persisted(f) && (file_sealed(f) || ps->final) &&
 		       f->owner == e->node;
-		wait = !ps->now && f->wb_failures && now_ms() < f->wb_next_ms;
+		wait =
+		    !ps->now && f->wb_failures && rft_now_ms() < f->wb_next_ms;
 		*bytes = f->size;
 		pthread_rwlock_unlock(&f->lock);
 	}
@@ -1338,9 +1331,9 @@ static void note_outcome(struct eng *e, struct inode *in, int rc)
 		f->wb_failures++;
 		delay = (uint64_t)e->cfg.retry_ms
 			<< (f->wb_failures < 10 ? f->wb_failures - 1 : 9);
-		f->wb_next_ms = now_ms() + (delay < BACKOFF_MAX_MS
-						    ? delay
-						    : BACKOFF_MAX_MS);
+		f->wb_next_ms =
+		    rft_now_ms() +
+		    (delay < BACKOFF_MAX_MS ? delay : BACKOFF_MAX_MS);
 	}
 	pthread_rwlock_unlock(&f->lock);
 }
@@ -1678,7 +1671,7 @@ static void check_later(struct eng *e, struct inode *in, const char *from)
 {
 	struct persist *p = e->persist;
 	struct copy_check *list = NULL, *last;
-	uint64_t due = now_ms() + CHECK_DELAY_MS;
+	uint64_t due = rft_now_ms() + CHECK_DELAY_MS;
 
 	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
 	if (S_ISDIR(in->type)) {
@@ -1725,7 +1718,7 @@ static void run_checks(struct eng *e, bool all)
 {
 	struct persist *p = e->persist;
 	struct copy_check *due = NULL, **pp, *c;
-	uint64_t now = now_ms();
+	uint64_t now = rft_now_ms();
 
 	pthread_mutex_lock(&p->lock);
 	for (pp = &p->checks; (c = *pp);) {

@@ -30,9 +30,10 @@
  * PUTs and their DONE go over one link, in order: a DONE answered 0 has
  * seen every PUT before it.
  *
- * Threads: one sender (the jobs, in order), one answerer (DONE answers: a
- * transport thread must not wait on a socket).  p->lock is a leaf, never
- * held across an engine call or the network.
+ * Threads: one sender (the jobs, in order), one answerer (an rft_wq,
+ * "rft-prot-ans": DONE and parity answers, in arrival order; a transport
+ * thread must not wait on a socket).  p->lock is a leaf, never held across
+ * an engine call or the network.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@
 #include "group.h"
 #include "group_i.h"
 #include "gns_i.h"
+#include "rft_wq.h"
 
 #define PROT_SEND_MS 10000	/* one piece handed to the link */
 #define PROT_RETRY_MIN_MS 1000
@@ -72,7 +74,8 @@ struct prot_job {
 };
 
 struct prot_ans {
-	struct prot_ans *next;
+	struct rft_wq_item w;	/* on p->answers */
+	struct protect *p;
 	int node;
 	struct peer_frame req;	/* meta unused */
 	int rc;
@@ -116,16 +119,16 @@ struct protect {
 	struct pacer rebuild_pace; /* the rebuild thread's */
 
 	pthread_mutex_t lock;
-	pthread_cond_t cv;	/* sender: a job; answerer: an answer */
+	pthread_cond_t cv;	/* sender: a job, stop */
 	struct prot_job *head, *tail; /* lock */
 	struct prot_job *later;	/* retries, lock */
-	struct prot_ans *ans;	/* lock */
+	struct rft_wq *answers;	/* the answerer */
 	unsigned queued;	/* jobs not yet done; lock */
 	bool stop;		/* lock */
 	bool leaving;		/* a graceful stop waits (protect_leave):
 				   retries soon, no rebuild; lock */
 	bool started;
-	pthread_t sender, answerer;
+	pthread_t sender;
 
 	_Atomic uint64_t files_protected, pieces_sent, bytes_sent;
 	_Atomic uint64_t pieces_held, bytes_held, pieces_refused;
@@ -146,23 +149,17 @@ struct protect {
 	_Atomic uint64_t rebuild_bytes, rebuild_failed, rebuild_lost;
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void cv_wait_until(struct protect *p, uint64_t until)
-{
-	struct timespec ts = { (time_t)(until / 1000),
-			       (long)(until % 1000) * 1000000L };
-
-	pthread_cond_timedwait(&p->cv, &p->lock, &ts);
-}
-
 /* --- holders: receiving ------------------------------------------------- */
+
+static void ans_free(struct prot_ans *a)
+{
+	free(a->meta);
+	free(a->bulk);
+	free(a);
+}
+
+/* The answerer's item: send answer @w, or with @cancel drop it. */
+static void send_answer(struct rft_wq_item *w, bool cancel);
 
 /* Hand answer @a to @node's request @f to the answerer thread. */
 static int queue_answer(struct protect *p, int node, const struct peer_frame *f,
@@ -173,19 +170,11 @@ static int queue_answer(struct protect *p, int node, const struct peer_frame *f,
 	a->req.meta = NULL;
 	a->req.meta_len = 0;
 	a->req.bulk = NULL;
-	pthread_mutex_lock(&p->lock);
-	a->next = p->ans;
-	p->ans = a;
-	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->lock);
+	a->w.fn = send_answer;
+	a->p = p;
+	if (rft_wq_queue(p->answers, &a->w, RFT_WQ_HIGH) < 0)
+		ans_free(a); /* stopping: the asker times out */
 	return 0;
-}
-
-static void ans_free(struct prot_ans *a)
-{
-	free(a->meta);
-	free(a->bulk);
-	free(a);
 }
 
 /*
@@ -238,8 +227,8 @@ static int done_answer(struct protect *p, int node, uint64_t ino,
 	    p->put_refused[node].gseal == gseal)
 		why = ENOSPC;
 	pthread_mutex_unlock(&p->lock);
-	put32(a, rc == 0 ? 0 : why);
-	put32(a + 4, nbits);
+	rft_put_le32(a, rc == 0 ? 0 : why);
+	rft_put_le32(a + 4, nbits);
 	*meta = a;
 	*meta_len = 8 + (nbits + 7) / 8;
 	return 0;
@@ -256,12 +245,14 @@ static void *rx_bulk_dest(void *ctx, int node, const struct peer_frame *f,
 	if ((f->type == PAR_T_FOLD || f->type == PAR_T_UNFOLD) && p->par)
 		return parity_rx_dest(p->par, node, f, cookie);
 	if (f->type != PROT_T_PUT || f->meta_len != 28 ||
-	    f->bulk_len != get32(m + 20) || f->bulk_crc != get32(m + 24))
+	    f->bulk_len != rft_get_le32(m + 20) ||
+	    f->bulk_crc != rft_get_le32(m + 24))
 		return NULL;
-	rc = file_replica_dest(p->e, get64(m), get64(m + 8), get32(m + 16),
-			       f->bulk_len, get32(m + 24), &chunk);
+	rc = file_replica_dest(p->e, rft_get_le64(m), rft_get_le64(m + 8),
+			       rft_get_le32(m + 16), f->bulk_len,
+			       rft_get_le32(m + 24), &chunk);
 	if (rc == -ENOSPC)
-		put_refused(p, node, get64(m), get64(m + 8));
+		put_refused(p, node, rft_get_le64(m), rft_get_le64(m + 8));
 	if (rc < 0)
 		return NULL;
 	*cookie = (void *)(uintptr_t)((uint64_t)chunk + 1);
@@ -302,10 +293,10 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 			atomic_fetch_add(&p->pieces_refused, 1);
 			return 0;
 		}
-		file_replica_install(p->e, get64(m), get64(m + 8),
-				     get32(m + 16),
+		file_replica_install(p->e, rft_get_le64(m), rft_get_le64(m + 8),
+				     rft_get_le32(m + 16),
 				     (uint32_t)((uintptr_t)cookie - 1),
-				     get32(m + 24), bulk_rc == 0);
+				     rft_get_le32(m + 24), bulk_rc == 0);
 		if (bulk_rc == 0) {
 			atomic_fetch_add(&p->pieces_held, 1);
 			atomic_fetch_add(&p->bytes_held, f->bulk_len);
@@ -318,44 +309,31 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	if (!a)
 		return 0; /* the owner times out and tries again */
 	/* Never sleeps: the checking takes locks no thread sleeps under. */
-	a->rc = done_answer(p, node, get64(m), get64(m + 8), &a->meta,
-			    &a->meta_len);
+	a->rc = done_answer(p, node, rft_get_le64(m), rft_get_le64(m + 8),
+			    &a->meta, &a->meta_len);
 	return queue_answer(p, node, f, a);
 }
 
-static void *answerer_main(void *arg)
+static void send_answer(struct rft_wq_item *w, bool cancel)
 {
-	struct protect *p = arg;
+	struct prot_ans *a = (struct prot_ans *)w;
+	struct protect *p = a->p;
 
-	pthread_mutex_lock(&p->lock);
-	while (!p->stop) {
-		struct prot_ans *a = p->ans;
+	if (cancel) {
+		/* stopping: the asker times out */
+	} else if (a->rc < 0) {
+		peer_reply_err(p->x, a->node, &a->req, a->rc, PROT_SEND_MS);
+	} else {
+		struct peer_frame rep = { .meta = a->meta,
+					  .meta_len = a->meta_len,
+					  .bulk = a->bulk,
+					  .bulk_len = a->bulk_len };
 
-		if (!a) {
-			pthread_cond_wait(&p->cv, &p->lock);
-			continue;
-		}
-		p->ans = a->next;
-		pthread_mutex_unlock(&p->lock);
-		if (a->rc < 0) {
-			peer_reply_err(p->x, a->node, &a->req, a->rc,
-				       PROT_SEND_MS);
-		} else {
-			struct peer_frame rep = { .meta = a->meta,
-						  .meta_len = a->meta_len,
-						  .bulk = a->bulk,
-						  .bulk_len = a->bulk_len };
-
-			if (a->bulk_len)
-				rep.bulk_crc = ers_crc32c(0, a->bulk,
-							  a->bulk_len);
-			peer_reply(p->x, a->node, &a->req, &rep, PROT_SEND_MS);
-		}
-		ans_free(a);
-		pthread_mutex_lock(&p->lock);
+		if (a->bulk_len)
+			rep.bulk_crc = ers_crc32c(0, a->bulk, a->bulk_len);
+		peer_reply(p->x, a->node, &a->req, &rep, PROT_SEND_MS);
 	}
-	pthread_mutex_unlock(&p->lock);
-	return NULL;
+	ans_free(a);
 }
 
 /* --- the owner: sending ------------------------------------------------- */
@@ -375,7 +353,7 @@ static bool pace(struct protect *p, struct pacer *b, uint64_t len)
 		return true;
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		uint64_t now = now_ms();
+		uint64_t now = rft_now_ms();
 
 		if (p->stop) {
 			go = false;
@@ -392,8 +370,9 @@ static bool pace(struct protect *p, struct pacer *b, uint64_t len)
 			b->tokens -= (double)len;
 			break;
 		}
-		cv_wait_until(p, now + 1 +
-				 (uint64_t)((want - b->tokens) * 1e3 / bw));
+		rft_cond_wait_until(
+		    &p->cv, &p->lock,
+		    now + 1 + (uint64_t)((want - b->tokens) * 1e3 / bw));
 	}
 	pthread_mutex_unlock(&p->lock);
 	return go;
@@ -416,8 +395,8 @@ static int ask_copy(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 
 	if (!ans)
 		return -ENOMEM;
-	put64(dmeta, ino);
-	put64(dmeta + 8, gseal);
+	rft_put_le64(dmeta, ino);
+	rft_put_le64(dmeta + 8, gseal);
 	rc = peer_call(p->x, h, &done, &rep, PROT_SEND_MS);
 	if (rc == 0)
 		rc = prot_map_read(ans, rep.meta_len, n, need);
@@ -468,11 +447,11 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 		}
 		f.bulk_len = len;
 		f.bulk_crc = s->crc;
-		put64(meta, ino);
-		put64(meta + 8, gseal);
-		put32(meta + 16, i);
-		put32(meta + 20, len);
-		put32(meta + 24, s->crc);
+		rft_put_le64(meta, ino);
+		rft_put_le64(meta + 8, gseal);
+		rft_put_le32(meta + 16, i);
+		rft_put_le32(meta + 20, len);
+		rft_put_le32(meta + 24, s->crc);
 		if (!pace(p, &p->send_pace, len)) {
 			rc = -ECANCELED;
 			goto out;
@@ -813,7 +792,7 @@ static void *sender_main(void *arg)
 
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop) {
-		uint64_t now = now_ms(), next = now + 1000;
+		uint64_t now = rft_now_ms(), next = now + 1000;
 		struct prot_job *j, **pp;
 		int rc;
 
@@ -845,7 +824,7 @@ static void *sender_main(void *arg)
 		}
 		j = p->head;
 		if (!j) {
-			cv_wait_until(p, next);
+			rft_cond_wait_until(&p->cv, &p->lock, next);
 			continue;
 		}
 		p->head = j->next;
@@ -872,8 +851,8 @@ static void *sender_main(void *arg)
 					      : PROT_RETRY_MIN_MS;
 		if (j->backoff_ms > PROT_RETRY_MAX_MS)
 			j->backoff_ms = PROT_RETRY_MAX_MS;
-		j->at_ms = now_ms() + (p->leaving ? PROT_LEAVE_RETRY_MS
-						  : j->backoff_ms);
+		j->at_ms = rft_now_ms() +
+			   (p->leaving ? PROT_LEAVE_RETRY_MS : j->backoff_ms);
 		j->next = p->later;
 		p->later = j;
 	}
@@ -1092,9 +1071,9 @@ static void *rebuild_main(void *arg)
 		atomic_store(&p->rebuild_failed, left);
 		pthread_mutex_lock(&p->lock);
 		p->rebuild_done = files_done;
-		for (uint64_t until = now_ms() + backoff;
-		     left && !p->stop && !p->leaving && now_ms() < until;)
-			cv_wait_until(p, until);
+		for (uint64_t until = rft_now_ms() + backoff;
+		     left && !p->stop && !p->leaving && rft_now_ms() < until;)
+			rft_cond_wait_until(&p->cv, &p->lock, until);
 		stop = p->stop || p->leaving;
 		pthread_mutex_unlock(&p->lock);
 		if (!left || stop)
@@ -1230,19 +1209,20 @@ int protect_leave(struct protect *p, uint64_t until_ms)
 				 p->par ? "parity rows" : "copies");
 			return -EHOSTDOWN;
 		}
-		if (now_ms() >= until_ms)
+		if (rft_now_ms() >= until_ms)
 			return -ETIMEDOUT;
 		if (!said)
 			rft_info("stop: protecting %llu sealed files of this "
 				 "node first (--stop-wait %llu s at most)",
 				 (unsigned long long)w.n,
-				 (unsigned long long)(until_ms - now_ms() +
+				 (unsigned long long)(until_ms - rft_now_ms() +
 						      999) / 1000);
 		said = true;
 		pthread_mutex_lock(&p->lock);
-		cv_wait_until(p, now_ms() + PROT_LEAVE_POLL_MS < until_ms
-					 ? now_ms() + PROT_LEAVE_POLL_MS
-					 : until_ms);
+		rft_cond_wait_until(&p->cv, &p->lock,
+				    rft_now_ms() + PROT_LEAVE_POLL_MS < until_ms
+					? rft_now_ms() + PROT_LEAVE_POLL_MS
+					: until_ms);
 		pthread_mutex_unlock(&p->lock);
 	}
 }
@@ -1408,7 +1388,10 @@ int protect_new(struct eng *e, struct grp *g, struct protect **out)
 	pthread_mutex_init(&p->lock, NULL);
 	rft_cond_init(&p->cv);
 	r.ctx = p;
-	rc = peer_register(p->x, PEER_T_DATA_FIRST, PEER_T_DATA_LAST, &r);
+	rc = rft_wq_new("rft-prot-ans", 1, &p->answers);
+	if (rc == 0)
+		rc = peer_register(p->x, PEER_T_DATA_FIRST, PEER_T_DATA_LAST,
+				   &r);
 	if (rc < 0) {
 		protect_free(p);
 		return rc;
@@ -1425,7 +1408,7 @@ int protect_start(struct protect *p)
 		return 0;
 	rc = -pthread_create(&p->sender, NULL, sender_main, p);
 	if (rc == 0) {
-		rc = -pthread_create(&p->answerer, NULL, answerer_main, p);
+		rc = rft_wq_start(p->answers);
 		if (rc < 0) {
 			pthread_mutex_lock(&p->lock);
 			p->stop = true;
@@ -1450,8 +1433,9 @@ void protect_stop(struct protect *p)
 	p->stop = true;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->lock);
+	/* Answers not yet sent are dropped: their askers time out. */
+	rft_wq_stop(p->answers, RFT_WQ_CANCEL);
 	pthread_join(p->sender, NULL);
-	pthread_join(p->answerer, NULL);
 	if (p->rebuilding)
 		pthread_join(p->rebuilder, NULL);
 	p->rebuilding = false;
@@ -1473,12 +1457,7 @@ void protect_free(struct protect *p)
 			lists[i] = j->next;
 			job_free(p, j);
 		}
-	while (p->ans) {
-		struct prot_ans *a = p->ans;
-
-		p->ans = a->next;
-		ans_free(a);
-	}
+	rft_wq_free(p->answers);
 	for (size_t b = 0; p->folded && b < PROT_FOLDED_BUCKETS; b++)
 		while (p->folded[b]) {
 			struct folded *fo = p->folded[b];

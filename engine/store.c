@@ -234,7 +234,7 @@ static void *balance_main(void *arg)
 		pthread_mutex_lock(&s->lock);
 		if (moved != 0)
 			continue; /* more to do: go on at once */
-		store_deadline(BALANCE_MS, &ts);
+		rft_deadline_ts(&ts, BALANCE_MS);
 		pthread_cond_timedwait(&s->balance_wake, &s->lock, &ts);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -438,27 +438,6 @@ void store_usage(struct store *s, uint32_t *slabs, uint64_t *small_bytes)
 	*small_bytes = ((uint64_t)*slabs << s->chunk_shift) - free_bytes;
 }
 
-void store_deadline(unsigned wait_ms, struct timespec *deadline)
-{
-	clock_gettime(CLOCK_MONOTONIC, deadline);
-	deadline->tv_sec += wait_ms / 1000;
-	deadline->tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-	if (deadline->tv_nsec >= 1000000000L) {
-		deadline->tv_sec++;
-		deadline->tv_nsec -= 1000000000L;
-	}
-}
-
-static bool past(const struct timespec *deadline)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec > deadline->tv_sec ||
-	       (now.tv_sec == deadline->tv_sec &&
-		now.tv_nsec >= deadline->tv_nsec);
-}
-
 int store_wait_free(struct store *s, uint32_t want,
 		    const struct timespec *deadline)
 {
@@ -474,7 +453,7 @@ int store_wait_free(struct store *s, uint32_t want,
 		want = 1;
 	if (want > s->nchunks)
 		want = s->nchunks;
-	if (past(deadline))
+	if (rft_expired_ts(deadline))
 		return -ENOSPC;
 	pthread_mutex_lock(&s->lock);
 	s->waiters++;
@@ -506,7 +485,7 @@ int store_alloc_len(struct store *s, unsigned wait_ms, uint32_t len,
 
 	if (store_try_alloc_len(s, len, id) == 0)
 		return 0;
-	store_deadline(wait_ms, &deadline);
+	rft_deadline_ts(&deadline, wait_ms);
 	/* Another waiter may take the chunk we were woken for: go again. */
 	while (store_wait_free(s, 1, &deadline) == 0)
 		if (store_try_alloc_len(s, len, id) == 0)

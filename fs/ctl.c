@@ -128,14 +128,6 @@ static const char *err_name(int err)
 	return strerror(err < 0 ? -err : err);
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* --- requests ----------------------------------------------------------- */
 
 #define CMD_JSON (1u << 0) /* takes --json */
@@ -1898,7 +1890,8 @@ static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 				     ticket, err_name(rc));
 			return CTL_EXIT_FAIL;
 		}
-		if (!sent || p.finished || mono_ms() - sent_at >= CTL_BEAT_MS ||
+		if (!sent || p.finished ||
+		    rft_now_ms() - sent_at >= CTL_BEAT_MS ||
 		    p.files_done != last.files_done ||
 		    p.files_total != last.files_total ||
 		    p.bytes_done != last.bytes_done ||
@@ -1911,7 +1904,7 @@ static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 			if (out_send(r, o))
 				return CTL_GONE;
 			sent = true;
-			sent_at = mono_ms();
+			sent_at = rft_now_ms();
 			last = p;
 		}
 		if (p.finished)
@@ -2700,7 +2693,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 			return CTL_EXIT_FAIL;
 		if (!r->wait)
 			break;
-		if (st == GW_DONE || mono_ms() - sent_at >= CTL_BEAT_MS ||
+		if (st == GW_DONE || rft_now_ms() - sent_at >= CTL_BEAT_MS ||
 		    last[0] != done || last[1] != total || last[2] != bytes) {
 			rep_out_line(o, 'p',
 				     "%" PRIu64 " %" PRIu64 " %" PRIu64
@@ -2708,7 +2701,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 				     done, total, bytes, name[k]);
 			if (out_send(r, o))
 				return CTL_GONE;
-			sent_at = mono_ms();
+			sent_at = rft_now_ms();
 			last[0] = done;
 			last[1] = total;
 			last[2] = bytes;
@@ -3034,7 +3027,7 @@ static void ctl_queue(struct rfs_ctl *c, struct ctl_conn *conn)
 	full = c->nqueued == CTL_MAX_QUEUED;
 	if (!full) {
 		conn->next = NULL;
-		conn->since = mono_ms();
+		conn->since = rft_now_ms();
 		if (c->tail)
 			c->tail->next = conn;
 		else
@@ -3167,7 +3160,7 @@ static int ctl_accept_one(struct rfs_ctl *c)
 		return -ENOMEM;
 	}
 	conn->fd = fd;
-	conn->since = mono_ms();
+	conn->since = rft_now_ms();
 	len = sizeof(conn->cred);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &conn->cred, &len) < 0) {
 		rft_warn("control socket: no peer credentials: %s",
@@ -3251,7 +3244,7 @@ static void *ctl_accept_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "rft-ctl");
 	for (;;) {
-		now = mono_ms();
+		now = rft_now_ms();
 		/* What times out first: a pending line, a queued request. */
 		until = ctl_queue_deadline(c);
 		if (c->npending && c->pending[0]->since + CTL_IO_MS < until)
@@ -3277,12 +3270,12 @@ static void *ctl_accept_main(void *arg)
 		n = c->npending;
 		if (poll(pfd, 2 + n, ms) < 0 && errno != EINTR) {
 			rft_err("control socket: poll: %s", strerror(errno));
-			backoff = mono_ms() + CTL_BACKOFF_MS;
+			backoff = rft_now_ms() + CTL_BACKOFF_MS;
 			continue;
 		}
 		if (pfd[0].revents)
 			break;
-		now = mono_ms();
+		now = rft_now_ms();
 
 		/* Lines that came in; pending[] shrinks as they complete. */
 		for (i = n; i-- > 0;)

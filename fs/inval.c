@@ -12,33 +12,54 @@
  * moved on one node is not stale in another's kernel when the change
  * returns.
  *
- * Locks: q->lock is a leaf; the engine is called (eng_invalidated) with
- * no lock held.
+ * Locks: the queue's (rft_wq) is a leaf; the engine is called
+ * (eng_invalidated, when the queue runs dry) with no lock held.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rfs.h"
+#include "rft_wq.h"
 
 struct inval_item {
-	struct inval_item *next;
+	struct rft_wq_item w;	/* on q->wq */
+	struct rfs_inval *q;
 	uint64_t parent;
 	char name[];
 };
 
+/* One worker, "rft-inval", drains at stop. */
 struct rfs_inval {
 	struct eng *e;
 	struct fuse_session *se;
-	pthread_mutex_t lock;
-	pthread_cond_t cv;
-	struct inval_item *head, *tail; /* lock */
-	bool busy;		/* lock: an item is being delivered */
-	bool stop;		/* lock */
+	struct rft_wq *wq;
 	bool started;
-	pthread_t thread;
 };
+
+/* The worker's item: tell the kernel, unless cancelled (never started). */
+static void inval_deliver(struct rft_wq_item *w, bool cancel)
+{
+	struct inval_item *it = (struct inval_item *)w;
+
+	/*
+	 * -ENOENT: not cached here; -ENOSYS/-ENOTCONN: before INIT or after
+	 * unmount.  Either way nothing is left to drop.
+	 */
+	if (!cancel)
+		fuse_lowlevel_notify_inval_entry(it->q->se,
+						 (fuse_ino_t)it->parent,
+						 it->name, strlen(it->name));
+	free(it);
+}
+
+/* The queue ran dry: the engine's waiters may look again. */
+static void inval_drained(void *arg)
+{
+	struct rfs_inval *q = arg;
+
+	eng_invalidated(q->e);
+}
 
 static void inval_entry(void *ctx, uint64_t parent, const char *name)
 {
@@ -49,66 +70,19 @@ static void inval_entry(void *ctx, uint64_t parent, const char *name)
 	/* No memory: the entry stays until the kernel revalidates it. */
 	if (!it)
 		return;
-	it->next = NULL;
+	it->w.fn = inval_deliver;
+	it->q = q;
 	it->parent = parent;
 	memcpy(it->name, name, len + 1);
-	pthread_mutex_lock(&q->lock);
-	if (q->tail)
-		q->tail->next = it;
-	else
-		q->head = it;
-	q->tail = it;
-	pthread_cond_signal(&q->cv);
-	pthread_mutex_unlock(&q->lock);
+	if (rft_wq_queue(q->wq, &it->w, RFT_WQ_HIGH) < 0)
+		free(it); /* stopped: nobody is left to tell */
 }
 
 static bool inval_idle(void *ctx)
 {
 	struct rfs_inval *q = ctx;
-	bool idle;
 
-	pthread_mutex_lock(&q->lock);
-	idle = !q->head && !q->busy;
-	pthread_mutex_unlock(&q->lock);
-	return idle;
-}
-
-static void *inval_main(void *arg)
-{
-	struct rfs_inval *q = arg;
-
-	pthread_mutex_lock(&q->lock);
-	for (;;) {
-		struct inval_item *it = q->head;
-
-		if (!it) {
-			if (q->stop)
-				break;
-			pthread_cond_wait(&q->cv, &q->lock);
-			continue;
-		}
-		q->head = it->next;
-		if (!q->head)
-			q->tail = NULL;
-		q->busy = true;
-		pthread_mutex_unlock(&q->lock);
-		/*
-		 * -ENOENT: not cached here; -ENOSYS/-ENOTCONN: before INIT or
-		 * after unmount.  Either way nothing is left to drop.
-		 */
-		fuse_lowlevel_notify_inval_entry(q->se, (fuse_ino_t)it->parent,
-						 it->name, strlen(it->name));
-		free(it);
-		pthread_mutex_lock(&q->lock);
-		q->busy = false;
-		if (!q->head) {
-			pthread_mutex_unlock(&q->lock);
-			eng_invalidated(q->e);
-			pthread_mutex_lock(&q->lock);
-		}
-	}
-	pthread_mutex_unlock(&q->lock);
-	return NULL;
+	return rft_wq_idle(q->wq);
 }
 
 int rfs_inval_new(struct eng *e, struct fuse_session *se,
@@ -117,14 +91,19 @@ int rfs_inval_new(struct eng *e, struct fuse_session *se,
 	struct rfs_inval *q = calloc(1, sizeof(*q));
 	struct eng_invalidator inv = { .entry = inval_entry,
 				       .idle = inval_idle };
+	int rc;
 
 	*out = NULL;
 	if (!q)
 		return -ENOMEM;
 	q->e = e;
 	q->se = se;
-	pthread_mutex_init(&q->lock, NULL);
-	pthread_cond_init(&q->cv, NULL);
+	rc = rft_wq_new("rft-inval", 1, &q->wq);
+	if (rc < 0) {
+		free(q);
+		return rc;
+	}
+	rft_wq_on_idle(q->wq, inval_drained, q);
 	inv.ctx = q;
 	eng_set_invalidator(e, &inv);
 	*out = q;
@@ -137,7 +116,7 @@ int rfs_inval_start(struct rfs_inval *q)
 
 	if (!q)
 		return 0;
-	rc = -pthread_create(&q->thread, NULL, inval_main, q);
+	rc = rft_wq_start(q->wq);
 	if (rc < 0) {
 		rft_err("cannot start the name invalidation thread: %s",
 			strerror(-rc));
@@ -147,15 +126,12 @@ int rfs_inval_start(struct rfs_inval *q)
 	return 0;
 }
 
+/* What is queued is delivered first. */
 void rfs_inval_stop(struct rfs_inval *q)
 {
 	if (!q || !q->started)
 		return;
-	pthread_mutex_lock(&q->lock);
-	q->stop = true;
-	pthread_cond_signal(&q->cv);
-	pthread_mutex_unlock(&q->lock);
-	pthread_join(q->thread, NULL);
+	rft_wq_stop(q->wq, RFT_WQ_DRAIN);
 	q->started = false;
 }
 
@@ -167,13 +143,6 @@ void rfs_inval_free(struct rfs_inval *q)
 		return;
 	rfs_inval_stop(q);
 	eng_set_invalidator(q->e, &none);
-	while (q->head) {
-		struct inval_item *it = q->head;
-
-		q->head = it->next;
-		free(it);
-	}
-	pthread_mutex_destroy(&q->lock);
-	pthread_cond_destroy(&q->cv);
+	rft_wq_free(q->wq); /* never started: what waits is dropped */
 	free(q);
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ctl_path.h"
+#include "rft_clock.h"
 
 #ifndef RFT_VERSION
 #define RFT_VERSION "unknown"
@@ -111,14 +112,6 @@ static void usage_err(const char *msg)
 {
 	fprintf(stderr, "%s: %s\n\n", prog, msg);
 	usage(stderr);
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static const char *fmt_bytes(char *buf, size_t size, uint64_t v)
@@ -495,7 +488,7 @@ static void progress_plain(struct progress *pg)
 		       pg->fd, pg->ft, fmt_bytes(b1, sizeof(b1), pg->bd));
 	fflush(stdout);
 	pg->shown = true;
-	pg->shown_at = mono_ms();
+	pg->shown_at = rft_now_ms();
 }
 
 static void progress_bar(struct progress *pg)
@@ -541,7 +534,7 @@ static void progress_record(struct progress *pg, const char *text)
 	pg->shown = false;
 	if (pg->tty)
 		progress_bar(pg);
-	else if (!pg->shown_at || mono_ms() - pg->shown_at >= ADM_PLAIN_MS)
+	else if (!pg->shown_at || rft_now_ms() - pg->shown_at >= ADM_PLAIN_MS)
 		progress_plain(pg);
 }
 

@@ -296,17 +296,17 @@ full_tier() {
 	fi
 
 	# 3. TSan on the unit tests of the modules that take locks and run
-	# threads (the engine's and the group's: transports, membership, the
-	# raft log, the parity holders), and on 'stress' (randomized
-	# concurrent operations).  They drive the engine's threads directly,
-	# in seconds; the integration suite against the TSan daemon is the
-	# soak tier's.
+	# threads (the common work queue, the engine's and the group's:
+	# transports, membership, the raft log, the parity holders), and on
+	# 'stress' (randomized concurrent operations).  They drive the
+	# engine's threads directly, in seconds; the integration suite
+	# against the TSan daemon is the soak tier's.
 	if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
 		NSSNAP_ENTRIES=${NSSNAP_ENTRIES:-30000} \
 		with_tsan run_suite build-tsan --timeout-multiplier 2 \
-			store ns file persist durability pass seal ctl loop \
-			peer_tcp peer_fake hs memb registry nslog nssnap parity \
-			stress
+			common store ns file persist durability pass seal ctl \
+			loop peer_tcp peer_fake hs memb registry nslog nssnap \
+			parity stress
 	else
 		echo "test: build-tsan: configure or build failed" >&2
 		FAILED=$((FAILED + 1))

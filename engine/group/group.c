@@ -738,19 +738,11 @@ static enum grp_member_state member_state(enum memb_state s)
 	return GRP_MEMBER_UNKNOWN;
 }
 
-static uint64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int grp_get_info(struct grp *g, struct grp_info *info,
 		 struct grp_member_info *m, int max)
 {
 	struct memb_view *v = malloc(sizeof(*v));
-	uint64_t now = monotonic_ms();
+	uint64_t now = rft_now_ms();
 	int i, n = 0;
 
 	memset(info, 0, sizeof(*info));

@@ -35,6 +35,7 @@
 #include "engine.h"
 #include "erasure.h"
 #include "group_i.h"
+#include "rft_le.h"
 
 #define HS_MAGIC 0x48544652u	/* "RFTH" read as little-endian u32 */
 #define HS_VERSION 2		/* 1: the two handshakes before this one */
@@ -54,39 +55,6 @@ enum {
 	STEP_META,		/* the meta of the frame in hs->h */
 	STEP_DONE,
 };
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)v);
-	put16(p + 2, (uint16_t)(v >> 16));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)get16(p) | (uint32_t)get16(p + 2) << 16;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 static bool cfg_ok(const struct grp_hs_cfg *c)
 {
@@ -117,10 +85,10 @@ static void hs_mac(const struct grp_hs *hs, const char *label, uint32_t cnode,
 		{ hs->snonce, GRP_NONCE_LEN },
 	};
 
-	put32(ids, cnode);
-	put32(ids + 4, snode);
-	put64(ids + 8, cid);
-	put64(ids + 16, sid);
+	rft_put_le32(ids, cnode);
+	rft_put_le32(ids + 4, snode);
+	rft_put_le64(ids + 8, cid);
+	rft_put_le64(ids + 16, sid);
 	grp_mac(c->secret, parts, (int)(sizeof(parts) / sizeof(parts[0])),
 		mac);
 }
@@ -187,14 +155,14 @@ int grp_hs_client(struct grp_hs *hs, const struct grp_hs_cfg *cfg,
 		return rc;
 	hs->peer_node = (int)node;
 	hs->want_id = id;
-	put32(m, HS_MAGIC);
-	put16(m + 4, HS_VERSION);
+	rft_put_le32(m, HS_MAGIC);
+	rft_put_le16(m + 4, HS_VERSION);
 	m[6] = cfg->link;
 	m[7] = (uint8_t)cfg->group_len;
-	put32(m + 8, cfg->self);
-	put32(m + 12, node);
-	put64(m + 16, cfg->self_id);
-	put64(m + 24, id);
+	rft_put_le32(m + 8, cfg->self);
+	rft_put_le32(m + 12, node);
+	rft_put_le64(m + 16, cfg->self_id);
+	rft_put_le64(m + 24, id);
 	memcpy(m + 32, hs->cnonce, GRP_NONCE_LEN);
 	memcpy(m + GRP_HS_HELLO_LEN, cfg->group, cfg->group_len);
 	put_frame(hs, PEER_T_HELLO, 1, m,
@@ -244,7 +212,7 @@ static int on_hello(struct grp_hs *hs)
 	const char *why;
 	int rc;
 
-	if (get32(m) != HS_MAGIC || get16(m + 4) != HS_VERSION)
+	if (rft_get_le32(m) != HS_MAGIC || rft_get_le16(m + 4) != HS_VERSION)
 		return fail(hs, -EPROTO, "not a handshake of this version");
 	if (m[6] != c->link) {
 		snprintf(hs->whybuf, sizeof(hs->whybuf),
@@ -253,10 +221,10 @@ static int on_hello(struct grp_hs *hs)
 	}
 	if (m[7] == 0 || hs->h.meta_len != GRP_HS_HELLO_LEN + (uint32_t)m[7])
 		return fail(hs, -EPROTO, "malformed HELLO");
-	cnode = get32(m + 8);
-	snode = get32(m + 12);
-	hs->peer_id = get64(m + 16);
-	sid = get64(m + 24);
+	cnode = rft_get_le32(m + 8);
+	snode = rft_get_le32(m + 12);
+	hs->peer_id = rft_get_le64(m + 16);
+	sid = rft_get_le64(m + 24);
 	if (cnode >= c->nodes || cnode == c->self)
 		return refuse(hs, NULL, "node id %u is no peer in this group",
 			      cnode);
@@ -280,11 +248,11 @@ static int on_hello(struct grp_hs *hs)
 	rc = grp_random(hs->snonce, GRP_NONCE_LEN);
 	if (rc < 0)
 		return fail(hs, rc, "no random bytes");
-	put32(ch, HS_MAGIC);
-	put16(ch + 4, HS_VERSION);
+	rft_put_le32(ch, HS_MAGIC);
+	rft_put_le16(ch + 4, HS_VERSION);
 	ch[6] = c->link;
 	ch[7] = 0;
-	put64(ch + 8, c->self_id);
+	rft_put_le64(ch + 8, c->self_id);
 	memcpy(ch + 16, hs->snonce, GRP_NONCE_LEN);
 	hs_mac(hs, label_server, cnode, c->self, hs->peer_id, c->self_id,
 	       ch + 48);
@@ -302,10 +270,10 @@ static int on_challenge(struct grp_hs *hs)
 	uint8_t mac[GRP_MAC_LEN];
 	uint64_t sid;
 
-	if (get32(m) != HS_MAGIC || get16(m + 4) != HS_VERSION ||
+	if (rft_get_le32(m) != HS_MAGIC || rft_get_le16(m + 4) != HS_VERSION ||
 	    m[6] != c->link || m[7] != 0)
 		return fail(hs, -EPROTO, "malformed CHALLENGE");
-	sid = get64(m + 8);
+	sid = rft_get_le64(m + 8);
 	memcpy(hs->snonce, m + 16, GRP_NONCE_LEN);
 	if (hs->want_id && sid != hs->want_id)
 		return refuse(hs, NULL, "answers as id %llu, not %llu",
@@ -410,20 +378,13 @@ const char *grp_hs_why(const struct grp_hs *hs, int rc)
 	return strerror(-rc);
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void grp_hs_log(struct grp_hs_log *lg, const struct grp_hs *hs, int rc)
 {
 	int node = hs->peer_node, slot = node >= 0 && node < GRP_MAX_NODES
 						 ? node
 						 : GRP_MAX_NODES;
-	int64_t now = mono_ms(), last = atomic_load(&lg->last_ms[slot]);
+	int64_t now = (int64_t)rft_now_ms(),
+		last = atomic_load(&lg->last_ms[slot]);
 
 	if (last && now - last < HS_LOG_EVERY_MS)
 		return;

@@ -100,6 +100,7 @@
 
 #include "engine.h"
 #include "group_i.h"
+#include "rft_le.h"
 
 #define PEER_T_MEMB_HB PEER_T_MEMB_FIRST
 
@@ -189,14 +190,6 @@ struct memb {
 	char reg_keys[GRP_MAX_NODES][REG_KEY_MAX]; /* registry thread only */
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 const char *memb_state_name(enum memb_state s)
 {
 	switch (s) {
@@ -214,40 +207,6 @@ const char *memb_state_name(enum memb_state s)
 
 /* --- encoding ------------------------------------------------------------ */
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 /* Our heartbeat into m->tx.  Under lock.  Returns its length. */
 static uint32_t hb_encode(struct memb *m)
 {
@@ -256,18 +215,19 @@ static uint32_t hb_encode(struct memb *m)
 	int i;
 
 	memset(b, 0, HB_HDR_LEN + (size_t)HB_ENT_LEN * (size_t)m->nodes);
-	put16(b, MEMB_HB_VERSION);
-	put16(b + 2, (uint16_t)m->nodes);
-	put32(b + 4, (uint32_t)m->self);
-	put64(b + 8, m->inc);
-	put64(b + 16, m->view.epoch);
-	put32(b + 24, m->life);
-	put32(b + 28, m->view.node[m->self].rebuilding ? HB_F_REBUILDING : 0);
+	rft_put_le16(b, MEMB_HB_VERSION);
+	rft_put_le16(b + 2, (uint16_t)m->nodes);
+	rft_put_le32(b + 4, (uint32_t)m->self);
+	rft_put_le64(b + 8, m->inc);
+	rft_put_le64(b + 16, m->view.epoch);
+	rft_put_le32(b + 24, m->life);
+	rft_put_le32(b + 28,
+		     m->view.node[m->self].rebuilding ? HB_F_REBUILDING : 0);
 	for (i = 0; i < m->nodes; i++) {
 		n = &m->view.node[i];
 		e = b + HB_HDR_LEN + HB_ENT_LEN * i;
-		put64(e, n->incarnation);
-		put32(e + 8, i == m->self ? m->life : m->p[i].life);
+		rft_put_le64(e, n->incarnation);
+		rft_put_le32(e + 8, i == m->self ? m->life : m->p[i].life);
 		e[12] = (uint8_t)n->state;
 		e[13] = i != m->self && m->p[i].demand ? HB_F_DEMAND : 0;
 	}
@@ -284,25 +244,26 @@ static int hb_decode(const struct memb *m, int node, const struct peer_frame *f,
 	if (f->type != PEER_T_MEMB_HB || f->flags || f->bulk_len ||
 	    f->meta_len != HB_HDR_LEN + HB_ENT_LEN * (uint32_t)m->nodes)
 		return -EPROTO;
-	if (get16(b) != MEMB_HB_VERSION || get16(b + 2) != m->nodes ||
-	    get32(b + 4) != (uint32_t)node ||
-	    (get32(b + 28) & ~(uint32_t)HB_F_REBUILDING))
+	if (rft_get_le16(b) != MEMB_HB_VERSION ||
+	    rft_get_le16(b + 2) != m->nodes ||
+	    rft_get_le32(b + 4) != (uint32_t)node ||
+	    (rft_get_le32(b + 28) & ~(uint32_t)HB_F_REBUILDING))
 		return -EPROTO;
-	hb->flags = get32(b + 28);
+	hb->flags = rft_get_le32(b + 28);
 	hb->sender = node;
-	hb->inc = get64(b + 8);
-	hb->epoch = get64(b + 16);
-	hb->life = get32(b + 24);
+	hb->inc = rft_get_le64(b + 8);
+	hb->epoch = rft_get_le64(b + 16);
+	hb->life = rft_get_le32(b + 24);
 	if (hb->inc == 0)
 		return -EPROTO;
 	for (i = 0; i < m->nodes; i++) {
 		e = b + HB_HDR_LEN + HB_ENT_LEN * i;
-		hb->e[i].inc = get64(e);
-		hb->e[i].life = get32(e + 8);
+		hb->e[i].inc = rft_get_le64(e);
+		hb->e[i].life = rft_get_le32(e + 8);
 		hb->e[i].state = e[12];
 		hb->e[i].flags = e[13];
 		if (e[12] > MEMB_DEAD || (e[13] & ~HB_F_DEMAND) ||
-		    get16(e + 14))
+		    rft_get_le16(e + 14))
 			return -EPROTO;
 	}
 	return 0;
@@ -337,7 +298,7 @@ static int memb_deliver(void *ctx, int node, const struct peer_frame *f,
 	p->slot.life = hb.life;
 	p->slot.flags = hb.flags;
 	memcpy(p->slot.e, hb.e, sizeof(hb.e[0]) * (size_t)m->nodes);
-	p->arrival = now_ms();
+	p->arrival = rft_now_ms();
 	p->fresh = true;
 	pthread_cond_signal(&m->cond);
 	pthread_mutex_unlock(&m->lock);
@@ -360,7 +321,7 @@ static void changed(struct memb *m, int node, enum memb_state was,
 	void *ctx = m->fn_ctx;
 
 	m->view.epoch++;
-	n->since_ms = now_ms();
+	n->since_ms = rft_now_ms();
 	if (n->state == MEMB_UP)
 		rft_info("membership of %d: node %d %s -> %s, incarnation "
 			 "%" PRIx64 ", epoch %" PRIu64 " (%s)",
@@ -569,12 +530,12 @@ static void send_all(struct memb *m)
 		peer_stats(m->x, i, &st);
 		up[i] = st.up;
 	}
-	end = now_ms() + (uint64_t)m->hb_ms;
+	end = rft_now_ms() + (uint64_t)m->hb_ms;
 	for (pass = 0; pass < 2; pass++) {
 		for (i = 0; i < m->nodes; i++) {
 			if (!to[i] || up[i] != (pass == 0))
 				continue;
-			now = now_ms();
+			now = rft_now_ms();
 			timeout = now < end ? (int)(end - now) : 0;
 			rc = peer_send(m->x, i, &f, timeout);
 			pthread_mutex_lock(&m->lock);
@@ -600,11 +561,11 @@ static void *memb_thread(void *arg)
 	uint64_t now, next;
 
 	pthread_mutex_lock(&m->lock);
-	m->last_tick = now_ms();
+	m->last_tick = rft_now_ms();
 	next = m->last_tick;
 	while (!m->stop) {
 		apply_slots(m);
-		now = now_ms();
+		now = rft_now_ms();
 		if (!m->stop && now >= next) {
 			detect(m, now);
 			if (!m->stop)
@@ -968,11 +929,11 @@ static void *reg_thread(void *arg)
 			backoff = 0;
 			wait = (uint64_t)m->hb_ms;
 		}
-		when = now_ms() + wait;
+		when = rft_now_ms() + wait;
 		ts.tv_sec = (time_t)(when / 1000);
 		ts.tv_nsec = (long)(when % 1000) * 1000000L;
 		pthread_mutex_lock(&m->lock);
-		while (!m->stop && now_ms() < when)
+		while (!m->stop && rft_now_ms() < when)
 			pthread_cond_timedwait(&m->reg_cond, &m->lock, &ts);
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -1058,7 +1019,7 @@ int memb_new(const struct memb_opts *o, struct peer_xport *x,
 {
 	struct peer_rx rx = { .deliver = memb_deliver };
 	struct memb *m;
-	uint64_t now = now_ms();
+	uint64_t now = rft_now_ms();
 	int i, rc;
 
 	*out = NULL;

@@ -240,6 +240,7 @@
 #include "engine.h"
 #include "erasure.h"
 #include "group_i.h"
+#include "rft_le.h"
 
 /* Frame types of this module (PEER_T_NSLOG_FIRST..LAST). */
 enum {
@@ -553,68 +554,10 @@ static inline bool tr_is_cut(const struct nslog *l, int node)
 
 /* --- small helpers -------------------------------------------------------- */
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void ts_at(struct timespec *ts, uint64_t ms)
-{
-	ts->tv_sec = (time_t)(ms / 1000);
-	ts->tv_nsec = (long)(ms % 1000) * 1000000L;
-}
-
 /* Wait on @c under l->lock until woken or CLOCK_MONOTONIC ms @until. */
 static void wait_until(struct nslog *l, pthread_cond_t *c, uint64_t until)
 {
-	struct timespec ts;
-
-	ts_at(&ts, until);
-	pthread_cond_timedwait(c, &l->lock, &ts);
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
+	rft_cond_wait_until(c, &l->lock, until);
 }
 
 /* The node a raft id belongs to, or -1 when it is no node of this group. */
@@ -666,10 +609,10 @@ static void ent_hdr(uint8_t *p, int kind, int node, uint64_t inc,
 {
 	p[0] = ENT_VERSION;
 	p[1] = (uint8_t)kind;
-	put16(p + 2, (uint16_t)node);
-	put32(p + 4, ent_pad(len));
-	put64(p + 8, inc);
-	put64(p + 16, rid);
+	rft_put_le16(p + 2, (uint16_t)node);
+	rft_put_le32(p + 4, ent_pad(len));
+	rft_put_le64(p + 8, inc);
+	rft_put_le64(p + 16, rid);
 }
 
 /* Decode an entry (header and payload).  0 or -EPROTO. */
@@ -682,7 +625,7 @@ static int ent_decode(const struct nslog *l, const void *buf, size_t len,
 	if (len < ENT_HDR_LEN || p[0] != ENT_VERSION)
 		return -EPROTO;
 	/* Padded to a multiple of 8 with 0 to 7 zero bytes. */
-	pad = get32(p + 4);
+	pad = rft_get_le32(p + 4);
 	if (pad > 7 || pad > len - ENT_HDR_LEN ||
 	    pad != ent_pad(len - ENT_HDR_LEN - pad))
 		return -EPROTO;
@@ -690,9 +633,9 @@ static int ent_decode(const struct nslog *l, const void *buf, size_t len,
 		if (p[len - 1 - i])
 			return -EPROTO;
 	e->kind = p[1];
-	e->node = get16(p + 2);
-	e->inc = get64(p + 8);
-	e->rid = get64(p + 16);
+	e->node = rft_get_le16(p + 2);
+	e->inc = rft_get_le64(p + 8);
+	e->rid = rft_get_le64(p + 16);
 	e->payload = p + ENT_HDR_LEN;
 	e->len = len - ENT_HDR_LEN - pad;
 	if (e->node >= l->nodes || e->inc == 0 || e->rid == 0)
@@ -1749,13 +1692,13 @@ static int rfsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
 		free(ubuf);
 		return RAFT_NOMEM;
 	}
-	put32(h, SNAP_MAGIC);
-	put32(h + 4, SNAP_VERSION);
-	put32(h + 8, nd);
-	put32(h + 12, ng);
-	put64(h + 16, ulen);
+	rft_put_le32(h, SNAP_MAGIC);
+	rft_put_le32(h + 4, SNAP_VERSION);
+	rft_put_le32(h + 8, nd);
+	rft_put_le32(h + 12, ng);
+	rft_put_le64(h + 16, ulen);
 	/* raft takes a snapshot at its last applied entry. */
-	put64(h + 24, raft_last_applied(&l->raft));
+	rft_put_le64(h + 24, raft_last_applied(&l->raft));
 	p = h + SNAP_HDR_LEN;
 	for (node = 0; node < l->nodes; node++) {
 		for (i = 0; i < DEDUPE_SLOTS; i++) {
@@ -1763,14 +1706,15 @@ static int rfsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
 
 			if (!s->inc)
 				continue;
-			put32(p, (uint32_t)node);
-			put32(p + 4, 0);
-			put64(p + 8, s->inc);
-			put64(p + 16, s->max_rid);
-			put64(p + 24, s->bits);
-			put64(p + 32, s->last_index);
+			rft_put_le32(p, (uint32_t)node);
+			rft_put_le32(p + 4, 0);
+			rft_put_le64(p + 8, s->inc);
+			rft_put_le64(p + 16, s->max_rid);
+			rft_put_le64(p + 24, s->bits);
+			rft_put_le64(p + 32, s->last_index);
 			for (int k = 0; k < DEDUPE_WINDOW; k++)
-				put32(p + 40 + 4 * k, (uint32_t)s->res[k]);
+				rft_put_le32(p + 40 + 4 * k,
+					     (uint32_t)s->res[k]);
 			p += DD_REC_LEN;
 		}
 	}
@@ -1779,10 +1723,10 @@ static int rfsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
 
 		if (!g->gen && !g->inc)
 			continue;
-		put32(p, (uint32_t)node);
-		put32(p + 4, g->gen);
-		put64(p + 8, g->inc);
-		put64(p + 16, g->rid);
+		rft_put_le32(p, (uint32_t)node);
+		rft_put_le32(p + 4, g->gen);
+		rft_put_le64(p + 8, g->inc);
+		rft_put_le64(p + 16, g->rid);
 		p += GEN_REC_LEN;
 	}
 	b[0].base = h;
@@ -1854,23 +1798,23 @@ static int rfsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
 	size_t need, hlen = SNAP_HDR_LEN;
 	int rc;
 
-	if (buf->len < SNAP_HDR_LEN_V1 || get32(h) != SNAP_MAGIC)
+	if (buf->len < SNAP_HDR_LEN_V1 || rft_get_le32(h) != SNAP_MAGIC)
 		goto bad;
-	if (get32(h + 4) == 1) {
+	if (rft_get_le32(h + 4) == 1) {
 		hlen = SNAP_HDR_LEN_V1; /* before the index was in it */
-	} else if (get32(h + 4) != SNAP_VERSION) {
+	} else if (rft_get_le32(h + 4) != SNAP_VERSION) {
 		rft_err("node %d: a snapshot of format %u: this daemon reads "
 			"formats 1 and %u only (a newer daemon wrote it?)",
-			l->self, get32(h + 4), SNAP_VERSION);
+			l->self, rft_get_le32(h + 4), SNAP_VERSION);
 		return RAFT_MALFORMED;
 	} else if (buf->len < SNAP_HDR_LEN) {
 		goto bad;
 	} else {
-		index = get64(h + 24);
+		index = rft_get_le64(h + 24);
 	}
-	nd = get32(h + 8);
-	ng = get32(h + 12);
-	ulen = get64(h + 16);
+	nd = rft_get_le32(h + 8);
+	ng = rft_get_le32(h + 12);
+	ulen = rft_get_le64(h + 16);
 	if (nd > (uint32_t)l->nodes * DEDUPE_SLOTS || ng > (uint32_t)l->nodes)
 		goto bad;
 	need = hlen + (size_t)nd * DD_REC_LEN +
@@ -1879,11 +1823,12 @@ static int rfsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
 		goto bad;
 	memset(per_node, 0, sizeof(per_node));
 	for (i = 0, p = h + hlen; i < nd; i++, p += DD_REC_LEN)
-		if (get32(p) >= (uint32_t)l->nodes || get64(p + 8) == 0 ||
-		    ++per_node[get32(p)] > DEDUPE_SLOTS)
+		if (rft_get_le32(p) >= (uint32_t)l->nodes ||
+		    rft_get_le64(p + 8) == 0 ||
+		    ++per_node[rft_get_le32(p)] > DEDUPE_SLOTS)
 			goto bad;
 	for (i = 0; i < ng; i++, p += GEN_REC_LEN)
-		if (get32(p) >= (uint32_t)l->nodes)
+		if (rft_get_le32(p) >= (uint32_t)l->nodes)
 			goto bad;
 	rc = l->fsm.restore(l->fsm.ctx, index, h + need, ulen);
 	if (rc < 0) {
@@ -1894,25 +1839,25 @@ static int rfsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
 	memset(l->dd, 0, sizeof(*l->dd) * GRP_MAX_NODES);
 	memset(l->gen, 0, sizeof(l->gen));
 	for (i = 0, p = h + hlen; i < nd; i++, p += DD_REC_LEN) {
-		struct dd_slot *row = l->dd[get32(p)], *s = NULL;
+		struct dd_slot *row = l->dd[rft_get_le32(p)], *s = NULL;
 
 		/* Counted above: a free slot is there. */
 		for (int k = 0; k < DEDUPE_SLOTS && !s; k++)
 			if (!row[k].inc)
 				s = &row[k];
-		s->inc = get64(p + 8);
-		s->max_rid = get64(p + 16);
-		s->bits = get64(p + 24);
-		s->last_index = get64(p + 32);
+		s->inc = rft_get_le64(p + 8);
+		s->max_rid = rft_get_le64(p + 16);
+		s->bits = rft_get_le64(p + 24);
+		s->last_index = rft_get_le64(p + 32);
 		for (int k = 0; k < DEDUPE_WINDOW; k++)
-			s->res[k] = (int32_t)get32(p + 40 + 4 * k);
+			s->res[k] = (int32_t)rft_get_le32(p + 40 + 4 * k);
 	}
 	for (i = 0; i < ng; i++, p += GEN_REC_LEN) {
-		struct gen_rec *g = &l->gen[get32(p)];
+		struct gen_rec *g = &l->gen[rft_get_le32(p)];
 
-		g->gen = get32(p + 4);
-		g->inc = get64(p + 8);
-		g->rid = get64(p + 16);
+		g->gen = rft_get_le32(p + 4);
+		g->inc = rft_get_le64(p + 8);
+		g->rid = rft_get_le64(p + 16);
 	}
 	raft_free(buf->base);
 	pending_after_restore(l);
@@ -2016,7 +1961,7 @@ static void op_finish(struct nslog *l, struct op *op, int rc, uint64_t value)
 			meta[0] = (uint8_t)value;
 			len = 1;
 		} else if (rc == 0) {
-			put64(meta, value);
+			rft_put_le64(meta, value);
 			len = 8;
 		}
 		answer(l, op->from, op->ftype, op->frid, rc, meta, len);
@@ -2054,7 +1999,7 @@ static int run_local(struct nslog *l, struct op *op, uint64_t until,
 		return rc;
 	}
 	pthread_mutex_lock(&l->lock);
-	while (!op->done && !l->stopping && (!until || now_ms() < until)) {
+	while (!op->done && !l->stopping && (!until || rft_now_ms() < until)) {
 		if (until)
 			wait_until(l, &l->cond, until);
 		else
@@ -2605,7 +2550,7 @@ static int rx_probe(struct nslog *l, int node, const struct peer_frame *f)
 	j->rid = f->rid;
 	j->nincs = (int)(f->meta_len / 8);
 	for (int i = 0; i < j->nincs; i++)
-		j->incs[i] = get64(m + 8 * i);
+		j->incs[i] = rft_get_le64(m + 8 * i);
 	queue_job(l, j);
 	return 0;
 }
@@ -2697,7 +2642,7 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 			return -EPROTO;
 		}
 	} else if (kind == OP_JOIN) {
-		op->id = get64(f->meta);
+		op->id = rft_get_le64(f->meta);
 	}
 	if (post_op(l, op) < 0)
 		op_finish(l, op, -EAGAIN, 0);
@@ -2722,10 +2667,10 @@ static void probe_answer(struct nslog *l, const struct job *j,
 		witnessed |= j->incs[i] == w;
 	meta[0] = state == PS_ACTIVE;
 	meta[1] = state == PS_ACTIVE && witnessed;
-	put16(meta + 2, (uint16_t)(int16_t)leader);
-	put32(meta + 4, 0);
-	put64(meta + 8, id);
-	put64(meta + 16, l->inc);
+	rft_put_le16(meta + 2, (uint16_t)(int16_t)leader);
+	rft_put_le32(meta + 4, 0);
+	rft_put_le64(meta + 8, id);
+	rft_put_le64(meta + 16, l->inc);
 }
 
 static void run_job(struct nslog *l, struct job *j)
@@ -2785,11 +2730,11 @@ static void *worker_main(void *arg)
 /* Sleep @ms, or less if the nslog stops.  False once it stops. */
 static bool ctl_sleep(struct nslog *l, unsigned ms)
 {
-	uint64_t until = now_ms() + ms;
+	uint64_t until = rft_now_ms() + ms;
 	bool stop;
 
 	pthread_mutex_lock(&l->lock);
-	while (!l->stopping && now_ms() < until)
+	while (!l->stopping && rft_now_ms() < until)
 		wait_until(l, &l->cond, until);
 	stop = l->stopping;
 	pthread_mutex_unlock(&l->lock);
@@ -2835,11 +2780,11 @@ static void probe_all(struct nslog *l, struct probe_round *r)
 	pthread_mutex_lock(&l->lock);
 	n = l->ps.nincs;
 	for (int i = 0; i < n; i++)
-		put64(meta + 8 * i, l->ps.incs[i]);
+		rft_put_le64(meta + 8 * i, l->ps.incs[i]);
 	pthread_mutex_unlock(&l->lock);
 	if (n == 0) {
 		/* No incarnation ran "unknown" here: say who we are now. */
-		put64(meta, l->inc);
+		rft_put_le64(meta, l->inc);
 		n = 1;
 	}
 	for (p = 0; p < l->nodes && !stopping(l); p++) {
@@ -2858,14 +2803,14 @@ static void probe_all(struct nslog *l, struct probe_round *r)
 			continue;
 		r->answered++;
 		if (!rm[0]) {
-			r->empty[p] = get64(rm + 16);
+			r->empty[p] = rft_get_le64(rm + 16);
 			continue;
 		}
 		r->active++;
 		r->witnessed |= rm[1];
 		if (r->some_active < 0)
 			r->some_active = p;
-		leader = (int16_t)get16(rm + 2);
+		leader = (int16_t)rft_get_le16(rm + 2);
 		if (leader >= 0 && leader < l->nodes && leader != l->self &&
 		    r->hint < 0)
 			r->hint = leader;
@@ -2924,7 +2869,7 @@ static raft_id ctl_new_gen(struct nslog *l, struct probe_round *r)
 		    peer_call(l->x, target, &req, &rep,
 			      (int)(4 * probe_ms(l))) == 0 &&
 		    rep.meta_len == 8) {
-			id = get64(rm);
+			id = rft_get_le64(rm);
 			if (node_of(l, id) == l->self && gen_of(id) > 0)
 				return id;
 		}
@@ -2941,7 +2886,7 @@ static void ctl_join(struct nslog *l, raft_id id)
 	uint8_t m[8], rm[1];
 	int target;
 
-	put64(m, id);
+	rft_put_le64(m, id);
 	while (!stopping(l)) {
 		struct peer_frame req = {
 			.type = NSLOG_T_JOIN,
@@ -3020,9 +2965,9 @@ static int ctl_first_start(struct nslog *l)
 		said |= found;
 		if (!found && r.active > 0) {
 			if (!first_active)
-				first_active = now_ms();
+				first_active = rft_now_ms();
 			if (r.answered == l->nodes - 1 ||
-			    now_ms() - first_active >= grace)
+			    rft_now_ms() - first_active >= grace)
 				break;
 		}
 		if (!ctl_sleep(l, retry_ms(l)))
@@ -3446,7 +3391,8 @@ static void leave(struct nslog *l)
 /* Longest single wait on a peer, so that a stop is not held up long. */
 static uint64_t call_ms(const struct nslog *l, uint64_t until)
 {
-	uint64_t now = now_ms(), cap = clampu(4 * l->election_ms, 2000, 10000);
+	uint64_t now = rft_now_ms(),
+		 cap = clampu(4 * l->election_ms, 2000, 10000);
 
 	if (until <= now)
 		return 1;
@@ -3464,19 +3410,19 @@ static bool maybe_reached(int rc)
 static void nap(struct nslog *l, unsigned ms, uint64_t until,
 		const bool *done)
 {
-	uint64_t end = now_ms() + ms;
+	uint64_t end = rft_now_ms() + ms;
 
 	if (end > until)
 		end = until;
-	while (!*done && !l->stopping && now_ms() < end)
+	while (!*done && !l->stopping && rft_now_ms() < end)
 		wait_until(l, &l->cond, end);
 }
 
 /* Under l->lock: wait until a leader is known, at most to @until. */
 static void wait_leader(struct nslog *l, uint64_t until, const bool *done)
 {
-	while (l->st.leader < 0 && !*done && !l->stopping &&
-	       !l->start_failed && now_ms() < until)
+	while (l->st.leader < 0 && !*done && !l->stopping && !l->start_failed &&
+	       rft_now_ms() < until)
 		wait_until(l, &l->cond, until);
 }
 
@@ -3522,7 +3468,8 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 		 int timeout_ms, int *result)
 {
 	struct pending p = { 0 };
-	uint64_t until = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	uint64_t until =
+	    rft_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
 	struct pending **pp;
 	bool reached = false, is_leader;
 	int rc, leader;
@@ -3536,7 +3483,7 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 		return rc;
 	pthread_mutex_lock(&l->lock);
 	while (l->inflight >= MAX_INFLIGHT && !l->stopping &&
-	       now_ms() < until)
+	       rft_now_ms() < until)
 		wait_until(l, &l->cond, until);
 	if (l->inflight >= MAX_INFLIGHT) {
 		pthread_mutex_unlock(&l->lock);
@@ -3566,7 +3513,7 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 			rc = -EIO;
 			break;
 		}
-		if (now_ms() >= until) {
+		if (rft_now_ms() >= until) {
 			rc = reached ? -ETIMEDOUT : -ENOTCONN;
 			break;
 		}
@@ -3585,7 +3532,7 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 		reached |= maybe_reached(rc);
 		if (rc == 0) {
 			/* Committed: wait until this node applied it too. */
-			while (!p.done && !l->stopping && now_ms() < until)
+			while (!p.done && !l->stopping && rft_now_ms() < until)
 				wait_until(l, &l->cond, until);
 			continue;
 		}
@@ -3604,7 +3551,8 @@ int nslog_submit(struct nslog *l, const void *buf, size_t len,
 
 int nslog_barrier(struct nslog *l, int timeout_ms)
 {
-	uint64_t until = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	uint64_t until =
+	    rft_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
 	uint64_t index = 0;
 	bool reached = false, never = false, is_leader;
 	uint8_t rm[8];
@@ -3623,7 +3571,7 @@ int nslog_barrier(struct nslog *l, int timeout_ms)
 			rc = -EIO;
 			break;
 		}
-		if (now_ms() >= until) {
+		if (rft_now_ms() >= until) {
 			rc = reached ? -ETIMEDOUT : -ENOTCONN;
 			break;
 		}
@@ -3648,13 +3596,13 @@ int nslog_barrier(struct nslog *l, int timeout_ms)
 			if (rc == 0 && rep.meta_len != 8)
 				rc = -EPROTO;
 			if (rc == 0)
-				index = get64(rm);
+				index = rft_get_le64(rm);
 		}
 		pthread_mutex_lock(&l->lock);
 		reached |= maybe_reached(rc);
 		if (rc == 0) {
 			while (l->st.applied_index < index && !l->stopping &&
-			       now_ms() < until)
+			       rft_now_ms() < until)
 				wait_until(l, &l->cond, until);
 			if (l->st.applied_index >= index)
 				break;
@@ -3692,7 +3640,7 @@ void nslog_test_cut(struct nslog *l, int node, bool cut)
 		return;
 	op->node = node;
 	op->flag = cut;
-	run_local(l, op, now_ms() + 10000, NULL);
+	run_local(l, op, rft_now_ms() + 10000, NULL);
 }
 #endif
 

@@ -11,6 +11,7 @@
 
 #include "engine.h"
 #include "group_i.h"
+#include "rft_le.h"
 
 /* A peer_call() waiting for its reply.  Lives on the caller's stack. */
 struct peer_call {
@@ -214,17 +215,6 @@ static void call_unlink(struct peer_xport *x, struct peer_call *call)
 		}
 }
 
-static void deadline_after(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 int peer_call(struct peer_xport *x, int node, struct peer_frame *req,
 	      struct peer_reply *rep, int timeout_ms)
 {
@@ -251,7 +241,7 @@ int peer_call(struct peer_xport *x, int node, struct peer_frame *req,
 	pthread_mutex_unlock(&x->calls_lock);
 
 	req->rid = call.rid;
-	deadline_after(&deadline, timeout_ms);
+	rft_deadline_ts(&deadline, timeout_ms > 0 ? (uint64_t)timeout_ms : 0);
 	rc = send_frame(x, node, req, timeout_ms, &gen);
 
 	pthread_mutex_lock(&x->calls_lock);
@@ -315,10 +305,7 @@ int peer_reply_err(struct peer_xport *x, int node,
 		.meta_len = sizeof(meta),
 	};
 
-	meta[0] = (uint8_t)e;
-	meta[1] = (uint8_t)(e >> 8);
-	meta[2] = (uint8_t)(e >> 16);
-	meta[3] = (uint8_t)(e >> 24);
+	rft_put_le32(meta, e);
 	return peer_reply(x, node, req, &rep, timeout_ms);
 }
 
@@ -363,13 +350,11 @@ void *peer_base_bulk_dest(struct peer_xport *x, int node,
 
 static int le32_errno(const struct peer_frame *f)
 {
-	const uint8_t *m = f->meta;
 	int32_t e;
 
 	if (f->meta_len != 4)
 		return -EPROTO;
-	e = (int32_t)((uint32_t)m[0] | (uint32_t)m[1] << 8 |
-		      (uint32_t)m[2] << 16 | (uint32_t)m[3] << 24);
+	e = (int32_t)rft_get_le32(f->meta);
 	/* Only a plausible -errno; anything else is a broken peer. */
 	return e < 0 && e > -4096 ? e : -EPROTO;
 }

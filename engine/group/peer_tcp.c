@@ -167,21 +167,13 @@ static const struct peer_xport_ops tcp_ops;
 
 /* --- small helpers -------------------------------------------------------- */
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * At most 20 log lines a second per transport: a flood of bad frames
  * must not become a flood of log lines (the counters have the numbers).
  */
 static bool log_ok(struct peer_tcp *t)
 {
-	int64_t now = now_ms(), w = atomic_load(&t->log_window_ms);
+	int64_t now = rft_now_ms(), w = atomic_load(&t->log_window_ms);
 
 	if (now - w >= 1000 &&
 	    atomic_compare_exchange_strong(&t->log_window_ms, &w, now))
@@ -199,12 +191,6 @@ static void wake_monitor(struct peer_tcp *t)
 }
 
 /* Set t->cond's clock and the deadline arithmetic for timed waits. */
-static void ts_at(struct timespec *ts, int64_t ms)
-{
-	ts->tv_sec = ms / 1000;
-	ts->tv_nsec = (long)(ms % 1000) * 1000000L;
-}
-
 /*
  * Wait until @fd is ready for @events or @deadline (CLOCK_MONOTONIC ms;
  * -1: no deadline).  0 (ready, or an error the next read/write reports),
@@ -218,7 +204,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
 	for (;;) {
 		ms = -1;
 		if (deadline >= 0) {
-			int64_t left = deadline - now_ms();
+			int64_t left = deadline - rft_now_ms();
 
 			if (left <= 0)
 				return -ETIMEDOUT;
@@ -465,7 +451,7 @@ static void count_fail(struct peer_tcp *t, int node, int rc)
 static int cli_handshake(struct peer_tcp *t, int fd, int node,
 			 int64_t deadline, uint64_t *inc)
 {
-	int64_t hs_end = now_ms() + t->handshake_ms;
+	int64_t hs_end = rft_now_ms() + t->handshake_ms;
 	int64_t end = deadline < hs_end ? deadline : hs_end;
 	struct grp_hs hs;
 	int rc;
@@ -580,8 +566,9 @@ static int out_connect(struct peer_tcp *t, int node, int64_t deadline,
 	freeaddrinfo(res);
 	if (fd < 0)
 		/* handshake_ms ran out, not the caller's time: no link */
-		return rc == -ETIMEDOUT && now_ms() < deadline ? -ENOTCONN
-							     : rc;
+		return rc == -ETIMEDOUT && (int64_t)rft_now_ms() < deadline
+			   ? -ENOTCONN
+			   : rc;
 
 	c = calloc(1, sizeof(*c));
 	pthread_mutex_lock(&t->lock);
@@ -664,13 +651,13 @@ static int tcp_send(struct peer_xport *x, int node, const struct peer_frame *f,
 {
 	struct peer_tcp *t = (struct peer_tcp *)x;
 	struct tcp_peer *p = &t->peer[node];
-	int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+	int64_t deadline = rft_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	struct tcp_out *c;
 	struct timespec ts;
 	bool fresh, partial;
 	int rc = 0, attempt;
 
-	ts_at(&ts, deadline);
+	rft_ts_at(&ts, deadline);
 	pthread_mutex_lock(&t->lock);
 	while (p->busy && !t->stopping && rc == 0)
 		if (pthread_cond_timedwait(&t->cond, &t->lock, &ts) ==
@@ -772,12 +759,12 @@ static bool in_take_over(struct peer_tcp *t, struct tcp_in *c)
 		old->waiters++;
 		if (old->inc != c->inc)
 			shutdown(old->fd, SHUT_RDWR);
-		ts_at(&ts, now_ms() + t->idle_ms);
+		rft_ts_at(&ts, rft_now_ms() + t->idle_ms);
 		while (!old->done && !t->stopping)
 			if (pthread_cond_timedwait(&t->cond, &t->lock, &ts) ==
 			    ETIMEDOUT) {
 				shutdown(old->fd, SHUT_RDWR);
-				ts_at(&ts, now_ms() + 3600 * 1000);
+				rft_ts_at(&ts, rft_now_ms() + 3600 * 1000);
 			}
 		old->waiters--;
 	}
@@ -811,7 +798,7 @@ static void in_loop(struct peer_tcp *t, struct tcp_in *c)
 		n = read_some(c->fd, hb, sizeof(hb));
 		if (n <= 0)
 			return; /* closed, or stop() */
-		end = now_ms() + t->idle_ms;
+		end = rft_now_ms() + t->idle_ms;
 		rc = read_full(c->fd, hb + n, sizeof(hb) - (size_t)n, end,
 			       NULL);
 		if (rc < 0)
@@ -975,7 +962,7 @@ static void accept_all(struct peer_tcp *t)
 		c->t = t;
 		c->fd = fd;
 		c->node = -1;
-		c->accepted_ms = now_ms();
+		c->accepted_ms = rft_now_ms();
 		pthread_mutex_lock(&t->lock);
 		t->hs_count++;
 		if (pthread_create(&c->thread, NULL, in_main, c) != 0) {

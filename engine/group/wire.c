@@ -13,6 +13,7 @@
 
 #include "erasure.h"
 #include "group_i.h"
+#include "rft_le.h"
 
 /* Byte offsets of the fields (group_i.h). */
 enum {
@@ -32,56 +33,20 @@ enum {
 
 #define WIRE_KNOWN_FLAGS (PEER_F_REPLY | PEER_F_ERROR)
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16);
-	p[3] = (uint8_t)(v >> 24);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 void wire_hdr_encode(const struct wire_hdr *h, uint8_t out[WIRE_HDR_LEN])
 {
-	put32(out + OFF_MAGIC, WIRE_MAGIC);
-	put16(out + OFF_VERSION, h->version);
-	put16(out + OFF_TYPE, h->type);
-	put16(out + OFF_FLAGS, h->flags);
-	put16(out + OFF_RESERVED, 0);
-	put32(out + OFF_META_LEN, h->meta_len);
-	put32(out + OFF_BULK_LEN, h->bulk_len);
-	put32(out + OFF_BULK_CRC, h->bulk_crc);
-	put64(out + OFF_RID, h->rid);
-	put64(out + OFF_SEQ, h->seq);
-	put32(out + OFF_META_CRC, h->meta_crc);
-	put32(out + OFF_HDR_CRC, ers_crc32c(0, out, OFF_HDR_CRC));
+	rft_put_le32(out + OFF_MAGIC, WIRE_MAGIC);
+	rft_put_le16(out + OFF_VERSION, h->version);
+	rft_put_le16(out + OFF_TYPE, h->type);
+	rft_put_le16(out + OFF_FLAGS, h->flags);
+	rft_put_le16(out + OFF_RESERVED, 0);
+	rft_put_le32(out + OFF_META_LEN, h->meta_len);
+	rft_put_le32(out + OFF_BULK_LEN, h->bulk_len);
+	rft_put_le32(out + OFF_BULK_CRC, h->bulk_crc);
+	rft_put_le64(out + OFF_RID, h->rid);
+	rft_put_le64(out + OFF_SEQ, h->seq);
+	rft_put_le32(out + OFF_META_CRC, h->meta_crc);
+	rft_put_le32(out + OFF_HDR_CRC, ers_crc32c(0, out, OFF_HDR_CRC));
 }
 
 int wire_hdr_decode(const uint8_t in[WIRE_HDR_LEN], struct wire_hdr *h)
@@ -93,27 +58,27 @@ int wire_hdr_decode(const uint8_t in[WIRE_HDR_LEN], struct wire_hdr *h)
 	 * anywhere in the header, lengths included, fails here, so
 	 * -EMSGSIZE below means the sender really asked for that much.
 	 */
-	if (get32(in + OFF_MAGIC) != WIRE_MAGIC ||
-	    get16(in + OFF_VERSION) != WIRE_VERSION)
+	if (rft_get_le32(in + OFF_MAGIC) != WIRE_MAGIC ||
+	    rft_get_le16(in + OFF_VERSION) != WIRE_VERSION)
 		return -EPROTO;
-	if (get32(in + OFF_HDR_CRC) != ers_crc32c(0, in, OFF_HDR_CRC))
+	if (rft_get_le32(in + OFF_HDR_CRC) != ers_crc32c(0, in, OFF_HDR_CRC))
 		return -EPROTO;
-	flags = get16(in + OFF_FLAGS);
-	if (get16(in + OFF_RESERVED) != 0 || (flags & ~WIRE_KNOWN_FLAGS))
+	flags = rft_get_le16(in + OFF_FLAGS);
+	if (rft_get_le16(in + OFF_RESERVED) != 0 || (flags & ~WIRE_KNOWN_FLAGS))
 		return -EPROTO;
 	/* An error is only ever a reply (peer_reply_err). */
 	if ((flags & PEER_F_ERROR) && !(flags & PEER_F_REPLY))
 		return -EPROTO;
 	memset(h, 0, sizeof(*h));
 	h->version = WIRE_VERSION;
-	h->type = get16(in + OFF_TYPE);
+	h->type = rft_get_le16(in + OFF_TYPE);
 	h->flags = flags;
-	h->meta_len = get32(in + OFF_META_LEN);
-	h->bulk_len = get32(in + OFF_BULK_LEN);
-	h->bulk_crc = get32(in + OFF_BULK_CRC);
-	h->rid = get64(in + OFF_RID);
-	h->seq = get64(in + OFF_SEQ);
-	h->meta_crc = get32(in + OFF_META_CRC);
+	h->meta_len = rft_get_le32(in + OFF_META_LEN);
+	h->bulk_len = rft_get_le32(in + OFF_BULK_LEN);
+	h->bulk_crc = rft_get_le32(in + OFF_BULK_CRC);
+	h->rid = rft_get_le64(in + OFF_RID);
+	h->seq = rft_get_le64(in + OFF_SEQ);
+	h->meta_crc = rft_get_le32(in + OFF_META_CRC);
 	/* @h stays filled in, for the caller's log line. */
 	if (h->meta_len > PEER_META_MAX || h->bulk_len > PEER_BULK_MAX)
 		return -EMSGSIZE;

@@ -927,10 +927,10 @@ static int rpc_get(struct world *w, int from, int h, uint64_t ckpt,
 				  .bulk = row, .bulk_cap = CLEN };
 	int rc;
 
-	put64(req, ckpt);
-	put64(req + 8, stripe);
-	put32(req + 16, code);
-	put32(req + 20, 0);
+	rft_put_le64(req, ckpt);
+	rft_put_le64(req + 8, stripe);
+	rft_put_le32(req + 16, code);
+	rft_put_le32(req + 20, 0);
 	rc = peer_call(w->node[from].x, h, &f, &rep, CALL_MS);
 	if (rc == 0) {
 		/* The row's bytes (4 KiB and up): zeros past them. */
@@ -958,10 +958,10 @@ static int direct_get(struct world *w, int from, int h, uint64_t ckpt,
 				.meta_len = sizeof(req) };
 	int rc;
 
-	put64(req, ckpt);
-	put64(req + 8, stripe);
-	put32(req + 16, w->code);
-	put32(req + 20, 0);
+	rft_put_le64(req, ckpt);
+	rft_put_le64(req + 8, stripe);
+	rft_put_le32(req + 16, w->code);
+	rft_put_le32(req + 20, 0);
 	rc = parity_rx_get(w->node[h].par, from, &f, &am, &aml, &ab, &abl);
 	if (rc == 0) {
 		assert_true(aml <= 8 + ERS_MAX_K * 32);
@@ -987,7 +987,7 @@ static bool model_members(struct world *w, uint64_t ckpt, uint64_t stripe,
 	bool any = false;
 
 	memset(meta, 0, 8 + 32 * (size_t)w->k);
-	put32(meta, (uint32_t)w->k);
+	rft_put_le32(meta, (uint32_t)w->k);
 	for (int x = 0; x < w->k; x++) {
 		uint32_t idx = 0;
 		struct pfile *f = member(w, ckpt, stripe, x, &idx);
@@ -999,12 +999,13 @@ static bool model_members(struct world *w, uint64_t ckpt, uint64_t stripe,
 		}
 		any = true;
 		piece_bytes(f, idx, w->data[x]);
-		put64(e, f->ino);
-		put64(e + 8, f->gseal);
-		put32(e + 16, idx);
-		put32(e + 20, piece_hole(f, idx) ? 0 : piece_len(f, idx));
-		put32(e + 24, piece_hole(f, idx) ? 0 : f->crc[idx]);
-		put32(e + 28, 1);
+		rft_put_le64(e, f->ino);
+		rft_put_le64(e + 8, f->gseal);
+		rft_put_le32(e + 16, idx);
+		rft_put_le32(e + 20,
+			     piece_hole(f, idx) ? 0 : piece_len(f, idx));
+		rft_put_le32(e + 24, piece_hole(f, idx) ? 0 : f->crc[idx]);
+		rft_put_le32(e + 28, 1);
 	}
 	return any;
 }
@@ -1017,8 +1018,9 @@ static void dump_members(struct world *w, const uint8_t *got)
 		fprintf(stderr,
 			"  slot %d: ino %" PRIu64 " gseal %" PRIu64
 			" piece %u len %u crc %08x in %u\n",
-			x, get64(g), get64(g + 8), get32(g + 16),
-			get32(g + 20), get32(g + 24), get32(g + 28));
+			x, rft_get_le64(g), rft_get_le64(g + 8),
+			rft_get_le32(g + 16), rft_get_le32(g + 20),
+			rft_get_le32(g + 24), rft_get_le32(g + 28));
 	}
 }
 
@@ -1100,7 +1102,7 @@ static void check_rows(struct world *w, const char *when)
 						 w->name, when, s, ckpt_ino[c],
 						 h, rc);
 				assert_int_equal(mlen, 8 + 32 * (uint32_t)w->k);
-				put32(meta + 4, (uint32_t)r);
+				rft_put_le32(meta + 4, (uint32_t)r);
 				if (memcmp(got, meta, mlen)) {
 					fprintf(stderr, "got:\n");
 					dump_members(w, got);
@@ -1125,12 +1127,13 @@ static void check_rows(struct world *w, const char *when)
 				{
 					uint32_t longest = 0;
 
-					for (int x = 0; x < w->k; x++)
-						if (get32(meta + 8 + 32 * x +
-							  20) > longest)
-							longest = get32(
-								meta + 8 +
-								32 * x + 20);
+					for (int x = 0; x < w->k; x++) {
+						uint32_t n = rft_get_le32(
+							meta + 8 + 32 * x + 20);
+
+						if (n > longest)
+							longest = n;
+					}
 					least[h] += row_least(longest);
 				}
 				rows[h]++;
@@ -1535,16 +1538,16 @@ static void fold_meta(uint8_t *m, uint64_t ckpt, uint64_t stripe,
 		      uint32_t slot, uint32_t piece, uint32_t len,
 		      uint32_t crc)
 {
-	put64(m, ckpt);
-	put64(m + 8, stripe);
-	put64(m + 16, ino);
-	put64(m + 24, gseal);
-	put32(m + 32, code);
-	put32(m + 36, slot);
-	put32(m + 40, piece);
-	put32(m + 44, len);
-	put32(m + 48, crc);
-	put32(m + 52, 0);
+	rft_put_le64(m, ckpt);
+	rft_put_le64(m + 8, stripe);
+	rft_put_le64(m + 16, ino);
+	rft_put_le64(m + 24, gseal);
+	rft_put_le32(m + 32, code);
+	rft_put_le32(m + 36, slot);
+	rft_put_le32(m + 40, piece);
+	rft_put_le32(m + 44, len);
+	rft_put_le32(m + 48, crc);
+	rft_put_le32(m + 52, 0);
 }
 
 static void send_frame(struct world *w, int from, int to, uint16_t type,
@@ -1650,7 +1653,7 @@ static void check_malformed(struct world *w)
 	/* No bytes at all, for a piece that has some. */
 	send_frame(w, a, h, PAR_T_FOLD, meta, FOLD_META, NULL, 0, 0);
 	/* Reserved bits. */
-	put32(meta + 52, 1);
+	rft_put_le32(meta + 52, 1);
 	send_frame(w, a, h, PAR_T_FOLD, meta, FOLD_META, bulk, len, crc);
 	/* A slot out of range. */
 	fold_meta(meta, ck, stripe, ino, gseal, w->code, (uint32_t)w->k, 0,
@@ -1756,11 +1759,11 @@ static void check_malformed(struct world *w)
 				 w->row),
 			 0);
 	assert_int_equal(folds_of(w, h), folds + 1);
-	assert_int_equal(get64(got + 8 + 32 * slot), ino);
-	assert_int_equal(get64(got + 8 + 32 * slot + 8), gseal);
-	assert_int_equal(get32(got + 8 + 32 * slot + 20), len);
-	assert_int_equal(get32(got + 8 + 32 * slot + 24), crc);
-	assert_int_equal(get32(got + 8 + 32 * slot + 28), 1);
+	assert_int_equal(rft_get_le64(got + 8 + 32 * slot), ino);
+	assert_int_equal(rft_get_le64(got + 8 + 32 * slot + 8), gseal);
+	assert_int_equal(rft_get_le32(got + 8 + 32 * slot + 20), len);
+	assert_int_equal(rft_get_le32(got + 8 + 32 * slot + 24), crc);
+	assert_int_equal(rft_get_le32(got + 8 + 32 * slot + 28), 1);
 	for (int s = 0; s < w->k; s++) {
 		memset(w->data[s], 0, CLEN);
 		if (s == slot)
@@ -1791,7 +1794,7 @@ static void check_malformed(struct world *w)
 				 w->row),
 			 0);
 	assert_memory_equal(w->par[0], w->row, CLEN);
-	assert_int_equal(get32(got + 8 + 32 * slot + 28), 1);
+	assert_int_equal(rft_get_le32(got + 8 + 32 * slot + 28), 1);
 	/* The right one is, and the row goes back to the store. */
 	send_frame(w, a, h, PAR_T_UNFOLD, meta, FOLD_META, bulk, len, crc);
 	assert_int_equal(parity_ask(pa, h, &ps, true, NULL), 0);

@@ -1,0 +1,469 @@
+/*
+ * test_common.c - the common layer: clock and deadline arithmetic,
+ * little-endian round trips, and the work queue under concurrency.
+ *
+ * The work-queue tests are randomized (thread counts, items, delays, the
+ * moment of a stop): the seed is printed, and WQ_SEED=N replays it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "rft_clock.h"
+#include "rft_le.h"
+#include "rft_wq.h"
+
+static uint64_t seed;
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static unsigned below(uint64_t *s, unsigned n)
+{
+	return (unsigned)(splitmix(s) % n);
+}
+
+/* --- clock and deadlines ------------------------------------------------ */
+
+static void test_clock(void **state)
+{
+	uint64_t a = rft_now_ms(), an = rft_now_ns(), b, bn;
+	struct timespec ts, d;
+
+	(void)state;
+	b = rft_now_ms();
+	bn = rft_now_ns();
+	assert_true(b >= a);
+	assert_true(bn >= an);
+	/* The two clocks are one: ms and ns agree within a few ms. */
+	assert_true(bn / 1000000 + 1 >= b && bn / 1000000 <= b + 50);
+
+	/* timespec <-> ms <-> ns. */
+	rft_ts_at(&ts, 12345678901ull);
+	assert_int_equal(ts.tv_sec, 12345678);
+	assert_int_equal(ts.tv_nsec, 901000000L);
+	assert_int_equal(rft_ts_ms(&ts), 12345678901ull);
+	assert_int_equal(rft_ts_ns(&ts), 12345678901000000ull);
+
+	/* A deadline is normalized for every carry of the nanoseconds. */
+	for (uint64_t ms = 0; ms < 3000; ms += 7) {
+		uint64_t before = rft_now_ns();
+
+		rft_deadline_ts(&d, ms);
+		assert_true(d.tv_nsec >= 0 && d.tv_nsec < RFT_NS_PER_S);
+		assert_true(rft_ts_ns(&d) >= before + ms * 1000000u);
+		assert_true(rft_ts_ns(&d) <= rft_now_ns() + ms * 1000000u);
+	}
+	rft_deadline_ts(&d, 0);
+	assert_true(rft_expired_ts(&d));
+	rft_deadline_ts(&d, 60000);
+	assert_false(rft_expired_ts(&d));
+
+	/* Millisecond deadlines. */
+	b = rft_deadline_ms(60000);
+	assert_false(rft_expired_ms(b));
+	assert_true(rft_ms_left(b) > 59000 && rft_ms_left(b) <= 60000);
+	assert_true(rft_expired_ms(rft_now_ms()));
+	assert_int_equal(rft_ms_left(0), 0);
+	assert_int_equal(rft_ms_left(rft_now_ms() - 5), 0);
+}
+
+/* A timed wait on rft_cond_init's clock ends near its deadline. */
+static void test_cond_wait_until(void **state)
+{
+	pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cv;
+	uint64_t t0, until;
+	int rc;
+
+	(void)state;
+	rft_cond_init(&cv);
+	pthread_mutex_lock(&m);
+	t0 = rft_now_ms();
+	until = t0 + 60;
+	do
+		rc = rft_cond_wait_until(&cv, &m, until);
+	while (rc == 0 && !rft_expired_ms(until));
+	pthread_mutex_unlock(&m);
+	assert_int_equal(rc, ETIMEDOUT);
+	assert_true(rft_now_ms() >= until);
+	assert_true(rft_now_ms() - t0 < 5000);
+	/* A deadline already past does not wait. */
+	pthread_mutex_lock(&m);
+	assert_int_equal(rft_cond_wait_until(&cv, &m, t0), ETIMEDOUT);
+	pthread_mutex_unlock(&m);
+	pthread_cond_destroy(&cv);
+}
+
+/* --- little-endian ------------------------------------------------------ */
+
+static void test_le(void **state)
+{
+	uint64_t s = seed ^ 0x1e;
+	uint8_t buf[9 + 8];
+
+	(void)state;
+	/* The byte order, spelled out once. */
+	rft_put_le64(buf, 0x0807060504030201ull);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(buf[i], i + 1);
+	assert_int_equal(rft_get_le16(buf), 0x0201);
+	assert_int_equal(rft_get_le32(buf), 0x04030201u);
+	assert_int_equal(rft_get_le64(buf), 0x0807060504030201ull);
+
+	/* Round trips at every alignment, against a byte-at-a-time twin. */
+	for (int n = 0; n < 100000; n++) {
+		uint64_t v = splitmix(&s);
+		unsigned off = below(&s, 9);
+		uint8_t *p = buf + off;
+
+		rft_put_le16(p, (uint16_t)v);
+		assert_int_equal(rft_get_le16(p), (uint16_t)v);
+		rft_put_le32(p, (uint32_t)v);
+		assert_int_equal(rft_get_le32(p), (uint32_t)v);
+		rft_put_le64(p, v);
+		assert_int_equal(rft_get_le64(p), v);
+		for (int i = 0; i < 8; i++)
+			assert_int_equal(p[i], (uint8_t)(v >> (8 * i)));
+	}
+}
+
+/* --- work queue ---------------------------------------------------------- */
+
+struct job {
+	struct rft_wq_item w;
+	struct world *wd;
+	unsigned producer, seq;
+	unsigned delay_us;
+	enum rft_wq_prio prio;
+};
+
+struct world {
+	struct rft_wq *q;
+	unsigned nthreads;
+	unsigned producers, per_producer;
+	atomic_uint accepted, refused, ran, cancelled, idle_calls;
+	atomic_uint inside;	/* items running now */
+	atomic_uint max_inside;
+	atomic_bool bad_name;
+	atomic_uint *runs;	/* [producer * per_producer + seq] */
+	/* One worker: the last seq run of each producer, per list. */
+	unsigned last[2][64];
+	bool check_order;
+	bool order_broken;
+	bool low_before_high; /* a LOW ran while a HIGH was queued */
+	unsigned high_left;	/* HIGH items queued, not yet run */
+	pthread_mutex_t lock;
+};
+
+static void job_fn(struct rft_wq_item *w, bool cancel)
+{
+	struct job *j = (struct job *)((char *)w - offsetof(struct job, w));
+	struct world *wd = j->wd;
+	unsigned in = atomic_fetch_add(&wd->inside, 1) + 1, max;
+	char name[16];
+
+	max = atomic_load(&wd->max_inside);
+	while (in > max && !atomic_compare_exchange_weak(&wd->max_inside,
+							  &max, in))
+		;
+	/* Cancelled by rft_wq_free, an item runs on the caller's thread. */
+	if (!cancel &&
+	    (pthread_getname_np(pthread_self(), name, sizeof(name)) != 0 ||
+	     strncmp(name, "wqtest", 6) != 0))
+		atomic_store(&wd->bad_name, true);
+	if (!cancel && j->delay_us)
+		usleep(j->delay_us);
+	atomic_fetch_add(&wd->runs[j->producer * wd->per_producer + j->seq],
+			 1);
+	if (wd->check_order) {
+		pthread_mutex_lock(&wd->lock);
+		if (j->seq && wd->last[j->prio][j->producer] + 1 != j->seq)
+			wd->order_broken = true;
+		wd->last[j->prio][j->producer] = j->seq;
+		if (j->prio == RFT_WQ_HIGH)
+			wd->high_left--;
+		else if (wd->high_left)
+			wd->low_before_high = true;
+		pthread_mutex_unlock(&wd->lock);
+	}
+	atomic_fetch_add(cancel ? &wd->cancelled : &wd->ran, 1);
+	atomic_fetch_sub(&wd->inside, 1);
+	free(j);
+}
+
+static void on_idle(void *arg)
+{
+	struct world *wd = arg;
+
+	atomic_fetch_add(&wd->idle_calls, 1);
+}
+
+static void world_init(struct world *wd, unsigned nthreads,
+		       unsigned producers, unsigned per)
+{
+	memset(wd, 0, sizeof(*wd));
+	wd->nthreads = nthreads;
+	wd->producers = producers;
+	wd->per_producer = per;
+	wd->runs = calloc((size_t)producers * per, sizeof(*wd->runs));
+	assert_non_null(wd->runs);
+	pthread_mutex_init(&wd->lock, NULL);
+	assert_int_equal(rft_wq_new("wqtest", nthreads, &wd->q), 0);
+	rft_wq_on_idle(wd->q, on_idle, wd);
+}
+
+static void world_free(struct world *wd)
+{
+	rft_wq_free(wd->q);
+	pthread_mutex_destroy(&wd->lock);
+	free(wd->runs);
+}
+
+static int queue_one(struct world *wd, unsigned producer, unsigned seq,
+		     enum rft_wq_prio prio, unsigned delay_us)
+{
+	struct job *j = calloc(1, sizeof(*j));
+	int rc;
+
+	assert_non_null(j);
+	j->w.fn = job_fn;
+	j->wd = wd;
+	j->producer = producer;
+	j->seq = seq;
+	j->prio = prio;
+	j->delay_us = delay_us;
+	if (prio == RFT_WQ_HIGH && wd->check_order) {
+		pthread_mutex_lock(&wd->lock);
+		wd->high_left++;
+		pthread_mutex_unlock(&wd->lock);
+	}
+	rc = rft_wq_queue(wd->q, &j->w, prio);
+	if (rc == 0) {
+		atomic_fetch_add(&wd->accepted, 1);
+	} else {
+		assert_int_equal(rc, -ESHUTDOWN);
+		atomic_fetch_add(&wd->refused, 1);
+		if (prio == RFT_WQ_HIGH && wd->check_order) {
+			pthread_mutex_lock(&wd->lock);
+			wd->high_left--;
+			pthread_mutex_unlock(&wd->lock);
+		}
+		free(j);
+	}
+	return rc;
+}
+
+/* Every accepted item ran (or was cancelled) exactly once. */
+static void check_once(struct world *wd)
+{
+	unsigned total = 0;
+
+	for (unsigned i = 0; i < wd->producers * wd->per_producer; i++) {
+		unsigned r = atomic_load(&wd->runs[i]);
+
+		if (r > 1)
+			fail_msg("item %u ran %u times (WQ_SEED=%" PRIu64 ")",
+				 i, r, seed);
+		total += r;
+	}
+	assert_int_equal(total, atomic_load(&wd->accepted));
+	assert_int_equal(atomic_load(&wd->ran) + atomic_load(&wd->cancelled),
+			 atomic_load(&wd->accepted));
+	assert_false(atomic_load(&wd->bad_name));
+	assert_true(atomic_load(&wd->max_inside) <= wd->nthreads);
+}
+
+/*
+ * One worker: the order of each list is kept, and a LOW item waits while
+ * a HIGH one is queued.  Items queued before the start wait for it.
+ */
+static void test_wq_order(void **state)
+{
+	uint64_t s = seed ^ 0x0d;
+	struct world wd;
+	unsigned n = 200 + below(&s, 800), high = 0, low = 0;
+
+	(void)state;
+	world_init(&wd, 1, 2, n);
+	wd.check_order = true;
+	for (unsigned i = 0; i < n; i++) {
+		if (below(&s, 2))
+			assert_int_equal(queue_one(&wd, 0, high++,
+						   RFT_WQ_HIGH, 0), 0);
+		else
+			assert_int_equal(queue_one(&wd, 1, low++,
+						   RFT_WQ_LOW, 0), 0);
+	}
+	assert_int_equal(rft_wq_pending(wd.q, RFT_WQ_HIGH), high);
+	assert_int_equal(rft_wq_pending(wd.q, RFT_WQ_LOW), low);
+	assert_false(rft_wq_idle(wd.q));
+	assert_int_equal(rft_wq_start(wd.q), 0);
+	rft_wq_stop(wd.q, RFT_WQ_DRAIN);
+	assert_int_equal(atomic_load(&wd.ran), n);
+	assert_int_equal(atomic_load(&wd.cancelled), 0);
+	assert_false(wd.order_broken);
+	assert_false(wd.low_before_high);
+	assert_true(rft_wq_idle(wd.q));
+	assert_true(atomic_load(&wd.idle_calls) >= 1);
+	/* Stopped: nothing more is taken. */
+	assert_int_equal(queue_one(&wd, 0, 0, RFT_WQ_HIGH, 0), -ESHUTDOWN);
+	check_once(&wd);
+	world_free(&wd);
+}
+
+struct producer {
+	struct world *wd;
+	unsigned id;
+	uint64_t rng;
+	atomic_bool *go;
+};
+
+static void *producer_main(void *arg)
+{
+	struct producer *p = arg;
+	struct world *wd = p->wd;
+
+	while (!atomic_load(p->go))
+		;
+	for (unsigned i = 0; i < wd->per_producer; i++) {
+		enum rft_wq_prio prio = below(&p->rng, 4) ? RFT_WQ_HIGH
+							  : RFT_WQ_LOW;
+		unsigned delay = below(&p->rng, 8) ? 0 : below(&p->rng, 200);
+
+		queue_one(wd, p->id, i, prio, delay);
+		if (!below(&p->rng, 16))
+			usleep(below(&p->rng, 100));
+	}
+	return NULL;
+}
+
+/*
+ * Many producers and workers; with @stop_early the queue is stopped
+ * (draining or cancelling at random) while the producers still queue.
+ */
+static void run_many(uint64_t s, bool stop_early)
+{
+	unsigned threads = 1 + below(&s, 8), producers = 2 + below(&s, 6);
+	unsigned per = 100 + below(&s, 900);
+	enum rft_wq_stop how = below(&s, 2) ? RFT_WQ_CANCEL : RFT_WQ_DRAIN;
+	struct producer p[8];
+	pthread_t pt[8];
+	atomic_bool go = false;
+	struct world wd;
+
+	world_init(&wd, threads, producers, per);
+	assert_int_equal(rft_wq_start(wd.q), 0);
+	for (unsigned i = 0; i < producers; i++) {
+		p[i] = (struct producer){ &wd, i, splitmix(&s), &go };
+		assert_int_equal(pthread_create(&pt[i], NULL, producer_main,
+						&p[i]),
+				 0);
+	}
+	atomic_store(&go, true);
+	if (stop_early) {
+		usleep(below(&s, 20000));
+		rft_wq_stop(wd.q, how);
+		/* Joined: nothing runs, nothing is left. */
+		assert_int_equal(atomic_load(&wd.inside), 0);
+		assert_int_equal(rft_wq_pending(wd.q, RFT_WQ_HIGH), 0);
+		assert_int_equal(rft_wq_pending(wd.q, RFT_WQ_LOW), 0);
+		if (how == RFT_WQ_DRAIN)
+			assert_int_equal(atomic_load(&wd.cancelled), 0);
+	}
+	for (unsigned i = 0; i < producers; i++)
+		pthread_join(pt[i], NULL);
+	if (!stop_early) {
+		rft_wq_stop(wd.q, RFT_WQ_DRAIN);
+		assert_int_equal(atomic_load(&wd.refused), 0);
+		assert_int_equal(atomic_load(&wd.accepted), producers * per);
+		assert_int_equal(atomic_load(&wd.cancelled), 0);
+	}
+	assert_int_equal(atomic_load(&wd.accepted) + atomic_load(&wd.refused),
+			 producers * per);
+	check_once(&wd);
+	world_free(&wd);
+}
+
+static void test_wq_many_producers(void **state)
+{
+	uint64_t s = seed ^ 0x9a;
+
+	(void)state;
+	for (int round = 0; round < 20; round++)
+		run_many(splitmix(&s), false);
+}
+
+static void test_wq_stop_while_busy(void **state)
+{
+	uint64_t s = seed ^ 0x57;
+
+	(void)state;
+	for (int round = 0; round < 30; round++)
+		run_many(splitmix(&s), true);
+}
+
+/* A queue that never started cancels what it holds when freed. */
+static void test_wq_never_started(void **state)
+{
+	struct world wd;
+	struct rft_wq *q;
+
+	(void)state;
+	world_init(&wd, 3, 1, 10);
+	for (unsigned i = 0; i < 10; i++)
+		assert_int_equal(queue_one(&wd, 0, i, RFT_WQ_LOW, 0), 0);
+	rft_wq_stop(wd.q, RFT_WQ_DRAIN);
+	assert_int_equal(queue_one(&wd, 0, 0, RFT_WQ_LOW, 0), -ESHUTDOWN);
+	assert_int_equal(rft_wq_start(wd.q), -ESHUTDOWN);
+	rft_wq_free(wd.q);
+	wd.q = NULL;
+	assert_int_equal(atomic_load(&wd.cancelled), 10);
+	assert_int_equal(atomic_load(&wd.ran), 0);
+	check_once(&wd);
+	world_free(&wd);
+
+	assert_int_equal(rft_wq_new("x", 0, &q), -EINVAL);
+	assert_null(q);
+	assert_int_equal(rft_wq_new("x", RFT_WQ_THREADS_MAX + 1, &q), -EINVAL);
+	rft_wq_free(NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_clock),
+		cmocka_unit_test(test_cond_wait_until),
+		cmocka_unit_test(test_le),
+		cmocka_unit_test(test_wq_order),
+		cmocka_unit_test(test_wq_many_producers),
+		cmocka_unit_test(test_wq_stop_while_busy),
+		cmocka_unit_test(test_wq_never_started),
+	};
+	const char *env = getenv("WQ_SEED");
+
+	seed = env && *env ? strtoull(env, NULL, 0)
+			   : (uint64_t)time(NULL) ^ (uint64_t)getpid() << 16;
+	printf("test_common: seed %" PRIu64 " (replay: WQ_SEED=%" PRIu64
+	       ")\n", seed, seed);
+	fflush(stdout);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
