@@ -21,11 +21,12 @@
 #     build-fuse-system/  integration against the system's libfuse,
 #                 however old (Debian 12: 3.14, where opens use the page
 #                 cache): the single-node tests and 240-group-data
-#     build-asan/ unit + integration, and the racing and mapping tests of
-#                 io_uring, passthrough and direct, under ASan, UBSan and
-#                 LeakSanitizer (the integration tests run build-asan's own
-#                 reftfsd; the randomized ones with the quick tier's
-#                 counts, every daemon being several times slower)
+#     build-asan/ unit tests, and the integration tests over the code that
+#                 races and maps (threads, the group, parity, passthrough,
+#                 io_uring, in each mode), under ASan, UBSan and
+#                 LeakSanitizer (they run build-asan's own reftfsd; the
+#                 randomized ones with the quick tier's counts, every
+#                 daemon being several times slower)
 #     build-tsan/ unit tests of the threaded engine modules under TSan
 #   bash tools/test.sh --soak [MINUTES]   the long randomized runs, on
 #                 demand: RFT_TIER=soak (every pair of nodes lost in every
@@ -253,7 +254,7 @@ full_tier() {
 	# correct.  Where the system's is 3.16+ this runs the fast path again.
 	if prepare build-fuse-system -Dlibfuse=system -Dcuda=disabled; then
 		# Half the differential trials of build/: the same engine.
-		DIFF_TRIALS=${DIFF_TRIALS:-60} \
+		DIFF_TRIALS=${DIFF_TRIALS:-40} \
 			run_suite build-fuse-system --suite integration "$@"
 	else
 		echo "test: build-fuse-system: configure or build failed" >&2
@@ -271,25 +272,29 @@ full_tier() {
 	# the quick tier does (lib.sh's by_tier).
 	if CC=clang prepare build-asan -Db_sanitize=address,undefined \
 		-Db_lundef=false -Dcuda=disabled; then
-		# More differential trials than the quick tier's: its random
-		# operations are the engine's widest memory check.
-		DIFF_TRIALS=${DIFF_TRIALS:-40} \
 		with_asan run_suite build-asan --suite unit \
-			--suite integration --timeout-multiplier 2 "$@"
-		# The other ways of starting the daemon, under ASan: the tests
-		# that race and map, and passthrough's own random test, in each
-		# (the rest of those suites runs in build/).
-		local asan_more=() asan_list t
+			--timeout-multiplier 2 "$@"
+		# The integration tests over the code that races and maps
+		# (threads, the group, parity, passthrough, io_uring), the
+		# engine's random operations and bad input; the rest of the
+		# suite runs the same code in build/.  The randomized ones with
+		# the quick tier's counts (lib.sh's by_tier), the differential
+		# test with a few more.
+		local asan_tests=() asan_list t
 		asan_list=$(meson test -C build-asan --list 2>/dev/null)
-		for t in 112-io-uring 045-truncate-race+io_uring \
-			105-mmap+io_uring 045-truncate-race+passthrough \
-			105-mmap+passthrough 107-passthrough+passthrough \
-			045-truncate-race+direct 105-mmap+direct; do
-			grep -q " / $t\$" <<<"$asan_list" && asan_more+=("$t")
+		for t in 010-basic-posix 045-truncate-race 065-persist-faults \
+			066-persist-read-full 070-bad-input 100-differential \
+			105-mmap 107-passthrough 112-io-uring 220-peer-fuzz \
+			232-group-log-snapshot 240-group-data 243-group-writers \
+			252-group-erasure 254-group-parity-faults \
+			256-group-writers 258-group-lost 264-group-cache \
+			045-truncate-race+io_uring 107-passthrough+passthrough \
+			105-mmap+direct; do
+			grep -q " / $t\$" <<<"$asan_list" && asan_tests+=("$t")
 		done
-		[ ${#asan_more[@]} = 0 ] ||
-			with_asan run_suite build-asan \
-				--timeout-multiplier 2 "${asan_more[@]}"
+		DIFF_TRIALS=${DIFF_TRIALS:-30} \
+		with_asan run_suite build-asan --timeout-multiplier 2 \
+			"${asan_tests[@]}"
 	else
 		echo "test: build-asan: configure or build failed" >&2
 		FAILED=$((FAILED + 1))

@@ -33,8 +33,8 @@
 #                    N: a random sample of N pairs per scheme, drawn from
 #                    the seed (ERASURE_SEED replays it; quick and full: 1)
 #   ERASURE_SINGLES  which nodes are lost one at a time: "all" (every node
-#                    in turn; full and soak), or N: a sample drawn from
-#                    the seed (quick: 1)
+#                    in turn; soak), or N: a sample drawn from the seed
+#                    (quick and full: 1)
 #   ERASURE_SEED     replays the file contents and the sample of pairs of
 #                    an earlier run (its log prints the seed)
 #
@@ -50,7 +50,7 @@ ALL_SCHEMES="xor:3 xor:4 rs:2+1:3 rs:2+2:4 rs:4+2:6"
 # rebuilds in 243, 254, 258 and 264 there too.
 SCHEMES=${ERASURE_SCHEMES:-$(by_tier "rs:2+2:4" "$ALL_SCHEMES" "$ALL_SCHEMES")}
 PAIRS=${ERASURE_PAIRS:-$(by_tier 1 1 all)}
-SINGLES=${ERASURE_SINGLES:-$(by_tier 1 all all)}
+SINGLES=${ERASURE_SINGLES:-$(by_tier 1 1 all)}
 [ "$SINGLES" = all ] || [[ $SINGLES =~ ^[0-9]+$ ]] ||
 	fail "ERASURE_SINGLES='$SINGLES': want all or a number of nodes"
 [ "$PAIRS" = all ] || [[ $PAIRS =~ ^[0-9]+$ ]] ||

@@ -111,6 +111,7 @@ struct text {
 	size_t len, cap;
 };
 
+__attribute__((format(printf, 2, 3)))
 static void t_add(struct text *t, const char *fmt, ...)
 {
 	va_list ap;
@@ -652,7 +653,7 @@ struct mjob {
 	uint64_t n;
 	uint64_t dir;		/* this thread's directory */
 	_Atomic uint64_t *done;
-	int rc;
+	_Atomic int rc;		/* read by the sampling loop meanwhile */
 };
 
 /*

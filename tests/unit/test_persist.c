@@ -504,7 +504,6 @@ static void test_readthrough_when_full(void **state)
 			assert_memory_equal(got, a + (size_t)i * MiB, MiB);
 		}
 	secs = seconds_since(&t0);
-	eng_release(fx->e, fp);
 	eng_get_stats(fx->e, &s1);
 	printf("8 pieces read in %.3f s: %llu loads found memory full, "
 	       "%llu pieces evicted, %llu reads served uncached\n",
@@ -515,7 +514,18 @@ static void test_readthrough_when_full(void **state)
 	assert_true(secs < 2.0);
 	assert_true(s1.fetch_stalls >= 1);
 	assert_true(s1.evicted_chunks > s0.evicted_chunks);
-	/* What was read in last is a cache now, counted as one. */
+	/*
+	 * What was read in last is a cache now, counted as one.  Unless that
+	 * read found nothing to evict, read-ahead holding the one cache there
+	 * was, and was served uncached (seen under TSan's load): then a read
+	 * once read-ahead is done keeps its copy.
+	 */
+	for (int i = 0; i < 50 && s1.chunks_evictable == 0; i++) {
+		usleep(20 * 1000);
+		assert_int_equal(fx_read(fx->e, fp, got, MiB, 3 * MiB), MiB);
+		eng_get_stats(fx->e, &s1);
+	}
+	eng_release(fx->e, fp);
 	assert_true(s1.chunks_evictable >= 1);
 	free(a);
 	free(c);
