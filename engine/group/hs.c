@@ -105,7 +105,8 @@ static void put_frame(struct grp_hs *hs, uint16_t type, uint64_t seq,
 		.meta_crc = len ? ers_crc32c(0, meta, len) : 0,
 	};
 
-	memmove(hs->out + WIRE_HDR_LEN, meta, len);
+	if (len) /* WELCOME has no meta (@meta NULL) */
+		memmove(hs->out + WIRE_HDR_LEN, meta, len);
 	wire_hdr_encode(&h, hs->out);
 	hs->out_len = WIRE_HDR_LEN + len;
 }
