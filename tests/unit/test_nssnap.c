@@ -117,6 +117,11 @@ static void t_add(struct text *t, const char *fmt, ...)
 	va_list ap;
 	int n;
 
+	if (!t->p) {
+		t->cap = 65536;
+		t->p = malloc(t->cap);
+		assert_non_null(t->p);
+	}
 	for (;;) {
 		va_start(ap, fmt);
 		n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
