@@ -869,9 +869,6 @@ struct seal_rec {
 	uint64_t ckpt, base;
 	uint64_t holders, parity_holders; /* PROTECT applied since */
 	bool protected, persisted;
-	/* The SEAL's proposer: its incarnation and the data version it
-	   sealed (a restore tells its own seal by them). */
-	uint64_t inc, version;
 	uint32_t npieces;
 	struct nsop_piece pieces[];
 };
@@ -941,27 +938,6 @@ int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
  */
 int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
 		struct nsop_out *out, bool remote);
-
-/*
- * The namespace's state in the log (what every node derives alike from
- * its entries; nssnap.c, docs/protocol.md "Namespace snapshots"), for the
- * log's snapshots.  ns_snap_encode: into a malloc()ed buffer the caller
- * frees; 0 or -ENOMEM.  Takes ns->lock (read) and each file's lock.
- */
-#define NS_SNAP_VERSION 1
-int ns_snap_encode(struct eng *e, void **buf, size_t *len);
-/*
- * Make this node's namespace that of @buf (an empty one at a start, or
- * one behind the group's), as applying the entries it stands for would
- * have: inodes kept by number, names gone handled as another node's
- * unlink or rename, files whose seal changed as at another node's SEAL.
- * @changed (may be NULL) is called for each of those files, with no lock
- * held.  The buffer is checked whole first: nothing changes on -EPROTO
- * (malformed, or not the group's chunk size), -EPROTONOSUPPORT (a format
- * this daemon does not know) or -ENOMEM.  No engine lock held.
- */
-int ns_snap_restore(struct eng *e, const void *buf, size_t len,
-		    void (*changed)(void *ctx, uint64_t ino), void *ctx);
 
 /*
  * An erasure-coded seal's scheme as SEAL and PROTECT entries carry it (their
@@ -1349,31 +1325,6 @@ bool file_draft(const struct eng *e, const struct file *f);
  * Takes ns->lock and the file's lock; no lock held on entry.
  */
 int file_revert(struct eng *e, struct inode *in, int why);
-/*
- * A snapshot's record of a file's state in the log (ns_snap_restore):
- * its owner, the nodes writing it, its lost mark, and the verdicts of the
- * node that took the snapshot on its seal: protected, persisted (with its
- * metadata: no setattr since its PERSIST), or, with no seal, sealed empty
- * (MKNOD, a setattr).
- */
-struct file_restore_rec {
-	int owner;
-	uint64_t remote_writers, lost_seal;
-	bool protected, persisted, meta_persisted, empty_sealed;
-};
-
-/*
- * Reconcile what this node shows of @in with @r and its last seal @t
- * (NULL: none; taken over, freed here in any case), as the log's entries
- * would have: a seal it had applied already updates the records only;
- * another one is taken as another node's SEAL is (take_sealed), unless
- * this node has a draft, or it is this daemon's own seal of what its
- * slots hold.  The names lock and ns->lock held for writing, f->lock not.
- * Returns 1 when the seal it shows changed (its old parity goes, the
- * tiers look again), else 0.
- */
-int file_restore(struct eng *e, struct inode *in,
-		 const struct file_restore_rec *r, struct seal_rec *t);
 /*
  * Replicas on a holder (protect.c), called on a transport thread: never
  * sleep.  file_replica_dest() takes an arena chunk (without waiting for

@@ -1063,7 +1063,6 @@ static int note_sealed(struct file *f, const struct nsop *op,
 		.index = index, .node = op->node, .size = op->size,
 		.mtime = op->mtime, .ctime = op->now, .scheme = op->flags,
 		.ckpt = ckpt, .base = base, .holders = 1ULL << op->node,
-		.inc = op->inc, .version = op->version,
 		.npieces = op->npieces,
 	};
 	if (op->npieces)
@@ -1297,115 +1296,6 @@ int file_revert(struct eng *e, struct inode *in, int why)
 		 path, strerror(-why), node, node);
 	eng_post_dirty(e, in);
 	return 0;
-}
-
-/*
- * The records a seal's PROTECT, PERSIST and LOST entries leave on a node
- * that shows it (file_apply_protect, file_apply_persist, lost_one), from
- * the log's record @t of it.  The holders are those the entries give
- * (a LOST's verdict depends on them): the seal's node and those PROTECT
- * named, but this node when the seal is an earlier daemon's of it (its
- * apply found its bytes gone).  f->lock held for writing.
- */
-static void take_records(struct eng *e, struct file *f,
-			 const struct seal_rec *t, bool own, bool protected,
-			 bool persisted)
-{
-	uint64_t self = e->node >= 0 && e->node < 64 ? 1ULL << e->node : 0;
-	uint64_t h = t->scheme ? t->holders & 1ULL << t->node : t->holders;
-
-	if (t->node == e->node && !own)
-		h &= ~self;
-	f->holders = h;
-	f->parity_holders = t->scheme ? t->parity_holders : 0;
-	if (protected && f->dur.sealed == f->version) {
-		f->dur.protected_data = f->version;
-	} else {
-		f->dur.protected_data = 0;
-	}
-	if (persisted && !file_data_persisted(f) &&
-	    f->dur.sealed == f->version) {
-		if (f->copy == COPY_NONE) {
-			f->copy = COPY_HOME;
-			f->copy_id = (struct copy_id){ 0, 0 };
-		}
-		f->dur.persisted_data = f->version;
-		f->dur.persisted_meta = f->meta_version;
-		for (uint32_t i = 0; i < f->nslots; i++)
-			if (slot_in_ram(&f->slots[i]))
-				f->slots[i].flags |= SLOT_CLEAN;
-	}
-}
-
-int file_restore(struct eng *e, struct inode *in,
-		 const struct file_restore_rec *r, struct seal_rec *t)
-{
-	int owner = r->owner;
-	uint64_t remote_writers = r->remote_writers, lost_seal = r->lost_seal;
-	bool empty_sealed = r->empty_sealed, meta_persisted = r->meta_persisted;
-	struct file *f = &in->file;
-	int changed = 0, rc;
-
-	pthread_rwlock_wrlock(&f->lock);
-	f->owner = owner;
-	f->remote_writers = remote_writers;
-	f->lost_seal = lost_seal;
-	if (!t) {
-		/* Made by MKNOD, sealed empty; a CREATE's is being written. */
-		if (empty_sealed && !file_draft(e, f) && !f->writers)
-			f->dur.sealed = f->version;
-		goto meta;
-	}
-	if (f->sealed && f->sealed->index == t->index) {
-		/* Applied here already: what happened to it since. */
-		free(f->sealed);
-		f->sealed = t;
-		if (f->gseal == t->index && !file_draft(e, f))
-			take_records(e, f, t,
-				     f->holders & 1ULL << e->node &&
-					     t->node == e->node,
-				     r->protected, r->persisted);
-		goto meta;
-	}
-	free(f->sealed);
-	f->sealed = t;
-	if (e->gops && t->node == e->node && t->inc == e->inc &&
-	    f->version == t->version) {
-		/* This daemon's own seal of its slots (file_apply_seal). */
-		f->gseal = t->index;
-		f->holders = 1ULL << e->node;
-		f->scheme = t->scheme;
-		f->stripe_ckpt = t->ckpt;
-		f->chunk_base = t->base;
-		f->synced = f->version;
-		f->fetch_said = false;
-		take_records(e, f, t, true, r->protected, r->persisted);
-	} else if (file_draft(e, f)) {
-		/* Its writers go on with their own version, as at a SEAL. */
-	} else {
-		/* Another node's seal, or an earlier daemon's. */
-		rc = take_sealed(e, in);
-		if (rc < 0) {
-			rft_err("inode %llu: the snapshot's seal (entry %llu) "
-				"cannot be shown here: %s",
-				(unsigned long long)in->ino,
-				(unsigned long long)t->index, strerror(-rc));
-		} else {
-			/* Its holders as the entries left them. */
-			take_records(e, f, t, false, r->protected,
-				     r->persisted);
-			changed = 1;
-		}
-	}
-meta:
-	/* Whether a setattr came after its PERSIST. */
-	if (file_data_persisted(f) && meta_persisted)
-		f->dur.persisted_meta = f->meta_version;
-	else if (file_data_persisted(f) &&
-		 f->dur.persisted_meta == f->meta_version)
-		f->dur.persisted_meta = 0;
-	pthread_rwlock_unlock(&f->lock);
-	return changed;
 }
 
 /*

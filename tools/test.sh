@@ -285,7 +285,7 @@ full_tier() {
 		for t in 010-basic-posix 045-truncate-race 065-persist-faults \
 			066-persist-read-full 070-bad-input 100-differential \
 			105-mmap 107-passthrough 112-io-uring 220-peer-fuzz \
-			232-group-log-snapshot 240-group-data 243-group-writers \
+			240-group-data 243-group-writers \
 			252-group-erasure 254-group-parity-faults \
 			256-group-writers 258-group-lost 264-group-cache \
 			045-truncate-race+io_uring 107-passthrough+passthrough \
@@ -307,10 +307,9 @@ full_tier() {
 	# engine's threads directly, in seconds; the integration suite
 	# against the TSan daemon is the soak tier's.
 	if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
-		NSSNAP_ENTRIES=${NSSNAP_ENTRIES:-30000} \
 		with_tsan run_suite build-tsan --timeout-multiplier 2 \
 			common store ns file persist durability pass seal ctl \
-			loop peer_tcp peer_fake hs memb registry nslog nssnap \
+			loop peer_tcp peer_fake hs memb registry nslog \
 			parity stress
 	else
 		echo "test: build-tsan: configure or build failed" >&2
