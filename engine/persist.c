@@ -1602,8 +1602,20 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 	}
 	if (fstatat(p->dirfd, from, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    !is_copy(&st, &id)) {
-		if (rc == -ENOENT)
+		if (rc == -ENOENT) {
 			stray_sum(e, in, from, NULL);
+			return;
+		}
+		/*
+		 * At neither name: a later rename's mirror may still move it
+		 * to the name, or another file's copy went over it (its
+		 * write-back, after a check like this one, took the name).
+		 * Written again: the first costs one copy, the second would
+		 * lose the file's only copy.
+		 */
+		rft_warn("persist: the copy of %s is under neither that name "
+			 "nor its old name %s; writing it again", rel, from);
+		set_copy(e, in, COPY_NONE, NULL);
 		return;
 	}
 	if (rc == 0) {
@@ -1667,11 +1679,11 @@ static void check_below(struct inode *in, const struct dentry *de,
  * its last name @from: check the copies of the files this node owns later.
  * Mirror lock held.
  */
-static void check_later(struct eng *e, struct inode *in, const char *from)
+static void check_later(struct eng *e, struct inode *in, const char *from,
+			uint64_t due)
 {
 	struct persist *p = e->persist;
 	struct copy_check *list = NULL, *last;
-	uint64_t due = rft_now_ms() + CHECK_DELAY_MS;
 
 	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
 	if (S_ISDIR(in->type)) {
@@ -2413,12 +2425,16 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 	 * went along (or went).
 	 */
 	if (ev->remote) {
+		/* One change, one time: an exchange's two sides are judged
+		 * together, before either is written again. */
+		uint64_t due = rft_now_ms() + CHECK_DELAY_MS;
+
 		if (ev->kind == EV_RENAMED ||
 		    (ev->kind == EV_UNLINKED && (ev->last || ev->dir)))
-			check_later(e, ev->in, ev->from);
+			check_later(e, ev->in, ev->from, due);
 		/* An exchange moved the other one from @to. */
 		if (ev->kind == EV_RENAMED && ev->exchange && ev->dst)
-			check_later(e, ev->dst, ev->to);
+			check_later(e, ev->dst, ev->to, due);
 		return;
 	}
 	switch (ev->kind) {
