@@ -133,12 +133,14 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 		return -ENOMEM;
 	e->cfg = *cfg;
 	e->start_time = time(NULL);
-	pass_init(e);
 	pthread_mutex_init(&e->names_lock, NULL);
 	pthread_mutex_init(&e->handles_lock, NULL);
 	pthread_mutex_init(&e->loads.lock, NULL);
 	/* Waits end at fetch deadlines, which are CLOCK_MONOTONIC. */
 	rft_cond_init(&e->loads.done);
+	rc = pass_init(e);
+	if (rc < 0)
+		goto fail;
 	if (getrandom(&e->id_seed, sizeof(e->id_seed), 0) !=
 	    (ssize_t)sizeof(e->id_seed))
 		e->id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -305,46 +307,6 @@ bool eng_group_caught_up(struct eng *e)
 const struct eng_config *eng_get_config(struct eng *e)
 {
 	return &e->cfg;
-}
-
-uint64_t eng_new_file_id(struct eng *e)
-{
-	/* splitmix64 of seed + counter: distinct, spread, never 0. */
-	uint64_t z = e->id_seed +
-		     atomic_fetch_add(&e->id_count, 1) * 0x9e3779b97f4a7c15ULL;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
-	return z ? z : 1;
-}
-
-/* --- events ------------------------------------------------------------- */
-
-int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx)
-{
-	if (e->nlisteners == ENG_MAX_LISTENERS)
-		return -ENOSPC;
-	e->listeners[e->nlisteners].fn = fn;
-	e->listeners[e->nlisteners].ctx = ctx;
-	e->nlisteners++;
-	return 0;
-}
-
-void eng_post(struct eng *e, const struct eng_ev *ev)
-{
-	for (unsigned i = 0; i < e->nlisteners; i++)
-		e->listeners[i].fn(e, ev, e->listeners[i].ctx);
-}
-
-void eng_names_lock(struct eng *e)
-{
-	pthread_mutex_lock(&e->names_lock);
-}
-
-void eng_names_unlock(struct eng *e)
-{
-	pthread_mutex_unlock(&e->names_lock);
 }
 
 /* --- reporting ---------------------------------------------------------- */

@@ -1053,15 +1053,18 @@ struct eng_counters {
 };
 
 /*
- * What eviction remembers between runs (evict.c): when a run found
- * nothing to evict (runs for readers skip the walk until then), and what
- * was evicted or served uncached since its last log line (one at most
- * every EVICT_LOG_MS).  Times in CLOCK_MONOTONIC ms.
+ * What eviction remembers between runs (evict.c; its only writer): when a
+ * run found nothing to evict and how many pieces core had loaded then
+ * (runs for readers skip the walk until then, or until core loads
+ * another: cnt.peer_chunks + cnt.readthrough_chunks), and what was evicted
+ * since its last log line (one at most every EVICT_LOG_MS) and the count
+ * of reads served uncached it last said.  Times in CLOCK_MONOTONIC ms.
  */
 struct evictor {
-	_Atomic uint64_t barren_until;
+	_Atomic uint64_t barren_until, barren_loads;
 	_Atomic uint64_t log_next;
-	_Atomic uint32_t log_cached, log_persisted, log_uncached;
+	_Atomic uint32_t log_cached, log_persisted;
+	_Atomic uint64_t log_uncached;
 };
 
 struct eng {
@@ -1485,16 +1488,6 @@ void evict_run(struct eng *e, bool pressure);
 /* Chunks eviction could free now. */
 uint64_t evict_count(struct eng *e);
 /*
- * A read was served without keeping its copy (memory full of what may
- * not be evicted): counted, and said in eviction's next log line.
- */
-void evict_note_uncached(struct eng *e);
-/*
- * A piece was brought in (evictable once its reader had it): a run that
- * found nothing a moment ago is no longer the last word.
- */
-void evict_news(struct eng *e);
-/*
  * The store's pressure callback (@ctx: the engine): a thread waiting for
  * memory, holding no lock, evicts for itself rather than waiting for the
  * persist worker to finish what it is writing.
@@ -1538,7 +1531,10 @@ int persist_flush_progress(struct eng *e, uint64_t ticket,
 			   struct eng_flush_progress *p);
 
 /* pass.c: FUSE passthrough to backing files (docs/design.md). */
-void pass_init(struct eng *e);
+/* Its locks, and its listener (a file freed: EV_FREED); -errno. */
+int pass_init(struct eng *e);
+/* Its copier stopped, every copy and backing file let go (the files'
+ * too: before ns_fini). */
 void pass_fini(struct eng *e);
 /* After a local open succeeded (no lock held): maybe pass @fp through. */
 void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info);
@@ -1573,9 +1569,6 @@ void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
  */
 struct inode *pass_cut_begin(struct eng *e, uint64_t ino);
 void pass_cut_end(struct eng *e, struct inode *in);
-/* @f goes (its inode is freed): a kept backing file with it.  ns->lock
- * held for writing. */
-void pass_forget(struct eng *e, struct file *f);
 /* @in was just sealed by its last writer (no lock held): copy it into a
  * backing file in the background, kept for its first reader. */
 void pass_sealed(struct eng *e, struct inode *in);

@@ -166,6 +166,7 @@ static void evict_log(struct eng *e)
 {
 	struct evictor *v = &e->evictor;
 	uint64_t now = rft_now_ms(), next = atomic_load(&v->log_next);
+	uint64_t uncached = atomic_load(&e->cnt.reads_uncached);
 	uint32_t c, p, u;
 
 	if (now < next ||
@@ -174,7 +175,7 @@ static void evict_log(struct eng *e)
 		return;
 	c = atomic_exchange(&v->log_cached, 0);
 	p = atomic_exchange(&v->log_persisted, 0);
-	u = atomic_exchange(&v->log_uncached, 0);
+	u = (uint32_t)(uncached - atomic_exchange(&v->log_uncached, uncached));
 	if (c || p)
 		rft_info("evicted %u fetched copies and %u persisted pieces",
 			 c, p);
@@ -185,11 +186,19 @@ static void evict_log(struct eng *e)
 			 u, store_free_count(&e->store), e->store.nchunks);
 }
 
+/* Pieces core brought in (from peers or the persist dir) since start. */
+static uint64_t loads(struct eng *e)
+{
+	return atomic_load(&e->cnt.peer_chunks) +
+	       atomic_load(&e->cnt.readthrough_chunks);
+}
+
 void evict_run(struct eng *e, bool pressure)
 {
 	uint32_t nfree = store_free_count(&e->store);
 	uint32_t low = e->store.nchunks / 8, high = e->store.nchunks / 4;
 	struct evict ev = { .e = e };
+	uint64_t before;
 	uint32_t freed;
 
 	if (!pressure && nfree >= low)
@@ -203,9 +212,13 @@ void evict_run(struct eng *e, bool pressure)
 	 * A walk locks every file: readers that find memory full call here
 	 * for each piece, and while nothing is evictable they go without.
 	 */
-	if (pressure && rft_now_ms() < atomic_load(&e->evictor.barren_until))
+	if (pressure && rft_now_ms() < atomic_load(&e->evictor.barren_until) &&
+	    loads(e) == atomic_load(&e->evictor.barren_loads)) {
+		evict_log(e);
 		return;
+	}
 	ev.target = high > nfree ? high : nfree + 1;
+	before = loads(e);
 	pthread_rwlock_rdlock(&e->ns.lock);
 	evict_both(&ev);
 	/* The second chance, taken at once for whoever waits. */
@@ -215,9 +228,11 @@ void evict_run(struct eng *e, bool pressure)
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
 	freed = ev.cached + ev.persisted;
-	if (pressure && !freed && !ev.spared && !ev.busy)
+	if (pressure && !freed && !ev.spared && !ev.busy) {
+		atomic_store(&e->evictor.barren_loads, before);
 		atomic_store(&e->evictor.barren_until,
 			     rft_now_ms() + EVICT_BARREN_MS);
+	}
 	/*
 	 * A piece written in place frees no chunk when evicted: its memory
 	 * is its backing file's page, which the copy kept for readers holds.
@@ -229,8 +244,9 @@ void evict_run(struct eng *e, bool pressure)
 		atomic_fetch_add(&e->cnt.evicted_chunks, freed);
 		atomic_fetch_add(&e->evictor.log_cached, ev.cached);
 		atomic_fetch_add(&e->evictor.log_persisted, ev.persisted);
-		evict_log(e);
 	}
+	if (freed || pressure)
+		evict_log(e);
 }
 
 uint64_t evict_count(struct eng *e)
@@ -241,18 +257,6 @@ uint64_t evict_count(struct eng *e)
 	evict_both(&ev);
 	pthread_rwlock_unlock(&e->ns.lock);
 	return ev.evictable;
-}
-
-void evict_news(struct eng *e)
-{
-	atomic_store(&e->evictor.barren_until, 0);
-}
-
-void evict_note_uncached(struct eng *e)
-{
-	atomic_fetch_add(&e->cnt.reads_uncached, 1);
-	atomic_fetch_add(&e->evictor.log_uncached, 1);
-	evict_log(e);
 }
 
 void evict_pressure(void *ctx)

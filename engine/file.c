@@ -647,8 +647,6 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 	loads_end(e, in, i);
 	if (id != RFT_NO_CHUNK)
 		store_put(&e->store, id); /* failed, or changed meanwhile */
-	else
-		evict_news(e);
 	if (say)
 		say_fetch_failed(e, in, i, rc, theirs);
 	return rc;
@@ -2993,7 +2991,7 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 		 */
 		if (rc == -ENOSPC || rc == -EAGAIN || rc == -ENOENT) {
 			if (rc != -ENOENT)
-				evict_note_uncached(e);
+				atomic_fetch_add(&e->cnt.reads_uncached, 1);
 			return read_direct(e, in, pos, size, reply, ctx,
 					   deadline);
 		}

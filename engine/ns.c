@@ -141,7 +141,6 @@ static void inode_free(struct eng *e, struct inode *in)
 		free(in->dir.table);
 		e->ns.ndirs--;
 	} else if (S_ISREG(in->mode)) {
-		pass_forget(e, &in->file);
 		file_fini(e, &in->file);
 		e->ns.nfiles--;
 	} else if (S_ISLNK(in->mode)) {
@@ -343,9 +342,7 @@ void ns_fini(struct eng *e)
 				}
 				free(in->dir.table);
 			} else if (S_ISREG(in->mode)) {
-				/* A home it was written into (pass_fini has
-				 * let go of its pass and early copy). */
-				pass_forget(e, &in->file);
+				/* pass_fini let go of its copies. */
 				file_fini(e, &in->file);
 			} else if (S_ISLNK(in->mode)) {
 				free(in->target);

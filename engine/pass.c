@@ -132,12 +132,31 @@ struct pass {
 	struct pass *next; /* every pass, for pass_fini */
 };
 
-void pass_init(struct eng *e)
+static void pass_forget(struct eng *e, struct file *f);
+
+/* What core tells passthrough: a file freed takes its kept copies. */
+static void pass_on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
+{
+	(void)ctx;
+	if (ev->kind == EV_FREED && S_ISREG(ev->in->mode))
+		pass_forget(e, &ev->in->file);
+}
+
+int pass_init(struct eng *e)
 {
 	e->pass.mnt = -1;
 	pthread_mutex_init(&e->pass.lock, NULL);
 	pthread_cond_init(&e->pass.cond, NULL);
 	rft_cond_init(&e->pass.work); /* timed waits: copier_main */
+	return eng_listen(e, pass_on_event, NULL);
+}
+
+/* At the end: the backing files files were written into go with them. */
+static int forget_home(void *ctx, struct inode *in)
+{
+	if (S_ISREG(in->mode))
+		pass_forget(ctx, &in->file);
+	return 0;
 }
 
 /*
@@ -669,10 +688,12 @@ void pass_fini(struct eng *e)
 				"taken from its backing file (out of memory "
 				"at its close): lost at this unmount");
 		if (p->file)
-			p->file->pass = NULL; /* ns_fini's pass_forget */
+			p->file->pass = NULL;
 		pass_free_locked(e, p);
 	}
 	pthread_mutex_unlock(&e->pass.lock);
+	if (e->ns.table)
+		ns_walk(&e->ns, forget_home, e);
 	reap(e);
 	if (e->pass.mnt >= 0)
 		close(e->pass.mnt);
@@ -690,7 +711,9 @@ void pass_homes_fini(struct eng *e)
 	reap(e);
 }
 
-void pass_forget(struct eng *e, struct file *f)
+/* @f goes (its inode is freed): a kept backing file with it.  ns->lock
+ * held for writing, or the end. */
+static void pass_forget(struct eng *e, struct file *f)
 {
 	pthread_mutex_lock(&e->pass.lock);
 	if (f->early)

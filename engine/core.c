@@ -1,0 +1,46 @@
+/*
+ * core.c - what every part of the engine shares: the event bus by which
+ * core tells the tiers and the group what happened, the names lock, and
+ * file ids.  Core's own; the tiers reach it, never the other way round.
+ */
+#include <errno.h>
+
+#include "engine_i.h"
+
+uint64_t eng_new_file_id(struct eng *e)
+{
+	/* splitmix64 of seed + counter: distinct, spread, never 0. */
+	uint64_t z = e->id_seed +
+		     atomic_fetch_add(&e->id_count, 1) * 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
+	return z ? z : 1;
+}
+
+int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx)
+{
+	if (e->nlisteners == ENG_MAX_LISTENERS)
+		return -ENOSPC;
+	e->listeners[e->nlisteners].fn = fn;
+	e->listeners[e->nlisteners].ctx = ctx;
+	e->nlisteners++;
+	return 0;
+}
+
+void eng_post(struct eng *e, const struct eng_ev *ev)
+{
+	for (unsigned i = 0; i < e->nlisteners; i++)
+		e->listeners[i].fn(e, ev, e->listeners[i].ctx);
+}
+
+void eng_names_lock(struct eng *e)
+{
+	pthread_mutex_lock(&e->names_lock);
+}
+
+void eng_names_unlock(struct eng *e)
+{
+	pthread_mutex_unlock(&e->names_lock);
+}
