@@ -44,3 +44,8 @@ void eng_names_unlock(struct eng *e)
 {
 	pthread_mutex_unlock(&e->names_lock);
 }
+
+void eng_piece_source(struct eng *e, const struct piece_source *src)
+{
+	e->src = src;
+}

@@ -748,6 +748,46 @@ int file_read_fetch(struct eng *e, struct inode *in, uint64_t pos,
 		    size_t size, eng_reply_fn reply, void *ctx,
 		    const struct timespec *deadline);
 
+/* --- piece sources ------------------------------------------------------ */
+
+/*
+ * Where a copy of a file's sealed bytes lives outside RAM and outside the
+ * group, as its source found it (struct piece_source's locate); core only
+ * hands it back to the source's read.
+ */
+struct piece_loc {
+	struct copy_id id;	/* the copy's host inode; ino 0: not known */
+	char rel[PATH_MAX];	/* its path below the persist dir */
+};
+
+/*
+ * A tier that keeps copies of files (the persist dir) lends them to core's
+ * read path: a piece whose slot says PIECE_PERSIST is read through here,
+ * and a group's piece (PIECE_PEER) too when its holders cannot give it and
+ * the copy is of the same seal.  One at most, registered before eng_start
+ * (eng_piece_source); core never calls the tier by name.
+ */
+struct piece_source {
+	/*
+	 * Where @in's copy is now, into @loc: 0, or -ENOENT (none, or no
+	 * name).  ns->lock and @in's file lock held (read is enough).
+	 */
+	int (*locate)(struct eng *e, const struct inode *in,
+		      struct piece_loc *loc);
+	/*
+	 * Read @fill bytes at @off of the copy at @loc, then zeros up to
+	 * @len, into @buf; checked against @crc when @crc_len == @len (-EIO
+	 * on a mismatch, never wrong bytes).  -ENOENT when a rename since
+	 * the look-up put another file there: the caller looks again.  No
+	 * lock held.
+	 */
+	int (*read)(struct eng *e, const struct piece_loc *loc, uint64_t off,
+		    uint32_t fill, uint32_t len, uint32_t crc,
+		    uint32_t crc_len, uint8_t *buf);
+};
+
+void eng_piece_source(struct eng *e, const struct piece_source *src);
+
 /* --- events ------------------------------------------------------------- */
 
 /*
@@ -1075,6 +1115,7 @@ struct eng {
 	struct store store;
 	struct ns ns;
 	struct persist *persist; /* NULL without a persist dir */
+	const struct piece_source *src; /* the persist dir's, or NULL */
 	struct eng_counters cnt;
 	struct evictor evictor;
 	struct copier copier;
@@ -1504,24 +1545,6 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode);
 void persist_free(struct persist *p);
 /* Wake the worker (a flush, a retry). */
 void persist_kick(struct eng *e);
-/*
- * Read one piece of a file from its persisted copy at @rel (relative to
- * the persist dir): @fill bytes at @off, then zeros up to @len, into @buf.
- * When @crc_len == @len the bytes are checked against @crc: -EIO on a
- * mismatch, never wrong bytes.  Takes no engine lock: a rename since @rel
- * was looked up may have put another file there, so the file opened must
- * be @id (when known), else -ENOENT and the caller looks the path up again.
- */
-int persist_read_piece(struct eng *e, const char *rel,
-		       const struct copy_id *id, uint64_t off, uint32_t fill,
-		       uint32_t len, uint32_t crc, uint32_t crc_len,
-		       uint8_t *buf);
-/*
- * Path of @in's copy relative to the persist dir into @buf: -ENOENT if it
- * has none.  ns->lock and @in's file lock held (read is enough).
- */
-int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
-		      size_t size);
 /* The names lock: name changes and what follows them happen one at a time. */
 void eng_names_lock(struct eng *e);
 void eng_names_unlock(struct eng *e);

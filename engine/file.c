@@ -391,8 +391,7 @@ static int fetch_piece(struct eng *e, struct inode *in, struct eng_piece *pc,
 	uint32_t keep = fill < len ? fill : len;
 	uint64_t gseal = pc->gseal;
 	uint32_t i = pc->idx;
-	struct copy_id cid;
-	char rel[PATH_MAX];
+	struct piece_loc loc;
 	int rc, prc;
 
 	pc->len = have;
@@ -403,21 +402,19 @@ static int fetch_piece(struct eng *e, struct inode *in, struct eng_piece *pc,
 		memset(buf + keep, 0, len - keep);
 		return 0;
 	}
-	if (!e->persist)
+	if (!e->src)
 		return rc;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	pthread_rwlock_rdlock(&f->lock);
 	prc = f->gseal == gseal && file_data_persisted(f)
-		      ? persist_copy_path(e, in, rel, sizeof(rel))
+		      ? e->src->locate(e, in, &loc)
 		      : -ENOENT;
-	cid = f->copy_id;
 	pthread_rwlock_unlock(&f->lock);
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (prc < 0)
 		return rc;
-	prc = persist_read_piece(e, rel, cid.ino ? &cid : NULL,
-				 (uint64_t)i << e->store.chunk_shift, keep,
-				 len, crc, crc_len == len ? len : 0, buf);
+	prc = e->src->read(e, &loc, (uint64_t)i << e->store.chunk_shift, keep,
+			   len, crc, crc_len == len ? len : 0, buf);
 	if (prc == 0)
 		atomic_fetch_add(&e->cnt.readthrough_chunks, 1);
 	return prc == 0 ? 0 : rc;
@@ -522,8 +519,8 @@ static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
  */
 enum load_how { LOAD_WAIT, LOAD_READ, LOAD_AHEAD };
 
-static int load_piece(struct eng *e, struct inode *in, const char *rel,
-		      const struct copy_id *cid, uint32_t i,
+static int load_piece(struct eng *e, struct inode *in,
+		      const struct piece_loc *loc, uint32_t i,
 		      const struct timespec *deadline, enum load_how how)
 {
 	bool ahead = how == LOAD_AHEAD;
@@ -538,7 +535,7 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 
 	pthread_rwlock_rdlock(&f->lock);
 	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
-	    (f->slots[i].where == PIECE_PERSIST && !rel)) {
+	    (f->slots[i].where == PIECE_PERSIST && !loc)) {
 		pthread_rwlock_unlock(&f->lock);
 		return 1;
 	}
@@ -548,7 +545,7 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 		return rc;
 	pthread_rwlock_rdlock(&f->lock);
 	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
-	    (f->slots[i].where == PIECE_PERSIST && !rel)) {
+	    (f->slots[i].where == PIECE_PERSIST && !loc)) {
 		pthread_rwlock_unlock(&f->lock);
 		loads_end(e, in, i);
 		return 1; /* the load before ours brought it */
@@ -598,10 +595,9 @@ static int load_piece(struct eng *e, struct inode *in, const char *rel,
 				 want.crc_len, store_ptr(&e->store, id),
 				 deadline);
 	else
-		rc = persist_read_piece(e, rel, cid,
-					(uint64_t)i << e->store.chunk_shift,
-					want.fill, len, want.crc,
-					want.crc_len, store_ptr(&e->store, id));
+		rc = e->src->read(e, loc, (uint64_t)i << e->store.chunk_shift,
+				  want.fill, len, want.crc, want.crc_len,
+				  store_ptr(&e->store, id));
 	pthread_rwlock_wrlock(&f->lock);
 	if (rc == -EIO && want.where == PIECE_PERSIST) {
 		f->crc_bad = true;
@@ -668,9 +664,8 @@ static int load_range(struct eng *e, struct inode *in, uint32_t first,
 		      uint32_t last, const struct timespec *deadline,
 		      enum load_how how)
 {
-	struct copy_id cid = { 0, 0 };
-	char rel[PATH_MAX];
-	bool persisted = any_persisted(&in->file, first, last);
+	struct piece_loc loc;
+	bool persisted = e->src && any_persisted(&in->file, first, last);
 	int rc = -ENOENT;
 
 	/*
@@ -687,8 +682,7 @@ static int load_range(struct eng *e, struct inode *in, uint32_t first,
 		if (persisted) {
 			pthread_rwlock_rdlock(&e->ns.lock);
 			pthread_rwlock_rdlock(&in->file.lock);
-			rc = persist_copy_path(e, in, rel, sizeof(rel));
-			cid = in->file.copy_id;
+			rc = e->src->locate(e, in, &loc);
 			pthread_rwlock_unlock(&in->file.lock);
 			pthread_rwlock_unlock(&e->ns.lock);
 			if (rc < 0) {
@@ -699,7 +693,7 @@ static int load_range(struct eng *e, struct inode *in, uint32_t first,
 			}
 		}
 		for (uint32_t i = first; i <= last; i++) {
-			rc = load_piece(e, in, persisted ? rel : NULL, &cid, i,
+			rc = load_piece(e, in, persisted ? &loc : NULL, i,
 					deadline, how);
 			if (rc < 0)
 				break;
@@ -2820,8 +2814,8 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 	struct file *f = &in->file;
 	uint32_t cs = e->store.chunk_size, shift = e->store.chunk_shift;
 	struct eng_piece pc = { 0 };
-	char rel[PATH_MAX] = "";
-	struct copy_id cid;
+	struct piece_loc loc;
+	bool located;
 	struct slot *want = NULL;
 	uint32_t first, last, n, nalloc = 0;
 	uint64_t end, base;
@@ -2859,11 +2853,12 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 					 .scheme = f->scheme,
 					 .stripe_ckpt = f->stripe_ckpt,
 					 .chunk_base = f->chunk_base };
+		located = false;
 		if (!buf || !want) {
 			rc = -ENOMEM;
-		} else if (f->copy != COPY_NONE) {
-			rc = persist_copy_path(e, in, rel, sizeof(rel));
-			cid = f->copy_id;
+		} else if (e->src && f->copy != COPY_NONE) {
+			rc = e->src->locate(e, in, &loc);
+			located = true;
 		}
 		for (uint32_t i = 0; rc >= 0 && i < n; i++) {
 			uint32_t k = first + i, len = file_piece_len(e, f->size, k);
@@ -2886,12 +2881,16 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 		pthread_rwlock_unlock(&e->ns.lock);
 		for (uint32_t i = 0; rc >= 0 && i < n; i++)
 			if (want[i].where == PIECE_PERSIST)
-				rc = persist_read_piece(
-					e, rel, &cid,
-					(uint64_t)(first + i) << shift,
-					want[i].fill, want[i].chunk,
-					want[i].crc, want[i].crc_len,
-					buf + (size_t)i * cs);
+				rc = located ? e->src->read(
+						      e, &loc,
+						      (uint64_t)(first + i)
+							      << shift,
+						      want[i].fill,
+						      want[i].chunk,
+						      want[i].crc,
+						      want[i].crc_len,
+						      buf + (size_t)i * cs)
+					    : -EIO;
 			else if (want[i].where == PIECE_PEER) {
 				pc.idx = first + i;
 				rc = fetch_piece(e, in, &pc, want[i].fill,

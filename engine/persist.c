@@ -294,8 +294,12 @@ static void park_path(const struct persist *p, uint64_t ino, char *buf,
 		 (unsigned long long)ino);
 }
 
-int persist_copy_path(struct eng *e, const struct inode *in, char *buf,
-		      size_t size)
+/*
+ * Path of @in's copy relative to the persist dir into @buf: -ENOENT if it
+ * has none.  ns->lock and @in's file lock held (read is enough).
+ */
+static int persist_copy_path(struct eng *e, const struct inode *in,
+			     char *buf, size_t size)
 {
 	const struct file *f = &in->file;
 
@@ -577,10 +581,18 @@ static size_t pending_ops(struct persist *p)
 
 /* --- read-through ------------------------------------------------------- */
 
-int persist_read_piece(struct eng *e, const char *rel,
-		       const struct copy_id *id, uint64_t off, uint32_t fill,
-		       uint32_t len, uint32_t crc, uint32_t crc_len,
-		       uint8_t *buf)
+/*
+ * Read one piece of a file from its persisted copy at @rel (relative to
+ * the persist dir): @fill bytes at @off, then zeros up to @len, into @buf.
+ * When @crc_len == @len the bytes are checked against @crc: -EIO on a
+ * mismatch, never wrong bytes.  Takes no engine lock: a rename since @rel
+ * was looked up may have put another file there, so the file opened must
+ * be @id (when known), else -ENOENT and the caller looks the path up again.
+ */
+static int persist_read_piece(struct eng *e, const char *rel,
+			      const struct copy_id *id, uint64_t off,
+			      uint32_t fill, uint32_t len, uint32_t crc,
+			      uint32_t crc_len, uint8_t *buf)
 {
 	struct persist *p = e->persist;
 	uint32_t want = fill < len ? fill : len, got = 0;
@@ -2823,6 +2835,27 @@ static int take_dir_lock(struct persist *p, const char *dir)
 	return 0;
 }
 
+/* The persist dir as core's piece source (struct piece_source). */
+static int source_locate(struct eng *e, const struct inode *in,
+			 struct piece_loc *loc)
+{
+	loc->id = in->file.copy_id;
+	return persist_copy_path(e, in, loc->rel, sizeof(loc->rel));
+}
+
+static int source_read(struct eng *e, const struct piece_loc *loc,
+		       uint64_t off, uint32_t fill, uint32_t len, uint32_t crc,
+		       uint32_t crc_len, uint8_t *buf)
+{
+	return persist_read_piece(e, loc->rel, &loc->id, off, fill, len, crc,
+				  crc_len, buf);
+}
+
+static const struct piece_source persist_source = {
+	.locate = source_locate,
+	.read = source_read,
+};
+
 int persist_new(struct eng *e, struct persist **out)
 {
 	const char *dir = e->persist_dir;
@@ -2869,6 +2902,7 @@ int persist_new(struct eng *e, struct persist **out)
 				     : strerror(-rc));
 		goto fail;
 	}
+	eng_piece_source(e, &persist_source);
 	*out = p;
 	return 0;
 fail:
