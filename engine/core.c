@@ -49,3 +49,8 @@ void eng_piece_source(struct eng *e, const struct piece_source *src)
 {
 	e->src = src;
 }
+
+void eng_placement(struct eng *e, const struct placement *pl)
+{
+	e->placement = pl;
+}

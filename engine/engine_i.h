@@ -788,6 +788,28 @@ struct piece_source {
 
 void eng_piece_source(struct eng *e, const struct piece_source *src);
 
+/*
+ * Where a large file's new pieces go while it is written: a tier that
+ * backs files (passthrough) lends the write path a page of a backing file
+ * for each, and hears of each piece a write fills.  One at most,
+ * registered before eng_start (eng_placement); core never calls the tier
+ * by name.
+ */
+struct placement {
+	/*
+	 * Piece @idx of @f is new, for a write up to offset @end: the chunk
+	 * for it (refs 1, counted as used), or RFT_NO_CHUNK: the write path
+	 * takes one from the store.  f->lock held for writing.
+	 */
+	uint32_t (*place)(struct eng *e, struct file *f, uint32_t idx,
+			  uint64_t end);
+	/* A write filled a piece of @in, @size bytes long now.  No lock
+	 * held. */
+	void (*wrote)(struct eng *e, struct inode *in, uint64_t size);
+};
+
+void eng_placement(struct eng *e, const struct placement *pl);
+
 /* --- events ------------------------------------------------------------- */
 
 /*
@@ -1116,6 +1138,7 @@ struct eng {
 	struct ns ns;
 	struct persist *persist; /* NULL without a persist dir */
 	const struct piece_source *src; /* the persist dir's, or NULL */
+	const struct placement *placement; /* passthrough's, or NULL */
 	struct eng_counters cnt;
 	struct evictor evictor;
 	struct copier copier;
@@ -1603,21 +1626,10 @@ void pass_sealed(struct eng *e, struct inode *in);
 void pass_unlinked(struct eng *e, struct inode *in);
 /* Files whose copy at seal waits for the writes to stop (status). */
 uint32_t pass_waiting(struct eng *e);
-/* A write filled a piece of @in, a file over min_size being written (no
- * lock held): copy its full pieces early, in the background. */
-void pass_wrote(struct eng *e, struct inode *in);
 /* Memory is short: spare backing files, early copies, then kept ones
  * nothing has open, go until @want chunks are free again (evict.c); and
  * backing files whose pieces eviction just put back. */
 void pass_shed(struct eng *e, uint32_t want);
-/*
- * In place (eng_pass_in_place): piece @idx of @f, a file over min_size
- * being written, is new; the chunk for it, lent to the page at its offset
- * of the backing file the last copy of a file of the same name left
- * (refs 1, counted as used), or RFT_NO_CHUNK: take one from the store.
- * f->lock held for writing.
- */
-uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx);
 /* The hash of base name @name, for a file's home (never 0). */
 uint64_t pass_name_hash(const char *name);
 /* After the files are gone (ns_fini): the backing files they pointed

@@ -2179,7 +2179,8 @@ static ssize_t reserve_range(struct eng *e, struct file *f, uint64_t pos,
 		/* A new piece of a large file: in its backing file's page? */
 		if (place && (i >= f->nslots || !slot_in_ram(&f->slots[i])) &&
 		    piece_want(e, f, i, end) == cs &&
-		    (ids[got] = pass_place(e, f, i)) != RFT_NO_CHUNK) {
+		    (ids[got] = e->placement->place(e, f, i, pos + size)) !=
+			    RFT_NO_CHUNK) {
 			got++;
 			continue;
 		}
@@ -2364,8 +2365,8 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	size_t reserved = 0;
 	uint32_t need = 0;
 	int loads = 0;
-	uint64_t pos;
-	bool early = false;
+	uint64_t pos, size_now = 0;
+	bool filled = false;
 	int rc = 0;
 
 	if (queued)
@@ -2412,14 +2413,10 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			continue;
 		}
 		/* Past the deadline, what memory there is: a short write.
-		 * In place: not a take from a backing file (it passes
+		 * Placed: not a take from a backing file (it passes
 		 * through). */
 		got = reserve_range(e, f, pos, size, timed_out,
-				    !fp->pass && pos + size > e->pass.min_size &&
-					    atomic_load_explicit(
-						    &e->pass.in_place,
-						    memory_order_relaxed),
-				    &need);
+				    !fp->pass && e->placement, &need);
 		if (got >= 0) {
 			reserved = (size_t)got;
 			break;
@@ -2450,12 +2447,12 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	if (pos + reserved > f->size)
 		f->size = pos + reserved;
 	f->version++;
-	/* A piece filled, of a file the copier may copy early (pass.c);
-	 * not by a take from a backing file (its file passes through). */
-	early = atomic_load_explicit(&e->pass.early_on, memory_order_acquire) &&
-		!fp->pass && f->size > e->pass.min_size &&
-		(pos + reserved) >> e->store.chunk_shift !=
-			pos >> e->store.chunk_shift;
+	/* A piece filled, told to the placement (a copy made early); not
+	 * by a take from a backing file (its file passes through). */
+	filled = e->placement && !fp->pass &&
+		 (pos + reserved) >> e->store.chunk_shift !=
+			 pos >> e->store.chunk_shift;
+	size_now = f->size;
 	eng_now(&in->mtime);
 	in->ctime = in->mtime;
 	if (done) {
@@ -2479,8 +2476,8 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 out:
 	pthread_rwlock_unlock(&f->lock);
 	free(job);
-	if (early)
-		pass_wrote(e, in);
+	if (filled)
+		e->placement->wrote(e, in, size_now);
 	if (rc == -ENOSPC)
 		atomic_fetch_add(&e->cnt.enospc, 1);
 	if (reserved == 0)

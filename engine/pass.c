@@ -133,6 +133,16 @@ struct pass {
 };
 
 static void pass_forget(struct eng *e, struct file *f);
+static uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx,
+			   uint64_t end);
+static void pass_wrote(struct eng *e, struct inode *in, uint64_t size);
+static void queue_early(struct eng *e, struct inode *in);
+
+/* Large files written in place, and copied early (eng_pass_enable). */
+static const struct placement pass_placement = {
+	.place = pass_place,
+	.wrote = pass_wrote,
+};
 
 /* What core tells passthrough: a file freed takes its kept copies. */
 static void pass_on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
@@ -148,6 +158,7 @@ int pass_init(struct eng *e)
 	pthread_mutex_init(&e->pass.lock, NULL);
 	pthread_cond_init(&e->pass.cond, NULL);
 	rft_cond_init(&e->pass.work); /* timed waits: copier_main */
+	eng_placement(e, &pass_placement);
 	return eng_listen(e, pass_on_event, NULL);
 }
 
@@ -546,13 +557,21 @@ static void home_drop_locked(struct eng *e, struct file *f)
 	pass_spare_locked(e, hp);
 }
 
-uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx)
+/*
+ * In place (eng_pass_in_place): piece @idx of @f, a file over min_size
+ * being written (up to @end), is new; the chunk for it, lent to the page
+ * at its offset of the backing file the last copy of a file of the same
+ * name left (refs 1, counted as used), or RFT_NO_CHUNK: take one from the
+ * store.  f->lock held for writing.
+ */
+static uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx,
+			   uint64_t end)
 {
 	uint32_t id = RFT_NO_CHUNK;
 	struct pass *hp;
 
 	if (!atomic_load_explicit(&e->pass.in_place, memory_order_acquire) ||
-	    !f->name_hash)
+	    end <= e->pass.min_size || !f->name_hash)
 		return RFT_NO_CHUNK;
 	pthread_mutex_lock(&e->pass.lock);
 	hp = f->home;
@@ -907,7 +926,7 @@ static void *copier_main(void *arg)
 		if (!job.early)
 			copy_sealed(e, job.in);
 		else if (early_round(e, job.in))
-			pass_wrote(e, job.in); /* more: after the others */
+			queue_early(e, job.in); /* more: after the others */
 		ns_unhold(e, job.in);
 		pthread_mutex_lock(&e->pass.lock);
 	}
@@ -1018,12 +1037,24 @@ void pass_sealed(struct eng *e, struct inode *in)
 		queue_job(e, in, false);
 }
 
-void pass_wrote(struct eng *e, struct inode *in)
+/*
+ * A write filled a piece of @in, @size bytes long now (no lock held): a
+ * file over min_size has its full pieces copied early, in the background.
+ */
+/* Queue an early round for @in, unless one is queued already. */
+static void queue_early(struct eng *e, struct inode *in)
 {
 	if (atomic_exchange(&in->file.early_queued, true))
 		return; /* a round is queued, and will see this piece */
 	if (!queue_job(e, in, true))
 		atomic_store(&in->file.early_queued, false);
+}
+
+static void pass_wrote(struct eng *e, struct inode *in, uint64_t size)
+{
+	if (atomic_load_explicit(&e->pass.early_on, memory_order_acquire) &&
+	    size > e->pass.min_size)
+		queue_early(e, in);
 }
 
 int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
