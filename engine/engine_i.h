@@ -691,8 +691,8 @@ struct copier {
 };
 
 /*
- * Reads that must fetch data (fetch.c).  A leaf lock; ns->lock is taken
- * before it, never under it.
+ * Reads that must fetch data (read.c's fetch threads).  A leaf lock;
+ * ns->lock is taken before it, never under it.
  */
 #define ENG_FETCH_THREADS_MAX 16
 
@@ -707,7 +707,7 @@ struct fetcher {
 };
 
 /*
- * Pieces being brought into memory now (load_piece in file.c), so that a
+ * Pieces being brought into memory now (load_piece in read.c), so that a
  * second reader of the same piece waits for the first instead of fetching
  * it again (read-ahead and its reader often meet on a piece).  A leaf
  * lock; nobody holds a namespace or file lock while waiting on @done.
@@ -814,11 +814,10 @@ void eng_placement(struct eng *e, const struct placement *pl);
 
 /*
  * What the namespace and the files tell the tiers that keep copies of them
- * (the listeners: persist.c, and protect.c in a group).  These events are
- * one of three ways core reaches the tiers: ns.c and file.c also call
- * pass.c directly (pass_sealed, pass_take, pass_open, pass_place and
- * more), and the group through e->gops (seal, propose, fetch).  A last
- * close does all three: pass_sealed, EV_DIRTY, gops->seal (issue 26).
+ * (the listeners: persist.c, pass.c, and protect.c in a group).  Core
+ * reaches the tiers only so, and through the hooks above (the piece
+ * source, the placement); the calls above the tiers (nscall.c,
+ * handle.c) call them by name, and the group is e->gops.
  * Listeners run in the poster's thread, so:
  *   EV_DIRTY     something needs writing again (a file sealed or changed,
  *                a directory or node new or changed); posted with no lock
@@ -872,7 +871,7 @@ static inline void eng_post_dirty(struct eng *e, struct inode *in)
 	eng_post(e, &ev);
 }
 
-/* --- namespace operations (nsop.c, applied by ns.c and file.c) --------- */
+/* --- namespace operations (nsop.c, applied by nscall.c) ----------------- */
 
 /*
  * One change to the namespace.  A single node applies it at once; a group
@@ -1245,7 +1244,7 @@ static inline void eng_now(struct timespec *ts)
 /* A new file id: random-looking, never 0, unique with all odds. */
 uint64_t eng_new_file_id(struct eng *e);
 
-/* ns.c */
+/* ns.c: the tree of inodes and names */
 int ns_init(struct ns *ns);
 void ns_fini(struct eng *e);
 /* Find a live inode; caller holds ns->lock. */
@@ -1256,20 +1255,12 @@ struct inode *ns_new_inode_at(struct eng *e, mode_t mode, uid_t uid,
 			      gid_t gid, const struct timespec *now,
 			      uint64_t file_id);
 /*
- * Make the entry op->parent/op->name of type @mode (op's owner, uid, gid
- * and time) and return it in *@out; ns->lock held for writing.
+ * Take name @de out of @dir: its inode loses a link (and its primary name
+ * moves to another, if any); not freed here.  ns->lock held for writing.
  */
-int ns_make_entry(struct eng *e, const struct nsop *op, mode_t mode,
-		  struct inode **out);
-/*
- * In a group: does @op surely fail on this node's namespace as it is
- * (a missing parent, a name that exists already for a mkdir, one that
- * does not for an unlink)?  Then true, with the error in *@rc, and it
- * need not go round the log.  Takes ns->lock.
- */
-bool ns_check_local(struct eng *e, const struct nsop *op, int *rc);
-/* Copy an apply's outputs into the call. */
-void eng_call_take(struct eng_call *c, const struct nsop_out *out);
+void ns_unlink_child(struct inode *dir, struct dentry *de);
+/* Free @in once nothing refers to it; ns->lock held for writing. */
+void ns_maybe_free(struct eng *e, struct inode *in);
 /*
  * Give @child the name @name in @dir: as its primary name if @primary (or
  * it has none), else as one more (a hard link).  ns->lock held.
@@ -1288,7 +1279,6 @@ int ns_path(struct ns *ns, const struct inode *in, char *buf, size_t size);
 struct inode *ns_resolve(struct ns *ns, const char *rel);
 /* Top-level directory above @in, or NULL; ns->lock held. */
 struct inode *ns_checkpoint_of(struct ns *ns, const struct inode *in);
-void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st);
 /* Set @in's mode (type bits included); ns->lock held for writing. */
 void ns_set_mode(struct inode *in, mode_t mode);
 /* Root names starting with this belong to the persist dir (lock, staging). */
@@ -1306,9 +1296,18 @@ int ns_walk(struct ns *ns, int (*fn)(void *ctx, struct inode *in),
 /* Is checkpoint @seq among the newest cfg->keep?  ns->lock held. */
 bool ns_in_keep_window(struct eng *e, uint64_t seq);
 
-/* file.c */
+/* file.c: file data */
 int file_init(struct file *f);
 void file_fini(struct eng *e, struct file *f);
+/* Slot @s of @f becomes a hole, its chunk let go.  f->lock held for
+ * writing. */
+void file_drop_slot(struct eng *e, struct file *f, struct slot *s);
+/*
+ * Piece @s of @f, in memory, goes back to its holders (PIECE_PEER): its
+ * chunk is let go; fill, CRC and its length stay, what the next fetch
+ * checks.  f->lock held for writing.
+ */
+void file_slot_to_peer(struct eng *e, struct file *f, struct slot *s);
 int file_truncate_locked(struct eng *e, struct file *f, uint64_t size);
 /* Make slots' CRCs final and seal this version; file->lock held for writing. */
 void file_seal_locked(struct eng *e, struct file *f);
@@ -1335,7 +1334,6 @@ uint32_t file_evict_cache_locked(struct eng *e, struct file *f,
  */
 uint32_t file_evictable_locked(const struct eng *e, const struct file *f,
 			       bool caches);
-
 /*
  * A file's pieces as they are at one version, their chunks pinned (a
  * reference each), so that write-back and protection (protect.c) can
@@ -1359,17 +1357,61 @@ void file_snap_drop(struct eng *e, struct file_snap *fs);
  * file is persisted now.  f->lock held for writing.
  */
 bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs);
+/* In a group: does this node show a draft of its own of @f?  f->lock. */
+bool file_draft(const struct eng *e, const struct file *f);
+/* Wait until no queued copy targets @f.  Sleeps: hold no lock at all. */
+void file_wait_writes(struct eng *e, struct file *f);
 /*
- * CREATE and OPEN calls (file.c): an open of an existing file is this
- * node's alone (a writer's changes are its draft until its seal); a new
- * name goes round the log (CREATE).  Returns like prepare() in ns.c: 0 to
- * apply @op, 1 when finished (result in *@rc).
+ * Take f->lock for writing if no copy is queued for @f (true); else take
+ * nothing (false), and the caller drops its locks, file_wait_writes() and
+ * tries again.  Truncates and synchronous writes use it so that they never
+ * overtake a copy replied to before them.
  */
-int file_prepare_open(struct eng *e, struct eng_call *c, struct nsop *op,
-		      int *rc);
-/* Apply CREATE or OPEN (see ns_apply). */
-int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
-		    struct nsop_out *out);
+bool file_wrlock_drained(struct eng *e, struct file *f);
+/* CRC32C of @len zero bytes continuing from @crc. */
+uint32_t crc_zeros(uint32_t crc, uint64_t len);
+/* Length of piece @idx of a file of @size bytes (0 past the end). */
+uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx);
+/* Arena bytes the pieces of @f in memory take (blocks or chunks); lock. */
+uint64_t file_ram_bytes(const struct eng *e, const struct file *f);
+
+/* read.c: the read path and its fetch threads */
+/*
+ * Bring pieces [@first, @last] of @in into memory from where they are:
+ * the persist dir, or peers (until @deadline; NULL: cfg->fetch_timeout_ms
+ * from now).  Called without any lock; sleeps.
+ */
+/*
+ * Read-ahead: queue the pieces after [.., @last] that a sequential reader
+ * will want next and that are elsewhere (a window of one piece per fetch
+ * thread, each queued once).  No lock held.
+ */
+void file_ahead(struct eng *e, struct inode *in, uint32_t last);
+/*
+ * Bring piece @i of @in into memory for read-ahead: like file_load, but
+ * only into a free chunk (never waits for memory).  No lock held; sleeps.
+ */
+int file_load_ahead(struct eng *e, struct inode *in, uint32_t i,
+		    const struct timespec *deadline);
+int file_load(struct eng *e, struct inode *in, uint32_t first,
+	      uint32_t last, const struct timespec *deadline);
+/* Bound on re-tries when an evicted piece is evicted again before use. */
+#define LOAD_TRIES 8
+
+/* write.c: the write path, fallocate, the copier */
+int copier_start(struct eng *e);
+void copier_stop(struct eng *e);
+/* eng_fallocate of a file that does not pass through (write.c). */
+int file_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
+		   off_t off, off_t len);
+
+/* record.c: seals and the group's record of them */
+/*
+ * A writer of @f is gone (record.c): the last one seals it.  *@sealed: it
+ * goes to the tiers; *@tell: the group hears of the seal.  No lock held.
+ */
+void file_writer_gone(struct eng *e, struct file *f, bool *sealed,
+		      bool *tell);
 /*
  * Apply SEAL (see ns_apply): the file's content from now on, whoever
  * sealed it (the last seal wins); a node with a draft of its own keeps
@@ -1382,8 +1424,6 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index);
  * whose seal it has not proposed (a new file).  f->lock held.
  */
 bool file_to_seal(const struct eng *e, const struct file *f);
-/* In a group: does this node show a draft of its own of @f?  f->lock. */
-bool file_draft(const struct eng *e, const struct file *f);
 /*
  * @in's draft here cannot be sealed (pieces of the version it was based
  * on are gone) and the group sealed another version since: drop the
@@ -1494,51 +1534,47 @@ uint64_t file_count_unprotected(struct eng *e);
 int file_apply_persist(struct eng *e, const struct nsop *op);
 /* Apply LOST (see ns_apply): node op->node holds none of its old pieces. */
 int file_apply_lost(struct eng *e, const struct nsop *op);
+
+/* nscall.c: namespace calls, opens, ns_apply */
+/*
+ * Make the entry op->parent/op->name of type @mode (op's owner, uid, gid
+ * and time) and return it in *@out; ns->lock held for writing.
+ */
+int ns_make_entry(struct eng *e, const struct nsop *op, mode_t mode,
+		  struct inode **out);
+/*
+ * In a group: does @op surely fail on this node's namespace as it is
+ * (a missing parent, a name that exists already for a mkdir, one that
+ * does not for an unlink)?  Then true, with the error in *@rc, and it
+ * need not go round the log.  Takes ns->lock.
+ */
+bool ns_check_local(struct eng *e, const struct nsop *op, int *rc);
+/* Copy an apply's outputs into the call. */
+void eng_call_take(struct eng_call *c, const struct nsop_out *out);
+void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st);
+/*
+ * CREATE and OPEN calls (nscall.c): an open of an existing file is this
+ * node's alone (a writer's changes are its draft until its seal); a new
+ * name goes round the log (CREATE).  Returns like prepare(): 0 to
+ * apply @op, 1 when finished (result in *@rc).
+ */
+int file_prepare_open(struct eng *e, struct eng_call *c, struct nsop *op,
+		      int *rc);
+/* Apply CREATE or OPEN (see ns_apply). */
+int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
+		    struct nsop_out *out);
 /*
  * FLUSH of handle @fp (every close(2)).  In a group the last writer's
  * close seals the file and finishes @c once every live node has the seal:
  * ENG_LATER.  Else 0 or -errno at once.
  */
 int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c);
+/* Off the list of open handles, and freed (nscall.c). */
+void eng_handle_free(struct eng *e, struct eng_file *h);
 
-/* Wait until no queued copy targets @f.  Sleeps: hold no lock at all. */
-void file_wait_writes(struct eng *e, struct file *f);
-/*
- * Take f->lock for writing if no copy is queued for @f (true); else take
- * nothing (false), and the caller drops its locks, file_wait_writes() and
- * tries again.  Truncates and synchronous writes use it so that they never
- * overtake a copy replied to before them.
- */
-bool file_wrlock_drained(struct eng *e, struct file *f);
+/* handle.c: release, fsync, fallocate */
 /* Free handles the kernel never released; at eng_free, threads stopped. */
 void eng_free_handles(struct eng *e);
-int copier_start(struct eng *e);
-void copier_stop(struct eng *e);
-/* CRC32C of @len zero bytes continuing from @crc. */
-uint32_t crc_zeros(uint32_t crc, uint64_t len);
-/* Length of piece @idx of a file of @size bytes (0 past the end). */
-uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx);
-/* Arena bytes the pieces of @f in memory take (blocks or chunks); lock. */
-uint64_t file_ram_bytes(const struct eng *e, const struct file *f);
-/*
- * Bring pieces [@first, @last] of @in into memory from where they are:
- * the persist dir, or peers (until @deadline; NULL: cfg->fetch_timeout_ms
- * from now).  Called without any lock; sleeps.
- */
-/*
- * Read-ahead: queue the pieces after [.., @last] that a sequential reader
- * will want next and that are elsewhere (a window of one piece per fetch
- * thread, each queued once).  No lock held.
- */
-void file_ahead(struct eng *e, struct inode *in, uint32_t last);
-/*
- * Bring piece @i of @in into memory for read-ahead: like file_load, but
- * only into a free chunk (never waits for memory).  No lock held; sleeps.
- */
-int file_load_ahead(struct eng *e, struct inode *in, uint32_t i,
-		    const struct timespec *deadline);
-int file_load(struct eng *e, struct inode *in, uint32_t first,
-	      uint32_t last, const struct timespec *deadline);
 
 /* evict.c */
 /*

@@ -1,0 +1,73 @@
+/*
+ * handle.c - the calls on an open file that reach the tiers: release (the
+ * last writer's close seals the file, hands it to passthrough's copier,
+ * the tiers' events and the group), fsync and fallocate (a writer passing
+ * through has its bytes taken back from its backing file first).  Opens
+ * are namespace calls (nscall.c), reads and writes core's (read.c,
+ * write.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_i.h"
+#include "erasure.h"
+
+int eng_release(struct eng *e, struct eng_file *fp)
+{
+	struct inode *in = fp->inode;
+	bool sealed = false, tell = false, keep_writer = false;
+	/* A writer passing through: its bytes are taken before it seals. */
+	int backing_id = pass_release(e, fp, &keep_writer);
+
+	if (fp->writer && !keep_writer) {
+		file_writer_gone(e, &in->file, &sealed, &tell);
+		if (sealed)
+			pass_sealed(e, in);
+	}
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in->opens--;
+	in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (tell)
+		e->gops->seal(e->gctx, in, NULL);
+	if (sealed)
+		eng_post_dirty(e, in);
+	ns_unhold(e, in);
+	eng_handle_free(e, fp);
+	return backing_id;
+}
+
+void eng_free_handles(struct eng *e)
+{
+	while (e->handles)
+		eng_handle_free(e, e->handles);
+}
+
+int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync)
+{
+	int rc = pass_take(e, fp); /* a writer passing through */
+
+	if (rc < 0)
+		return rc;
+	file_wait_writes(e, &fp->inode->file);
+	/*
+	 * The data is in the arena already, which is as durable as this
+	 * tier gets; write-back to the persist dir is asynchronous by design
+	 * (reftfs-admin flush --wait is the barrier for that).
+	 */
+	return 0;
+}
+
+int eng_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
+		  off_t off, off_t len)
+{
+	/* Passing through: the backing file is the file until taken. */
+	if (fp->pass)
+		return pass_fallocate(e, fp, flags, off, len);
+	return file_fallocate(e, fp, flags, off, len);
+}

@@ -1,0 +1,1044 @@
+/*
+ * record.c - a file's seal, and what the group's log records of it.
+ *
+ * The last writer's close seals a file (writer_gone); in a group the seal
+ * goes round the log, and every node applies every SEAL (file_apply_seal):
+ * the last one in the log is the file's content on every node, a node's
+ * own changes since being its draft until they are sealed in turn.  Each
+ * node keeps the log's record of the seal (f->sealed) and applies the
+ * PROTECT, PERSIST and LOST entries to it; replicas received are
+ * installed here, and verify and resync compare what a node shows with
+ * that record.  Looks files up by number (ns_find): above ns.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_i.h"
+#include "erasure.h"
+
+bool file_to_seal(const struct eng *e, const struct file *f)
+{
+	return e->gops && f->seal_sent != f->version &&
+	       (file_draft(e, f) || f->owner == e->node);
+}
+
+/*
+ * Make @f's pieces those of a seal by another node (@size bytes, @n
+ * pieces): holes stay holes, the rest are on the seal's holders
+ * (PIECE_PEER).  The slots are the group's version from then on.  f->lock
+ * held for writing; the old pieces' chunks go (readers hold their own
+ * pins).
+ */
+static int take_remote_seal(struct eng *e, struct file *f, uint64_t size,
+			    uint32_t n, const struct nsop_piece *pcs)
+{
+	struct slot *slots = NULL;
+
+	if (n) {
+		slots = malloc((size_t)n * sizeof(*slots));
+		if (!slots)
+			return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t len = file_piece_len(e, size, i);
+
+		slots[i] = (struct slot){ 0, pcs[i].hole ? 0 : len,
+					  pcs[i].crc, len,
+					  pcs[i].hole ? PIECE_HOLE
+						      : PIECE_PEER,
+					  0 };
+	}
+	for (uint32_t i = 0; i < f->nslots; i++)
+		file_drop_slot(e, f, &f->slots[i]);
+	free(f->slots);
+	f->slots = slots;
+	f->nslots = f->cap = n;
+	f->size = size;
+	f->version++;
+	f->dur.sealed = f->version;
+	f->synced = f->version;
+	f->crc_unverified = false;
+	f->crc_bad = false;
+	f->fetch_said = false;
+	return 0;
+}
+
+/*
+ * Record @op (at @index, its pieces at @ckpt/@base of its stripes) as the
+ * group's version of @f.  f->lock held for writing.  0 or -ENOMEM.
+ */
+static int note_sealed(struct file *f, const struct nsop *op,
+		       uint64_t index, uint64_t ckpt, uint64_t base)
+{
+	struct seal_rec *t;
+
+	t = malloc(sizeof(*t) + (size_t)op->npieces * sizeof(t->pieces[0]));
+	if (!t)
+		return -ENOMEM;
+	*t = (struct seal_rec){
+		.index = index, .node = op->node, .size = op->size,
+		.mtime = op->mtime, .ctime = op->now, .scheme = op->flags,
+		.ckpt = ckpt, .base = base, .holders = 1ULL << op->node,
+		.npieces = op->npieces,
+	};
+	if (op->npieces)
+		memcpy(t->pieces, op->pieces,
+		       (size_t)op->npieces * sizeof(t->pieces[0]));
+	free(f->sealed);
+	f->sealed = t;
+	return 0;
+}
+
+uint32_t stripe_code(const struct ers_scheme *s, int nodes)
+{
+	if ((s->kind != ERS_XOR && s->kind != ERS_RS) || nodes < 1 ||
+	    nodes > 64)
+		return 0;
+	return (uint32_t)nodes << 24 | (uint32_t)s->kind << 16 |
+	       (uint32_t)s->k << 8 | (uint32_t)s->m;
+}
+
+int stripe_layout(uint32_t code, struct ers_layout *l)
+{
+	struct ers_scheme s = { (enum ers_kind)(code >> 16 & 0xff),
+				(int)(code >> 8 & 0xff), (int)(code & 0xff) };
+
+	if ((s.kind != ERS_XOR && s.kind != ERS_RS) ||
+	    ers_scheme_check(&s) < 0)
+		return -EINVAL;
+	return ers_layout_init(l, &s, (int)(code >> 24));
+}
+
+/*
+ * The first of @n chunk numbers of node @node in @in's checkpoint under
+ * scheme @scheme, taken now (ns->lock held for writing).  Stripes never
+ * span checkpoints: files at the top level share the root's space.
+ * -ENOMEM when a new space cannot be made (the seal then fails here).
+ */
+static int take_chunks(struct eng *e, struct inode *in, uint32_t scheme,
+		       int node, uint32_t n, uint64_t *ckpt, uint64_t *base)
+{
+	struct inode *c = ns_checkpoint_of(&e->ns, in);
+	struct stripe_space *sp;
+
+	*ckpt = c ? c->ino : e->ns.root->ino;
+	for (sp = e->ns.spaces; sp; sp = sp->next)
+		if (sp->ckpt == *ckpt && sp->scheme == scheme)
+			break;
+	if (!sp) {
+		sp = calloc(1, sizeof(*sp));
+		if (!sp)
+			return -ENOMEM;
+		sp->ckpt = *ckpt;
+		sp->scheme = scheme;
+		sp->next = e->ns.spaces;
+		e->ns.spaces = sp;
+	}
+	*base = sp->next_chunk[node];
+	sp->next_chunk[node] += n;
+	return 0;
+}
+
+int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
+{
+	bool own = op->node == e->node && op->inc == e->inc;
+	struct inode *in;
+	struct file *f;
+	uint64_t ckpt = 0, base = 0;
+	bool kick = false;
+	int rc = 0;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, op->ino);
+	if (!in || !S_ISREG(in->mode)) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (op->chunk_size != e->store.chunk_size) {
+		/* Pieces would not line up: every node must use one size. */
+		rft_err("seal of inode %llu from node %d: chunk size %u KiB, "
+			"this node's is %u KiB",
+			(unsigned long long)op->ino, op->node,
+			op->chunk_size >> 10, e->store.chunk_size >> 10);
+		rc = -EPROTO;
+		goto out;
+	}
+	if (op->node < 0 || op->node >= 64) {
+		rc = -EINVAL;
+		goto out;
+	}
+	f = &in->file;
+	pthread_rwlock_wrlock(&f->lock);
+	/*
+	 * An erasure-coded seal takes the next chunk numbers of its node in
+	 * its checkpoint's stripe space, whatever this node does with it
+	 * below: every node numbers alike.
+	 */
+	if (op->flags && take_chunks(e, in, op->flags, op->node, op->npieces,
+				     &ckpt, &base) < 0) {
+		pthread_rwlock_unlock(&f->lock);
+		rc = -ENOMEM;
+		goto out;
+	}
+	/*
+	 * Whoever sealed it, this is the file's content now (the last seal
+	 * in the log wins), and its node holds its bytes.  A node that was
+	 * writing it elsewhere has sealed or will seal its own.
+	 */
+	f->owner = op->node;
+	f->remote_writers = 0;
+	rc = note_sealed(f, op, index, ckpt, base);
+	if (rc < 0) {
+		/* What this node shows stays as it was. */
+	} else if (own && f->version == op->version) {
+		/* This node's draft as sealed: its slots are the group's. */
+		f->gseal = index;
+		f->holders = 1ULL << e->node;
+		f->scheme = op->flags;
+		f->stripe_ckpt = ckpt;
+		f->chunk_base = base;
+		f->parity_holders = 0;
+		f->synced = f->version;
+		f->fetch_said = false;
+	} else if (file_draft(e, f)) {
+		/*
+		 * This node changed the file since its slots were the group's
+		 * version: its writers go on with their own, sealed at their
+		 * last close (later in the log, so it wins), or given up
+		 * (file_revert) when it cannot be.
+		 */
+	} else {
+		/*
+		 * Another node's seal, or this node's from an earlier daemon
+		 * (a restart replaying the log): the bytes are elsewhere, or
+		 * nowhere when that daemon took them with it.
+		 */
+		rc = take_remote_seal(e, f, op->size, op->npieces, op->pieces);
+		if (rc == 0) {
+			f->gseal = index;
+			f->holders = op->node == e->node ? 0
+							 : 1ULL << op->node;
+			f->scheme = op->flags;
+			f->stripe_ckpt = ckpt;
+			f->chunk_base = base;
+			f->parity_holders = 0;
+			in->mtime = op->mtime;
+			in->ctime = op->now;
+			kick = true;
+		}
+	}
+	if (rc < 0)
+		rft_err("seal of inode %llu by node %d (entry %llu): %s: this "
+			"node's view of it differs from the group's",
+			(unsigned long long)op->ino, op->node,
+			(unsigned long long)index, strerror(-rc));
+	pthread_rwlock_unlock(&f->lock);
+out:
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (kick)
+		eng_post_dirty(e, in);
+	return rc;
+}
+
+/*
+ * Show the group's version of @f (f->sealed) in place of what this node
+ * has: its pieces from their holders, its protection and persisted copy
+ * as the log recorded them.  ns->lock and f->lock held for writing.
+ */
+static int take_sealed(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	const struct seal_rec *t = f->sealed;
+	int rc;
+
+	rc = take_remote_seal(e, f, t->size, t->npieces, t->pieces);
+	if (rc < 0)
+		return rc;
+	f->gseal = t->index;
+	f->scheme = t->scheme;
+	f->stripe_ckpt = t->ckpt;
+	f->chunk_base = t->base;
+	/* Parity holders hold rows, not bytes (file_apply_protect). */
+	f->holders = (t->scheme ? 1ULL << t->node : t->holders) &
+		     ~(1ULL << e->node);
+	f->parity_holders = t->scheme ? t->parity_holders : 0;
+	f->seal_sent = f->version;
+	in->mtime = t->mtime;
+	in->ctime = t->ctime;
+	if (t->protected)
+		f->dur.protected_data = f->version;
+	if (t->persisted) {
+		if (f->copy == COPY_NONE) {
+			f->copy = COPY_HOME;
+			f->copy_id = (struct copy_id){ 0, 0 };
+		}
+		f->dur.persisted_data = f->version;
+		f->dur.persisted_meta = f->meta_version;
+	}
+	return 0;
+}
+
+int file_revert(struct eng *e, struct inode *in, int why)
+{
+	struct file *f = &in->file;
+	char path[PATH_MAX];
+	int node = -1, rc = -EAGAIN;
+
+	/* f->copy changes under the names lock too (struct file). */
+	eng_names_lock(e);
+	pthread_rwlock_wrlock(&e->ns.lock);
+	pthread_rwlock_wrlock(&f->lock);
+	/*
+	 * Only when another node sealed since the draft's base: this node's
+	 * own seal's bytes are the draft's (changed since), and the base,
+	 * while still the group's, may come back (a holder up again).
+	 */
+	if (f->sealed && f->sealed->index != f->gseal &&
+	    f->sealed->node != e->node && file_draft(e, f)) {
+		node = f->sealed->node;
+		rc = take_sealed(e, in);
+	}
+	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
+		snprintf(path, sizeof(path), "inode %llu",
+			 (unsigned long long)in->ino);
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	eng_names_unlock(e);
+	if (rc < 0)
+		return rc;
+	rft_warn("%s: this node's changes could not be sealed (%s) and node "
+		 "%d sealed another version since: they are dropped, the "
+		 "file reads as node %d's version here too",
+		 path, strerror(-why), node, node);
+	eng_post_dirty(e, in);
+	return 0;
+}
+
+/*
+ * Find piece @idx of @ino's seal @gseal: ns->lock taken (read) and, when
+ * the file is found, its lock (write) with *@fp set; release both with
+ * replica_unlock().  NULL when the file is not at that seal or has no such
+ * piece.
+ */
+static struct slot *replica_slot(struct eng *e, uint64_t ino, uint64_t gseal,
+				 uint32_t idx, struct file **fp)
+{
+	struct inode *in;
+	struct file *f;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (!in || !S_ISREG(in->mode))
+		return NULL;
+	f = &in->file;
+	pthread_rwlock_wrlock(&f->lock);
+	*fp = f;
+	if (f->gseal != gseal || idx >= f->nslots)
+		return NULL;
+	return &f->slots[idx];
+}
+
+static void replica_unlock(struct eng *e, struct file *f)
+{
+	if (f)
+		pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+}
+
+int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
+		      uint32_t idx, uint32_t len, uint32_t crc, uint32_t *chunk)
+{
+	struct file *f = NULL;
+	struct slot *s = replica_slot(e, ino, gseal, idx, &f);
+	int rc = -ESTALE;
+
+	if (s && s->where == PIECE_PEER && s->crc == crc &&
+	    len == file_piece_len(e, f->size, idx))
+		rc = 0;
+	else if (s && slot_in_ram(s))
+		rc = -EEXIST;
+	replica_unlock(e, f);
+	/*
+	 * A copy held for its owner comes before caches: when memory is
+	 * full, eviction runs now, with no lock held (it never waits: it
+	 * takes files with trywrlock).  The slot is looked at again when
+	 * the bytes are in (file_replica_install).
+	 */
+	if (rc == 0)
+		rc = store_alloc_evict(&e->store, len, chunk);
+	return rc;
+}
+
+void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok)
+{
+	struct file *f = NULL;
+	struct slot *s = ok ? replica_slot(e, ino, gseal, idx, &f) : NULL;
+
+	/* replica_slot() locked only when asked (@ok). */
+	if (s && s->where == PIECE_PEER && s->crc == crc) {
+		uint32_t len = file_piece_len(e, f->size, idx);
+
+		s->chunk = chunk;
+		s->where = PIECE_RAM;
+		/*
+		 * The sealed bytes, as many as the file keeps: a truncate
+		 * here since file_replica_dest() lowered fill (down) or left
+		 * it (up: zeros past it), and the block holds no more than
+		 * the seal's piece.  Its checksum is then made again.
+		 */
+		s->fill = s->fill < len ? s->fill : len;
+		if (s->fill != s->crc_len || s->crc_len != len)
+			s->crc_len = SLOT_CRC_UNKNOWN;
+		s->flags = 0; /* held for the owner: not a cache */
+		f->resident++;
+		chunk = RFT_NO_CHUNK;
+	}
+	if (ok)
+		replica_unlock(e, f);
+	if (chunk != RFT_NO_CHUNK)
+		store_put(&e->store, chunk);
+}
+
+int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint8_t *map, uint32_t map_bits, uint32_t *npieces)
+{
+	struct file *f = NULL;
+	int rc = 0;
+
+	*npieces = 0;
+	/* Piece 0 only finds the file; every piece is looked at below. */
+	replica_slot(e, ino, gseal, 0, &f);
+	if (!f || f->gseal != gseal) {
+		rc = -ESTALE;
+	} else {
+		*npieces = f->nslots;
+		for (uint32_t i = 0; i < f->nslots; i++) {
+			struct slot *s = &f->slots[i];
+
+			if (s->where == PIECE_PEER ||
+			    s->where == PIECE_PERSIST) {
+				rc = -EAGAIN;
+				if (map && i < map_bits)
+					map[i / 8] |= (uint8_t)(1u << (i % 8));
+			}
+			/* A copy a reader fetched is kept as the replica. */
+			s->flags &= (uint8_t)~SLOT_FETCHED;
+		}
+	}
+	replica_unlock(e, f);
+	return rc;
+}
+
+int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		    const uint8_t *data, uint32_t len, uint32_t crc)
+{
+	struct file *f = NULL;
+	struct slot *sl;
+	uint32_t chunk;
+	int rc = -ESTALE;
+
+	if (store_try_alloc_len(&e->store, len, &chunk) < 0)
+		return -ENOSPC;
+	memcpy(store_ptr(&e->store, chunk), data, len);
+	sl = replica_slot(e, ino, gseal, idx, &f);
+	/* Not after a truncate here since the seal (fill lowered). */
+	if (sl && sl->where == PIECE_PEER && sl->crc == crc &&
+	    sl->crc_len == len && sl->fill == len &&
+	    len == file_piece_len(e, f->size, idx)) {
+		sl->chunk = chunk;
+		sl->where = PIECE_RAM;
+		sl->fill = len;
+		sl->flags |= SLOT_FRESH | SLOT_FETCHED;
+		f->resident++;
+		chunk = RFT_NO_CHUNK;
+		rc = 0;
+	}
+	replica_unlock(e, f);
+	if (chunk != RFT_NO_CHUNK)
+		store_put(&e->store, chunk);
+	return rc;
+}
+
+int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		    uint32_t len, uint32_t crc, uint8_t *buf)
+{
+	uint32_t chunk = RFT_NO_CHUNK, fill = 0;
+	struct inode *in;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		struct file *f = &in->file;
+
+		pthread_rwlock_rdlock(&f->lock);
+		if (f->gseal == gseal && f->dur.sealed == f->version &&
+		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
+		    f->slots[idx].crc == crc &&
+		    len == file_piece_len(e, f->size, idx)) {
+			chunk = f->slots[idx].chunk;
+			fill = f->slots[idx].fill < len ? f->slots[idx].fill
+							: len;
+			store_get(&e->store, chunk);
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (chunk == RFT_NO_CHUNK)
+		return -ENOENT;
+	memcpy(buf, store_ptr(&e->store, chunk), fill);
+	memset(buf + fill, 0, len - fill);
+	store_put(&e->store, chunk);
+	return ers_crc32c(0, buf, len) == crc ? 0 : -EIO;
+}
+
+int file_verify_take_locked(struct eng *e, struct file *f, uint64_t gseal,
+			    struct file_snap *fs)
+{
+	if (!file_sealed(f))
+		return -EBUSY;
+	if (gseal && f->gseal != gseal)
+		return -ESTALE;
+	return file_snap_take_locked(e, f, fs);
+}
+
+void file_verify_snap(struct eng *e, const struct file_snap *fs,
+		      const char *what, struct eng_verify_copy *vc,
+		      uint32_t *bad)
+{
+	uint32_t n = (uint32_t)((fs->size + e->store.chunk_size - 1) >>
+				e->store.chunk_shift);
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot *s = i < fs->nslots ? &fs->slots[i] : NULL;
+		uint32_t len = file_piece_len(e, fs->size, i), have, crc;
+
+		if (!s || s->where == PIECE_HOLE)
+			continue; /* zeros: no bytes to go bad */
+		if (!slot_in_ram(s) || s->crc_len != len) {
+			vc->absent++;
+			continue;
+		}
+		/* Past fill the piece reads as zeros, not the chunk. */
+		have = s->fill < len ? s->fill : len;
+		crc = ers_crc32c(0, store_ptr(&e->store, s->chunk), have);
+		crc = crc_zeros(crc, len - have);
+		vc->checked++;
+		vc->bytes += len;
+		if (crc == s->crc)
+			continue;
+		if (bad)
+			bad[vc->bad] = i;
+		if (!vc->bad++)
+			vc->first_bad = i;
+		atomic_fetch_add(&e->cnt.crc_errors, 1);
+		rft_warn("verify: %s: piece %u (%u bytes) has CRC32C %08x, "
+			 "its seal says %08x",
+			 what, i, len, crc, s->crc);
+	}
+}
+
+uint32_t file_drop_pieces(struct eng *e, struct inode *in,
+			  const struct file_snap *fs, const uint32_t *idx,
+			  uint32_t n, bool cache_only)
+{
+	struct file *f = &in->file;
+	uint32_t dropped = 0;
+
+	pthread_rwlock_wrlock(&f->lock);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = idx[k];
+		struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
+
+		/* Only what verify saw: not rewritten, not moved since. */
+		if (!s || i >= fs->nslots || !slot_in_ram(s) ||
+		    s->chunk != fs->slots[i].chunk ||
+		    s->crc != fs->slots[i].crc || f->version != fs->version ||
+		    (cache_only && !(s->flags & SLOT_FETCHED)))
+			continue;
+		file_slot_to_peer(e, f, s);
+		dropped++;
+	}
+	pthread_rwlock_unlock(&f->lock);
+	return dropped;
+}
+
+uint32_t file_seal_off_locked(struct eng *e, const struct file *f,
+			      const char *what)
+{
+	const struct seal_rec *t = f->sealed;
+	uint32_t off = 0;
+
+	if (!e->gops || !t || file_draft(e, f))
+		return 0;
+	if (f->gseal != t->index) {
+		rft_warn("verify: %s: this node shows the seal of entry %llu, "
+			 "the group's is entry %llu (node %d)",
+			 what, (unsigned long long)f->gseal,
+			 (unsigned long long)t->index, t->node);
+		off++;
+	}
+	if (f->size != t->size) {
+		rft_warn("verify: %s: %llu bytes here, the group's seal says "
+			 "%llu",
+			 what, (unsigned long long)f->size,
+			 (unsigned long long)t->size);
+		off++;
+	}
+	for (uint32_t i = 0; i < t->npieces; i++) {
+		const struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
+		uint32_t len = file_piece_len(e, t->size, i);
+		uint32_t crc = s ? s->crc : crc_zeros(0, len);
+
+		if (s && s->crc_len != len)
+			continue; /* a size that differs is counted above */
+		if (crc == t->pieces[i].crc)
+			continue;
+		if (off++ < 8)
+			rft_warn("verify: %s: piece %u is recorded here with "
+				 "CRC32C %08x, the group's seal (entry %llu, "
+				 "node %d) says %08x",
+				 what, i, crc, (unsigned long long)t->index,
+				 t->node, t->pieces[i].crc);
+	}
+	return off;
+}
+
+uint32_t file_seal_digest_locked(const struct file *f)
+{
+	const struct seal_rec *t = f->sealed;
+	uint8_t b[24];
+	uint32_t crc;
+
+	if (!t)
+		return 0;
+	for (int k = 0; k < 8; k++) {
+		b[k] = (uint8_t)(t->index >> (8 * k));
+		b[8 + k] = (uint8_t)(t->size >> (8 * k));
+	}
+	for (int k = 0; k < 4; k++) {
+		b[16 + k] = (uint8_t)((uint32_t)t->node >> (8 * k));
+		b[20 + k] = (uint8_t)(t->npieces >> (8 * k));
+	}
+	crc = ers_crc32c(0, b, sizeof(b));
+	for (uint32_t i = 0; i < t->npieces; i++) {
+		for (int k = 0; k < 4; k++)
+			b[k] = (uint8_t)(t->pieces[i].crc >> (8 * k));
+		b[4] = t->pieces[i].hole;
+		crc = ers_crc32c(crc, b, 5);
+	}
+	/* Never 0: that is "no record". */
+	return crc ? crc : 1;
+}
+
+/*
+ * On the node that sealed @f's version, with no draft: its bytes are the
+ * seal's, so only its records can be off; put the log's back (a piece
+ * whose bytes differ then fails verify's byte check, and is repaired from
+ * a good copy).  -EOPNOTSUPP when more than checksums differ.  f->lock
+ * held for writing.
+ */
+static int resync_records(struct eng *e, struct file *f)
+{
+	const struct seal_rec *t = f->sealed;
+
+	if (f->gseal != t->index || f->size != t->size ||
+	    f->nslots > t->npieces)
+		return -EOPNOTSUPP;
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		struct slot *s = &f->slots[i];
+
+		if (s->crc_len == file_piece_len(e, t->size, i))
+			s->crc = t->pieces[i].crc;
+	}
+	return 0;
+}
+
+int file_resync(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+	char path[PATH_MAX];
+	int rc = -EAGAIN, node = -1;
+
+	eng_names_lock(e);
+	pthread_rwlock_wrlock(&e->ns.lock);
+	pthread_rwlock_wrlock(&f->lock);
+	if (f->sealed && !file_draft(e, f) && f->writers == 0) {
+		node = f->sealed->node;
+		rc = node == e->node ? resync_records(e, f)
+				     : take_sealed(e, in);
+	}
+	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
+		snprintf(path, sizeof(path), "inode %llu",
+			 (unsigned long long)in->ino);
+	pthread_rwlock_unlock(&f->lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	eng_names_unlock(e);
+	if (rc < 0)
+		return rc;
+	if (node == e->node)
+		rft_warn("verify --repair: %s: this node's records of its own "
+			 "seal were off: the log's checksums are back",
+			 path);
+	else
+		rft_warn("verify --repair: %s: what this node showed was off "
+			 "the group's seal: it shows node %d's sealed version "
+			 "again",
+			 path, node);
+	if (node != e->node)
+		eng_post_dirty(e, in);
+	return 0;
+}
+
+/* file_seal_off_locked() of @ino, into *@off; true when something is. */
+static bool file_off_ino(struct eng *e, uint64_t ino, const char *what,
+			 uint32_t *off)
+{
+	struct inode *in;
+
+	*off = 0;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		pthread_rwlock_rdlock(&in->file.lock);
+		if (file_sealed(&in->file))
+			*off = file_seal_off_locked(e, &in->file, what);
+		pthread_rwlock_unlock(&in->file.lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	return *off != 0;
+}
+
+/* file_resync() of @ino, held meanwhile. */
+static int file_resync_ino(struct eng *e, uint64_t ino)
+{
+	struct inode *in;
+	int rc = -ENOENT;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in)
+		in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (in) {
+		rc = file_resync(e, in);
+		ns_unhold(e, in);
+	}
+	return rc;
+}
+
+int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
+		    bool repair, struct eng_verify_copy *vc,
+		    uint32_t *digest)
+{
+	struct file_snap fs = { 0 };
+	struct inode *in;
+	uint32_t *bad = NULL;
+	bool repair_bad = false;
+	char what[48];
+	int rc = -ENOENT;
+
+	*digest = 0;
+	snprintf(what, sizeof(what), "inode %llu", (unsigned long long)ino);
+	/* The log's seal is every node's to follow: asked by any node. */
+	if (repair && file_off_ino(e, ino, what, &vc->off) &&
+	    file_resync_ino(e, ino) == 0)
+		vc->synced = true;
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		struct file *f = &in->file;
+
+		pthread_rwlock_rdlock(&f->lock);
+		/* The asker's record of the group's seal, or this one's. */
+		if (gseal && (!f->sealed || f->sealed->index != gseal))
+			rc = -ESTALE;
+		else
+			rc = file_verify_take_locked(e, f, 0, &fs);
+		if (rc == 0) {
+			*digest = file_seal_digest_locked(f);
+			if (!vc->synced)
+				vc->off = file_seal_off_locked(e, f, what);
+		}
+		/* Only the owner has a holder's copy dropped to send it again. */
+		repair_bad = repair && f->owner == from && from != e->node;
+		pthread_rwlock_unlock(&f->lock);
+		if (rc == 0)
+			in->holds++;
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	vc->rc = rc;
+	if (rc < 0)
+		return rc;
+	if (repair_bad)
+		bad = malloc((fs.nslots ? fs.nslots : 1) * sizeof(*bad));
+	file_verify_snap(e, &fs, what, vc, bad);
+	if (bad && vc->bad)
+		vc->repaired = file_drop_pieces(e, in, &fs, bad, vc->bad,
+						false);
+	free(bad);
+	file_snap_drop(e, &fs);
+	ns_unhold(e, in);
+	return 0;
+}
+
+int file_apply_protect(struct eng *e, const struct nsop *op)
+{
+	struct inode *in;
+	struct file *f;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, op->ino);
+	if (in && S_ISREG(in->mode)) {
+		f = &in->file;
+		pthread_rwlock_wrlock(&f->lock);
+		/* Copies of an older seal protect nothing now. */
+		if (f->gseal == op->gseal) {
+			/* Copies after all (committed after a LOST). */
+			f->lost_seal = 0;
+			/*
+			 * Parity holders hold rows, not the file's bytes: of
+			 * them only the owner (its bit is there: it has its
+			 * data again after a rebuild) is a holder of bytes.
+			 */
+			if (f->scheme) {
+				f->parity_holders |= op->holders;
+				if (f->owner >= 0 && f->owner < 64)
+					f->holders |= op->holders &
+						      1ULL << f->owner;
+			} else {
+				f->holders |= op->holders;
+			}
+			/* This node's data is that seal's unless rewritten. */
+			if (f->dur.sealed == f->version && !file_draft(e, f))
+				f->dur.protected_data = f->version;
+			rc = 0;
+		} else if (!(f->sealed && f->sealed->index == op->gseal)) {
+			rc = -ESTALE;
+		} else {
+			rc = 0; /* this node has a draft; noted below */
+		}
+		if (f->sealed && f->sealed->index == op->gseal) {
+			f->sealed->holders |= op->holders;
+			f->sealed->parity_holders |= op->holders;
+			f->sealed->protected = true;
+		}
+		pthread_rwlock_unlock(&f->lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+int file_apply_persist(struct eng *e, const struct nsop *op)
+{
+	struct inode *in;
+	struct file *f;
+	int rc = -ENOENT;
+
+	/* f->copy changes under the names lock too (see struct file). */
+	eng_names_lock(e);
+	pthread_rwlock_rdlock(&e->ns.lock);
+	in = ns_find(&e->ns, op->ino);
+	if (in && S_ISREG(in->mode)) {
+		f = &in->file;
+		pthread_rwlock_wrlock(&f->lock);
+		rc = -ESTALE;
+		if (f->gseal == op->gseal && f->dur.sealed == f->version &&
+		    !file_draft(e, f) &&
+		    !(op->node == e->node && op->inc == e->inc)) {
+			/* Its copy is home: it can come back from there. */
+			f->lost_seal = 0;
+			/* Its copy is home: under its name, found by path. */
+			if (f->copy == COPY_NONE) {
+				f->copy = COPY_HOME;
+				f->copy_id = (struct copy_id){ 0, 0 };
+			}
+			f->dur.persisted_data = f->version;
+			f->dur.persisted_meta = f->meta_version;
+			/* What is here of it may go when memory is short. */
+			for (uint32_t i = 0; i < f->nslots; i++)
+				if (slot_in_ram(&f->slots[i]))
+					f->slots[i].flags |= SLOT_CLEAN;
+			rc = 0;
+		} else if (f->gseal == op->gseal) {
+			rc = 0; /* the owner's own: recorded at write-back */
+		} else if (f->sealed && f->sealed->index == op->gseal) {
+			rc = 0; /* this node has a draft; noted below */
+		}
+		if (f->sealed && f->sealed->index == op->gseal)
+			f->sealed->persisted = true;
+		pthread_rwlock_unlock(&f->lock);
+	}
+	pthread_rwlock_unlock(&e->ns.lock);
+	eng_names_unlock(e);
+	return rc;
+}
+
+struct count_walk {
+	struct eng *e;
+	uint64_t n;
+};
+
+static int count_unprotected(void *ctx, struct inode *in)
+{
+	struct count_walk *w = ctx;
+	struct file *f = &in->file;
+
+	if (!S_ISREG(in->mode) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&f->lock);
+	if (f->owner == w->e->node && f->dur.sealed == f->version &&
+	    f->dur.protected_data != f->version && !file_lost(f))
+		w->n++;
+	pthread_rwlock_unlock(&f->lock);
+	return 0;
+}
+
+uint64_t file_count_unprotected(struct eng *e)
+{
+	struct count_walk w = { e, 0 };
+
+	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_walk(&e->ns, count_unprotected, &w);
+	pthread_rwlock_unlock(&e->ns.lock);
+	return w.n;
+}
+
+/* Files named one by one in the log at a LOST; past this, a count. */
+#define LOST_NAMED_MAX 20
+
+struct lost_walk {
+	struct eng *e;
+	int node;
+	uint64_t bit;
+	uint64_t lost;		/* files found lost */
+	char *named[LOST_NAMED_MAX]; /* the first ones' paths, strdup()ed */
+};
+
+/*
+ * Were @f's sealed bytes nowhere but in node @node's memory?  Its seal
+ * is @node's (the owner), no other node holds a copy (holders, @node's
+ * bit already taken out) or a parity row (parity_holders) of it, its
+ * persisted copy is not that seal's, and it has bytes (holes come back
+ * as holes).  Only what the log applied counts, so every node decides
+ * alike.  f->lock held.
+ */
+static bool seal_only_on(const struct file *f, int node)
+{
+	if (!f->gseal || f->owner != node || f->holders ||
+	    f->parity_holders || file_data_persisted(f))
+		return false;
+	for (uint32_t i = 0; i < f->nslots; i++)
+		if (f->slots[i].where != PIECE_HOLE)
+			return true;
+	return false;
+}
+
+/* ns->lock held (read). */
+static int lost_one(void *ctx, struct inode *in)
+{
+	struct lost_walk *w = ctx;
+	struct file *f = &in->file;
+	char rel[PATH_MAX];
+	bool lost = false;
+
+	if (!S_ISREG(in->mode))
+		return 0;
+	pthread_rwlock_wrlock(&f->lock);
+	/* Whatever it was writing went with it. */
+	f->remote_writers &= ~w->bit;
+	if (f->sealed &&
+	    (f->sealed->holders | f->sealed->parity_holders) & w->bit) {
+		f->sealed->holders &= ~w->bit;
+		f->sealed->parity_holders &= ~w->bit;
+		f->sealed->protected = false;
+	}
+	if ((f->holders | f->parity_holders) & w->bit) {
+		f->holders &= ~w->bit;
+		f->parity_holders &= ~w->bit;
+		/*
+		 * Its copies (or parity rows) are fewer now: protected again
+		 * once re-sent.
+		 */
+		f->dur.protected_data = 0;
+	}
+	if (!file_lost(f) && seal_only_on(f, w->node)) {
+		f->lost_seal = f->gseal;
+		f->dur.protected_data = 0;
+		lost = true;
+	}
+	pthread_rwlock_unlock(&f->lock);
+	if (!lost || in->nlink == 0)
+		return 0;
+	/* Named once the locks are let go (the log may block). */
+	if (w->lost < LOST_NAMED_MAX) {
+		if (ns_path(&w->e->ns, in, rel, sizeof(rel)) < 0)
+			snprintf(rel, sizeof(rel), "inode %llu",
+				 (unsigned long long)in->ino);
+		w->named[w->lost] = strdup(rel);
+	}
+	w->lost++;
+	return 0;
+}
+
+int file_apply_lost(struct eng *e, const struct nsop *op)
+{
+	struct lost_walk w = { e, op->node, 0, 0, { NULL } };
+
+	if (op->node < 0 || op->node >= 64)
+		return -EINVAL;
+	w.bit = 1ULL << op->node;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_walk(&e->ns, lost_one, &w);
+	pthread_rwlock_unlock(&e->ns.lock);
+	for (uint64_t i = 0; i < w.lost && i < LOST_NAMED_MAX; i++) {
+		rft_err("lost: %s: its bytes were only in the memory of node "
+			"%d, which is gone (no copy, parity or persisted "
+			"copy of that seal); reads give EIO until it is "
+			"written again or removed",
+			w.named[i] ? w.named[i] : "(a file)", w.node);
+		free(w.named[i]);
+	}
+	if (w.lost > LOST_NAMED_MAX)
+		rft_err("lost: %llu files in all with node %d's memory",
+			(unsigned long long)w.lost, op->node);
+	return 0;
+}
+
+void file_writer_gone(struct eng *e, struct file *f, bool *sealed,
+		      bool *tell)
+{
+	/* Seal what the writer's queued copies leave, not less. */
+	while (!file_wrlock_drained(e, f))
+		file_wait_writes(e, f);
+	if (--f->writers == 0 && f->dur.sealed != f->version)
+		file_seal_locked(e, f);
+	/*
+	 * Closed by its last writer: to the tiers, also when a group's FLUSH
+	 * sealed it already.
+	 */
+	*sealed = f->writers == 0 && !file_persisted(f);
+	/*
+	 * In a group this node's version goes to the others, unless a FLUSH
+	 * sent this very version already.
+	 */
+	*tell = f->writers == 0 && file_to_seal(e, f);
+	pthread_rwlock_unlock(&f->lock);
+}
+
+void file_drop_writer(struct eng *e, struct inode *in)
+{
+	bool sealed, tell;
+
+	file_writer_gone(e, &in->file, &sealed, &tell);
+	if (tell)
+		e->gops->seal(e->gctx, in, NULL);
+	if (sealed)
+		eng_post_dirty(e, in);
+}
