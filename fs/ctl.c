@@ -146,8 +146,16 @@ struct ctl_cmd {
 	int (*fn)(struct ctl_req *r, struct rep_out *o);
 };
 
+/*
+ * One request, while a worker serves it.  @e, @g, @fuse and @sock are the
+ * server's, fixed before rfs_ctl_start(): what a command may report on.
+ */
 struct ctl_req {
-	struct rfs_ctl *c;
+	struct rfs_ctl *c; /* the server: ctl_nap() only */
+	struct eng *e;
+	struct grp *g;	/* NULL: not in a group */
+	struct rfs_fuse_info *fuse; /* NULL: not told */
+	const char *sock; /* the control socket's path */
 	int fd;
 	bool eof; /* the client shut its side: stop polling it for input */
 	const struct ctl_cmd *cmd;
@@ -909,7 +917,7 @@ static const struct rep_field gr_fields[GR_N] = {
 };
 
 /* Fill group object @gobj and member table @tbl of @top from the group. */
-static void fill_group(struct rfs_ctl *c, struct rep *rep,
+static void fill_group(const struct ctl_req *r, struct rep *rep,
 		       struct rep_obj *gobj, struct rep_obj *top, unsigned tbl)
 {
 	struct eng_protect_stats ps;
@@ -920,13 +928,13 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 	uint64_t up = 1;
 	char id[16];
 
-	rep_set_bool(gobj, GR_ENABLED, c->g != NULL);
-	if (!c->g)
+	rep_set_bool(gobj, GR_ENABLED, r->g != NULL);
+	if (!r->g)
 		return;
 	m = calloc(GRP_MAX_MEMBERS, sizeof(*m));
 	if (!m)
 		return;
-	n = grp_get_info(c->g, &gi, m, GRP_MAX_MEMBERS);
+	n = grp_get_info(r->g, &gi, m, GRP_MAX_MEMBERS);
 	rep_set_str(gobj, GR_NAME, gi.name);
 	rep_set_u64(gobj, GR_SELF, (uint64_t)gi.self);
 	rep_set_u64(gobj, GR_NODES, (uint64_t)gi.nodes);
@@ -957,7 +965,7 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		rep_set_u64(gobj, GR_LOG_UNKNOWN,
 			    (uint64_t)gi.log_addrs_unknown);
 	}
-	eng_protect_stats(c->e, &ps);
+	eng_protect_stats(r->e, &ps);
 	rep_set_u64(gobj, GR_PROT_COPIES, ps.copies);
 	rep_set_bool(gobj, GR_PROT_ON, ps.scheme[0] != '\0');
 	if (ps.scheme[0])
@@ -993,7 +1001,7 @@ static void fill_group(struct rfs_ctl *c, struct rep *rep,
 		rep_set_u64(gobj, GR_REB_BYTES, ps.rebuild_bytes);
 		rep_set_u64(gobj, GR_REB_LOST, ps.rebuild_lost);
 	}
-	eng_copy_bytes(c->e, there, here);
+	eng_copy_bytes(r->e, there, here);
 	for (i = 0; i < n; i++) {
 		struct rep_obj *row = rep_row(rep, top, tbl);
 
@@ -1156,7 +1164,7 @@ static int cmd_group(struct ctl_req *r, struct rep_out *o)
 		return CTL_EXIT_FAIL;
 	}
 	top = rep_top(rep);
-	fill_group(r->c, rep, rep_obj(top, GRP_GROUP), top, GRP_MEMBERS);
+	fill_group(r, rep, rep_obj(top, GRP_GROUP), top, GRP_MEMBERS);
 	if (rep_err(rep))
 		o->err = rep_err(rep);
 	else if (r->json)
@@ -1399,7 +1407,7 @@ static void fill_fuse(const struct rfs_fuse_info *f, struct rep_obj *g)
  */
 static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 {
-	const struct eng_config *cfg = eng_get_config(r->c->e);
+	const struct eng_config *cfg = eng_get_config(r->e);
 	struct rep *rep = rep_new(&status_root);
 	struct rep_obj *top, *g;
 	struct eng_stats st;
@@ -1412,13 +1420,13 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	}
 	top = rep_top(rep);
 	memset(&st, 0, sizeof(st));
-	eng_get_stats(r->c->e, &st);
+	eng_get_stats(r->e, &st);
 	st.persist_last_error[sizeof(st.persist_last_error) - 1] = '\0';
 
 	rep_set_str(top, ST_MOUNT, cfg->mountpoint && *cfg->mountpoint
 					   ? cfg->mountpoint
 					   : NULL);
-	rep_set_str(top, ST_SOCKET, r->c->path);
+	rep_set_str(top, ST_SOCKET, r->sock);
 	rep_set_str(top, ST_VERSION, RFT_VERSION);
 	rep_set_u64(top, ST_PROTOCOL, RFS_CTL_PROTOCOL);
 	rep_set_int(top, ST_PID, getpid());
@@ -1460,7 +1468,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, IO_ROPS, st.read_ops);
 	rep_set_u64(g, IO_RBYTES, st.read_bytes);
 
-	fill_fuse(r->c->fuse, rep_obj(top, ST_FUSE));
+	fill_fuse(r->fuse, rep_obj(top, ST_FUSE));
 	rep_set_bool(rep_obj(top, ST_FUSE), FU_PASS, st.pass_enabled);
 	rep_set_bool(rep_obj(top, ST_FUSE), FU_PASS_IN_PLACE, st.pass_in_place);
 	rep_set_u64(rep_obj(top, ST_FUSE), FU_PASS_HELD, st.pass_held_bytes);
@@ -1503,9 +1511,9 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, PER_KEEP, cfg->keep);
 	rep_set_u64(g, PER_EVERY, cfg->persist_every);
 
-	fill_group(r->c, rep, rep_obj(top, ST_GROUP), top, ST_MEMBERS);
+	fill_group(r, rep, rep_obj(top, ST_GROUP), top, ST_MEMBERS);
 
-	rc = eng_list_checkpoints(r->c->e, ck_row, rep);
+	rc = eng_list_checkpoints(r->e, ck_row, rep);
 	if (rep_err(rep)) {
 		o->err = rep_err(rep);
 	} else if (rc < 0) {
@@ -1730,7 +1738,7 @@ static int wait_caught_up(struct ctl_req *r, struct rep_out *o,
 {
 	int rc;
 
-	for (int i = 0; !eng_group_caught_up(r->c->e); i++) {
+	for (int i = 0; !eng_group_caught_up(r->e); i++) {
 		if (i * CTL_POLL_MS >= CTL_CATCH_UP_MS) {
 			rep_out_line(o, 'e', "%s: this node has not caught up "
 					     "with the group's namespace log "
@@ -1765,7 +1773,7 @@ static int path_ready(struct ctl_req *r, struct rep_out *o, const char *cmd,
 
 static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 {
-	const char *mnt = eng_get_config(r->c->e)->mountpoint;
+	const char *mnt = eng_get_config(r->e)->mountpoint;
 	char rel[RFS_CTL_MAX_LINE + 1];
 	struct rep *rep;
 	size_t n;
@@ -1779,7 +1787,7 @@ static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 		o->err = -ENOMEM;
 		return CTL_EXIT_FAIL;
 	}
-	rc = eng_list_path(r->c->e, rel, ls_row, rep);
+	rc = eng_list_path(r->e, rel, ls_row, rep);
 	if (list_failed(o, rep, rc, "ls", rel)) {
 		/* "ls /mnt/ckpt/step_1" for "ls /step_1": say so. */
 		n = mnt ? strlen(mnt) : 0;
@@ -1873,7 +1881,7 @@ static void flush_report(struct rep_out *o, bool json,
 
 static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 {
-	struct eng *e = r->c->e;
+	struct eng *e = r->e;
 	struct eng_flush_progress p, last = { 0 };
 	struct eng_stats st;
 	uint64_t sent_at = 0;
@@ -1941,7 +1949,7 @@ static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 
 static int cmd_flush(struct ctl_req *r, struct rep_out *o)
 {
-	struct eng *e = r->c->e;
+	struct eng *e = r->e;
 	struct eng_flush_progress p;
 	struct eng_stats st;
 	uint64_t ticket = 0;
@@ -2101,7 +2109,7 @@ static int cmd_placement(struct ctl_req *r, struct rep_out *o)
 		o->err = -ENOMEM;
 		return CTL_EXIT_FAIL;
 	}
-	rc = eng_list_pieces(r->c->e, rel, pl_row, rep);
+	rc = eng_list_pieces(r->e, rel, pl_row, rep);
 	if (list_failed(o, rep, rc, "placement", rel))
 		return CTL_EXIT_FAIL;
 	if (r->json)
@@ -2345,8 +2353,8 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 		o->err = -ENOMEM;
 		return CTL_EXIT_FAIL;
 	}
-	sum.self = r->c->g ? eng_get_config(r->c->e)->node : -1;
-	rc = eng_verify(r->c->e, rel, r->repair, verify_row, &sum);
+	sum.self = r->g ? eng_get_config(r->e)->node : -1;
+	rc = eng_verify(r->e, rel, r->repair, verify_row, &sum);
 	if (list_failed(o, sum.rep, rc, "verify", rel))
 		return CTL_EXIT_FAIL;
 	top = rep_top(sum.rep);
@@ -2674,20 +2682,20 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 	bool caught_up;
 	int rc;
 
-	if (!eng_in_group(r->c->e)) {
+	if (!eng_in_group(r->e)) {
 		rep_out_line(o, 'e', "%s: not a node of a group (no "
 				     "--peers/--registry)", name[k]);
 		return CTL_EXIT_FAIL;
 	}
-	eng_protect_stats(r->c->e, &ps);
+	eng_protect_stats(r->e, &ps);
 	if (!ps.scheme[0]) {
 		rep_out_line(o, 'e', "%s: this node runs --protect none",
 			     name[k]);
 		return CTL_EXIT_FAIL;
 	}
 	for (;;) {
-		caught_up = eng_group_caught_up(r->c->e);
-		st = group_wait_state(o, r->c->e, k, &ps, caught_up, &total,
+		caught_up = eng_group_caught_up(r->e);
+		st = group_wait_state(o, r->e, k, &ps, caught_up, &total,
 				      &done, &bytes, &said);
 		if (st == GW_FAIL)
 			return CTL_EXIT_FAIL;
@@ -2716,7 +2724,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 		}
 		if (rc < 0)
 			return CTL_GONE;
-		eng_protect_stats(r->c->e, &ps);
+		eng_protect_stats(r->e, &ps);
 	}
 	group_wait_report(o, r->json, k, &ps, caught_up, st == GW_DONE);
 	return CTL_EXIT_OK;
@@ -2905,7 +2913,9 @@ static int ctl_run(struct ctl_req *r, char *line, struct rep_out *o)
 static void ctl_serve(struct rfs_ctl *c, struct ctl_conn *conn)
 {
 	struct timeval tv = { .tv_sec = CTL_IO_MS / 1000 };
-	struct ctl_req r = { .c = c, .fd = conn->fd, .eof = conn->eof };
+	struct ctl_req r = { .c = c, .e = c->e, .g = c->g, .fuse = c->fuse,
+			     .sock = c->path, .fd = conn->fd,
+			     .eof = conn->eof };
 	struct rep_out o = { 0 };
 	int fd = conn->fd, flags, rc, code;
 	char x[32];
