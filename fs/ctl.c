@@ -6,12 +6,10 @@
  * human text, JSON or Prometheus, so the client needs no parser and an old
  * client keeps working when fields are added.
  *
- * Each command fills a report (report.h) once from the engine's reporting
- * calls and renders it in the format asked for; the schemas and text
- * layouts below are the whole of what a command says.  Answers are built
- * in memory and sent after the engine calls return: engine callbacks run
- * under engine locks, and a client that stops reading must never keep one
- * held.  Only "flush --wait" streams, between calls.
+ * This file is the server: the socket, who may use it, the threads, the
+ * request line, the framing of answers and the table of commands.  The
+ * commands are in a file per family (ctl_i.h says which, and what they
+ * may count on).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "ctl_i.h"
 #include "group.h"
 #include "report.h"
 
@@ -40,8 +38,6 @@
 #endif
 
 #define CTL_IO_MS 10000	  /* the request line; each blocked send */
-#define CTL_POLL_MS 100	  /* flush --wait: progress poll period */
-#define CTL_BEAT_MS 1000  /* flush --wait: a record at least this often */
 #define CTL_CATCH_UP_MS 30000 /* ls waits this long for a group's log */
 #define CTL_BACKOFF_MS 100 /* accept() failing for lack of resources */
 #define CTL_BUSY_MS 2000  /* a request waits this long for a worker */
@@ -51,14 +47,6 @@
 #define CTL_MAX_QUEUED 64  /* requests waiting for a worker */
 #define CTL_IDLE_MS 100	  /* pending set full: drop the oldest if silent
 			     this long, to take a new connection */
-
-/* Exit codes carried by the final "x" line; docs/protocol.md. */
-enum {
-	CTL_GONE = -1, /* the client went away: send nothing more */
-	CTL_EXIT_OK = 0,
-	CTL_EXIT_FAIL = 1,  /* the command ran and failed */
-	CTL_EXIT_USAGE = 2, /* unknown command, bad arguments, bad request */
-};
 
 /*
  * One connection, from accept() until it is answered.  The acceptor owns
@@ -123,45 +111,17 @@ static const char *crc_name(enum eng_crc_state s)
 	return n ? n : "unknown";
 }
 
-static const char *err_name(int err)
+const char *rfs_ctl_err_name(int err)
 {
 	return strerror(err < 0 ? -err : err);
 }
 
+const char *rfs_ctl_state_of(unsigned s)
+{
+	return state_name((enum eng_state)s);
+}
+
 /* --- requests ----------------------------------------------------------- */
-
-#define CMD_JSON (1u << 0) /* takes --json */
-#define CMD_WAIT (1u << 1) /* takes --wait */
-#define CMD_REPAIR (1u << 3) /* takes --repair */
-#define CMD_PATH (1u << 2) /* takes one optional PATH */
-
-struct ctl_req;
-
-struct ctl_cmd {
-	const char *name;
-	unsigned opts;	   /* CMD_* */
-	const char *usage; /* its arguments */
-	const char *help;
-	/* Renders into @o; returns an exit code or CTL_GONE. */
-	int (*fn)(struct ctl_req *r, struct rep_out *o);
-};
-
-/*
- * One request, while a worker serves it.  @e, @g, @fuse and @sock are the
- * server's, fixed before rfs_ctl_start(): what a command may report on.
- */
-struct ctl_req {
-	struct rfs_ctl *c; /* the server: ctl_nap() only */
-	struct eng *e;
-	struct grp *g;	/* NULL: not in a group */
-	struct rfs_fuse_info *fuse; /* NULL: not told */
-	const char *sock; /* the control socket's path */
-	int fd;
-	bool eof; /* the client shut its side: stop polling it for input */
-	const struct ctl_cmd *cmd;
-	bool json, wait, repair;
-	const char *path; /* ls: NULL for the root */
-};
 
 static int send_all(int fd, const char *p, size_t n)
 {
@@ -180,8 +140,7 @@ static int send_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-/* Send what @o holds now and empty it (flush --wait streams this way). */
-static int out_send(struct ctl_req *r, struct rep_out *o)
+int rfs_ctl_send(struct ctl_req *r, struct rep_out *o)
 {
 	int rc;
 
@@ -192,11 +151,7 @@ static int out_send(struct ctl_req *r, struct rep_out *o)
 	return rc;
 }
 
-/*
- * Sleep up to @ms watching the client and rfs_ctl_free().  Returns 0, or
- * -ESHUTDOWN when the server stops, -EPIPE when the client is gone.
- */
-static int ctl_nap(struct ctl_req *r, int ms)
+int rfs_ctl_nap(struct ctl_req *r, int ms)
 {
 	struct pollfd pfd[2] = {
 		{ .fd = r->c->wakefd, .events = POLLIN },
@@ -317,12 +272,7 @@ esc:
 	return -EINVAL;
 }
 
-/*
- * @in (absolute or relative to the mount root) as the engine wants it:
- * no leading or doubled '/', "." dropped, ".." applied (never above the
- * root), "" for the root.  @out holds @size bytes.
- */
-static int norm_path(const char *in, char *out, size_t size)
+int rfs_ctl_norm_path(const char *in, char *out, size_t size)
 {
 	const char *p = in, *s;
 	size_t len = 0, n;
@@ -353,20 +303,66 @@ static int norm_path(const char *in, char *out, size_t size)
 	return 0;
 }
 
+int rfs_ctl_list_failed(struct rep_out *o, struct rep *rep, int rc,
+			const char *cmd, const char *rel)
+{
+	if (rep_err(rep)) {
+		o->err = rep_err(rep);
+		rep_free(rep);
+		return CTL_EXIT_FAIL;
+	}
+	if (rc >= 0)
+		return 0;
+	rep_free(rep);
+	rep_out_begin(o, 'e');
+	rep_out_printf(o, "%s: /", cmd);
+	rep_out_text(o, rel);
+	rep_out_printf(o, ": %s", rfs_ctl_err_name(rc));
+	rep_out_end(o);
+	return CTL_EXIT_FAIL;
+}
+
+/*
+ * A group's node shows its namespace once it is the group's: wait (at most
+ * CTL_CATCH_UP_MS) until it caught up with the log.  CTL_EXIT_OK, or the
+ * exit code with the reason said.
+ */
+static int wait_caught_up(struct ctl_req *r, struct rep_out *o,
+			  const char *cmd)
+{
+	int rc;
+
+	for (int i = 0; !eng_group_caught_up(r->e); i++) {
+		if (i * CTL_POLL_MS >= CTL_CATCH_UP_MS) {
+			rep_out_line(o, 'e', "%s: this node has not caught up "
+					     "with the group's namespace log "
+					     "(see reftfs-admin group)", cmd);
+			return CTL_EXIT_FAIL;
+		}
+		rc = rfs_ctl_nap(r, CTL_POLL_MS);
+		if (rc == -ESHUTDOWN) {
+			rep_out_line(o, 'e', "%s: reftfsd is stopping", cmd);
+			return CTL_EXIT_FAIL;
+		}
+		if (rc < 0)
+			return CTL_GONE;
+	}
+	return CTL_EXIT_OK;
+}
+
+int rfs_ctl_path_ready(struct ctl_req *r, struct rep_out *o, const char *cmd,
+		       char *rel, size_t size)
+{
+	if (rfs_ctl_norm_path(r->path ? r->path : "", rel, size) < 0) {
+		rep_out_line(o, 'e', "%s: path too long", cmd);
+		return CTL_EXIT_USAGE;
+	}
+	return wait_caught_up(r, o, cmd);
+}
+
 /* --- status and metrics: one report ------------------------------------- */
 
-/* A line of text (struct rep_text): when, label, template. */
-#define TXT(when, label, tmpl) { (when), (label), (tmpl), NULL }
-/* A table in the text (struct rep_text): when, its layout. */
-#define TABLE(when, t) { (when), NULL, NULL, (t) }
-
-#define NSTATES (ENG_STATE_PERSISTED + 1)
 #define NCRCS (ENG_CRC_BAD + 1)
-
-static const char *state_of(unsigned s)
-{
-	return state_name((enum eng_state)s);
-}
 
 static const char *crc_of(unsigned s)
 {
@@ -640,7 +636,7 @@ static const struct rep_field ck_fields[CK_N] = {
 			"files).",
 		.label = "state",
 		.n = NSTATES,
-		.name_of = state_of,
+		.name_of = rfs_ctl_state_of,
 	},
 	[CK_FILES] = REP_EXPORT("files", REP_COUNT, REP_GAUGE,
 		"reftfs_checkpoint_files", "Files in the checkpoint."),
@@ -993,7 +989,7 @@ static void fill_group(const struct ctl_req *r, struct rep *rep,
 		rep_set_int(gobj, GR_PROT_STALLED_HOLDER, ps.stalled_holder);
 		if (ps.files_stalled)
 			rep_set_str(gobj, GR_PROT_STALLED_ERR,
-				    err_name(ps.stalled_err));
+				    rfs_ctl_err_name(ps.stalled_err));
 		rep_set_bool(gobj, GR_REB_RUNNING, ps.rebuilding);
 		rep_set_u64(gobj, GR_REB_FILES, ps.rebuild_files);
 		rep_set_u64(gobj, GR_REB_DONE, ps.rebuild_done);
@@ -1518,7 +1514,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 		o->err = rep_err(rep);
 	} else if (rc < 0) {
 		rep_out_line(o, 'e', "%s: listing checkpoints: %s",
-			     r->cmd->name, err_name(rc));
+			     r->cmd->name, rfs_ctl_err_name(rc));
 	} else {
 		return rep;
 	}
@@ -1587,7 +1583,7 @@ static const struct rep_field ls_fields[LS_N] = {
 		.key = "state",
 		.type = REP_ENUM,
 		.n = NSTATES,
-		.name_of = state_of,
+		.name_of = rfs_ctl_state_of,
 	},
 	[LS_CRC] = {
 		.key = "checksum",
@@ -1705,72 +1701,6 @@ static int ls_row(void *ctx, const struct eng_entry_info *ei)
 	return rep_err(rep) ? 1 : 0;
 }
 
-/*
- * After eng_list_*() filled @rep: 0 when it worked, else an exit code (the
- * report freed, the error said as "CMD: /REL: reason").
- */
-static int list_failed(struct rep_out *o, struct rep *rep, int rc,
-		       const char *cmd, const char *rel)
-{
-	if (rep_err(rep)) {
-		o->err = rep_err(rep);
-		rep_free(rep);
-		return CTL_EXIT_FAIL;
-	}
-	if (rc >= 0)
-		return 0;
-	rep_free(rep);
-	rep_out_begin(o, 'e');
-	rep_out_printf(o, "%s: /", cmd);
-	rep_out_text(o, rel);
-	rep_out_printf(o, ": %s", err_name(rc));
-	rep_out_end(o);
-	return CTL_EXIT_FAIL;
-}
-
-/*
- * A group's node shows its namespace once it is the group's: wait (at most
- * CTL_CATCH_UP_MS) until it caught up with the log.  CTL_EXIT_OK, or the
- * exit code with the reason said.
- */
-static int wait_caught_up(struct ctl_req *r, struct rep_out *o,
-			  const char *cmd)
-{
-	int rc;
-
-	for (int i = 0; !eng_group_caught_up(r->e); i++) {
-		if (i * CTL_POLL_MS >= CTL_CATCH_UP_MS) {
-			rep_out_line(o, 'e', "%s: this node has not caught up "
-					     "with the group's namespace log "
-					     "(see reftfs-admin group)", cmd);
-			return CTL_EXIT_FAIL;
-		}
-		rc = ctl_nap(r, CTL_POLL_MS);
-		if (rc == -ESHUTDOWN) {
-			rep_out_line(o, 'e', "%s: reftfsd is stopping", cmd);
-			return CTL_EXIT_FAIL;
-		}
-		if (rc < 0)
-			return CTL_GONE;
-	}
-	return CTL_EXIT_OK;
-}
-
-/*
- * The PATH argument of @cmd ("" for none) normalised into @rel, once this
- * node caught up with the group's namespace.  CTL_EXIT_OK, or the exit
- * code with the reason said.
- */
-static int path_ready(struct ctl_req *r, struct rep_out *o, const char *cmd,
-		      char *rel, size_t size)
-{
-	if (norm_path(r->path ? r->path : "", rel, size) < 0) {
-		rep_out_line(o, 'e', "%s: path too long", cmd);
-		return CTL_EXIT_USAGE;
-	}
-	return wait_caught_up(r, o, cmd);
-}
-
 static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 {
 	const char *mnt = eng_get_config(r->e)->mountpoint;
@@ -1779,7 +1709,7 @@ static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 	size_t n;
 	int rc;
 
-	rc = path_ready(r, o, "ls", rel, sizeof(rel));
+	rc = rfs_ctl_path_ready(r, o, "ls", rel, sizeof(rel));
 	if (rc != CTL_EXIT_OK)
 		return rc;
 	rep = rep_new(&ls_root);
@@ -1788,7 +1718,7 @@ static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 		return CTL_EXIT_FAIL;
 	}
 	rc = eng_list_path(r->e, rel, ls_row, rep);
-	if (list_failed(o, rep, rc, "ls", rel)) {
+	if (rfs_ctl_list_failed(o, rep, rc, "ls", rel)) {
 		/* "ls /mnt/ckpt/step_1" for "ls /step_1": say so. */
 		n = mnt ? strlen(mnt) : 0;
 		if (rc == -ENOENT && n > 1 && r->path &&
@@ -1797,7 +1727,8 @@ static int cmd_ls(struct ctl_req *r, struct rep_out *o)
 			rep_out_begin(o, 'e');
 			rep_out_str(o, "paths are relative to the mount root: "
 				       "try 'ls /");
-			if (norm_path(r->path + n, rel, sizeof(rel)) == 0)
+			if (rfs_ctl_norm_path(r->path + n, rel,
+					      sizeof(rel)) == 0)
 				rep_out_text(o, rel);
 			rep_out_str(o, "'");
 			rep_out_end(o);
@@ -1869,7 +1800,7 @@ static void flush_report(struct rep_out *o, bool json,
 	rep_set_u64(top, FL_BYTES_TOTAL, p->bytes_total);
 	rep_set_bool(top, FL_FINISHED, p->finished);
 	if (p->error)
-		rep_set_str(top, FL_ERROR, err_name(p->error));
+		rep_set_str(top, FL_ERROR, rfs_ctl_err_name(p->error));
 	if (rep_err(rep))
 		o->err = rep_err(rep);
 	else if (json)
@@ -1895,7 +1826,7 @@ static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 			rep_out_line(o, 'e',
 				     "flush: progress of ticket %" PRIu64
 				     ": %s",
-				     ticket, err_name(rc));
+				     ticket, rfs_ctl_err_name(rc));
 			return CTL_EXIT_FAIL;
 		}
 		if (!sent || p.finished ||
@@ -1909,7 +1840,7 @@ static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 				     " %" PRIu64,
 				     p.files_done, p.files_total, p.bytes_done,
 				     p.bytes_total);
-			if (out_send(r, o))
+			if (rfs_ctl_send(r, o))
 				return CTL_GONE;
 			sent = true;
 			sent_at = rft_now_ms();
@@ -1917,7 +1848,7 @@ static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 		}
 		if (p.finished)
 			break;
-		rc = ctl_nap(r, CTL_POLL_MS);
+		rc = rfs_ctl_nap(r, CTL_POLL_MS);
 		if (rc == -ESHUTDOWN) {
 			rep_out_line(o, 'e', "flush: reftfsd is stopping; the "
 					     "write-back goes on without this "
@@ -1930,7 +1861,8 @@ static int flush_wait(struct ctl_req *r, struct rep_out *o, uint64_t ticket)
 	if (r->json)
 		flush_report(o, true, NULL, ticket, &p);
 	if (p.error) {
-		rep_out_line(o, 'e', "flush failed: %s", err_name(p.error));
+		rep_out_line(o, 'e', "flush failed: %s",
+			     rfs_ctl_err_name(p.error));
 		memset(&st, 0, sizeof(st));
 		eng_get_stats(e, &st);
 		st.persist_last_error[sizeof(st.persist_last_error) - 1] = 0;
@@ -1964,7 +1896,7 @@ static int cmd_flush(struct ctl_req *r, struct rep_out *o)
 	}
 	rc = eng_flush_request(e, &ticket);
 	if (rc < 0) {
-		rep_out_line(o, 'e', "flush: %s", err_name(rc));
+		rep_out_line(o, 'e', "flush: %s", rfs_ctl_err_name(rc));
 		return CTL_EXIT_FAIL;
 	}
 	if (r->wait)
@@ -1974,7 +1906,7 @@ static int cmd_flush(struct ctl_req *r, struct rep_out *o)
 	if (rc < 0) {
 		rep_out_line(o, 'e',
 			     "flush: progress of ticket %" PRIu64 ": %s",
-			     ticket, err_name(rc));
+			     ticket, rfs_ctl_err_name(rc));
 		return CTL_EXIT_FAIL;
 	}
 	flush_report(o, r->json, flush_requested, ticket, &p);
@@ -2100,7 +2032,7 @@ static int cmd_placement(struct ctl_req *r, struct rep_out *o)
 				     "PATH [--json]");
 		return CTL_EXIT_USAGE;
 	}
-	if (norm_path(r->path, rel, sizeof(rel)) < 0) {
+	if (rfs_ctl_norm_path(r->path, rel, sizeof(rel)) < 0) {
 		rep_out_line(o, 'e', "placement: path too long");
 		return CTL_EXIT_USAGE;
 	}
@@ -2110,7 +2042,7 @@ static int cmd_placement(struct ctl_req *r, struct rep_out *o)
 		return CTL_EXIT_FAIL;
 	}
 	rc = eng_list_pieces(r->e, rel, pl_row, rep);
-	if (list_failed(o, rep, rc, "placement", rel))
+	if (rfs_ctl_list_failed(o, rep, rc, "placement", rel))
 		return CTL_EXIT_FAIL;
 	if (r->json)
 		rep_json(o, rep);
@@ -2244,7 +2176,7 @@ static const char *verify_result(const struct eng_verify_copy *vc, int self)
 	case ENOENT:
 		return "gone";
 	default:
-		return err_name(vc->rc);
+		return rfs_ctl_err_name(vc->rc);
 	}
 }
 
@@ -2301,7 +2233,7 @@ static int verify_row(void *ctx, const struct eng_verify_info *vi)
 				    : vc->repair_rc == -EOPNOTSUPP
 					    ? "a copy held for the owner: "
 					      "repair it there"
-					    : err_name(vc->repair_rc));
+					    : rfs_ctl_err_name(vc->repair_rc));
 		rep_set_u64(row, VC_PIECES, vc->checked);
 		rep_set_u64(row, VC_BAD, vc->bad);
 		if (vc->bad)
@@ -2345,7 +2277,7 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 	struct rep_obj *top;
 	int rc;
 
-	rc = path_ready(r, o, "verify", rel, sizeof(rel));
+	rc = rfs_ctl_path_ready(r, o, "verify", rel, sizeof(rel));
 	if (rc != CTL_EXIT_OK)
 		return rc;
 	sum.rep = rep_new(&vf_root);
@@ -2355,7 +2287,7 @@ static int cmd_verify(struct ctl_req *r, struct rep_out *o)
 	}
 	sum.self = r->g ? eng_get_config(r->e)->node : -1;
 	rc = eng_verify(r->e, rel, r->repair, verify_row, &sum);
-	if (list_failed(o, sum.rep, rc, "verify", rel))
+	if (rfs_ctl_list_failed(o, sum.rep, rc, "verify", rel))
 		return CTL_EXIT_FAIL;
 	top = rep_top(sum.rep);
 	rep_set_u64(top, VF_FILES, sum.files);
@@ -2490,7 +2422,7 @@ static void say_stalled(struct rep_out *o, uint64_t left,
 		     "them (%s%s); tried again, sending only what it lacks",
 		     left, ps->stalled_holder,
 		     ps->copies ? "the copies" : "the parity folds",
-		     ps->files_stalled, err_name(ps->stalled_err),
+		     ps->files_stalled, rfs_ctl_err_name(ps->stalled_err),
 		     ps->stalled_err == -ENOSPC || ps->stalled_err == -ENOMEM
 			     ? ": no memory for them there"
 			     : "");
@@ -2707,7 +2639,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 				     "%" PRIu64 " %" PRIu64 " %" PRIu64
 				     " 0 %s",
 				     done, total, bytes, name[k]);
-			if (out_send(r, o))
+			if (rfs_ctl_send(r, o))
 				return CTL_GONE;
 			sent_at = rft_now_ms();
 			last[0] = done;
@@ -2716,7 +2648,7 @@ static int group_wait(struct ctl_req *r, struct rep_out *o,
 		}
 		if (st == GW_DONE)
 			break;
-		rc = ctl_nap(r, CTL_POLL_MS);
+		rc = rfs_ctl_nap(r, CTL_POLL_MS);
 		if (rc == -ESHUTDOWN) {
 			rep_out_line(o, 'e', "%s: reftfsd is stopping",
 				     name[k]);
@@ -2948,7 +2880,7 @@ static void ctl_serve(struct rfs_ctl *c, struct ctl_conn *conn)
 		if (rc < 0)
 			goto out;
 		code = CTL_EXIT_FAIL;
-	} else if (out_send(&r, &o) < 0) {
+	} else if (rfs_ctl_send(&r, &o) < 0) {
 		goto out;
 	}
 	snprintf(x, sizeof(x), "x %d\n", code);
@@ -3314,7 +3246,7 @@ static void *ctl_accept_main(void *arg)
 			/* EMFILE, ENFILE, ENOBUFS, ENOMEM: back off. */
 			if (!warned)
 				rft_warn("control socket: accept: %s",
-					 err_name(rc));
+					 rfs_ctl_err_name(rc));
 			warned = true;
 			backoff = now + CTL_BACKOFF_MS;
 		} else {
@@ -3435,7 +3367,7 @@ static int ctl_probe(const struct sockaddr_un *sa)
 		return 0;
 	default:
 		rft_err("control socket %s: probing it: %s", path,
-			err_name(rc));
+			rfs_ctl_err_name(rc));
 		return rc;
 	}
 }
@@ -3451,7 +3383,7 @@ static int ctl_listen(struct rfs_ctl *c)
 			0);
 	if (c->lfd < 0) {
 		rc = -errno;
-		rft_err("control socket: socket: %s", err_name(rc));
+		rft_err("control socket: socket: %s", rfs_ctl_err_name(rc));
 		return rc;
 	}
 	/* Linux gives the bound node the socket inode's mode: 0600 at once. */
@@ -3463,7 +3395,7 @@ static int ctl_listen(struct rfs_ctl *c)
 		rc = -errno;
 		if (rc != -EADDRINUSE || tries == 2) {
 			rft_err("control socket %s: bind: %s", c->path,
-				err_name(rc));
+				rfs_ctl_err_name(rc));
 			return rc;
 		}
 		rc = ctl_probe(&sa);
@@ -3472,7 +3404,7 @@ static int ctl_listen(struct rfs_ctl *c)
 	}
 	if (chmod(c->path, 0600) < 0 || lstat(c->path, &st) < 0) {
 		rc = -errno;
-		rft_err("control socket %s: %s", c->path, err_name(rc));
+		rft_err("control socket %s: %s", c->path, rfs_ctl_err_name(rc));
 		unlink(c->path);
 		return rc;
 	}
@@ -3482,7 +3414,7 @@ static int ctl_listen(struct rfs_ctl *c)
 	if (listen(c->lfd, 128) < 0) {
 		rc = -errno;
 		rft_err("control socket %s: listen: %s", c->path,
-			err_name(rc));
+			rfs_ctl_err_name(rc));
 		unlink(c->path);
 		c->sock_ino = 0;
 		return rc;
@@ -3546,7 +3478,7 @@ int rfs_ctl_new(struct eng *e, const char *path, struct rfs_ctl **out)
 	c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->wakefd < 0) {
 		rc = -errno;
-		rft_err("control socket: eventfd: %s", err_name(rc));
+		rft_err("control socket: eventfd: %s", rfs_ctl_err_name(rc));
 		goto fail;
 	}
 	rc = ctl_mkparent(path);
