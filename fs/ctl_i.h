@@ -119,4 +119,25 @@ const char *rfs_ctl_err_name(int err);
 /* The name of enum eng_state @s, "unknown" for none (REP_ENUM name_of). */
 const char *rfs_ctl_state_of(unsigned s);
 
+/* --- commands (ctl.c's table names them) -------------------------------- */
+
+int rfs_ctl_cmd_group(struct ctl_req *r, struct rep_out *o);
+
+/* --- the group, in "group" and in "status" (ctl_group.c) ---------------- */
+
+/* Fields of the group object, and of a row of its member table. */
+#define CTL_GROUP_NFIELDS 54
+#define CTL_MEMBER_NFIELDS 16
+extern const struct rep_field rfs_ctl_group_fields[CTL_GROUP_NFIELDS];
+extern const struct rep_field rfs_ctl_member_fields[CTL_MEMBER_NFIELDS];
+
+/*
+ * Fill group object @gobj (rfs_ctl_group_fields) and member table @tbl
+ * (rows of rfs_ctl_member_fields) of @top from the group; not in a group,
+ * only "enabled": false.
+ */
+void rfs_ctl_fill_group(const struct ctl_req *r, struct rep *rep,
+			struct rep_obj *gobj, struct rep_obj *top,
+			unsigned tbl);
+
 #endif /* RFT_CTL_I_H */
