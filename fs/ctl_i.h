@@ -121,6 +121,9 @@ const char *rfs_ctl_state_of(unsigned s);
 
 /* --- commands (ctl.c's table names them) -------------------------------- */
 
+int rfs_ctl_cmd_status(struct ctl_req *r, struct rep_out *o);
+int rfs_ctl_cmd_metrics(struct ctl_req *r, struct rep_out *o);
+int rfs_ctl_cmd_version(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_group(struct ctl_req *r, struct rep_out *o);
 
 /* --- the group, in "group" and in "status" (ctl_group.c) ---------------- */
