@@ -125,6 +125,8 @@ int rfs_ctl_cmd_status(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_metrics(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_version(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_group(struct ctl_req *r, struct rep_out *o);
+int rfs_ctl_cmd_ls(struct ctl_req *r, struct rep_out *o);
+int rfs_ctl_cmd_placement(struct ctl_req *r, struct rep_out *o);
 
 /* --- the group, in "group" and in "status" (ctl_group.c) ---------------- */
 
