@@ -129,6 +129,8 @@ int rfs_ctl_cmd_ls(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_placement(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_verify(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_flush(struct ctl_req *r, struct rep_out *o);
+int rfs_ctl_cmd_protect(struct ctl_req *r, struct rep_out *o);
+int rfs_ctl_cmd_rebuild(struct ctl_req *r, struct rep_out *o);
 
 /* --- the group, in "group" and in "status" (ctl_group.c) ---------------- */
 
