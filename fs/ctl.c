@@ -13,12 +13,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
-#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +28,6 @@
 #include <unistd.h>
 
 #include "ctl_i.h"
-#include "group.h"
 #include "report.h"
 
 #define CTL_IO_MS 10000	  /* the request line; each blocked send */

@@ -26,8 +26,9 @@
 #include "ctl.h"
 #include "report.h"
 
-#define CTL_POLL_MS 100	  /* --wait: progress poll period */
-#define CTL_BEAT_MS 1000  /* --wait: a record at least this often */
+/* --wait, and waits for a group's log: the poll period */
+#define CTL_POLL_MS 100
+#define CTL_BEAT_MS 1000 /* --wait: a record at least this often */
 
 /* Exit codes carried by the final "x" line; docs/protocol.md. */
 enum {
