@@ -122,14 +122,21 @@ const char *rfs_ctl_state_of(unsigned s);
 
 /* --- commands (ctl.c's table names them) -------------------------------- */
 
+/* Each renders into @o; returns an exit code or CTL_GONE. */
+/* ctl_status.c */
 int rfs_ctl_cmd_status(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_metrics(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_version(struct ctl_req *r, struct rep_out *o);
+/* ctl_group.c */
 int rfs_ctl_cmd_group(struct ctl_req *r, struct rep_out *o);
+/* ctl_list.c */
 int rfs_ctl_cmd_ls(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_placement(struct ctl_req *r, struct rep_out *o);
+/* ctl_verify.c */
 int rfs_ctl_cmd_verify(struct ctl_req *r, struct rep_out *o);
+/* ctl_flush.c */
 int rfs_ctl_cmd_flush(struct ctl_req *r, struct rep_out *o);
+/* ctl_protect.c */
 int rfs_ctl_cmd_protect(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_rebuild(struct ctl_req *r, struct rep_out *o);
 
