@@ -1,7 +1,7 @@
 /*
  * engine.h - the reftfs storage engine: namespace, chunk store and memory
  * budget, file and checkpoint states, persist tier, and the reporting
- * calls that reftfsd's control socket (fs/ctl.c) is built on.
+ * calls that reftfsd's control socket (fs/ctl*.c) is built on.
  *
  * The engine knows nothing of FUSE.  fs/ translates each kernel request into
  * one call here; every call returns 0 (or a byte count) or -errno.
@@ -520,7 +520,7 @@ long eng_list_lost(struct eng *e, bool mine, unsigned max, eng_path_fn fn,
  */
 void eng_copy_bytes(struct eng *e, uint64_t there[64], uint64_t here[64]);
 
-/* --- state for reftfs-admin (used by the control socket, fs/ctl.c) ----- */
+/* --- state for reftfs-admin (used by the control socket, fs/ctl*.c) ---- */
 
 /*
  * Weakest first: a checkpoint reports the weakest state of its files.

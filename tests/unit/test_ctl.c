@@ -1,10 +1,11 @@
 /*
- * test_ctl.c - the control socket server (fs/ctl.c), over a real Unix
- * socket, against a fake engine: fs/ctl.c knows the engine only through
- * engine.h, and the eng_* reporting calls below stand in for it, so that
- * every answer is known in advance: framing, escaping of hostile names,
- * exit codes, malformed requests, flush --wait progress, clients that
- * vanish, and the socket's own life (mode, stale and live sockets).
+ * test_ctl.c - the control socket server and its commands (fs/ctl*.c),
+ * over a real Unix socket, against a fake engine: they know the engine
+ * only through engine.h, and the eng_* reporting calls below stand in for
+ * it, so that every answer is known in advance: framing, escaping of
+ * hostile names, exit codes, malformed requests, flush --wait progress,
+ * clients that vanish, and the socket's own life (mode, stale and live
+ * sockets).
  */
 #include <errno.h>
 #include <fcntl.h>
