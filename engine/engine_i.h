@@ -443,6 +443,22 @@ struct durability {
 	uint64_t protected_data;  /* data version peers hold; 0: none */
 };
 
+struct file;
+
+/*
+ * The durability record's one writer (file.c; the `layers` test holds
+ * every other file to reading it): f->lock held for writing, or the file
+ * not yet reachable.
+ */
+/* Its last writer closed (or it was made sealed) at the current version. */
+void file_dur_sealed(struct file *f);
+/* Peers hold @version of its data, as its scheme says; 0: no longer
+ * (a holder lost, the file lost). */
+void file_dur_protected(struct file *f, uint64_t version);
+/* The persisted copy under its name holds @data and @meta; 0, 0: none
+ * there (its copy moved away, or is gone). */
+void file_dur_persisted(struct file *f, uint64_t data, uint64_t meta);
+
 struct seal_rec;
 
 struct file {

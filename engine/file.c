@@ -119,6 +119,24 @@ enum eng_crc_state file_crc_state_locked(const struct file *f)
 	return ENG_CRC_FINAL;
 }
 
+/* --- the durability record ---------------------------------------------- */
+
+void file_dur_sealed(struct file *f)
+{
+	f->dur.sealed = f->version;
+}
+
+void file_dur_protected(struct file *f, uint64_t version)
+{
+	f->dur.protected_data = version;
+}
+
+void file_dur_persisted(struct file *f, uint64_t data, uint64_t meta)
+{
+	f->dur.persisted_data = data;
+	f->dur.persisted_meta = meta;
+}
+
 void file_seal_locked(struct eng *e, struct file *f)
 {
 	for (uint32_t i = 0; i < f->nslots; i++) {
@@ -145,7 +163,7 @@ void file_seal_locked(struct eng *e, struct file *f)
 		}
 		s->crc_len = len;
 	}
-	f->dur.sealed = f->version;
+	file_dur_sealed(f);
 }
 
 int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
@@ -328,8 +346,7 @@ void file_snap_drop(struct eng *e, struct file_snap *fs)
 
 bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
 {
-	f->dur.persisted_data = fs->version;
-	f->dur.persisted_meta = fs->meta_version;
+	file_dur_persisted(f, fs->version, fs->meta_version);
 	if (f->version == fs->version) {
 		for (uint32_t i = 0; i < f->nslots && i < fs->nslots; i++)
 			if (slot_in_ram(&f->slots[i]) &&

@@ -398,7 +398,7 @@ static int apply_make(struct eng *e, const struct nsop *op,
 	rc = ns_make_entry(e, op, mode, &in);
 	if (rc == 0) {
 		if (S_ISREG(mode))
-			in->file.dur.sealed = in->file.version;
+			file_dur_sealed(&in->file);
 		else if (S_ISCHR(mode) || S_ISBLK(mode))
 			in->rdev = op->rdev;
 		else if (S_ISLNK(mode))

@@ -334,7 +334,7 @@ static void set_copy(struct eng *e, struct inode *in, enum copy_where w,
 	f->away_rel = dup;
 	/* Not at home: the copy under its name is stale or missing. */
 	if (w != COPY_HOME)
-		f->dur.persisted_data = f->dur.persisted_meta = 0;
+		file_dur_persisted(f, 0, 0);
 	pthread_mutex_lock(&p->lock);
 	if (f->copy == COPY_AWAY && w != COPY_AWAY) {
 		for (size_t i = 0; i < p->naway; i++)
@@ -2074,7 +2074,7 @@ static void mark_stale(struct eng *e, struct inode *in)
 {
 	if (S_ISREG(in->type)) {
 		pthread_rwlock_wrlock(&in->file.lock);
-		in->file.dur.persisted_data = in->file.dur.persisted_meta = 0;
+		file_dur_persisted(&in->file, 0, 0);
 		pthread_rwlock_unlock(&in->file.lock);
 	} else {
 		pthread_rwlock_wrlock(&e->ns.lock);
@@ -2643,8 +2643,8 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 				SLOT_CRC_UNKNOWN, PIECE_PERSIST, 0 };
 		mark_holes(e, dirfd, name, f);
 		load_sums(e, dirfd, name, st, f);
-		f->dur.sealed = f->dur.persisted_data = f->version;
-		f->dur.persisted_meta = f->meta_version;
+		file_dur_sealed(f);
+		file_dur_persisted(f, f->version, f->meta_version);
 		f->copy = COPY_HOME;
 		f->copy_id = (struct copy_id){ st->st_dev, st->st_ino };
 	} else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ||

@@ -60,7 +60,7 @@ static int take_remote_seal(struct eng *e, struct file *f, uint64_t size,
 	f->nslots = f->cap = n;
 	f->size = size;
 	f->version++;
-	f->dur.sealed = f->version;
+	file_dur_sealed(f);
 	f->synced = f->version;
 	f->crc_unverified = false;
 	f->crc_bad = false;
@@ -271,14 +271,13 @@ static int take_sealed(struct eng *e, struct inode *in)
 	in->mtime = t->mtime;
 	in->ctime = t->ctime;
 	if (t->protected)
-		f->dur.protected_data = f->version;
+		file_dur_protected(f, f->version);
 	if (t->persisted) {
 		if (f->copy == COPY_NONE) {
 			f->copy = COPY_HOME;
 			f->copy_id = (struct copy_id){ 0, 0 };
 		}
-		f->dur.persisted_data = f->version;
-		f->dur.persisted_meta = f->meta_version;
+		file_dur_persisted(f, f->version, f->meta_version);
 	}
 	return 0;
 }
@@ -817,7 +816,7 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 			}
 			/* This node's data is that seal's unless rewritten. */
 			if (f->dur.sealed == f->version && !file_draft(e, f))
-				f->dur.protected_data = f->version;
+				file_dur_protected(f, f->version);
 			rc = 0;
 		} else if (!(f->sealed && f->sealed->index == op->gseal)) {
 			rc = -ESTALE;
@@ -859,8 +858,7 @@ int file_apply_persist(struct eng *e, const struct nsop *op)
 				f->copy = COPY_HOME;
 				f->copy_id = (struct copy_id){ 0, 0 };
 			}
-			f->dur.persisted_data = f->version;
-			f->dur.persisted_meta = f->meta_version;
+			file_dur_persisted(f, f->version, f->meta_version);
 			/* What is here of it may go when memory is short. */
 			for (uint32_t i = 0; i < f->nslots; i++)
 				if (slot_in_ram(&f->slots[i]))
@@ -966,11 +964,11 @@ static int lost_one(void *ctx, struct inode *in)
 		 * Its copies (or parity rows) are fewer now: protected again
 		 * once re-sent.
 		 */
-		f->dur.protected_data = 0;
+		file_dur_protected(f, 0);
 	}
 	if (!file_lost(f) && seal_only_on(f, w->node)) {
 		f->lost_seal = f->gseal;
-		f->dur.protected_data = 0;
+		file_dur_protected(f, 0);
 		lost = true;
 	}
 	pthread_rwlock_unlock(&f->lock);

@@ -13,6 +13,8 @@ is empty, engine/ has no cycle and none can come back.
 
 Also: no file outside rftengine includes its private header engine_i.h,
 except those listed in the baseline's "private:" lines (the same ratchet).
+And state with one writer stays so: no source file of engine/ but its
+writer assigns it (ONE_WRITER below).
 
 usage: check_layers.py BASELINE SRCDIR ARCHIVE...   (the static libraries)
        check_layers.py --graph ARCHIVE...           (print the graph)
@@ -111,6 +113,35 @@ def private_includers(srcdir):
     return found
 
 
+# Fields with one writer: (what, a regular expression of an assignment,
+# the one file that may make it).
+ONE_WRITER = [
+    ("the durability record (struct file.dur)",
+     r"\bdur(\.\w+)?\s*=[^=]", "file.c"),
+]
+
+
+def writer_violations(srcdir):
+    """Assignments of one-writer state outside its writer."""
+    bad = []
+    for root, _, files in os.walk(os.path.join(srcdir, "engine")):
+        for f in sorted(files):
+            if not f.endswith((".c", ".h")):
+                continue
+            text = open(os.path.join(root, f), errors="replace").read()
+            # Comments say what assigns what; only code counts.
+            code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+            for what, pat, owner in ONE_WRITER:
+                if f == owner:
+                    continue
+                for m in re.finditer(pat, code):
+                    line = code[:m.start()].count("\n") + 1
+                    bad.append("%s assigns %s (line %d of the code without "
+                               "comments): only %s may" % (f, what, line,
+                                                           owner))
+    return bad
+
+
 def main():
     if sys.argv[1] == "--graph":
         g = graph(objects(sys.argv[2:]))
@@ -145,6 +176,7 @@ def main():
     inc = private_includers(srcdir)
     for f in sorted(inc - private):
         bad.append("%s includes engine_i.h, core's private header" % f)
+    bad += writer_violations(srcdir)
     for f in sorted(private - inc):
         bad.append("%s no longer includes engine_i.h: take it out of the "
                    "baseline's private: line" % f)
