@@ -5,7 +5,7 @@
  */
 #include <errno.h>
 
-#include "engine_i.h"
+#include "core_i.h"
 
 uint64_t eng_new_file_id(struct eng *e)
 {

@@ -207,8 +207,6 @@ int store_balance_start(struct store *s);
 void store_balance_stop(struct store *s);
 /* Bytes of the arena faulted in (in use or ready for use). */
 uint64_t store_faulted_bytes(struct store *s);
-/* One balancing step now; returns bytes faulted in minus given back. */
-int64_t store_balance(struct store *s);
 /*
  * Take a free chunk (refs = 1), waiting up to @wait_ms; -ENOSPC if none.
  * Sleeps: call it with no namespace or file lock held.
@@ -216,19 +214,7 @@ int64_t store_balance(struct store *s);
 int store_alloc(struct store *s, unsigned wait_ms, uint32_t *id);
 /* Take a free chunk without waiting; -ENOSPC if none.  Any lock may be held. */
 int store_try_alloc(struct store *s, uint32_t *id);
-/*
- * The same for a piece of @len bytes: a small block when @len is at most
- * s->small_max, else a whole chunk.  store_cap() says what it holds.
- */
-int store_alloc_len(struct store *s, unsigned wait_ms, uint32_t len,
-		    uint32_t *id);
 int store_try_alloc_len(struct store *s, uint32_t len, uint32_t *id);
-/*
- * store_try_alloc_len, and when nothing is free one round of eviction (the
- * pressure callback) and one more try: never waits for memory to be freed
- * by others.  0, or -ENOSPC.  Hold no namespace or file lock.
- */
-int store_alloc_evict(struct store *s, uint32_t len, uint32_t *id);
 /*
  * One round of eviction now (the pressure callback), for a caller that was
  * refused memory under a lock of its own and must not wait: what it frees
@@ -743,26 +729,6 @@ int fetch_start(struct eng *e);
 void fetch_stop(struct eng *e);
 /* Stop the fetch threads if need be and free their queue. */
 void fetch_fini(struct eng *e);
-/*
- * Queue a read of [@pos, @pos + @size) of @in (open by the caller) to the
- * fetch threads; @reply is called once, from one of them.  0 or -errno
- * (then @reply is not called).
- */
-int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
-		eng_reply_fn reply, void *ctx);
-/*
- * Queue read-ahead of piece @idx of @in (file_load_ahead) behind every
- * read; dropped when enough read-ahead is queued already.  No lock held.
- */
-void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx);
-/*
- * On a fetch thread: bring what the read needs into RAM (or read it
- * straight from where it is) and call @reply.  Returns 0 once @reply was
- * called, or -errno (then @reply was not called).
- */
-int file_read_fetch(struct eng *e, struct inode *in, uint64_t pos,
-		    size_t size, eng_reply_fn reply, void *ctx,
-		    const struct timespec *deadline);
 
 /* --- piece sources ------------------------------------------------------ */
 
@@ -1312,18 +1278,7 @@ int ns_walk(struct ns *ns, int (*fn)(void *ctx, struct inode *in),
 /* Is checkpoint @seq among the newest cfg->keep?  ns->lock held. */
 bool ns_in_keep_window(struct eng *e, uint64_t seq);
 
-/* file.c: file data */
-int file_init(struct file *f);
-void file_fini(struct eng *e, struct file *f);
-/* Slot @s of @f becomes a hole, its chunk let go.  f->lock held for
- * writing. */
-void file_drop_slot(struct eng *e, struct file *f, struct slot *s);
-/*
- * Piece @s of @f, in memory, goes back to its holders (PIECE_PEER): its
- * chunk is let go; fill, CRC and its length stay, what the next fetch
- * checks.  f->lock held for writing.
- */
-void file_slot_to_peer(struct eng *e, struct file *f, struct slot *s);
+/* file.c: file data (and core_i.h) */
 int file_truncate_locked(struct eng *e, struct file *f, uint64_t size);
 /* Make slots' CRCs final and seal this version; file->lock held for writing. */
 void file_seal_locked(struct eng *e, struct file *f);
@@ -1391,28 +1346,14 @@ uint32_t file_piece_len(const struct eng *e, uint64_t size, uint32_t idx);
 /* Arena bytes the pieces of @f in memory take (blocks or chunks); lock. */
 uint64_t file_ram_bytes(const struct eng *e, const struct file *f);
 
-/* read.c: the read path and its fetch threads */
+/* read.c: the read path and its fetch threads (and core_i.h) */
 /*
  * Bring pieces [@first, @last] of @in into memory from where they are:
  * the persist dir, or peers (until @deadline; NULL: cfg->fetch_timeout_ms
  * from now).  Called without any lock; sleeps.
  */
-/*
- * Read-ahead: queue the pieces after [.., @last] that a sequential reader
- * will want next and that are elsewhere (a window of one piece per fetch
- * thread, each queued once).  No lock held.
- */
-void file_ahead(struct eng *e, struct inode *in, uint32_t last);
-/*
- * Bring piece @i of @in into memory for read-ahead: like file_load, but
- * only into a free chunk (never waits for memory).  No lock held; sleeps.
- */
-int file_load_ahead(struct eng *e, struct inode *in, uint32_t i,
-		    const struct timespec *deadline);
 int file_load(struct eng *e, struct inode *in, uint32_t first,
 	      uint32_t last, const struct timespec *deadline);
-/* Bound on re-tries when an evicted piece is evicted again before use. */
-#define LOAD_TRIES 8
 
 /* write.c: the write path, fallocate, the copier */
 int copier_start(struct eng *e);

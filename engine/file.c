@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_i.h"
+#include "core_i.h"
 #include "erasure.h"
 
 #define ZERO_RUN (64 * 1024)

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_i.h"
+#include "core_i.h"
 
 #define NS_MIN_BUCKETS 64
 

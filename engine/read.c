@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine_i.h"
+#include "core_i.h"
 #include "erasure.h"
 
 /*

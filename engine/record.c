@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_i.h"
+#include "core_i.h"
 #include "erasure.h"
 
 bool file_to_seal(const struct eng *e, const struct file *f)

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine_i.h"
+#include "core_i.h"
 
 _Static_assert((1u << (STORE_UNIT_SHIFT + STORE_CLASSES)) == RFT_CHUNK_MAX,
 	       "a class for every block up to half the largest chunk");

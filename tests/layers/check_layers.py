@@ -13,8 +13,9 @@ is empty, engine/ has no cycle and none can come back.
 
 Also: no file outside rftengine includes its private header engine_i.h,
 except those listed in the baseline's "private:" lines (the same ratchet).
-And state with one writer stays so: no source file of engine/ but its
-writer assigns it (ONE_WRITER below).
+Core's own private header, core_i.h, is included only by the files of
+core (the baseline's "core:" line).  And state with one writer stays so:
+no source file of engine/ but its writer assigns it (ONE_WRITER below).
 
 usage: check_layers.py BASELINE SRCDIR ARCHIVE...   (the static libraries)
        check_layers.py --graph ARCHIVE...           (print the graph)
@@ -96,6 +97,27 @@ def sccs(g):
     return out
 
 
+def includers(srcdir, header):
+    """engine/ sources (any folder below it) that include @header."""
+    found = set()
+    for root, _, files in os.walk(os.path.join(srcdir, "engine")):
+        for f in files:
+            if not f.endswith((".c", ".h")) or f == header:
+                continue
+            text = open(os.path.join(root, f), errors="replace").read()
+            if re.search(r'#include\s+"%s"' % re.escape(header), text):
+                found.add(f)
+    for root, _, files in os.walk(srcdir):
+        if "/engine" in root or "/build" in root or "/subprojects" in root:
+            continue
+        for f in files:
+            if f.endswith((".c", ".h")):
+                text = open(os.path.join(root, f), errors="replace").read()
+                if re.search(r'#include\s+"%s"' % re.escape(header), text):
+                    found.add(os.path.relpath(os.path.join(root, f), srcdir))
+    return found
+
+
 def private_includers(srcdir):
     """engine/ sources outside rftengine that include engine_i.h."""
     mb = open(os.path.join(srcdir, "engine", "meson.build")).read()
@@ -105,7 +127,8 @@ def private_includers(srcdir):
     found = set()
     for root, _, files in os.walk(os.path.join(srcdir, "engine")):
         for f in files:
-            if not f.endswith((".c", ".h")) or f in core or f == "engine_i.h":
+            if (not f.endswith((".c", ".h")) or f in core or
+                    f in ("engine_i.h", "core_i.h")):
                 continue
             text = open(os.path.join(root, f), errors="replace").read()
             if re.search(r'#include\s+"engine_i\.h"', text):
@@ -151,11 +174,13 @@ def main():
             print("cycle:", " ".join(sorted(c)))
         return 0
     base_path, srcdir, archives = sys.argv[1], sys.argv[2], sys.argv[3:]
-    allowed, private = [], set()
+    allowed, private, core = [], set(), set()
     for line in open(base_path):
         line = line.split("#", 1)[0].strip()
         if line.startswith("private:"):
             private |= set(line[len("private:"):].split())
+        elif line.startswith("core:"):
+            core |= set(line[len("core:"):].split())
         elif line:
             allowed.append(set(line.split()))
     found = sccs(graph(objects(archives)))
@@ -176,6 +201,9 @@ def main():
     inc = private_includers(srcdir)
     for f in sorted(inc - private):
         bad.append("%s includes engine_i.h, core's private header" % f)
+    for f in sorted(includers(srcdir, "core_i.h") - core - {"core_i.h"}):
+        bad.append("%s includes core_i.h, core's private header, and is "
+                   "not in core" % f)
     bad += writer_violations(srcdir)
     for f in sorted(private - inc):
         bad.append("%s no longer includes engine_i.h: take it out of the "
