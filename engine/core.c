@@ -54,3 +54,13 @@ void eng_placement(struct eng *e, const struct placement *pl)
 {
 	e->placement = pl;
 }
+
+struct store *eng_store(struct eng *e)
+{
+	return &e->store;
+}
+
+void eng_count_crc_error(struct eng *e)
+{
+	atomic_fetch_add(&e->cnt.crc_errors, 1);
+}

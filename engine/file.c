@@ -344,6 +344,23 @@ void file_snap_drop(struct eng *e, struct file_snap *fs)
 	fs->slots = NULL;
 }
 
+int file_snap_piece(const struct eng *e, const struct file_snap *fs,
+		    uint32_t idx, struct snap_piece *p)
+{
+	const struct slot *s = idx < fs->nslots ? &fs->slots[idx] : NULL;
+
+	p->len = file_piece_len(e, fs->size, idx);
+	p->bytes = NULL;
+	p->fill = 0;
+	p->crc = s ? s->crc : 0;
+	if (s && slot_in_ram(s)) {
+		p->bytes = store_ptr(&e->store, s->chunk);
+		p->fill = s->fill < p->len ? s->fill : p->len;
+		return 1;
+	}
+	return s && s->where != PIECE_HOLE ? -EAGAIN : 0;
+}
+
 bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
 {
 	file_dur_persisted(f, fs->version, fs->meta_version);

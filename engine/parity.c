@@ -53,7 +53,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine_i.h"
+#include "core.h"
 #include "erasure.h"
 #include "group.h"
 #include "group_i.h"
@@ -82,6 +82,7 @@ struct pstripe {
 
 struct parity {
 	struct eng *e;
+	struct store *st;	/* the engine's arena: rows live in it */
 	struct peer_xport *x;
 	struct memb *memb;
 	int self, nodes;
@@ -141,7 +142,7 @@ static uint8_t *rxbuf_get(struct parity *par)
 	if (sc)
 		par->rxbufs = sc->next;
 	pthread_mutex_unlock(&par->lock);
-	return sc ? (uint8_t *)sc : malloc(par->e->store.chunk_size);
+	return sc ? (uint8_t *)sc : malloc(par->st->chunk_size);
 }
 
 static void rxbuf_put(struct parity *par, void *buf)
@@ -169,7 +170,7 @@ static uint8_t *scratch_get(struct parity *par)
 	if (sc)
 		return (uint8_t *)sc;
 	return malloc((size_t)(1 + par->l.k + par->l.m) *
-		      par->e->store.chunk_size);
+		      par->st->chunk_size);
 }
 
 static void scratch_put(struct parity *par, uint8_t *buf)
@@ -257,7 +258,7 @@ static struct pstripe *find(struct parity *par, uint64_t ckpt,
  */
 static int row_fit(struct parity *par, struct pstripe *ps, uint32_t len)
 {
-	struct store *st = &par->e->store;
+	struct store *st = par->st;
 	uint32_t id, cap;
 
 	if (len <= ps->st.len)
@@ -280,7 +281,7 @@ static void row_copy(struct parity *par, const struct pstripe *ps,
 		     uint8_t *buf)
 {
 	memcpy(buf, ps->st.parity, ps->st.len);
-	memset(buf + ps->st.len, 0, par->e->store.chunk_size - ps->st.len);
+	memset(buf + ps->st.len, 0, par->st->chunk_size - ps->st.len);
 }
 
 /*
@@ -291,7 +292,6 @@ static struct pstripe *find_or_make(struct parity *par, uint64_t ckpt,
 				    uint64_t stripe, int row, uint32_t len)
 {
 	struct pstripe *ps = find(par, ckpt, stripe);
-	struct eng *e = par->e;
 	size_t b;
 
 	if (ps)
@@ -299,13 +299,13 @@ static struct pstripe *find_or_make(struct parity *par, uint64_t ckpt,
 	ps = calloc(1, sizeof(*ps));
 	if (!ps)
 		return NULL;
-	if (store_try_alloc_len(&e->store, len, &ps->chunk) < 0) {
+	if (store_try_alloc_len(par->st, len, &ps->chunk) < 0) {
 		free(ps);
 		return NULL;
 	}
 	ers_stripe_init(&ps->st, par->c, row,
-			store_cap(&e->store, ps->chunk),
-			store_ptr(&e->store, ps->chunk));
+			store_cap(par->st, ps->chunk),
+			store_ptr(par->st, ps->chunk));
 	par->row_bytes += ps->st.len;
 	ps->ckpt = ckpt;
 	ps->stripe = stripe;
@@ -327,7 +327,7 @@ static void drop_if_empty(struct parity *par, struct pstripe *ps)
 		pp = &(*pp)->next;
 	*pp = ps->next;
 	par->row_bytes -= ps->st.len;
-	store_put(&par->e->store, ps->chunk);
+	store_put(par->st, ps->chunk);
 	free(ps);
 	par->rows--;
 }
@@ -352,7 +352,7 @@ static bool fold_ok(struct parity *par, int node, const struct peer_frame *f,
 
 	if (f->meta_len != PAR_FOLD_META || rft_get_le32(m + 32) != par->code ||
 	    rft_get_le32(m + 52) || f->bulk_len != rft_get_le32(m + 44) ||
-	    f->bulk_len > par->e->store.chunk_size ||
+	    f->bulk_len > par->st->chunk_size ||
 	    (f->bulk_len && f->bulk_crc != rft_get_le32(m + 48)))
 		return false;
 	stripe = rft_get_le64(m + 8);
@@ -471,7 +471,7 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 		 * finds room.
 		 */
 		if (rc == -ENOSPC)
-			store_make_room(&par->e->store);
+			store_make_room(par->st);
 	}
 	rxbuf_put(par, cookie);
 	return 0;
@@ -495,7 +495,7 @@ int parity_rx_done(struct parity *par, int node, const struct peer_frame *f,
 	    f->bulk_len)
 		return -EINVAL;
 	/* No seal has more pieces than the largest file. */
-	if (n > (RFT_MAX_FILE_SIZE >> par->e->store.chunk_shift) + 1)
+	if (n > (RFT_MAX_FILE_SIZE >> par->st->chunk_shift) + 1)
 		return -EINVAL;
 	nbits = n < PROT_MAP_BITS ? n : PROT_MAP_BITS;
 	a = calloc(1, 8 + (nbits + 7) / 8);
@@ -548,7 +548,7 @@ int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
 {
 	const uint8_t *m = f->meta;
 	size_t mlen = 8 + (size_t)par->l.k * PAR_MEMBER_META;
-	uint32_t len = par->e->store.chunk_size;
+	uint32_t len = par->st->chunk_size;
 	struct pstripe *ps;
 	uint8_t *a, *b;
 
@@ -635,8 +635,9 @@ int parity_send(struct parity *par, int h, const struct par_seal *ps,
 	uint8_t meta[PAR_FOLD_META];
 
 	for (uint32_t i = 0; i < ps->npieces; i++) {
-		const struct slot *s = i < fs->nslots ? &fs->slots[i] : NULL;
-		uint32_t len = file_piece_len(e, fs->size, i);
+		struct snap_piece sp;
+		int where = file_snap_piece(e, fs, i, &sp);
+		uint32_t len = sp.len;
 		struct peer_frame f = { .type = unfold ? PAR_T_UNFOLD
 						       : PAR_T_FOLD,
 					.meta = meta, .meta_len = sizeof(meta) };
@@ -650,17 +651,17 @@ int parity_send(struct parity *par, int h, const struct par_seal *ps,
 			continue; /* @h holds no row of this stripe */
 		if (!prot_map_has(need, i))
 			continue; /* @h has it folded (or out) already */
-		if (s && slot_in_ram(s)) {
-			f.bulk = store_ptr(&e->store, s->chunk);
-			if (s->fill < len) {
+		if (where == 1) {
+			f.bulk = sp.bytes;
+			if (sp.fill < len) {
 				/* Past fill the piece reads as zeros. */
-				memcpy(bounce, f.bulk, s->fill);
-				memset(bounce + s->fill, 0, len - s->fill);
+				memcpy(bounce, f.bulk, sp.fill);
+				memset(bounce + sp.fill, 0, len - sp.fill);
 				f.bulk = bounce;
 			}
 			f.bulk_len = len;
-			f.bulk_crc = s->crc;
-		} else if (s && s->where != PIECE_HOLE) {
+			f.bulk_crc = sp.crc;
+		} else if (where < 0) {
 			return -EAGAIN; /* not all here: a rebuild brings it */
 		}
 		/* A hole folds as zeros: in its slot, adding nothing. */
@@ -672,7 +673,7 @@ int parity_send(struct parity *par, int h, const struct par_seal *ps,
 		rft_put_le32(meta + 36, (uint32_t)slot);
 		rft_put_le32(meta + 40, i);
 		rft_put_le32(meta + 44, f.bulk_len);
-		rft_put_le32(meta + 48, f.bulk_len ? s->crc : 0);
+		rft_put_le32(meta + 48, f.bulk_len ? sp.crc : 0);
 		rft_put_le32(meta + 52, 0);
 		if (pace && !pace(pace_ctx, f.bulk_len))
 			return -ECANCELED;
@@ -736,7 +737,7 @@ static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
 				.meta_len = sizeof(meta) };
 	struct peer_reply rep = { .meta = ans, .meta_cap = (uint32_t)alen,
 				  .bulk = row,
-				  .bulk_cap = par->e->store.chunk_size };
+				  .bulk_cap = par->st->chunk_size };
 	int left = left_ms(deadline), rc;
 
 	if (!ans)
@@ -753,12 +754,12 @@ static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
 	if (rc == 0 &&
 	    (rep.meta_len != alen || rft_get_le32(ans) != (uint32_t)par->l.k ||
 	     rft_get_le32(ans + 4) != (uint32_t)r ||
-	     rep.bulk_len > par->e->store.chunk_size))
+	     rep.bulk_len > par->st->chunk_size))
 		rc = -EPROTO;
 	/* A row as long as its longest member: zeros past it. */
 	if (rc == 0)
 		memset(row + rep.bulk_len, 0,
-		       par->e->store.chunk_size - rep.bulk_len);
+		       par->st->chunk_size - rep.bulk_len);
 	for (int s = 0; rc == 0 && s < par->l.k; s++) {
 		const uint8_t *w = ans + 8 + (size_t)s * PAR_MEMBER_META;
 
@@ -769,7 +770,7 @@ static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
 					      rft_get_le32(w + 24),
 					      rft_get_le32(w + 28) };
 		/* A member is at most a chunk: its length sizes reads. */
-		if (mi[s].len > par->e->store.chunk_size ||
+		if (mi[s].len > par->st->chunk_size ||
 		    rft_get_le32(w + 28) > 1)
 			rc = -EPROTO;
 	}
@@ -797,7 +798,7 @@ static int decode_piece(struct parity *par, const struct eng_piece *pc,
 	struct eng *e = par->e;
 	int k = par->l.k, m = par->l.m, lost[ERS_MAX_K + ERS_MAX_M];
 	int order[ERS_MAX_M];
-	uint32_t clen = e->store.chunk_size;
+	uint32_t clen = par->st->chunk_size;
 	struct member_info mi[ERS_MAX_K], other[ERS_MAX_K];
 	uint8_t *chunks[ERS_MAX_K + ERS_MAX_M] = { 0 }, *mem;
 	bool have[ERS_MAX_K + ERS_MAX_M] = { 0 }, known = false;
@@ -936,7 +937,7 @@ static int decode_piece(struct parity *par, const struct eng_piece *pc,
 			 "failed its checksum",
 			 pc->idx, (unsigned long long)pc->ino,
 			 (unsigned long long)stripe);
-		atomic_fetch_add(&e->cnt.crc_errors, 1);
+		eng_count_crc_error(e);
 		rc = -EIO;
 		goto out;
 	}
@@ -979,7 +980,7 @@ static void scrub_stripe(struct parity *par, const struct eng_piece *pc,
 			 void *get_ctx, struct eng_verify_info *vi)
 {
 	int k = par->l.k, m = par->l.m;
-	uint32_t clen = par->e->store.chunk_size;
+	uint32_t clen = par->st->chunk_size;
 	uint8_t *data[ERS_MAX_K], *enc[ERS_MAX_M], *row = mem;
 	struct member_info mi[ERS_MAX_K], first[ERS_MAX_K];
 	bool encoded = false;
@@ -1071,7 +1072,7 @@ static void scrub_stripe(struct parity *par, const struct eng_piece *pc,
 		if (memcmp(enc[r], row, clen)) {
 			if (!vi->rows_bad++)
 				vi->first_bad_stripe = stripe;
-			atomic_fetch_add(&par->e->cnt.crc_errors, 1);
+			eng_count_crc_error(par->e);
 			rft_warn("scrub: stripe %llu row %d on node %d does not "
 				 "match its members",
 				 (unsigned long long)stripe, r, h);
@@ -1161,6 +1162,7 @@ int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
 		return -ENOMEM;
 	}
 	par->e = e;
+	par->st = eng_store(e);
 	par->x = x;
 	par->memb = memb;
 	par->self = self;
@@ -1197,7 +1199,7 @@ void parity_free(struct parity *par)
 			struct pstripe *ps = par->tab[b];
 
 			par->tab[b] = ps->next;
-			store_put(&par->e->store, ps->chunk);
+			store_put(par->st, ps->chunk);
 			free(ps);
 		}
 	free(par->tab);
