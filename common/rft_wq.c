@@ -4,8 +4,10 @@
  * As sheepdog's lib/work.c, less what reftfs has no use for: no "done"
  * callback on a main event loop (an item's fn answers for itself, through
  * its own reply path), and a fixed number of workers.  Added: a second,
- * lower list (read-ahead behind reads), and a stop that either drains or
- * cancels, so that every accepted item reaches its fn exactly once.
+ * lower list (read-ahead behind reads), a stop that either drains or
+ * cancels, so that every accepted item reaches its fn exactly once, a
+ * bound per list (the control socket's and nslog's), and taking back what
+ * waited too long (the control socket's "busy").
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@ struct rft_wq {
 	struct rft_wq_item *head[RFT_WQ_NPRIO]; /* lock */
 	struct rft_wq_item *tail[RFT_WQ_NPRIO]; /* lock */
 	unsigned pending[RFT_WQ_NPRIO]; /* lock */
+	unsigned max[RFT_WQ_NPRIO]; /* 0: no bound; lock */
 	unsigned running;	/* items inside their fn; lock */
 	bool closed;		/* stop began: nothing accepted; lock */
 	bool stop;		/* workers leave once the lists are empty; lock */
@@ -132,6 +135,13 @@ void rft_wq_on_idle(struct rft_wq *q, void (*fn)(void *arg), void *arg)
 	q->idle_arg = arg;
 }
 
+void rft_wq_set_max(struct rft_wq *q, enum rft_wq_prio prio, unsigned max)
+{
+	pthread_mutex_lock(&q->lock);
+	q->max[prio] = max;
+	pthread_mutex_unlock(&q->lock);
+}
+
 int rft_wq_start(struct rft_wq *q)
 {
 	int rc = 0;
@@ -153,12 +163,20 @@ int rft_wq_start(struct rft_wq *q)
 int rft_wq_queue(struct rft_wq *q, struct rft_wq_item *w,
 		 enum rft_wq_prio prio)
 {
+	int rc = 0;
+
 	pthread_mutex_lock(&q->lock);
-	if (q->closed) {
+	if (q->closed)
+		rc = -ESHUTDOWN;
+	else if (q->max[prio] && q->pending[prio] >= q->max[prio])
+		rc = -EAGAIN;
+	if (rc < 0) {
 		pthread_mutex_unlock(&q->lock);
-		return -ESHUTDOWN;
+		return rc;
 	}
 	w->next = NULL;
+	/* Under the lock: each list stays in the order of its stamps. */
+	w->queued_ms = rft_now_ms();
 	if (q->tail[prio])
 		q->tail[prio]->next = w;
 	else
@@ -178,6 +196,39 @@ unsigned rft_wq_pending(struct rft_wq *q, enum rft_wq_prio prio)
 	n = q->pending[prio];
 	pthread_mutex_unlock(&q->lock);
 	return n;
+}
+
+uint64_t rft_wq_oldest_ms(struct rft_wq *q, enum rft_wq_prio prio)
+{
+	uint64_t t;
+
+	pthread_mutex_lock(&q->lock);
+	t = q->head[prio] ? q->head[prio]->queued_ms : UINT64_MAX;
+	pthread_mutex_unlock(&q->lock);
+	return t;
+}
+
+struct rft_wq_item *rft_wq_take_back(struct rft_wq *q, enum rft_wq_prio prio,
+				     uint64_t until_ms)
+{
+	struct rft_wq_item *first, *last = NULL, *w;
+
+	pthread_mutex_lock(&q->lock);
+	first = q->head[prio];
+	for (w = first; w && w->queued_ms <= until_ms; w = w->next) {
+		last = w;
+		q->pending[prio]--;
+	}
+	if (!last) {
+		pthread_mutex_unlock(&q->lock);
+		return NULL;
+	}
+	q->head[prio] = last->next;
+	if (!q->head[prio])
+		q->tail[prio] = NULL;
+	last->next = NULL;
+	pthread_mutex_unlock(&q->lock);
+	return first;
 }
 
 bool rft_wq_idle(struct rft_wq *q)

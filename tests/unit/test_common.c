@@ -160,7 +160,7 @@ struct world {
 	struct rft_wq *q;
 	unsigned nthreads;
 	unsigned producers, per_producer;
-	atomic_uint accepted, refused, ran, cancelled, idle_calls;
+	atomic_uint accepted, refused, full, ran, cancelled, taken, idle_calls;
 	atomic_uint inside;	/* items running now */
 	atomic_uint max_inside;
 	atomic_bool bad_name;
@@ -260,8 +260,8 @@ static int queue_one(struct world *wd, unsigned producer, unsigned seq,
 	if (rc == 0) {
 		atomic_fetch_add(&wd->accepted, 1);
 	} else {
-		assert_int_equal(rc, -ESHUTDOWN);
-		atomic_fetch_add(&wd->refused, 1);
+		assert_true(rc == -ESHUTDOWN || rc == -EAGAIN);
+		atomic_fetch_add(rc == -EAGAIN ? &wd->full : &wd->refused, 1);
 		if (prio == RFT_WQ_HIGH && wd->check_order) {
 			pthread_mutex_lock(&wd->lock);
 			wd->high_left--;
@@ -272,7 +272,18 @@ static int queue_one(struct world *wd, unsigned producer, unsigned seq,
 	return rc;
 }
 
-/* Every accepted item ran (or was cancelled) exactly once. */
+/* @w, taken back from the queue: counted as its own way out. */
+static void job_taken(struct world *wd, struct rft_wq_item *w)
+{
+	struct job *j = (struct job *)((char *)w - offsetof(struct job, w));
+
+	atomic_fetch_add(&wd->runs[j->producer * wd->per_producer + j->seq],
+			 1);
+	atomic_fetch_add(&wd->taken, 1);
+	free(j);
+}
+
+/* Every accepted item ran, was cancelled or was taken back, once. */
 static void check_once(struct world *wd)
 {
 	unsigned total = 0;
@@ -286,7 +297,8 @@ static void check_once(struct world *wd)
 		total += r;
 	}
 	assert_int_equal(total, atomic_load(&wd->accepted));
-	assert_int_equal(atomic_load(&wd->ran) + atomic_load(&wd->cancelled),
+	assert_int_equal(atomic_load(&wd->ran) + atomic_load(&wd->cancelled) +
+				 atomic_load(&wd->taken),
 			 atomic_load(&wd->accepted));
 	assert_false(atomic_load(&wd->bad_name));
 	assert_true(atomic_load(&wd->max_inside) <= wd->nthreads);
@@ -447,6 +459,196 @@ static void test_wq_never_started(void **state)
 	rft_wq_free(NULL);
 }
 
+/*
+ * A bounded list refuses the item beyond its bound with -EAGAIN, also
+ * when producers race for the last places; the other list is not bound.
+ */
+static void test_wq_bound(void **state)
+{
+	uint64_t s = seed ^ 0xb0;
+	unsigned max = 1 + below(&s, 50), producers = 2 + below(&s, 6);
+	struct producer p[8];
+	pthread_t pt[8];
+	atomic_bool go = false;
+	struct world wd;
+
+	(void)state;
+	world_init(&wd, 2, 2, 200);
+	rft_wq_set_max(wd.q, RFT_WQ_HIGH, 3);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(queue_one(&wd, 0, i, RFT_WQ_HIGH, 0), 0);
+	assert_int_equal(queue_one(&wd, 0, 3, RFT_WQ_HIGH, 0), -EAGAIN);
+	for (unsigned i = 0; i < 10; i++)
+		assert_int_equal(queue_one(&wd, 1, i, RFT_WQ_LOW, 0), 0);
+	assert_int_equal(rft_wq_pending(wd.q, RFT_WQ_HIGH), 3);
+	/* Room again once the workers took what waited. */
+	assert_int_equal(rft_wq_start(wd.q), 0);
+	while (!rft_wq_idle(wd.q))
+		usleep(1000);
+	assert_int_equal(queue_one(&wd, 0, 4, RFT_WQ_HIGH, 0), 0);
+	/* 0: no bound. */
+	rft_wq_set_max(wd.q, RFT_WQ_LOW, 1);
+	rft_wq_set_max(wd.q, RFT_WQ_LOW, 0);
+	rft_wq_stop(wd.q, RFT_WQ_DRAIN);
+	assert_int_equal(atomic_load(&wd.full), 1);
+	check_once(&wd);
+	world_free(&wd);
+
+	/* Racing producers on a queue not started: exactly @max get in. */
+	world_init(&wd, 1, producers, 100);
+	rft_wq_set_max(wd.q, RFT_WQ_HIGH, max);
+	rft_wq_set_max(wd.q, RFT_WQ_LOW, max);
+	for (unsigned i = 0; i < producers; i++) {
+		p[i] = (struct producer){ &wd, i, splitmix(&s), &go };
+		assert_int_equal(pthread_create(&pt[i], NULL, producer_main,
+						&p[i]),
+				 0);
+	}
+	atomic_store(&go, true);
+	for (unsigned i = 0; i < producers; i++)
+		pthread_join(pt[i], NULL);
+	if (rft_wq_pending(wd.q, RFT_WQ_HIGH) != max ||
+	    rft_wq_pending(wd.q, RFT_WQ_LOW) > max)
+		fail_msg("bound %u: %u HIGH and %u LOW wait (WQ_SEED=%" PRIu64
+			 ")", max, rft_wq_pending(wd.q, RFT_WQ_HIGH),
+			 rft_wq_pending(wd.q, RFT_WQ_LOW), seed);
+	assert_int_equal(atomic_load(&wd.accepted) + atomic_load(&wd.full),
+			 producers * 100);
+	assert_int_equal(rft_wq_start(wd.q), 0);
+	rft_wq_stop(wd.q, RFT_WQ_DRAIN);
+	assert_int_equal(atomic_load(&wd.cancelled), 0);
+	check_once(&wd);
+	world_free(&wd);
+}
+
+/*
+ * Items taken back: those queued by a time, oldest first, their fn never
+ * called; the list keeps the rest in order.
+ */
+static void test_wq_take_back(void **state)
+{
+	struct rft_wq_item *w, *back;
+	uint64_t t0, t1, cut;
+	struct world wd;
+	unsigned n;
+
+	(void)state;
+	world_init(&wd, 1, 2, 10);
+	wd.check_order = true;
+	assert_int_equal(rft_wq_oldest_ms(wd.q, RFT_WQ_HIGH), UINT64_MAX);
+	assert_null(rft_wq_take_back(wd.q, RFT_WQ_HIGH, UINT64_MAX));
+	t0 = rft_now_ms();
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(queue_one(&wd, 0, i, RFT_WQ_HIGH, 0), 0);
+	assert_int_equal(queue_one(&wd, 1, 0, RFT_WQ_LOW, 0), 0);
+	cut = rft_now_ms();
+	t1 = rft_wq_oldest_ms(wd.q, RFT_WQ_HIGH);
+	assert_true(t1 >= t0 && t1 <= cut);
+	while (rft_now_ms() <= cut)
+		usleep(1000);
+	for (unsigned i = 4; i < 7; i++)
+		assert_int_equal(queue_one(&wd, 0, i, RFT_WQ_HIGH, 0), 0);
+	assert_true(rft_wq_oldest_ms(wd.q, RFT_WQ_HIGH) <= cut);
+
+	/* Nothing queued that early. */
+	assert_null(rft_wq_take_back(wd.q, RFT_WQ_HIGH, t0 - 1));
+	back = rft_wq_take_back(wd.q, RFT_WQ_HIGH, cut);
+	for (n = 0, w = back; w; w = w->next, n++) {
+		struct job *j = (struct job *)w;
+
+		assert_int_equal(j->seq, n);
+		assert_true(w->queued_ms <= cut);
+	}
+	assert_int_equal(n, 4);
+	while ((w = back)) {
+		back = w->next;
+		job_taken(&wd, w);
+	}
+	assert_int_equal(rft_wq_pending(wd.q, RFT_WQ_HIGH), 3);
+	assert_int_equal(rft_wq_pending(wd.q, RFT_WQ_LOW), 1);
+	assert_true(rft_wq_oldest_ms(wd.q, RFT_WQ_HIGH) > cut);
+	/* The rest run in order (seq 4 follows 3, taken back). */
+	pthread_mutex_lock(&wd.lock);
+	wd.last[RFT_WQ_HIGH][0] = 3;
+	wd.high_left -= 4;
+	pthread_mutex_unlock(&wd.lock);
+	assert_int_equal(rft_wq_start(wd.q), 0);
+	rft_wq_stop(wd.q, RFT_WQ_DRAIN);
+	assert_false(wd.order_broken);
+	assert_int_equal(atomic_load(&wd.ran), 4);
+	assert_null(rft_wq_take_back(wd.q, RFT_WQ_HIGH, UINT64_MAX));
+	check_once(&wd);
+	world_free(&wd);
+}
+
+struct taker {
+	struct world *wd;
+	uint64_t rng;
+	atomic_bool *done;
+};
+
+/* Take back, now and then, what waited longer than a few ms. */
+static void *taker_main(void *arg)
+{
+	struct taker *t = arg;
+	struct rft_wq_item *w, *back;
+
+	while (!atomic_load(t->done)) {
+		uint64_t now = rft_now_ms(), age = below(&t->rng, 4);
+		enum rft_wq_prio prio = below(&t->rng, 2) ? RFT_WQ_HIGH
+							  : RFT_WQ_LOW;
+
+		back = rft_wq_take_back(t->wd->q, prio, now - age);
+		while ((w = back)) {
+			back = w->next;
+			job_taken(t->wd, w);
+		}
+		usleep(below(&t->rng, 500));
+	}
+	return NULL;
+}
+
+/*
+ * Taking back while workers take and producers queue: every item leaves
+ * the queue one way, once.
+ */
+static void test_wq_take_back_race(void **state)
+{
+	uint64_t s = seed ^ 0x7b;
+
+	(void)state;
+	for (int round = 0; round < 10; round++) {
+		unsigned threads = 1 + below(&s, 4);
+		unsigned producers = 2 + below(&s, 4);
+		struct producer p[8];
+		pthread_t pt[8], tt;
+		atomic_bool go = false, done = false;
+		struct taker t = { NULL, splitmix(&s), &done };
+		struct world wd;
+
+		world_init(&wd, threads, producers, 300);
+		t.wd = &wd;
+		assert_int_equal(rft_wq_start(wd.q), 0);
+		assert_int_equal(pthread_create(&tt, NULL, taker_main, &t), 0);
+		for (unsigned i = 0; i < producers; i++) {
+			p[i] = (struct producer){ &wd, i, splitmix(&s), &go };
+			assert_int_equal(pthread_create(&pt[i], NULL,
+							producer_main, &p[i]),
+					 0);
+		}
+		atomic_store(&go, true);
+		for (unsigned i = 0; i < producers; i++)
+			pthread_join(pt[i], NULL);
+		atomic_store(&done, true);
+		pthread_join(tt, NULL);
+		rft_wq_stop(wd.q, RFT_WQ_DRAIN);
+		assert_int_equal(atomic_load(&wd.accepted), producers * 300);
+		assert_int_equal(atomic_load(&wd.cancelled), 0);
+		check_once(&wd);
+		world_free(&wd);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -457,6 +659,9 @@ int main(void)
 		cmocka_unit_test(test_wq_many_producers),
 		cmocka_unit_test(test_wq_stop_while_busy),
 		cmocka_unit_test(test_wq_never_started),
+		cmocka_unit_test(test_wq_bound),
+		cmocka_unit_test(test_wq_take_back),
+		cmocka_unit_test(test_wq_take_back_race),
 	};
 	const char *env = getenv("WQ_SEED");
 
