@@ -8,6 +8,8 @@
  * that CPU: a lookup would wait seconds behind a writer out of memory.  So
  * those requests go to the lane's threads, which answer them when done.
  * The ring entry, and a WRITE's data in it, stay ours until the answer.
+ * The lane is an rft_wq, "rft-lane" (rft-lane/0..3 in ps), one FIFO list;
+ * its stop drains: every job queued answers its request.
  *
  * A request answered from another thread (the lane, or an engine thread
  * finishing a read from the persist dir or a group call) lives in its ring
@@ -19,8 +21,14 @@
  * is sent, then calls fuse_session_exit().  The wait is bounded by the
  * engine's own limits (--enospc-wait, its fetch timeout).
  *
+ * The stopper is a thread of its own, not an item of the lane's queue: it
+ * waits on a signal, and then on the count of replies owed, most of which
+ * are not the lane's (reads answered by the engine's threads).
+ *
  * Not covered: a connection aborted through /sys/fs/fuse/connections while
  * a reply is owed (the kernel ends the session under us).
+ *
+ * Locks: l->lock (the stopper's) and the queue's are leaves.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,20 +39,18 @@
 #include <time.h>
 
 #include "rfs.h"
+#include "rft_wq.h"
 
 #define LANE_THREADS 4
 
 struct rfs_lane {
 	struct rfs *r;
-	pthread_mutex_t lock;
-	pthread_cond_t work;		/* a job queued, or quit */
+	struct rft_wq *wq;		/* the lane's threads and jobs */
+	pthread_mutex_t lock;		/* the stopper's */
 	pthread_cond_t idle;		/* deferred reached 0 while stopping */
-	struct rfs_lane_job *head, *tail; /* protected by lock */
-	bool quit;			/* protected by lock */
+	bool quit;			/* ends the stopper; lock */
 	atomic_uint deferred;		/* replies owed from other threads */
 	atomic_bool stopping;		/* no new deferral */
-	pthread_t threads[LANE_THREADS];
-	unsigned nthreads;
 	pthread_t stopper;
 	bool stopper_started;
 };
@@ -87,49 +93,29 @@ void rfs_defer_end(struct rfs *r)
 	}
 }
 
+/* A lane thread's item.  Never cancelled: the lane drains at its stop. */
+static void lane_run(struct rft_wq_item *w, bool cancel)
+{
+	struct rfs_lane_job *j = (struct rfs_lane_job *)w;
+
+	(void)cancel;
+	/* The job answers its request, ends its deferral, and may free
+	 * itself. */
+	j->run(j);
+}
+
 int rfs_lane_push(struct rfs *r, struct rfs_lane_job *j)
 {
 	struct rfs_lane *l = r->lane;
 
 	if (!rfs_defer_begin(r))
 		return -ESHUTDOWN;
-	j->next = NULL;
-	pthread_mutex_lock(&l->lock);
-	if (l->tail)
-		l->tail->next = j;
-	else
-		l->head = j;
-	l->tail = j;
-	pthread_cond_signal(&l->work);
-	pthread_mutex_unlock(&l->lock);
-	return 0;
-}
-
-static void *lane_thread(void *arg)
-{
-	struct rfs_lane *l = arg;
-
-	pthread_mutex_lock(&l->lock);
-	for (;;) {
-		struct rfs_lane_job *j = l->head;
-
-		if (!j) {
-			if (l->quit)
-				break;
-			pthread_cond_wait(&l->work, &l->lock);
-			continue;
-		}
-		l->head = j->next;
-		if (!l->head)
-			l->tail = NULL;
-		pthread_mutex_unlock(&l->lock);
-		/* The job answers its request, ends its deferral, and may
-		 * free itself. */
-		j->run(j);
-		pthread_mutex_lock(&l->lock);
+	j->w.fn = lane_run;
+	if (rft_wq_queue(l->wq, &j->w, RFT_WQ_HIGH) < 0) {
+		rfs_defer_end(r);
+		return -ESHUTDOWN;
 	}
-	pthread_mutex_unlock(&l->lock);
-	return NULL;
+	return 0;
 }
 
 static void *stopper_thread(void *arg)
@@ -175,16 +161,15 @@ int rfs_lane_start(struct rfs *r)
 		return -ENOMEM;
 	l->r = r;
 	pthread_mutex_init(&l->lock, NULL);
-	pthread_cond_init(&l->work, NULL);
 	pthread_cond_init(&l->idle, NULL);
 	sem_init(&stop_sem, 0, 0);
 	r->lane = l;
-	for (; l->nthreads < LANE_THREADS; l->nthreads++) {
-		rc = -pthread_create(&l->threads[l->nthreads], NULL,
-				     lane_thread, l);
-		if (rc < 0)
-			goto fail;
-	}
+	rc = rft_wq_new("rft-lane", LANE_THREADS, &l->wq);
+	if (rc < 0)
+		goto fail;
+	rc = rft_wq_start(l->wq);
+	if (rc < 0)
+		goto fail;
 	rc = -pthread_create(&l->stopper, NULL, stopper_thread, l);
 	if (rc < 0)
 		goto fail;
@@ -226,18 +211,17 @@ void rfs_lane_stop(struct rfs *r)
 		sigaction(sigs[i], &sa, NULL);
 	pthread_mutex_lock(&l->lock);
 	l->quit = true;
-	pthread_cond_broadcast(&l->work);
 	pthread_mutex_unlock(&l->lock);
 	if (l->stopper_started) {
 		sem_post(&stop_sem);
 		pthread_join(l->stopper, NULL);
 	}
 	/* The queue runs dry first: every job answers its request. */
-	for (unsigned i = 0; i < l->nthreads; i++)
-		pthread_join(l->threads[i], NULL);
+	if (l->wq)
+		rft_wq_stop(l->wq, RFT_WQ_DRAIN);
+	rft_wq_free(l->wq);
 	sem_destroy(&stop_sem);
 	pthread_cond_destroy(&l->idle);
-	pthread_cond_destroy(&l->work);
 	pthread_mutex_destroy(&l->lock);
 	r->lane = NULL;
 	free(l);

@@ -10,6 +10,7 @@
 
 #include "ctl.h"
 #include "engine.h"
+#include "rft_wq.h"
 
 /* Seconds the kernel may keep attributes and names, alone (not in a group). */
 #define RFS_ATTR_TIMEOUT 30.0
@@ -65,7 +66,7 @@ extern const struct fuse_lowlevel_ops rfs_oper;
  */
 struct rfs_lane;
 struct rfs_lane_job {
-	struct rfs_lane_job *next;	/* the lane's */
+	struct rft_wq_item w;		/* the lane's */
 	void (*run)(struct rfs_lane_job *j);
 };
 int rfs_lane_start(struct rfs *r);
