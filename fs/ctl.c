@@ -10,6 +10,15 @@
  * request line, the framing of answers and the table of commands.  The
  * commands are in a file per family (ctl_i.h says which, and what they
  * may count on).
+ *
+ * Threads: the acceptor ("rft-ctl", a poll loop of its own: it waits on
+ * sockets and times, not on a queue) and the workers, an rft_wq
+ * ("rft-ctl-cmd/0".."/15", one FIFO list of at most CTL_MAX_QUEUED
+ * requests).  The acceptor takes back from the queue what waited
+ * CTL_BUSY_MS for a worker and answers it "busy".
+ *
+ * Locks: c->lock (the fds being served, the stop) and the queue's are
+ * leaves.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +38,7 @@
 
 #include "ctl_i.h"
 #include "report.h"
+#include "rft_wq.h"
 
 #define CTL_IO_MS 10000	  /* the request line; each blocked send */
 #define CTL_CATCH_UP_MS 30000 /* ls waits this long for a group's log */
@@ -43,27 +53,24 @@
 
 /*
  * One connection, from accept() until it is answered.  The acceptor owns
- * it while the request line comes in; then it waits in the queue, and a
- * worker owns it while it serves the request.
+ * it while the request line comes in; then it waits in the queue (the
+ * acceptor may take it back), and a worker owns it while it serves the
+ * request.
  */
 struct ctl_conn {
-	struct ctl_conn *next; /* in the queue; protected by c->lock */
+	struct rft_wq_item w;	/* in c->wq; first */
+	struct rfs_ctl *c;
 	int fd;
 	struct ucred cred;
 	/*
-	 * mono ms: accepted, then queued.  It may be later than the "now"
-	 * of the acceptor's pass that set it: compare as since + T <= now.
+	 * mono ms: accepted (the queue keeps when it was queued, w).  Either
+	 * may be later than the "now" of the acceptor's pass that set it:
+	 * compare as since + T <= now.
 	 */
 	uint64_t since;
 	bool eof;	/* the client shut its side to end the line */
 	size_t len;	/* bytes of line read so far */
 	char line[RFS_CTL_MAX_LINE + 1];
-};
-
-struct ctl_worker {
-	struct rfs_ctl *c;
-	pthread_t thread;
-	int fd; /* the client it serves, or -1; protected by c->lock */
 };
 
 struct rfs_ctl {
@@ -76,18 +83,19 @@ struct rfs_ctl {
 	dev_t sock_dev; /* the node we bound: unlink only that one */
 	ino_t sock_ino;
 	bool acceptor_started;
-	unsigned nworkers; /* started */
+	bool workers_started;
 	pthread_t acceptor;
 	/* Connections whose line is still coming, oldest first: acceptor. */
 	struct ctl_conn *pending[CTL_MAX_PENDING];
 	unsigned npending;
+	/* The workers: complete requests, oldest first. */
+	struct rft_wq *wq;
 	pthread_mutex_t lock;
-	pthread_cond_t work; /* a request was queued, or stopping */
 	pthread_cond_t done; /* a worker finished a request */
 	bool stopping;	     /* protected by lock */
-	struct ctl_conn *head, *tail; /* the queue; protected by lock */
-	unsigned nqueued;	      /* protected by lock */
-	struct ctl_worker workers[RFS_CTL_MAX_CLIENTS];
+	/* The clients being served, -1 for a free place (no more requests
+	   are served at once than there are workers); protected by lock. */
+	int serving[RFS_CTL_MAX_CLIENTS];
 };
 
 static const char *state_name(enum eng_state s)
@@ -560,99 +568,78 @@ static void ctl_close(struct ctl_conn *conn, const char *msg)
 	free(conn);
 }
 
-static void *ctl_worker_main(void *arg)
-{
-	struct ctl_worker *w = arg;
-	struct rfs_ctl *c = w->c;
-	struct ctl_conn *conn;
-
-	pthread_setname_np(pthread_self(), "rft-ctl-worker");
-	pthread_mutex_lock(&c->lock);
-	for (;;) {
-		while (!c->stopping && !c->head)
-			pthread_cond_wait(&c->work, &c->lock);
-		if (c->stopping)
-			break;
-		conn = c->head;
-		c->head = conn->next;
-		if (!c->head)
-			c->tail = NULL;
-		c->nqueued--;
-		w->fd = conn->fd;
-		pthread_mutex_unlock(&c->lock);
-
-		ctl_serve(c, conn);
-		ctl_drain(conn->fd);
-
-		/* Closed under the lock: rfs_ctl_free() may shut w->fd. */
-		pthread_mutex_lock(&c->lock);
-		close(conn->fd);
-		w->fd = -1;
-		pthread_cond_broadcast(&c->done);
-		free(conn);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return NULL;
-}
-
 static const char ctl_busy[] = "e reftfsd is serving too many control "
 			       "clients; try again\nx 1\n";
+static const char ctl_stopping[] = "e reftfsd is stopping; try again when it "
+				   "runs\nx 1\n";
 
-/* Queue a complete request for the workers, or say they are all busy. */
-static void ctl_queue(struct rfs_ctl *c, struct ctl_conn *conn)
+/*
+ * A worker's item: serve @w's request, or say reftfsd is stopping (a stop
+ * began while it waited: no request is served after that).
+ */
+static void ctl_work(struct rft_wq_item *w, bool cancel)
 {
-	bool full;
+	struct ctl_conn *conn = (struct ctl_conn *)w;
+	struct rfs_ctl *c = conn->c;
+	unsigned slot = 0;
+	bool stopping;
 
 	pthread_mutex_lock(&c->lock);
-	full = c->nqueued == CTL_MAX_QUEUED;
-	if (!full) {
-		conn->next = NULL;
-		conn->since = rft_now_ms();
-		if (c->tail)
-			c->tail->next = conn;
-		else
-			c->head = conn;
-		c->tail = conn;
-		c->nqueued++;
-		pthread_cond_signal(&c->work);
-	}
+	stopping = cancel || c->stopping;
+	while (!stopping && c->serving[slot] >= 0)
+		slot++;
+	if (!stopping)
+		c->serving[slot] = conn->fd;
 	pthread_mutex_unlock(&c->lock);
-	if (full)
+	if (stopping) {
+		ctl_close(conn, ctl_stopping);
+		return;
+	}
+
+	ctl_serve(c, conn);
+	ctl_drain(conn->fd);
+
+	/* Closed under the lock: ctl_stop() may shut the fd. */
+	pthread_mutex_lock(&c->lock);
+	close(conn->fd);
+	c->serving[slot] = -1;
+	pthread_cond_broadcast(&c->done);
+	pthread_mutex_unlock(&c->lock);
+	free(conn);
+}
+
+/*
+ * Queue a complete request for the workers, or say they are all busy
+ * (CTL_MAX_QUEUED wait already).
+ */
+static void ctl_queue(struct rfs_ctl *c, struct ctl_conn *conn)
+{
+	conn->c = c;
+	conn->w.fn = ctl_work;
+	if (rft_wq_queue(c->wq, &conn->w, RFT_WQ_HIGH) < 0)
 		ctl_close(conn, ctl_busy);
 }
 
 /* Requests that waited CTL_BUSY_MS for a worker: the busy answer. */
 static void ctl_expire_queue(struct rfs_ctl *c, uint64_t now)
 {
-	struct ctl_conn *conn, *old = NULL, **tail = &old;
+	struct rft_wq_item *old, *w;
 
-	pthread_mutex_lock(&c->lock);
-	while ((conn = c->head) && conn->since + CTL_BUSY_MS <= now) {
-		c->head = conn->next;
-		if (!c->head)
-			c->tail = NULL;
-		c->nqueued--;
-		conn->next = NULL;
-		*tail = conn;
-		tail = &conn->next;
-	}
-	pthread_mutex_unlock(&c->lock);
-	while ((conn = old)) {
-		old = conn->next;
-		ctl_close(conn, ctl_busy);
+	if (now < CTL_BUSY_MS)
+		return;
+	old = rft_wq_take_back(c->wq, RFT_WQ_HIGH, now - CTL_BUSY_MS);
+	while ((w = old)) {
+		old = w->next;
+		ctl_close((struct ctl_conn *)w, ctl_busy);
 	}
 }
 
 /* When the oldest queued request runs out of time; UINT64_MAX: none. */
 static uint64_t ctl_queue_deadline(struct rfs_ctl *c)
 {
-	uint64_t t = UINT64_MAX;
+	uint64_t t = rft_wq_oldest_ms(c->wq, RFT_WQ_HIGH);
 
-	pthread_mutex_lock(&c->lock);
-	if (c->head)
-		t = c->head->since + CTL_BUSY_MS;
-	pthread_mutex_unlock(&c->lock);
-	return t;
+	return t == UINT64_MAX ? t : t + CTL_BUSY_MS;
 }
 
 /*
@@ -1095,19 +1082,18 @@ int rfs_ctl_new(struct eng *e, const char *path, struct rfs_ctl **out)
 	c->e = e;
 	c->lfd = -1;
 	c->wakefd = -1;
-	for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++) {
-		c->workers[i].c = c;
-		c->workers[i].fd = -1;
-	}
+	for (i = 0; i < RFS_CTL_MAX_CLIENTS; i++)
+		c->serving[i] = -1;
 	rc = pthread_mutex_init(&c->lock, NULL);
 	if (rc)
 		goto fail_lock;
-	rc = pthread_cond_init(&c->work, NULL);
-	if (rc)
-		goto fail_work;
 	rc = pthread_cond_init(&c->done, NULL);
 	if (rc)
 		goto fail_done;
+	rc = rft_wq_new("rft-ctl-cmd", RFS_CTL_MAX_CLIENTS, &c->wq);
+	if (rc < 0)
+		goto fail;
+	rft_wq_set_max(c->wq, RFT_WQ_HIGH, CTL_MAX_QUEUED);
 	c->path = strdup(path);
 	if (!c->path) {
 		rc = -ENOMEM;
@@ -1131,8 +1117,6 @@ fail:
 	rfs_ctl_free(c);
 	return rc;
 fail_done:
-	pthread_cond_destroy(&c->work);
-fail_work:
 	pthread_mutex_destroy(&c->lock);
 fail_lock:
 	free(c);
@@ -1142,8 +1126,8 @@ fail_lock:
 /* Is a worker serving a request?  c->lock held. */
 static bool ctl_serving(const struct rfs_ctl *c)
 {
-	for (unsigned i = 0; i < c->nworkers; i++)
-		if (c->workers[i].fd >= 0)
+	for (unsigned i = 0; i < RFS_CTL_MAX_CLIENTS; i++)
+		if (c->serving[i] >= 0)
 			return true;
 	return false;
 }
@@ -1155,7 +1139,7 @@ static bool ctl_serving(const struct rfs_ctl *c)
  */
 static void ctl_stop(struct rfs_ctl *c)
 {
-	struct ctl_conn *queued, *conn;
+	struct rft_wq_item *queued, *w;
 	struct timespec until;
 	uint64_t one = 1;
 
@@ -1164,22 +1148,16 @@ static void ctl_stop(struct rfs_ctl *c)
 			strerror(errno));
 	pthread_mutex_lock(&c->lock);
 	c->stopping = true;
-	pthread_cond_broadcast(&c->work);
 	pthread_mutex_unlock(&c->lock);
 	if (c->acceptor_started)
 		pthread_join(c->acceptor, NULL);
 	c->acceptor_started = false;
 
 	/* Nothing is queued any more: the acceptor is gone. */
-	pthread_mutex_lock(&c->lock);
-	queued = c->head;
-	c->head = c->tail = NULL;
-	c->nqueued = 0;
-	pthread_mutex_unlock(&c->lock);
-	while ((conn = queued)) {
-		queued = conn->next;
-		ctl_close(conn, "e reftfsd is stopping; try again when it "
-				"runs\nx 1\n");
+	queued = rft_wq_take_back(c->wq, RFT_WQ_HIGH, UINT64_MAX);
+	while ((w = queued)) {
+		queued = w->next;
+		ctl_close((struct ctl_conn *)w, ctl_stopping);
 	}
 
 	clock_gettime(CLOCK_REALTIME, &until);
@@ -1191,13 +1169,12 @@ static void ctl_stop(struct rfs_ctl *c)
 		if (pthread_cond_timedwait(&c->done, &c->lock, &until) ==
 		    ETIMEDOUT)
 			break;
-	for (unsigned i = 0; i < c->nworkers; i++)
-		if (c->workers[i].fd >= 0)
-			shutdown(c->workers[i].fd, SHUT_RDWR);
+	for (unsigned i = 0; i < RFS_CTL_MAX_CLIENTS; i++)
+		if (c->serving[i] >= 0)
+			shutdown(c->serving[i], SHUT_RDWR);
 	pthread_mutex_unlock(&c->lock);
-	for (unsigned i = 0; i < c->nworkers; i++)
-		pthread_join(c->workers[i].thread, NULL);
-	c->nworkers = 0;
+	rft_wq_stop(c->wq, RFT_WQ_CANCEL);
+	c->workers_started = false;
 }
 
 void rfs_ctl_set_group(struct rfs_ctl *c, struct grp *g)
@@ -1215,24 +1192,21 @@ int rfs_ctl_start(struct rfs_ctl *c)
 	sigset_t all, old;
 	int rc = 0;
 
-	if (c->acceptor_started || c->nworkers)
+	if (c->acceptor_started || c->workers_started)
 		return -EALREADY;
 	/* Signals belong to the FUSE loop: our threads inherit a full mask. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	while (!rc && c->nworkers < RFS_CTL_MAX_CLIENTS) {
-		rc = pthread_create(&c->workers[c->nworkers].thread, NULL,
-				    ctl_worker_main, &c->workers[c->nworkers]);
-		c->nworkers += !rc;
-	}
-	if (!rc)
-		rc = pthread_create(&c->acceptor, NULL, ctl_accept_main, c);
+	rc = rft_wq_start(c->wq);
+	c->workers_started = rc == 0;
+	if (rc == 0)
+		rc = -pthread_create(&c->acceptor, NULL, ctl_accept_main, c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc) {
+	if (rc < 0) {
 		rft_err("control socket: cannot start its threads: %s",
-			strerror(rc));
+			strerror(-rc));
 		ctl_stop(c);
-		return -rc;
+		return rc;
 	}
 	c->acceptor_started = true;
 	return 0;
@@ -1242,8 +1216,9 @@ void rfs_ctl_free(struct rfs_ctl *c)
 {
 	if (!c)
 		return;
-	if (c->acceptor_started || c->nworkers)
+	if (c->acceptor_started || c->workers_started)
 		ctl_stop(c);
+	rft_wq_free(c->wq);
 	if (c->lfd >= 0) {
 		ctl_unlink(c);
 		close(c->lfd);
@@ -1251,7 +1226,6 @@ void rfs_ctl_free(struct rfs_ctl *c)
 	if (c->wakefd >= 0)
 		close(c->wakefd);
 	pthread_cond_destroy(&c->done);
-	pthread_cond_destroy(&c->work);
 	pthread_mutex_destroy(&c->lock);
 	free(c->path);
 	free(c);

@@ -11,7 +11,7 @@
  * written down in docs/protocol.md, "Control socket".
  *
  * Threads: rfs_ctl_start() starts one acceptor and RFS_CTL_MAX_CLIENTS
- * workers.  The acceptor never blocks on a client: it reads request lines
+ * workers (an rft_wq).  The acceptor never blocks on a client: it reads request lines
  * as they come in, from every connection at once, and queues complete
  * ones; a worker runs one request at a time.  So idle connections cost
  * neither a worker nor the acceptor's time.  Workers call only the
