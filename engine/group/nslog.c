@@ -205,19 +205,21 @@
  * Threads.  One libuv loop thread per nslog runs raft_uv and raft: every
  * libraft call and every fsm callback is made there.  Other threads hand
  * it work through l->ops, woken by uv_async (submits, barriers, joins,
- * start, stop, test cuts).  A worker thread sends what the loop and the
- * transport's receive callbacks must not wait for (answers to peers).  A
- * control thread runs the first start or the replacement (it waits on
- * peers) and ends.  Callers of nslog_submit/nslog_barrier wait on l->cond.
+ * start, stop, test cuts).  A worker, an rft_wq ("rft-nslog-ans", one
+ * FIFO list of at most JOBS_MAX answers), sends what the loop and the
+ * transport's receive callbacks must not wait for (answers to peers);
+ * answers not yet sent at the stop are dropped.  A control thread runs
+ * the first start or the replacement (it waits on peers) and ends.
+ * Callers of nslog_submit/nslog_barrier wait on l->cond.
  * The loop thread blocks SIGPIPE: a raft link closed under a write fails
  * that write (EPIPE) instead of killing the daemon.
  *
- * Locks.  l->lock protects the queues, the waiting proposals, the status
+ * Locks.  l->lock protects the ops queue, the waiting proposals, the status
  * copy, the nodes' addresses and nslog.state's contents.  It is never held
  * while calling the fsm, libraft or the transport, nor across disk I/O,
  * and nothing else is taken under it (uv_async_send, which only writes to
  * an eventfd, is called under it so that the loop cannot close the handle
- * meanwhile).
+ * meanwhile).  The answers' queue has its own lock, a leaf.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -241,6 +243,7 @@
 #include "erasure.h"
 #include "group_i.h"
 #include "rft_le.h"
+#include "rft_wq.h"
 
 /* Frame types of this module (PEER_T_NSLOG_FIRST..LAST). */
 enum {
@@ -378,7 +381,8 @@ struct op {
 
 /* An answer to a peer, sent by the worker thread. */
 struct job {
-	struct job *next;
+	struct rft_wq_item w;	/* on l->answers; first */
+	struct nslog *l;
 	int node;
 	uint16_t type;
 	uint64_t rid;
@@ -478,7 +482,6 @@ struct nslog {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;	/* broadcast at every change below */
-	pthread_cond_t jcond;	/* the worker's queue */
 	/* Where each node's raft listens now ("Addresses" above). */
 	struct nslog_where {
 		char addr[NSLOG_ADDR_MAX]; /* "" while unknown */
@@ -488,25 +491,23 @@ struct nslog {
 	int unknown;		/* other nodes at "", protected by lock */
 	struct pstate ps;	/* protected by lock */
 	struct op *ops, **ops_tail; /* protected by lock */
-	struct job *jobs, **jobs_tail; /* protected by lock */
 	struct pending *pending; /* protected by lock */
 	struct nslog_status st;	/* protected by lock */
 	uint64_t next_rid;	/* protected by lock */
 	int inflight;		/* submits waiting, protected by lock */
 	int fwd;		/* peers' requests held, protected by lock */
 	size_t fwd_bytes;	/* their entries' bytes, protected by lock */
-	int njobs;		/* answers queued, protected by lock */
 	int callers;		/* in submit/barrier, protected by lock */
 	bool stopping;		/* protected by lock */
 	bool loop_closed;	/* no more ops, protected by lock */
-	bool worker_stop;	/* protected by lock */
 	bool stop_req;		/* the loop must stop, protected by lock */
 	bool running;		/* between start and stop (caller's thread) */
 	bool start_failed;	/* raft could not start, protected by lock */
 	_Atomic uint64_t auth_failed, bad_hs;
 
-	pthread_t loop_thread, worker_thread, ctl_thread;
-	bool loop_made, worker_made, ctl_made;
+	pthread_t loop_thread, ctl_thread;
+	bool loop_made, ctl_made;
+	struct rft_wq *answers;	/* the worker: jobs, answers to peers */
 
 	/* Loop thread only. */
 	uv_loop_t loop;
@@ -1870,22 +1871,18 @@ bad:
 
 /* --- the loop thread: operations, raft's life ----------------------------- */
 
-/* Hand @j to the worker (dropped once it stopped).  Not under l->lock. */
+static void job_fn(struct rft_wq_item *w, bool cancel);
+
+/*
+ * Hand @j to the worker: dropped once it stopped, or when JOBS_MAX
+ * answers wait.  Not under l->lock.
+ */
 static void queue_job(struct nslog *l, struct job *j)
 {
-	pthread_mutex_lock(&l->lock);
-	if (l->worker_stop || !l->worker_made || l->njobs >= JOBS_MAX) {
-		/* Its asker times out and asks again. */
-		pthread_mutex_unlock(&l->lock);
-		free(j);
-		return;
-	}
-	j->next = NULL;
-	*l->jobs_tail = j;
-	l->jobs_tail = &j->next;
-	l->njobs++;
-	pthread_cond_signal(&l->jcond);
-	pthread_mutex_unlock(&l->lock);
+	j->w.fn = job_fn;
+	j->l = l;
+	if (rft_wq_queue(l->answers, &j->w, RFT_WQ_HIGH) < 0)
+		free(j); /* its asker times out and asks again */
 }
 
 /* Answer request (@type, @rid) of @node: @rc, or 0 with @meta. */
@@ -2694,35 +2691,14 @@ static void run_job(struct nslog *l, struct job *j)
 	peer_reply(l->x, j->node, &req, &rep, answer_ms(l));
 }
 
-static void *worker_main(void *arg)
+/* The worker's item: send answer @w, or with @cancel (stopping) drop it. */
+static void job_fn(struct rft_wq_item *w, bool cancel)
 {
-	struct nslog *l = arg;
-	struct job *j;
+	struct job *j = (struct job *)w;
 
-	pthread_mutex_lock(&l->lock);
-	while (!l->worker_stop) {
-		j = l->jobs;
-		if (!j) {
-			pthread_cond_wait(&l->jcond, &l->lock);
-			continue;
-		}
-		l->jobs = j->next;
-		if (!l->jobs)
-			l->jobs_tail = &l->jobs;
-		l->njobs--;
-		pthread_mutex_unlock(&l->lock);
-		run_job(l, j);
-		free(j);
-		pthread_mutex_lock(&l->lock);
-	}
-	while ((j = l->jobs)) {
-		l->jobs = j->next;
-		free(j);
-	}
-	l->jobs_tail = &l->jobs;
-	l->njobs = 0;
-	pthread_mutex_unlock(&l->lock);
-	return NULL;
+	if (!cancel)
+		run_job(j->l, j);
+	free(j);
 }
 
 /* --- first start and replacement (control thread) ------------------------- */
@@ -3055,7 +3031,7 @@ static void nslog_release(struct nslog *l)
 	free(l->group);
 	free(l->dd);
 	explicit_bzero(&l->secret, sizeof(l->secret));
-	pthread_cond_destroy(&l->jcond);
+	rft_wq_free(l->answers); /* what still waits is dropped */
 	pthread_cond_destroy(&l->cond);
 	pthread_mutex_destroy(&l->lock);
 	free(l);
@@ -3091,7 +3067,6 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	l->lockfd = -1;
 	pthread_mutex_init(&l->lock, NULL);
 	rft_cond_init(&l->cond);
-	rft_cond_init(&l->jcond);
 	l->self = o->self;
 	l->nodes = o->nodes;
 	l->inc = o->incarnation;
@@ -3102,8 +3077,11 @@ int nslog_new(const struct nslog_opts *o, const struct nslog_fsm *fsm,
 	l->heartbeat_ms = o->heartbeat_ms ? (unsigned)o->heartbeat_ms : 100;
 	l->snapshot_every = o->snapshot_every ? o->snapshot_every : 1024;
 	l->ops_tail = &l->ops;
-	l->jobs_tail = &l->jobs;
 	l->st.leader = -1;
+	rc = rft_wq_new("rft-nslog-ans", 1, &l->answers);
+	if (rc < 0)
+		goto err;
+	rft_wq_set_max(l->answers, RFT_WQ_HIGH, JOBS_MAX);
 	rc = -ENOMEM;
 	l->dir = strdup(o->dir);
 	l->group = strdup(o->group);
@@ -3288,14 +3266,14 @@ int nslog_start(struct nslog *l)
 	l->loop_init = true;
 	l->running = true;
 
-	pthread_mutex_lock(&l->lock);
-	rc = -pthread_create(&l->loop_thread, NULL, loop_main, l);
-	l->loop_made = rc == 0;
+	/* The worker first: the loop answers through it. */
+	rc = rft_wq_start(l->answers);
 	if (rc == 0) {
-		rc = -pthread_create(&l->worker_thread, NULL, worker_main, l);
-		l->worker_made = rc == 0;
+		pthread_mutex_lock(&l->lock);
+		rc = -pthread_create(&l->loop_thread, NULL, loop_main, l);
+		l->loop_made = rc == 0;
+		pthread_mutex_unlock(&l->lock);
 	}
-	pthread_mutex_unlock(&l->lock);
 	if (rc == 0) {
 		rc = -pthread_create(&l->ctl_thread, NULL, ctl_main, l);
 		l->ctl_made = rc == 0;
@@ -3343,16 +3321,8 @@ void nslog_stop(struct nslog *l)
 				l->self, uv_strerror(rc));
 		l->loop_init = false;
 	}
-	pthread_mutex_lock(&l->lock);
-	l->worker_stop = true;
-	pthread_cond_broadcast(&l->jcond);
-	pthread_mutex_unlock(&l->lock);
-	if (l->worker_made) {
-		pthread_join(l->worker_thread, NULL);
-		pthread_mutex_lock(&l->lock);
-		l->worker_made = false;
-		pthread_mutex_unlock(&l->lock);
-	}
+	/* Answers not yet sent are dropped: their askers ask again. */
+	rft_wq_stop(l->answers, RFT_WQ_CANCEL);
 	l->running = false;
 }
 
