@@ -64,3 +64,8 @@ void eng_count_crc_error(struct eng *e)
 {
 	atomic_fetch_add(&e->cnt.crc_errors, 1);
 }
+
+uint64_t eng_incarnation(const struct eng *e)
+{
+	return e->inc;
+}

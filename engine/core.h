@@ -1,9 +1,12 @@
 /*
  * core.h - what the group's layer (gns.c, protect.c, parity.c) may ask of
- * core without struct file: pieces named by (inode, seal, index), copied
- * out or kept, the store they live in, the counters they bump.  Issue 26
- * moves the group onto it; parity.c is on it (it includes no
- * engine_i.h), gns.c and protect.c not yet.
+ * core without struct file or struct inode's insides: pieces named by
+ * (inode, seal, index), copied out or kept; a file's seal as one look
+ * under its lock (struct seal_view) and its pieces pinned (struct
+ * file_snap); inodes as handles, held and let go; the events; the store
+ * the pieces live in, the counters they bump.  Issue 26 moves the group
+ * onto it: parity.c and protect.c are on it (they include no
+ * engine_i.h), gns.c not yet.
  */
 #ifndef RFT_CORE_H
 #define RFT_CORE_H
@@ -13,8 +16,11 @@
 
 #include "engine.h"
 #include "store.h"
+#include "nsop.h"
 
 struct eng;
+struct inode;
+struct slot;
 
 /*
  * An erasure-coded seal's scheme as SEAL and PROTECT entries carry it (their
@@ -78,5 +84,169 @@ struct snap_piece {
 struct file_snap;
 int file_snap_piece(const struct eng *e, const struct file_snap *fs,
 		    uint32_t idx, struct snap_piece *p);
+
+/* --- inodes as handles ---------------------------------------------------- */
+
+uint64_t eng_inode_ino(const struct inode *in);
+/* A regular file (a type never changes). */
+bool eng_inode_is_file(const struct inode *in);
+/* One more hold on @in, which the caller holds or found under ns->lock:
+ * it is not freed until ns_unhold.  Takes ns->lock. */
+void eng_hold(struct eng *e, struct inode *in);
+/* Let a hold go; the inode is freed if nothing else keeps it. */
+void ns_unhold(struct eng *e, struct inode *in);
+/* Inode @ino, held, or NULL when there is none. */
+struct inode *eng_find_hold(struct eng *e, uint64_t ino);
+/* @in's path for a message, or "inode N" when it has no name. */
+void eng_inode_name(struct eng *e, const struct inode *in, char *buf,
+		    size_t size);
+/* This daemon's incarnation (the group's log entries carry it). */
+uint64_t eng_incarnation(const struct eng *e);
+
+/* --- events ------------------------------------------------------------- */
+
+/*
+ * What the namespace and the files tell the tiers that keep copies of them
+ * (the listeners: persist.c, pass.c, and protect.c in a group).  Core
+ * reaches the tiers only so, and through the hooks above (the piece
+ * source, the placement); the calls above the tiers (nscall.c,
+ * handle.c) call them by name, and the group is e->gops.
+ * Listeners run in the poster's thread, so:
+ *   EV_DIRTY     something needs writing again (a file sealed or changed,
+ *                a directory or node new or changed); posted with no lock
+ *                or under ns->lock: listeners take leaf locks only.
+ *   EV_LINKED, EV_UNLINKED, EV_RENAMED
+ *                a name changed; posted under eng->names_lock and no other
+ *                lock, the inodes held: listeners may do I/O.
+ *   EV_FREED     an inode is being freed; under ns->lock for writing:
+ *                listeners take leaf locks only.
+ *   EV_EVICTED   pieces of a file this node owns were evicted (they are
+ *                in the persist dir); under ns->lock (read): listeners
+ *                take leaf locks only.  A tier that keeps them pinned
+ *                lets them go.
+ */
+enum eng_ev_kind {
+	EV_DIRTY,
+	EV_LINKED,
+	EV_UNLINKED,
+	EV_RENAMED,
+	EV_FREED,
+	EV_EVICTED,
+};
+
+struct eng_ev {
+	enum eng_ev_kind kind;
+	struct inode *in;	/* the one it is about (rename: the source) */
+	const char *from, *to;	/* LINKED: primary, new; UNLINKED: from;
+				   RENAMED: both */
+	struct inode *dst;	/* RENAMED: what @to named before, or NULL */
+	bool dir;		/* UNLINKED: a directory */
+	bool open;		/* UNLINKED: may still be read; RENAMED: dst */
+	bool last;		/* UNLINKED: no name left */
+	bool exchange;		/* RENAMED: RENAME_EXCHANGE */
+	bool remote;		/* LINKED, UNLINKED, RENAMED: another node of
+				   the group made the change; it mirrors it
+				   into the persist dir they share */
+};
+
+typedef void (*eng_listener_fn)(struct eng *e, const struct eng_ev *ev,
+				void *ctx);
+#define ENG_MAX_LISTENERS 4
+
+/* Register a listener; before eng_start.  -ENOSPC past ENG_MAX_LISTENERS. */
+int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx);
+void eng_post(struct eng *e, const struct eng_ev *ev);
+
+static inline void eng_post_dirty(struct eng *e, struct inode *in)
+{
+	struct eng_ev ev = { .kind = EV_DIRTY, .in = in };
+
+	eng_post(e, &ev);
+}
+
+/* --- a file's seal, and its pieces pinned --------------------------------- */
+
+/* A file's seal as this node holds it, seen in one look under its lock. */
+struct seal_view {
+	uint64_t gseal;		/* the group's seal it shows; 0: none yet */
+	uint64_t size;
+	uint64_t stripe_ckpt, chunk_base; /* where its stripes sit */
+	uint32_t scheme;	/* the seal's stripe_code(); 0: none, replicas */
+	uint32_t npieces;	/* pieces of @size bytes */
+	int owner;		/* the node whose data it is */
+	bool linked;		/* it has a name */
+	bool sealed;		/* no writer; its checksums final */
+	bool unchanged;		/* its data is still its last seal's */
+	bool protected;		/* peers hold this version, as its scheme says */
+	bool persisted;		/* this version is in the persist dir */
+	bool lost;		/* the log says no copy of its seal is left */
+	bool all_here;		/* every piece in memory, or a hole */
+	bool any_at_holders;	/* some piece only at its holders */
+};
+/* @in's seal view; -EINVAL when @in is no regular file.  Takes its lock. */
+int file_seal_view(struct eng *e, struct inode *in, struct seal_view *v);
+
+/*
+ * A file's pieces as they are at one version, their chunks pinned (a
+ * reference each), so that write-back and protection (protect.c) can
+ * read them without the file's lock while writers copy on write.
+ */
+struct file_snap {	/* read its pieces through file_snap_piece */
+	uint64_t version, meta_version, size;
+	bool sealed;
+	uint32_t nslots;
+	struct slot *slots;
+};
+/*
+ * Pin @in's pieces if its seal is still @gseal, @owner's, unchanged, and
+ * it has a name (and, @scheme nonzero, that scheme): 0, with *@v as it was
+ * then; -ESTALE when not (a newer seal has work of its own); -EAGAIN when
+ * some piece is not in memory (a rebuild brings it); -ENOMEM.
+ */
+int file_seal_snap(struct eng *e, struct inode *in, uint64_t gseal,
+		   int owner, uint32_t scheme, struct seal_view *v,
+		   struct file_snap *fs);
+/* How many pieces the snapshot's file has (its size in pieces). */
+uint32_t file_snap_npieces(const struct eng *e, const struct file_snap *fs);
+/* Unpin and free; a zeroed snapshot is fine. */
+void file_snap_drop(struct eng *e, struct file_snap *fs);
+/*
+ * Walk every regular file with a name, its seal view taken: with @held,
+ * those @want says yes to are held and put in a malloc()ed array *@held
+ * (ns_unhold each, free the array); without, only counted.  Returns how
+ * many, or -ENOMEM.  Takes ns->lock and each file's lock in turn.
+ */
+long eng_files_where(struct eng *e,
+		     bool (*want)(void *ctx, const struct seal_view *v),
+		     void *ctx, struct inode ***held);
+/*
+ * Bring pieces [@first, @last] of @in into memory from where they are:
+ * the persist dir, or peers (until @deadline; NULL: cfg->fetch_timeout_ms
+ * from now).  Called without any lock; sleeps.
+ */
+int file_load(struct eng *e, struct inode *in, uint32_t first,
+	      uint32_t last, const struct timespec *deadline);
+/* The pieces of @in this node fetched are its own data now (a rebuild of
+ * its owner's): kept, not a cache eviction may drop. */
+void file_keep_fetched(struct eng *e, struct inode *in);
+/*
+ * Replicas on a holder (protect.c), called on a transport thread: never
+ * sleep.  file_replica_dest() takes an arena chunk (without waiting for
+ * others; when none is free, evicting caches itself) for piece @idx of
+ * @ino's seal @gseal, if this node has that seal and not the piece: 0,
+ * -ESTALE (another seal, or no such piece), -EEXIST (here already),
+ * -ENOSPC.  file_replica_install() makes it the piece once its
+ * bytes arrived checked (@ok), else gives the chunk back.
+ * file_replica_complete(): 0 when every piece of that seal is here,
+ * -EAGAIN when some are missing (their bits set in @map, zeroed by the
+ * caller, those below @map_bits), -ESTALE; *@npieces: the seal's pieces.
+ */
+int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
+		      uint32_t idx, uint32_t len, uint32_t crc,
+		      uint32_t *chunk);
+void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
+int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
+			  uint8_t *map, uint32_t map_bits, uint32_t *npieces);
 
 #endif

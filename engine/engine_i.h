@@ -89,6 +89,7 @@
 #include "engine.h"
 #include "rft_wq.h"
 #include "store.h"
+#include "nsop.h"
 #include "core.h"
 
 struct persist;
@@ -532,178 +533,6 @@ struct placement {
 
 void eng_placement(struct eng *e, const struct placement *pl);
 
-/* --- events ------------------------------------------------------------- */
-
-/*
- * What the namespace and the files tell the tiers that keep copies of them
- * (the listeners: persist.c, pass.c, and protect.c in a group).  Core
- * reaches the tiers only so, and through the hooks above (the piece
- * source, the placement); the calls above the tiers (nscall.c,
- * handle.c) call them by name, and the group is e->gops.
- * Listeners run in the poster's thread, so:
- *   EV_DIRTY     something needs writing again (a file sealed or changed,
- *                a directory or node new or changed); posted with no lock
- *                or under ns->lock: listeners take leaf locks only.
- *   EV_LINKED, EV_UNLINKED, EV_RENAMED
- *                a name changed; posted under eng->names_lock and no other
- *                lock, the inodes held: listeners may do I/O.
- *   EV_FREED     an inode is being freed; under ns->lock for writing:
- *                listeners take leaf locks only.
- *   EV_EVICTED   pieces of a file this node owns were evicted (they are
- *                in the persist dir); under ns->lock (read): listeners
- *                take leaf locks only.  A tier that keeps them pinned
- *                lets them go.
- */
-enum eng_ev_kind {
-	EV_DIRTY,
-	EV_LINKED,
-	EV_UNLINKED,
-	EV_RENAMED,
-	EV_FREED,
-	EV_EVICTED,
-};
-
-struct eng_ev {
-	enum eng_ev_kind kind;
-	struct inode *in;	/* the one it is about (rename: the source) */
-	const char *from, *to;	/* LINKED: primary, new; UNLINKED: from;
-				   RENAMED: both */
-	struct inode *dst;	/* RENAMED: what @to named before, or NULL */
-	bool dir;		/* UNLINKED: a directory */
-	bool open;		/* UNLINKED: may still be read; RENAMED: dst */
-	bool last;		/* UNLINKED: no name left */
-	bool exchange;		/* RENAMED: RENAME_EXCHANGE */
-	bool remote;		/* LINKED, UNLINKED, RENAMED: another node of
-				   the group made the change; it mirrors it
-				   into the persist dir they share */
-};
-
-typedef void (*eng_listener_fn)(struct eng *e, const struct eng_ev *ev,
-				void *ctx);
-#define ENG_MAX_LISTENERS 4
-
-/* Register a listener; before eng_start.  -ENOSPC past ENG_MAX_LISTENERS. */
-int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx);
-void eng_post(struct eng *e, const struct eng_ev *ev);
-
-static inline void eng_post_dirty(struct eng *e, struct inode *in)
-{
-	struct eng_ev ev = { .kind = EV_DIRTY, .in = in };
-
-	eng_post(e, &ev);
-}
-
-/* --- namespace operations (nsop.c, applied by nscall.c) ----------------- */
-
-/*
- * One change to the namespace.  A single node applies it at once; a group
- * appends it to its log and every node applies it in log order (gns.c).
- * Inodes are named by number: in a group every node gives each new inode
- * the same number, since numbers are handed out in log order.
- */
-enum nsop_kind {
-	NSOP_MKNOD = 1,	/* regular files (not opened), FIFOs, sockets, devices */
-	NSOP_MKDIR,
-	NSOP_SYMLINK,
-	NSOP_CREATE,	/* a regular file, opened by its proposer */
-	NSOP_LINK,
-	NSOP_UNLINK,
-	NSOP_RMDIR,
-	NSOP_RENAME,
-	NSOP_SETATTR,
-	NSOP_OPEN,	/* (old logs) an open for writing by another node
-			   than the owner: marks it written elsewhere */
-	NSOP_SEAL,	/* a file's content: size and checksums, from the
-			   node that has it; the last one wins */
-	NSOP_PROTECT,	/* a seal's copies are acknowledged by its holders */
-	NSOP_LOST,	/* the proposer is a new daemon: what its node held
-			   before is gone */
-	NSOP_PERSIST,	/* a seal is in the persist dir the group shares */
-};
-
-#define NSOP_VERSION 1
-
-/*
- * LOST's flags: the proposer is a daemon that stops (a graceful stop that
- * leaves files unprotected), not one that started: its node is down, so
- * the owners send it nothing until it starts again (and says LOST then).
- */
-#define NSOP_LOST_STOP 0x1u
-
-/* SEAL: one piece of the sealed file. */
-struct nsop_piece {
-	uint32_t crc;	/* CRC32C of the whole piece as the file shows it */
-	uint8_t hole;	/* reads as zeros: nothing to fetch */
-};
-
-/*
- * A file's version as the group's log says it (struct file's sealed):
- * the last SEAL applied, and what was applied of it since (PROTECT,
- * PERSIST).  Every node keeps it, the same everywhere: verify checks what
- * a node shows against it and against the other nodes' records, and a
- * draft that cannot be sealed gives way to it (file_revert).
- */
-struct seal_rec {
-	uint64_t index;		/* its log index */
-	int node;		/* the node that sealed it */
-	uint64_t size;
-	struct timespec mtime, ctime;
-	uint32_t scheme;	/* as struct file's */
-	uint64_t ckpt, base;
-	uint64_t holders, parity_holders; /* PROTECT applied since */
-	bool protected, persisted;
-	uint32_t npieces;
-	struct nsop_piece pieces[];
-};
-
-struct nsop {
-	enum nsop_kind kind;
-	int node;		/* proposer's node id (e->node) */
-	uint64_t inc;		/* proposer's incarnation (0 on a single node) */
-	uint64_t tag;		/* proposer's request, for its own apply */
-	struct timespec now;	/* proposer's clock: times the change sets */
-	uint32_t flags;		/* CREATE, OPEN: open(2) flags; RENAME:
-				   ENG_RENAME_*; SETATTR: sa.valid */
-	uint64_t ino;		/* LINK, SETATTR, OPEN, SEAL */
-	uint64_t parent, newparent;
-	char name[NAME_MAX + 1], newname[NAME_MAX + 1];
-	char *target;		/* SYMLINK; malloc()ed */
-	mode_t mode;		/* with the type bits */
-	uid_t uid;
-	gid_t gid;
-	dev_t rdev;
-	uint64_t file_id;	/* MKNOD, CREATE of a regular file */
-	struct eng_setattr sa;	/* SETATTR */
-	/* SEAL */
-	uint64_t version;	/* the owner's data version it seals */
-	uint64_t size;
-	struct timespec mtime;
-	uint32_t chunk_size;
-	uint32_t npieces;
-	struct nsop_piece *pieces; /* malloc()ed */
-	/* PROTECT: the seal (its log index), who holds it; flags: copies */
-	uint64_t gseal;
-	uint64_t holders;
-};
-
-/* What applying an op gives back on its proposer's node. */
-struct nsop_out {
-	struct stat st;		/* entry ops, SETATTR, CREATE, OPEN */
-	struct eng_file *fp;	/* CREATE, OPEN: the handle opened */
-	struct eng_open_info info;
-	uint64_t index;		/* the op's log index (0 on a single node) */
-};
-
-const char *nsop_kind_name(enum nsop_kind k);
-/* Zero @op, set its kind, no proposer, and now. */
-void nsop_init(struct nsop *op, enum nsop_kind kind);
-/* Free what @op owns (target, pieces). */
-void nsop_clear(struct nsop *op);
-/* Encode into a malloc()ed buffer.  0 or -ENOMEM. */
-int nsop_encode(const struct nsop *op, void **buf, size_t *len);
-/* Decode; nsop_clear() the result.  0, -EPROTO, -ENOMEM. */
-int nsop_decode(const void *buf, size_t len, struct nsop *op);
-
 /*
  * Apply @op to this node's namespace (ns.c), with no engine lock held.
  * Deterministic: the same op on the same state gives the same result and
@@ -1026,22 +855,9 @@ uint32_t file_evict_cache_locked(struct eng *e, struct file *f,
  */
 uint32_t file_evictable_locked(const struct eng *e, const struct file *f,
 			       bool caches);
-/*
- * A file's pieces as they are at one version, their chunks pinned (a
- * reference each), so that write-back and protection (protect.c) can
- * read them without the file's lock while writers copy on write.
- */
-struct file_snap {
-	uint64_t version, meta_version, size;
-	bool sealed;
-	uint32_t nslots;
-	struct slot *slots;
-};
 /* Take a snapshot; f->lock held (read is enough).  0 or -ENOMEM. */
 int file_snap_take_locked(struct eng *e, struct file *f,
 			  struct file_snap *fs);
-/* Unpin and free; a zeroed snapshot is fine. */
-void file_snap_drop(struct eng *e, struct file_snap *fs);
 /*
  * The snapshot's bytes are safe in the persisted copy: record its versions
  * as persisted, and if the file's data is still that version, mark pieces
@@ -1066,13 +882,6 @@ uint32_t crc_zeros(uint32_t crc, uint64_t len);
 uint64_t file_ram_bytes(const struct eng *e, const struct file *f);
 
 /* read.c: the read path and its fetch threads (and core_i.h) */
-/*
- * Bring pieces [@first, @last] of @in into memory from where they are:
- * the persist dir, or peers (until @deadline; NULL: cfg->fetch_timeout_ms
- * from now).  Called without any lock; sleeps.
- */
-int file_load(struct eng *e, struct inode *in, uint32_t first,
-	      uint32_t last, const struct timespec *deadline);
 
 /* write.c: the write path, fallocate, the copier */
 int copier_start(struct eng *e);
@@ -1108,25 +917,6 @@ bool file_to_seal(const struct eng *e, const struct file *f);
  * Takes ns->lock and the file's lock; no lock held on entry.
  */
 int file_revert(struct eng *e, struct inode *in, int why);
-/*
- * Replicas on a holder (protect.c), called on a transport thread: never
- * sleep.  file_replica_dest() takes an arena chunk (without waiting for
- * others; when none is free, evicting caches itself) for piece @idx of
- * @ino's seal @gseal, if this node has that seal and not the piece: 0,
- * -ESTALE (another seal, or no such piece), -EEXIST (here already),
- * -ENOSPC.  file_replica_install() makes it the piece once its
- * bytes arrived checked (@ok), else gives the chunk back.
- * file_replica_complete(): 0 when every piece of that seal is here,
- * -EAGAIN when some are missing (their bits set in @map, zeroed by the
- * caller, those below @map_bits), -ESTALE; *@npieces: the seal's pieces.
- */
-int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
-		      uint32_t idx, uint32_t len, uint32_t crc,
-		      uint32_t *chunk);
-void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
-			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
-int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
-			  uint8_t *map, uint32_t map_bits, uint32_t *npieces);
 /*
  * reftfs-admin verify of this node's copy of a file: the sealed pieces
  * it holds in memory, their CRC32C recomputed.  file_verify_take_locked()

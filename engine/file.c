@@ -344,6 +344,12 @@ void file_snap_drop(struct eng *e, struct file_snap *fs)
 	fs->slots = NULL;
 }
 
+uint32_t file_snap_npieces(const struct eng *e, const struct file_snap *fs)
+{
+	return (uint32_t)((fs->size + e->store.chunk_size - 1) >>
+			  e->store.chunk_shift);
+}
+
 int file_snap_piece(const struct eng *e, const struct file_snap *fs,
 		    uint32_t idx, struct snap_piece *p)
 {

@@ -4,10 +4,10 @@
  * files on peers) and parity.c (xor and rs:K+M rows held for peers).
  * Private to them; the engine core reaches them only through struct
  * eng_group_ops (engine_i.h), and fs/main.c calls eng_join_group().  The
- * other way is narrowing: parity.c asks core only through core.h (pieces
- * by number, snapshots through file_snap_piece, the store); gns.c and
- * protect.c still include engine_i.h and work on struct file and the
- * namespace directly (issue 26).
+ * other way is narrowing: parity.c and protect.c ask core only through
+ * core.h (pieces by number, seal views, pinned pieces, inodes as
+ * handles); gns.c still includes engine_i.h and works on struct file and
+ * the namespace directly (issue 26).
  */
 #ifndef RFT_GNS_I_H
 #define RFT_GNS_I_H

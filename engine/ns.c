@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -456,4 +457,44 @@ int ns_walk(struct ns *ns, int (*fn)(void *ctx, struct inode *in), void *ctx)
 				return rc;
 		}
 	return 0;
+}
+
+/* --- inodes as handles (core.h) ----------------------------------------- */
+
+uint64_t eng_inode_ino(const struct inode *in)
+{
+	return in->ino;
+}
+
+bool eng_inode_is_file(const struct inode *in)
+{
+	return S_ISREG(in->type);
+}
+
+void eng_hold(struct eng *e, struct inode *in)
+{
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+}
+
+struct inode *eng_find_hold(struct eng *e, uint64_t ino)
+{
+	struct inode *in;
+
+	pthread_rwlock_wrlock(&e->ns.lock);
+	in = ns_find(&e->ns, ino);
+	if (in)
+		in->holds++;
+	pthread_rwlock_unlock(&e->ns.lock);
+	return in;
+}
+
+void eng_inode_name(struct eng *e, const struct inode *in, char *buf,
+		    size_t size)
+{
+	pthread_rwlock_rdlock(&e->ns.lock);
+	if (ns_path(&e->ns, in, buf, size) < 0)
+		snprintf(buf, size, "inode %llu", (unsigned long long)in->ino);
+	pthread_rwlock_unlock(&e->ns.lock);
 }

@@ -41,7 +41,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine_i.h"
+#include "core.h"
 #include "erasure.h"
 #include "group.h"
 #include "group_i.h"
@@ -256,7 +256,7 @@ static void *rx_bulk_dest(void *ctx, int node, const struct peer_frame *f,
 	if (rc < 0)
 		return NULL;
 	*cookie = (void *)(uintptr_t)((uint64_t)chunk + 1);
-	return store_ptr(&p->e->store, chunk);
+	return store_ptr(eng_store(p->e), chunk);
 }
 
 static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
@@ -419,8 +419,7 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 		   const struct file_snap *fs, uint8_t *bounce)
 {
 	struct eng *e = p->e;
-	uint32_t n = (uint32_t)((fs->size + e->store.chunk_size - 1) >>
-				e->store.chunk_shift);
+	uint32_t n = file_snap_npieces(e, fs);
 	uint8_t meta[28], *need = malloc(n / 8 + 1);
 	int rc;
 
@@ -429,29 +428,31 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 	rc = ask_copy(p, h, ino, gseal, n, need);
 	if (rc != -EAGAIN && !refusal(rc))
 		goto out;
-	for (uint32_t i = 0; i < n && i < fs->nslots; i++) {
-		const struct slot *s = &fs->slots[i];
-		uint32_t len = file_piece_len(e, fs->size, i);
+	for (uint32_t i = 0; i < n; i++) {
+		struct snap_piece sp;
+		uint32_t len;
 		struct peer_frame f = { .type = PROT_T_PUT, .meta = meta,
 					.meta_len = sizeof(meta) };
 
-		if (!slot_in_ram(s) || !prot_map_has(need, i))
+		if (file_snap_piece(e, fs, i, &sp) != 1 ||
+		    !prot_map_has(need, i))
 			continue; /* a hole (the holder has it from the
 				     seal), or there already */
-		f.bulk = store_ptr(&e->store, s->chunk);
-		if (s->fill < len) {
+		len = sp.len;
+		f.bulk = sp.bytes;
+		if (sp.fill < len) {
 			/* Past fill the piece reads as zeros, not the chunk. */
-			memcpy(bounce, f.bulk, s->fill);
-			memset(bounce + s->fill, 0, len - s->fill);
+			memcpy(bounce, sp.bytes, sp.fill);
+			memset(bounce + sp.fill, 0, len - sp.fill);
 			f.bulk = bounce;
 		}
 		f.bulk_len = len;
-		f.bulk_crc = s->crc;
+		f.bulk_crc = sp.crc;
 		rft_put_le64(meta, ino);
 		rft_put_le64(meta + 8, gseal);
 		rft_put_le32(meta + 16, i);
 		rft_put_le32(meta + 20, len);
-		rft_put_le32(meta + 24, s->crc);
+		rft_put_le32(meta + 24, sp.crc);
 		if (!pace(p, &p->send_pace, len)) {
 			rc = -ECANCELED;
 			goto out;
@@ -482,11 +483,7 @@ static void warn_refused(struct protect *p, struct prot_job *j, int h,
 	if (j->warned & (1ULL << h))
 		return;
 	j->warned |= 1ULL << h;
-	pthread_rwlock_rdlock(&p->e->ns.lock);
-	if (ns_path(&p->e->ns, j->in, rel, sizeof(rel)) < 0)
-		snprintf(rel, sizeof(rel), "inode %llu",
-			 (unsigned long long)j->in->ino);
-	pthread_rwlock_unlock(&p->e->ns.lock);
+	eng_inode_name(p->e, j->in, rel, sizeof(rel));
 	rft_warn("protect: %s: node %d refused its %s (%s%s); tried again, "
 		 "sending only what it lacks",
 		 rel, h, p->par ? "parity folds" : "copy", strerror(-err),
@@ -504,7 +501,7 @@ static int announce(struct protect *p, uint64_t ino, uint64_t gseal,
 
 	nsop_init(&op, NSOP_PROTECT);
 	op.node = p->self;
-	op.inc = p->e->inc;
+	op.inc = eng_incarnation(p->e);
 	op.ino = ino;
 	op.gseal = gseal;
 	op.holders = holders;
@@ -523,25 +520,16 @@ static int announce(struct protect *p, uint64_t ino, uint64_t gseal,
 static int run_job(struct protect *p, struct prot_job *j, uint8_t *bounce)
 {
 	struct eng *e = p->e;
-	struct file *f = &j->in->file;
+	struct seal_view sv;
 	struct file_snap fs;
 	struct memb_view v;
 	int rc = 0, first_err = 0;
 
-	pthread_rwlock_rdlock(&f->lock);
-	if (f->owner != p->self || f->gseal != j->gseal ||
-	    f->dur.sealed != f->version || j->in->nlink == 0) {
-		pthread_rwlock_unlock(&f->lock);
-		return 0; /* a newer seal has a job of its own */
-	}
-	for (uint32_t i = 0; i < f->nslots; i++)
-		if (slot_remote(&f->slots[i])) {
-			/* Not all here (a rebuild will bring it, then ask). */
-			pthread_rwlock_unlock(&f->lock);
-			return 0;
-		}
-	rc = file_snap_take_locked(e, f, &fs);
-	pthread_rwlock_unlock(&f->lock);
+	rc = file_seal_snap(e, j->in, j->gseal, p->self, 0, &sv, &fs);
+	/* -ESTALE: a newer seal has a job of its own; -EAGAIN: not all
+	 * here (a rebuild will bring it, then ask). */
+	if (rc == -ESTALE || rc == -EAGAIN)
+		return 0;
 	if (rc < 0)
 		return rc;
 	memb_get_view(p->memb, &v);
@@ -554,7 +542,8 @@ static int run_job(struct protect *p, struct prot_job *j, uint8_t *bounce)
 			first_err = first_err ? first_err : -EHOSTDOWN;
 			continue;
 		}
-		rc = send_to(p, h, j->in->ino, j->gseal, &fs, bounce);
+		rc = send_to(p, h, eng_inode_ino(j->in), j->gseal, &fs,
+			     bounce);
 		if (refusal(rc))
 			warn_refused(p, j, h, rc);
 		if (rc == 0)
@@ -565,8 +554,8 @@ static int run_job(struct protect *p, struct prot_job *j, uint8_t *bounce)
 	file_snap_drop(e, &fs);
 	if (first_err)
 		return first_err;
-	rc = announce(p, j->in->ino, j->gseal, j->acked | (1ULL << p->self),
-		      (uint32_t)p->r);
+	rc = announce(p, eng_inode_ino(j->in), j->gseal,
+		      j->acked | (1ULL << p->self), (uint32_t)p->r);
 	if (rc == 0 || rc == -ESTALE || rc == -ENOENT) {
 		if (rc == 0)
 			atomic_fetch_add(&p->files_protected, 1);
@@ -587,7 +576,7 @@ static struct folded *folded_find(struct protect *p, const struct inode *in)
 	struct folded *fo;
 
 	pthread_mutex_lock(&p->lock);
-	fo = p->folded[folded_bucket(in->ino)];
+	fo = p->folded[folded_bucket(eng_inode_ino(in))];
 	while (fo && fo->in != in)
 		fo = fo->next;
 	pthread_mutex_unlock(&p->lock);
@@ -596,11 +585,9 @@ static struct folded *folded_find(struct protect *p, const struct inode *in)
 
 static void folded_add(struct protect *p, struct folded *fo)
 {
-	size_t b = folded_bucket(fo->in->ino);
+	size_t b = folded_bucket(eng_inode_ino(fo->in));
 
-	pthread_rwlock_wrlock(&p->e->ns.lock);
-	fo->in->holds++;
-	pthread_rwlock_unlock(&p->e->ns.lock);
+	eng_hold(p->e, fo->in);
 	pthread_mutex_lock(&p->lock);
 	fo->next = p->folded[b];
 	p->folded[b] = fo;
@@ -611,7 +598,8 @@ static void folded_add(struct protect *p, struct folded *fo)
 static void folded_free(struct protect *p, struct folded *fo, bool unlink)
 {
 	if (unlink) {
-		struct folded **pp = &p->folded[folded_bucket(fo->in->ino)];
+		struct folded **pp =
+			&p->folded[folded_bucket(eng_inode_ino(fo->in))];
 
 		pthread_mutex_lock(&p->lock);
 		while (*pp != fo)
@@ -699,78 +687,58 @@ static int run_parity_job(struct protect *p, struct prot_job *j,
 			  uint8_t *bounce)
 {
 	struct eng *e = p->e;
-	struct file *f = &j->in->file;
 	struct folded *fo = folded_find(p, j->in);
 	uint32_t code = parity_seal_code(p->par);
+	struct seal_view v;
 	uint64_t acked = 0;
-	bool current, away = false;
+	bool current;
 	int rc;
 
-	pthread_rwlock_rdlock(&f->lock);
-	current = f->owner == p->self && f->gseal &&
-		  f->dur.sealed == f->version && j->in->nlink > 0 &&
-		  f->scheme == code;
+	if (file_seal_view(e, j->in, &v) < 0)
+		return 0;
+	current = v.owner == p->self && v.gseal && v.unchanged && v.linked &&
+		  v.scheme == code;
 	/*
 	 * Evicted pieces (the file is persisted) leave the rows too, so
 	 * that their memory goes: the persist dir is its copy now.
 	 */
-	for (uint32_t i = 0; fo && current && i < f->nslots && !away; i++)
-		away = slot_remote(&f->slots[i]);
-	if (fo && (!current || fo->ps.gseal != f->gseal || away)) {
-		pthread_rwlock_unlock(&f->lock);
+	if (fo && (!current || fo->ps.gseal != v.gseal || !v.all_here)) {
 		rc = fold_at(p, j, fo, true, &acked, bounce);
 		if (rc < 0)
 			return rc;
 		folded_free(p, fo, true);
 		fo = NULL;
 		acked = 0;
-		pthread_rwlock_rdlock(&f->lock);
-		current = f->owner == p->self && f->gseal &&
-			  f->dur.sealed == f->version && j->in->nlink > 0 &&
-			  f->scheme == code;
-	}
-	if (!current || f->gseal != j->gseal) {
-		pthread_rwlock_unlock(&f->lock);
-		return 0; /* a newer seal has a job of its own */
 	}
 	if (!fo) {
-		uint64_t n = (f->size + e->store.chunk_size - 1) >>
-			     e->store.chunk_shift;
-
-		for (uint32_t i = 0; i < f->nslots; i++)
-			if (slot_remote(&f->slots[i])) {
-				/* Not all here (a rebuild brings it, then asks). */
-				pthread_rwlock_unlock(&f->lock);
-				return 0;
-			}
 		fo = calloc(1, sizeof(*fo));
-		if (!fo) {
-			pthread_rwlock_unlock(&f->lock);
+		if (!fo)
 			return -ENOMEM;
-		}
-		fo->in = j->in;
-		fo->ps = (struct par_seal){ j->in->ino, f->gseal,
-					    f->stripe_ckpt, f->chunk_base,
-					    (uint32_t)n };
-		rc = file_snap_take_locked(e, f, &fo->fs);
-		pthread_rwlock_unlock(&f->lock);
+		/* Still current, and all here (else a rebuild brings it,
+		 * then asks): -ESTALE or -EAGAIN, nothing to do now. */
+		rc = file_seal_snap(e, j->in, j->gseal, p->self, code, &v,
+				    &fo->fs);
 		if (rc < 0) {
 			free(fo);
-			return rc;
+			return rc == -ESTALE || rc == -EAGAIN ? 0 : rc;
 		}
+		fo->in = j->in;
+		fo->ps = (struct par_seal){ eng_inode_ino(j->in), v.gseal,
+					    v.stripe_ckpt, v.chunk_base,
+					    v.npieces };
 		fo->holders = parity_holders_of(p->par, p->self, fo->ps.base,
 						fo->ps.npieces);
 		/* Recorded before any fold goes: its bytes stay pinned. */
 		folded_add(p, fo);
-	} else {
-		pthread_rwlock_unlock(&f->lock);
+	} else if (!current || v.gseal != j->gseal) {
+		return 0; /* a newer seal has a job of its own */
 	}
 	rc = fold_at(p, j, fo, false, &acked, bounce);
 	if (rc < 0)
 		return rc;
 	/* The owner's bit too: LOST of this node makes it unprotected. */
-	rc = announce(p, j->in->ino, j->gseal, fo->holders | 1ULL << p->self,
-		      code);
+	rc = announce(p, eng_inode_ino(j->in), j->gseal,
+		      fo->holders | 1ULL << p->self, code);
 	if (rc == 0 || rc == -ESTALE || rc == -ENOENT) {
 		if (rc == 0)
 			atomic_fetch_add(&p->files_protected, 1);
@@ -846,7 +814,8 @@ static void *sender_main(void *arg)
 		}
 		atomic_fetch_add(&p->retries, 1);
 		rft_dbg("inode %llu: protection to try again: %s",
-			(unsigned long long)j->in->ino, strerror(-rc));
+			(unsigned long long)eng_inode_ino(j->in),
+			strerror(-rc));
 		j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2
 					      : PROT_RETRY_MIN_MS;
 		if (j->backoff_ms > PROT_RETRY_MAX_MS)
@@ -886,58 +855,38 @@ static bool holds_for(const struct protect *p, int node, int owner)
 	return false;
 }
 
-/* Collect (held) the sealed files this node owns that @w asks for. */
-static int collect(void *ctx, struct inode *in)
+/* The sealed files this node owns that @w asks for (eng_files_where). */
+static bool wanted(void *ctx, const struct seal_view *v)
 {
 	struct walk *w = ctx;
-	struct file *f = &in->file;
 	bool want;
 
-	if (!S_ISREG(in->mode) || in->nlink == 0)
-		return 0;
-	pthread_rwlock_rdlock(&f->lock);
-	want = f->owner == w->p->self && f->gseal &&
+	want = v->owner == w->p->self && v->gseal &&
 	       (w->node < 0 || holds_for(w->p, w->node, w->p->self));
 	/*
 	 * xor, rs: every node may hold rows of this node's stripes; LOST
 	 * left unprotected the files whose rows @node held.
 	 */
 	if (want && w->node >= 0 && w->p->par)
-		want = f->dur.sealed == f->version &&
-		       f->dur.protected_data != f->version;
-	if (want && w->node < 0) {
-		/*
-		 * Rebuild: what is not here, and what is here but no longer
-		 * protected (LOST took this node from its holders: an empty
-		 * file has no piece to bring back, and its PROTECT to redo).
-		 */
-		want = f->dur.protected_data != f->version;
-		for (uint32_t i = 0; i < f->nslots && !want; i++)
-			want = f->slots[i].where == PIECE_PEER;
-	}
-	pthread_rwlock_unlock(&f->lock);
-	if (!want)
-		return 0;
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-		struct inode **v = realloc(w->v, cap * sizeof(*v));
-
-		if (!v)
-			return 1;
-		w->v = v;
-		w->cap = cap;
-	}
-	/* ns->lock is held for writing: the hold is safe to take. */
-	in->holds++;
-	w->v[w->n++] = in;
-	return 0;
+		want = v->unchanged && !v->protected;
+	/*
+	 * Rebuild: what is not here, and what is here but no longer
+	 * protected (LOST took this node from its holders: an empty file
+	 * has no piece to bring back, and its PROTECT to redo).
+	 */
+	if (want && w->node < 0)
+		want = !v->protected || v->any_at_holders;
+	return want;
 }
 
+/* Collect (held) the sealed files this node owns that @w asks for. */
 static void walk_owned(struct protect *p, struct walk *w)
 {
-	pthread_rwlock_wrlock(&p->e->ns.lock);
-	ns_walk(&p->e->ns, collect, w);
-	pthread_rwlock_unlock(&p->e->ns.lock);
+	long n = eng_files_where(p->e, wanted, w, &w->v);
+
+	w->n = n > 0 ? (size_t)n : 0;
+	if (n < 0)
+		rft_err("protect: no memory to list this node's files");
 }
 
 void protect_node_lost(struct protect *p, int node)
@@ -948,12 +897,10 @@ void protect_node_lost(struct protect *p, int node)
 		return;
 	walk_owned(p, &w);
 	for (size_t i = 0; i < w.n; i++) {
-		uint64_t gseal;
+		struct seal_view v;
 
-		pthread_rwlock_rdlock(&w.v[i]->file.lock);
-		gseal = w.v[i]->file.gseal;
-		pthread_rwlock_unlock(&w.v[i]->file.lock);
-		protect_file(p, w.v[i], gseal);
+		if (file_seal_view(p->e, w.v[i], &v) == 0)
+			protect_file(p, w.v[i], v.gseal);
 		ns_unhold(p->e, w.v[i]);
 	}
 	if (w.n)
@@ -974,36 +921,26 @@ void protect_node_lost(struct protect *p, int node)
  */
 static int rebuild_file(struct protect *p, struct inode *in, struct pacer *b)
 {
-	struct file *f = &in->file;
-	uint64_t gseal, size;
-	uint32_t n;
-	int rc = 0;
+	struct seal_view v;
+	int rc;
 
-	pthread_rwlock_rdlock(&f->lock);
-	size = f->size;
-	gseal = f->gseal;
-	n = (uint32_t)((size + p->e->store.chunk_size - 1) >>
-		       p->e->store.chunk_shift);
-	if (in->nlink == 0 || f->owner != p->self)
-		rc = -ESTALE;
-	else if (file_lost(f))
-		rc = -ENODATA;
-	pthread_rwlock_unlock(&f->lock);
-	if (rc < 0)
-		return rc;
-	if (n)
-		rc = !b || pace(p, b, size) ? file_load(p->e, in, 0, n - 1, NULL)
-					    : -ECANCELED;
+	if (file_seal_view(p->e, in, &v) < 0 || !v.linked ||
+	    v.owner != p->self)
+		return -ESTALE;
+	if (v.lost)
+		return -ENODATA;
+	rc = 0;
+	if (v.npieces)
+		rc = !b || pace(p, b, v.size)
+			     ? file_load(p->e, in, 0, v.npieces - 1, NULL)
+			     : -ECANCELED;
 	if (rc < 0)
 		return rc;
 	/* The owner's own data now: kept, not a cache. */
-	pthread_rwlock_wrlock(&f->lock);
-	for (uint32_t k = 0; k < f->nslots; k++)
-		f->slots[k].flags &= (uint8_t)~SLOT_FETCHED;
-	pthread_rwlock_unlock(&f->lock);
-	protect_file(p, in, gseal);
+	file_keep_fetched(p->e, in);
+	protect_file(p, in, v.gseal);
 	if (b)
-		atomic_fetch_add(&p->rebuild_bytes, size);
+		atomic_fetch_add(&p->rebuild_bytes, v.size);
 	return 0;
 }
 
@@ -1059,7 +996,8 @@ static void *rebuild_main(void *arg)
 				if (!stop && backoff == PROT_RETRY_MIN_MS)
 					rft_warn("rebuild: inode %llu: %s; "
 						 "trying again",
-						 (unsigned long long)in->ino,
+						 (unsigned long long)
+							 eng_inode_ino(in),
 						 strerror(-rc));
 				w.v[keep++] = in;
 				continue;
@@ -1129,33 +1067,16 @@ int protect_rebuild(struct protect *p)
 
 /* --- a graceful stop --------------------------------------------------- */
 
-struct pending_walk {
-	struct protect *p;
-	uint64_t n;
-};
-
 /*
  * A sealed file of this node not protected yet, whose bytes are all here
  * (so that its protection can go on), neither lost nor persisted.
- * ns->lock held (read).
  */
-static int count_pending(void *ctx, struct inode *in)
+static bool pending(void *ctx, const struct seal_view *v)
 {
-	struct pending_walk *w = ctx;
-	struct file *f = &in->file;
-	bool want;
+	const struct protect *p = ctx;
 
-	if (!S_ISREG(in->mode) || in->nlink == 0)
-		return 0;
-	pthread_rwlock_rdlock(&f->lock);
-	want = f->owner == w->p->self && file_sealed(f) &&
-	       f->dur.protected_data != f->version && !file_lost(f) &&
-	       !file_data_persisted(f);
-	for (uint32_t i = 0; want && i < f->nslots; i++)
-		want = !slot_remote(&f->slots[i]);
-	pthread_rwlock_unlock(&f->lock);
-	w->n += want;
-	return 0;
+	return v->owner == p->self && v->sealed && !v->protected &&
+	       !v->lost && !v->persisted && v->all_here;
 }
 
 /*
@@ -1176,8 +1097,8 @@ static int holder_down(struct protect *p)
 
 int protect_leave(struct protect *p, uint64_t until_ms)
 {
-	struct pending_walk w = { p, 0 };
 	bool said = false;
+	long n;
 	int down;
 
 	if (!p || !p->nholders)
@@ -1190,11 +1111,8 @@ int protect_leave(struct protect *p, uint64_t until_ms)
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->lock);
 	for (;;) {
-		w.n = 0;
-		pthread_rwlock_rdlock(&p->e->ns.lock);
-		ns_walk(&p->e->ns, count_pending, &w);
-		pthread_rwlock_unlock(&p->e->ns.lock);
-		if (w.n == 0) {
+		n = eng_files_where(p->e, pending, p, NULL);
+		if (n == 0) {
 			if (said)
 				rft_info("stop: every sealed file of this "
 					 "node is protected");
@@ -1205,7 +1123,7 @@ int protect_leave(struct protect *p, uint64_t until_ms)
 			rft_warn("stop: %llu sealed files of this node not "
 				 "protected, and node %d, a holder of their "
 				 "%s, is dead: not waiting for it",
-				 (unsigned long long)w.n, down,
+				 (unsigned long long)n, down,
 				 p->par ? "parity rows" : "copies");
 			return -EHOSTDOWN;
 		}
@@ -1214,7 +1132,7 @@ int protect_leave(struct protect *p, uint64_t until_ms)
 		if (!said)
 			rft_info("stop: protecting %llu sealed files of this "
 				 "node first (--stop-wait %llu s at most)",
-				 (unsigned long long)w.n,
+				 (unsigned long long)n,
 				 (unsigned long long)(until_ms - rft_now_ms() +
 						      999) / 1000);
 		said = true;
@@ -1238,12 +1156,10 @@ void protect_file(struct protect *p, struct inode *in, uint64_t gseal)
 	j = calloc(1, sizeof(*j));
 	if (!j) {
 		rft_warn("inode %llu: no memory to protect it",
-			 (unsigned long long)in->ino);
+			 (unsigned long long)eng_inode_ino(in));
 		return;
 	}
-	pthread_rwlock_wrlock(&p->e->ns.lock);
-	in->holds++;
-	pthread_rwlock_unlock(&p->e->ns.lock);
+	eng_hold(p->e, in);
 	j->in = in;
 	j->gseal = gseal;
 	pthread_mutex_lock(&p->lock);
@@ -1276,7 +1192,7 @@ static void on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 		struct folded *fo;
 
 		pthread_mutex_lock(&p->lock);
-		fo = p->folded[folded_bucket(ev->in->ino)];
+		fo = p->folded[folded_bucket(eng_inode_ino(ev->in))];
 		while (fo && fo->in != ev->in)
 			fo = fo->next;
 		if (fo && !fo->evicted) {
@@ -1288,7 +1204,7 @@ static void on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 		pthread_mutex_unlock(&p->lock);
 		return;
 	}
-	if (in && S_ISREG(in->mode) && folded_find(p, in))
+	if (in && eng_inode_is_file(in) && folded_find(p, in))
 		protect_file(p, in, 0);
 }
 
@@ -1298,14 +1214,10 @@ void protect_changed(struct protect *p, uint64_t ino)
 
 	if (!p || !p->par)
 		return;
-	pthread_rwlock_wrlock(&p->e->ns.lock);
-	in = ns_find(&p->e->ns, ino);
-	if (in)
-		in->holds++;
-	pthread_rwlock_unlock(&p->e->ns.lock);
+	in = eng_find_hold(p->e, ino);
 	if (!in)
 		return;
-	if (S_ISREG(in->mode) && folded_find(p, in))
+	if (eng_inode_is_file(in) && folded_find(p, in))
 		protect_file(p, in, 0);
 	ns_unhold(p->e, in);
 }

@@ -1040,3 +1040,147 @@ void file_drop_writer(struct eng *e, struct inode *in)
 	if (sealed)
 		eng_post_dirty(e, in);
 }
+
+/* --- the group's view of a seal (core.h) --------------------------------- */
+
+/* @in's seal view; ns->lock and its file's lock held (read is enough). */
+static void view_locked(const struct eng *e, const struct inode *in,
+			struct seal_view *v)
+{
+	const struct file *f = &in->file;
+
+	*v = (struct seal_view){
+		.gseal = f->gseal,
+		.size = f->size,
+		.stripe_ckpt = f->stripe_ckpt,
+		.chunk_base = f->chunk_base,
+		.scheme = f->scheme,
+		.npieces = (uint32_t)((f->size + e->store.chunk_size - 1) >>
+				      e->store.chunk_shift),
+		.owner = f->owner,
+		.linked = in->nlink > 0,
+		.sealed = file_sealed(f),
+		.unchanged = f->dur.sealed == f->version,
+		.protected = f->dur.protected_data == f->version,
+		.persisted = file_data_persisted(f),
+		.lost = file_lost(f),
+		.all_here = true,
+	};
+	for (uint32_t i = 0; i < f->nslots; i++) {
+		if (slot_remote(&f->slots[i]))
+			v->all_here = false;
+		if (f->slots[i].where == PIECE_PEER)
+			v->any_at_holders = true;
+	}
+}
+
+int file_seal_view(struct eng *e, struct inode *in, struct seal_view *v)
+{
+	if (!S_ISREG(in->type))
+		return -EINVAL;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	pthread_rwlock_rdlock(&in->file.lock);
+	view_locked(e, in, v);
+	pthread_rwlock_unlock(&in->file.lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	return 0;
+}
+
+int file_seal_snap(struct eng *e, struct inode *in, uint64_t gseal,
+		   int owner, uint32_t scheme, struct seal_view *v,
+		   struct file_snap *fs)
+{
+	int rc;
+
+	if (!S_ISREG(in->type))
+		return -ESTALE;
+	pthread_rwlock_rdlock(&e->ns.lock);
+	pthread_rwlock_rdlock(&in->file.lock);
+	view_locked(e, in, v);
+	if (v->owner != owner || !v->gseal || v->gseal != gseal ||
+	    !v->unchanged || !v->linked || (scheme && v->scheme != scheme))
+		rc = -ESTALE;
+	else if (!v->all_here)
+		rc = -EAGAIN;
+	else
+		rc = file_snap_take_locked(e, &in->file, fs);
+	pthread_rwlock_unlock(&in->file.lock);
+	pthread_rwlock_unlock(&e->ns.lock);
+	return rc;
+}
+
+struct where_walk {
+	struct eng *e;
+	bool (*want)(void *ctx, const struct seal_view *v);
+	void *ctx;
+	bool hold;
+	struct inode **v;
+	size_t n, cap;
+	long count;
+};
+
+static int where_one(void *ctx, struct inode *in)
+{
+	struct where_walk *w = ctx;
+	struct seal_view v;
+	bool want;
+
+	if (!S_ISREG(in->type) || in->nlink == 0)
+		return 0;
+	pthread_rwlock_rdlock(&in->file.lock);
+	view_locked(w->e, in, &v);
+	pthread_rwlock_unlock(&in->file.lock);
+	want = w->want(w->ctx, &v);
+	if (!want)
+		return 0;
+	w->count++;
+	if (!w->hold)
+		return 0;
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 64;
+		struct inode **nv = realloc(w->v, cap * sizeof(*nv));
+
+		if (!nv)
+			return 1;
+		w->v = nv;
+		w->cap = cap;
+	}
+	/* ns->lock is held for writing: the hold is safe to take. */
+	in->holds++;
+	w->v[w->n++] = in;
+	return 0;
+}
+
+long eng_files_where(struct eng *e,
+		     bool (*want)(void *ctx, const struct seal_view *v),
+		     void *ctx, struct inode ***held)
+{
+	struct where_walk w = { e, want, ctx, held != NULL, NULL, 0, 0, 0 };
+	int rc;
+
+	if (held)
+		pthread_rwlock_wrlock(&e->ns.lock);
+	else
+		pthread_rwlock_rdlock(&e->ns.lock);
+	rc = ns_walk(&e->ns, where_one, &w);
+	pthread_rwlock_unlock(&e->ns.lock);
+	if (rc) {
+		for (size_t i = 0; i < w.n; i++)
+			ns_unhold(e, w.v[i]);
+		free(w.v);
+		return -ENOMEM;
+	}
+	if (held)
+		*held = w.v;
+	return w.count;
+}
+
+void file_keep_fetched(struct eng *e, struct inode *in)
+{
+	struct file *f = &in->file;
+
+	pthread_rwlock_wrlock(&f->lock);
+	for (uint32_t k = 0; k < f->nslots; k++)
+		f->slots[k].flags &= (uint8_t)~SLOT_FETCHED;
+	pthread_rwlock_unlock(&f->lock);
+}
