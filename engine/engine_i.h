@@ -15,8 +15,9 @@
  *       lock held, to wait out a rename (load_range, read_direct).
  *   ns->lock (rwlock)  namespace tree, inode table, holds, opens and
  *       lookups, non-data attributes, stripe spaces.  Under names_lock
- *       (apply_link, apply_remove, apply_rename, file_revert and
- *       file_resync, persist.c's mirror and write-back).
+ *       (apply_link, apply_remove, apply_rename, file_revert,
+ *       file_resync and ns_snap_restore, persist.c's mirror and
+ *       write-back).
  *   file->lock (rwlock, one per file)  slots, size, durability record,
  *       versions, writers, seal and owner fields.  Under ns->lock, or
  *       alone (the data path).  Never two files' locks at once, except
@@ -188,6 +189,68 @@ void file_dur_persisted(struct file *f, uint64_t data, uint64_t meta);
 
 struct seal_rec;
 
+/*
+ * What the log says of a file beyond its last seal's content, the same
+ * on every node whatever that node has of its own (a draft, open
+ * handles, its own write-back): what a snapshot of the log carries
+ * (nssnap.c), and what a node that shows the group's version derives
+ * its records from (holders, protected, persisted, lost: record.c's
+ * log_holders, log_records).  Of the last seal (struct file's sealed)
+ * or, before the first, of the file as made.  Changed only by the
+ * applies of the log's entries and a restore, through its one writer
+ * below; f->lock for writing (times of a name change: ns->lock for
+ * writing as well), read with either.
+ */
+struct file_log {
+	uint64_t writers;	/* nodes that made or opened it for writing
+				   (CREATE, OPEN) since the seal, not lost */
+	uint64_t holders;	/* the sealer (until a LOST of its node) and
+				   the nodes PROTECTs named */
+	uint64_t named;		/* the nodes PROTECTs named, copies or parity
+				   rows, not lost since */
+	uint64_t persisted;	/* index of the last PERSIST of it; 0: none */
+	struct timespec mtime, ctime; /* as a node showing it has them */
+	bool sealed_as_is;	/* no SEAL yet, yet sealed as it stands: made
+				   by MKNOD, or a SETATTR came (a closed
+				   file's change seals it, apply_setattr) */
+	bool protected;		/* a PROTECT, and no LOST of a holder since */
+	bool meta_changed;	/* a SETATTR of its metadata since PERSIST */
+	bool lost;		/* a LOST found it nowhere but on its owner */
+};
+
+/*
+ * The log's record's one writer (file.c; the `layers` test holds every
+ * other file to reading it), called by the applies of the log's entries
+ * (ns.c, nscall.c, record.c) and by a restore (record.c's file_restore).
+ * f->lock held for writing, or the file not yet reachable.
+ */
+/* Its times: @mtime, @ctime (either NULL: unchanged).  A name's change
+ * (ctime only) holds ns->lock for writing instead. */
+void file_log_times(struct file *f, const struct timespec *mtime,
+		    const struct timespec *ctime);
+/* Sealed as it stands, before any SEAL: MKNOD made it, or a SETATTR
+ * came (nothing once a SEAL was applied). */
+void file_log_sealed_as_is(struct file *f);
+/* A SETATTR of its metadata (not of its times alone). */
+void file_log_meta_changed(struct file *f);
+/* The nodes writing it: @clear out, then @set in. */
+void file_log_writers(struct file *f, uint64_t set, uint64_t clear);
+/* A SEAL by node @node (@mtime, its entry's @ctime): what came of the
+ * seal before is gone; its node holds it, nothing else yet. */
+void file_log_seal(struct file *f, int node, const struct timespec *mtime,
+		   const struct timespec *ctime);
+/* A PROTECT of its last seal (or of the file as it stands, before the
+ * first) naming @holders: protected when that is sealed. */
+void file_log_protect(struct file *f, uint64_t holders);
+/* A PERSIST of it, entry @index: recorded when it is sealed. */
+void file_log_persist(struct file *f, uint64_t index);
+/* A LOST of node @bit's node: it writes nothing, holds nothing now. */
+void file_log_lose_node(struct file *f, uint64_t bit);
+/* A LOST found it nowhere but on its owner's lost memory. */
+void file_log_lost(struct file *f);
+/* A restore (file_restore): the snapshot's record, whole. */
+void file_log_restore(struct file *f, const struct file_log *log);
+
 struct file {
 	pthread_rwlock_t lock;
 	uint64_t id;		/* stable across remounts: in the sidecar */
@@ -261,6 +324,7 @@ struct file {
 	 * whatever other nodes seal meanwhile.  lock.
 	 */
 	struct seal_rec *sealed;
+	struct file_log log;	/* the log's record of it: lock */
 	uint64_t synced;
 	bool fetch_said;	/* a piece of gseal could not be fetched:
 				   logged once per seal; lock */
@@ -404,6 +468,12 @@ struct ns {
 	uint64_t nfiles, ndirs;
 	struct inode *root;
 	struct stripe_space *spaces; /* lock */
+	/*
+	 * The incarnation of each node's last LOST (0: none): a restore
+	 * tells by it whether this daemon's own LOST is behind it
+	 * (file_restore).  Changed and read by the log's applies only.
+	 */
+	uint64_t lost_inc[64];
 };
 
 /* --- the copier: asynchronous write copies ----------------------------- */
@@ -550,6 +620,28 @@ int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
  */
 int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
 		struct nsop_out *out, bool remote);
+
+/*
+ * nssnap.c: the namespace's state in the log (what every node derives
+ * alike from its entries; docs/protocol.md "Namespace snapshots"), for
+ * the log's snapshots.  ns_snap_encode: into a malloc()ed buffer the
+ * caller frees; 0 or -ENOMEM.  Takes ns->lock (read) and each file's
+ * lock.
+ */
+#define NS_SNAP_VERSION 2
+int ns_snap_encode(struct eng *e, void **buf, size_t *len);
+/*
+ * Make this node's namespace that of @buf (an empty one at a start, or
+ * one behind the group's), as applying the entries it stands for would
+ * have: inodes kept by number, names gone handled as another node's
+ * unlink or rename, files whose seal changed as at another node's SEAL.
+ * @changed (may be NULL) is called for each of those files, with no lock
+ * held.  The buffer is checked whole first: nothing changes on -EPROTO
+ * (malformed, or not the group's chunk size), -EPROTONOSUPPORT (a format
+ * this daemon does not know) or -ENOMEM.  No engine lock held.
+ */
+int ns_snap_restore(struct eng *e, const void *buf, size_t len,
+		    void (*changed)(void *ctx, uint64_t ino), void *ctx);
 
 
 /*
@@ -918,6 +1010,23 @@ bool file_to_seal(const struct eng *e, const struct file *f);
  */
 int file_revert(struct eng *e, struct inode *in, int why);
 /*
+ * Make what this node has of @in what applying the entries a snapshot
+ * stands for would have made it (ns_snap_restore): @owner, the log's
+ * record @log and last seal @t (NULL: none; taken over, freed here in any
+ * case).  A seal it had applied already updates the records only;
+ * another one is taken as another node's SEAL is, unless this node has a
+ * draft, or it is this daemon's own seal of what its slots hold.  What it
+ * shows of the group's version then follows the record as at those
+ * entries' applies: holders, protected, lost, a persisted copy that a
+ * PERSIST among them recorded, times; @attrs: its attributes differ
+ * from the ones it had (with the record, a SETATTR among them).  The
+ * names lock and ns->lock held for writing, f->lock not.  Returns 1 when
+ * the seal it shows changed (its old parity goes, the tiers look again),
+ * else 0.
+ */
+int file_restore(struct eng *e, struct inode *in, int owner,
+		 const struct file_log *log, struct seal_rec *t, bool attrs);
+/*
  * reftfs-admin verify of this node's copy of a file: the sealed pieces
  * it holds in memory, their CRC32C recomputed.  file_verify_take_locked()
  * pins them (f->lock held, read is enough): -EBUSY while the file is
@@ -979,8 +1088,8 @@ int file_apply_protect(struct eng *e, const struct nsop *op);
  * --wait).  No lock held.
  */
 uint64_t file_count_unprotected(struct eng *e);
-/* Apply PERSIST (see ns_apply). */
-int file_apply_persist(struct eng *e, const struct nsop *op);
+/* Apply PERSIST (see ns_apply), entry @index. */
+int file_apply_persist(struct eng *e, const struct nsop *op, uint64_t index);
 /* Apply LOST (see ns_apply): node op->node holds none of its old pieces. */
 int file_apply_lost(struct eng *e, const struct nsop *op);
 

@@ -4,6 +4,8 @@
  * nothing here looks a file up by number or name (ns.c, above it, holds
  * the inodes these files live in).  The paths over it: read.c, write.c,
  * record.c (seals and the group's record of them), handle.c (open files).
+ * It is the one writer of a file's two records: the durability record
+ * (file_dur_*) and the log's record (file_log_*).
  *
  * A file is an array of slots, one per chunk-sized piece.  A slot holds an
  * arena chunk, a hole, or says where the piece is (the persisted copy, the
@@ -135,6 +137,91 @@ void file_dur_persisted(struct file *f, uint64_t data, uint64_t meta)
 {
 	f->dur.persisted_data = data;
 	f->dur.persisted_meta = meta;
+}
+
+/* --- the log's record ---------------------------------------------------- */
+
+void file_log_times(struct file *f, const struct timespec *mtime,
+		    const struct timespec *ctime)
+{
+	if (mtime)
+		f->log.mtime = *mtime;
+	if (ctime)
+		f->log.ctime = *ctime;
+}
+
+void file_log_sealed_as_is(struct file *f)
+{
+	if (!f->sealed)
+		f->log.sealed_as_is = true;
+}
+
+void file_log_meta_changed(struct file *f)
+{
+	f->log.meta_changed = true;
+}
+
+void file_log_writers(struct file *f, uint64_t set, uint64_t clear)
+{
+	f->log.writers = (f->log.writers & ~clear) | set;
+}
+
+void file_log_seal(struct file *f, int node, const struct timespec *mtime,
+		   const struct timespec *ctime)
+{
+	f->log = (struct file_log){
+		.holders = 1ULL << node,
+		.mtime = *mtime,
+		.ctime = *ctime,
+	};
+}
+
+/*
+ * Is the group's version of @f sealed: a SEAL, or before the first one
+ * what sealed it as it stands?  f->lock held.
+ */
+static bool log_sealed(const struct file *f)
+{
+	return f->sealed || f->log.sealed_as_is;
+}
+
+void file_log_protect(struct file *f, uint64_t holders)
+{
+	f->log.holders |= holders;
+	f->log.named |= holders;
+	f->log.protected = log_sealed(f);
+	f->log.lost = false;
+}
+
+void file_log_persist(struct file *f, uint64_t index)
+{
+	if (log_sealed(f)) {
+		f->log.persisted = index ? index : 1;
+		f->log.meta_changed = false;
+	}
+	f->log.lost = false;
+}
+
+void file_log_lose_node(struct file *f, uint64_t bit)
+{
+	f->log.writers &= ~bit;
+	/* Its copies (or parity rows) are fewer now. */
+	if ((f->log.holders | f->log.named) & bit) {
+		f->log.holders &= ~bit;
+		f->log.named &= ~bit;
+		f->log.protected = false;
+	}
+}
+
+void file_log_lost(struct file *f)
+{
+	f->log.lost = true;
+	f->log.protected = false;
+}
+
+void file_log_restore(struct file *f, const struct file_log *log)
+{
+	f->log = *log;
 }
 
 void file_seal_locked(struct eng *e, struct file *f)

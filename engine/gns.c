@@ -662,22 +662,64 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 }
 
 /*
- * Snapshots of the namespace are not built (docs/design.md): the log keeps
- * every entry (nslog_opts.snapshot_every is set out of reach), and a
- * snapshot asked for anyway is refused, never taken empty (raft would
- * then drop the entries it stands for).
+ * The log's snapshots (nslog.c takes one every snapshot_every entries):
+ * the namespace as every node derives it from the entries (ns_snap_*).
+ * On the loop thread, like the applies: nothing else changes the
+ * replicated state meanwhile.
  */
 static int fsm_snapshot(void *ctx, void **buf, size_t *len)
 {
-	*buf = NULL;
-	*len = 0;
-	return -EOPNOTSUPP;
+	struct gns *g = ctx;
+
+	return ns_snap_encode(g->e, buf, len);
 }
 
+/* A file another node sealed meanwhile: its old parity goes (fsm_apply). */
+static void restored_changed(void *ctx, uint64_t ino)
+{
+	struct gns *g = ctx;
+
+	protect_changed(g->prot, ino);
+}
+
+/*
+ * At a start (empty namespace) or on a follower the leader sent its
+ * snapshot (its namespace behind).  Another node's LOST in the entries
+ * the snapshot stands for sent that node its copies again at its apply
+ * (protect_node_lost) on the nodes that were there; a node restoring
+ * instead has its own LOST to come, or had none to act on.
+ */
 static int fsm_restore(void *ctx, uint64_t index, const void *buf,
 		       size_t len)
 {
-	return len == 0 ? 0 : -EOPNOTSUPP;
+	struct gns *g = ctx;
+	uint64_t t0 = rft_now_ms();
+	int rc;
+
+	if (len == 0)
+		return 0; /* a snapshot of nslog's tables only */
+	rc = ns_snap_restore(g->e, buf, len, restored_changed, g);
+	if (rc == 0) {
+		uint64_t n;
+
+		pthread_rwlock_rdlock(&g->e->ns.lock);
+		n = g->e->ns.count;
+		pthread_rwlock_unlock(&g->e->ns.lock);
+		rft_info("namespace: the log's snapshot at entry %llu restored "
+			 "(%zu bytes, %llu inodes, %llu ms); the entries after "
+			 "it follow",
+			 (unsigned long long)index, len, (unsigned long long)n,
+			 (unsigned long long)(rft_now_ms() - t0));
+		/* Peers' waits for what it stands for are answered. */
+		pthread_mutex_lock(&g->lock);
+		if (index > atomic_load(&g->applied))
+			atomic_store(&g->applied, index);
+		pthread_cond_broadcast(&g->applied_cv);
+		if (g->waits)
+			pthread_cond_broadcast(&g->jobs);
+		pthread_mutex_unlock(&g->lock);
+	}
+	return rc;
 }
 
 /* --- serving peers ------------------------------------------------------- */

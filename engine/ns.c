@@ -122,6 +122,8 @@ struct inode *ns_new_inode_at(struct eng *e, mode_t mode, uid_t uid,
 	in->gid = gid;
 	in->mtime = *now;
 	in->atime = in->ctime = in->mtime;
+	if (S_ISREG(mode))
+		file_log_times(&in->file, now, now);
 	in->hnext = ns->table[in->ino % ns->nbuckets];
 	ns->table[in->ino % ns->nbuckets] = in;
 	ns->count++;

@@ -160,7 +160,22 @@ int eng_getattr(struct eng *e, uint64_t ino, struct stat *st)
 	return rc;
 }
 
-/* Apply the time changes of @sa at @now; any change sets ctime. */
+/* The time changes of @sa at @now on @mtime and @ctime. */
+static void set_mc(struct timespec *mtime, struct timespec *ctime,
+		   const struct eng_setattr *sa, const struct timespec *now)
+{
+	if (sa->valid & ENG_SET_MTIME)
+		*mtime = sa->mtime;
+	if (sa->valid & ENG_SET_MTIME_NOW)
+		*mtime = *now;
+	*ctime = (sa->valid & ENG_SET_CTIME) ? sa->ctime : *now;
+}
+
+/*
+ * Apply the time changes of @sa at @now; any change sets ctime.  A file's
+ * times in the log's record change alike (struct file_log): those of a
+ * draft here are its own.  A file's lock held for writing.
+ */
 static void set_times(struct inode *in, const struct eng_setattr *sa,
 		      const struct timespec *now)
 {
@@ -168,11 +183,21 @@ static void set_times(struct inode *in, const struct eng_setattr *sa,
 		in->atime = sa->atime;
 	if (sa->valid & ENG_SET_ATIME_NOW)
 		in->atime = *now;
-	if (sa->valid & ENG_SET_MTIME)
-		in->mtime = sa->mtime;
-	if (sa->valid & ENG_SET_MTIME_NOW)
-		in->mtime = *now;
-	in->ctime = (sa->valid & ENG_SET_CTIME) ? sa->ctime : *now;
+	set_mc(&in->mtime, &in->ctime, sa, now);
+	if (S_ISREG(in->mode)) {
+		struct timespec m = in->file.log.mtime, c = in->file.log.ctime;
+
+		set_mc(&m, &c, sa, now);
+		file_log_times(&in->file, &m, &c);
+	}
+}
+
+/* A name of @in changed at @now (a link, an unlink, a rename). */
+static void name_changed(struct inode *in, const struct timespec *now)
+{
+	in->ctime = *now;
+	if (S_ISREG(in->mode))
+		file_log_times(&in->file, NULL, now);
 }
 
 static int apply_setattr(struct eng *e, const struct nsop *op,
@@ -262,8 +287,12 @@ again:
 			 * A write-back in flight copied the old attributes:
 			 * the new metadata version keeps it from counting.
 			 */
-			if (sa->valid & meta)
+			if (sa->valid & meta) {
 				f->meta_version++;
+				file_log_meta_changed(f);
+			}
+			/* The log's record of it: a closed file's change. */
+			file_log_sealed_as_is(f);
 			/* Reseal after a truncate of a closed file. */
 			if (f->writers == 0 && f->dur.sealed != f->version)
 				file_seal_locked(e, f);
@@ -397,12 +426,14 @@ static int apply_make(struct eng *e, const struct nsop *op,
 	pthread_rwlock_wrlock(&e->ns.lock);
 	rc = ns_make_entry(e, op, mode, &in);
 	if (rc == 0) {
-		if (S_ISREG(mode))
+		if (S_ISREG(mode)) {
 			file_dur_sealed(&in->file);
-		else if (S_ISCHR(mode) || S_ISBLK(mode))
+			file_log_sealed_as_is(&in->file);
+		} else if (S_ISCHR(mode) || S_ISBLK(mode)) {
 			in->rdev = op->rdev;
-		else if (S_ISLNK(mode))
+		} else if (S_ISLNK(mode)) {
 			in->target = t, t = NULL;
+		}
 		if (out) {
 			in->nlookup++;
 			ns_fill_stat(e, in, &out->st);
@@ -471,7 +502,7 @@ static int apply_link(struct eng *e, const struct nsop *op,
 	if (rc < 0)
 		goto out;
 	touch_dir(dir, &op->now);
-	in->ctime = op->now;
+	name_changed(in, &op->now);
 	if (out) {
 		in->nlookup++;
 		ns_fill_stat(e, in, &out->st);
@@ -534,7 +565,7 @@ static int apply_remove(struct eng *e, const struct nsop *op, bool remote)
 	unlink_dentry(e, dir, de, true);
 	last = in->nlink == 0;
 	if (!last)
-		in->ctime = op->now;
+		name_changed(in, &op->now);
 	touch_dir(dir, &op->now);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
@@ -690,14 +721,14 @@ static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
 		dst->ckpt_seq = ++e->ns.next_ckpt_seq;
 	touch_dir(sdir, &op->now);
 	touch_dir(ddir, &op->now);
-	src->ctime = op->now;
+	name_changed(src, &op->now);
 	/*
 	 * The inode replaced lost a link (still seen by its other names or
 	 * open handles), or, exchanged, was moved: its ctime changes too, as
 	 * on tmpfs.
 	 */
 	if (dst)
-		dst->ctime = op->now;
+		name_changed(dst, &op->now);
 out:
 	pthread_rwlock_unlock(&e->ns.lock);
 	if (rc == 0 && mirror) {
@@ -787,7 +818,7 @@ static int apply_one(struct eng *e, const struct nsop *op, uint64_t index,
 	case NSOP_LOST:
 		return file_apply_lost(e, op);
 	case NSOP_PERSIST:
-		return file_apply_persist(e, op);
+		return file_apply_persist(e, op, index);
 	}
 	return -EINVAL;
 }
@@ -1320,6 +1351,12 @@ int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
 		goto out;
 	}
 	f = &in->file;
+	/* The log's record: written there until that node's seal. */
+	if (writer && op->node >= 0 && op->node < 64) {
+		pthread_rwlock_wrlock(&f->lock);
+		file_log_writers(f, 1ULL << op->node, 0);
+		pthread_rwlock_unlock(&f->lock);
+	}
 	/*
 	 * On the proposer: its open (an O_TRUNC truncates its own draft).
 	 * Elsewhere nothing changes but that the file is being written

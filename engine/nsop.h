@@ -57,10 +57,11 @@ struct nsop_piece {
 
 /*
  * A file's version as the group's log says it (struct file's sealed):
- * the last SEAL applied, and what was applied of it since (PROTECT,
- * PERSIST).  Every node keeps it, the same everywhere: verify checks what
- * a node shows against it and against the other nodes' records, and a
- * draft that cannot be sealed gives way to it (file_revert).
+ * the last SEAL applied, as it was (what came of it since is in struct
+ * file's log, engine_i.h's struct file_log).  Every node keeps it, the
+ * same everywhere: verify checks what a node shows against it and
+ * against the other nodes' records, and a draft that cannot be sealed
+ * gives way to it (file_revert).
  */
 struct seal_rec {
 	uint64_t index;		/* its log index */
@@ -69,8 +70,9 @@ struct seal_rec {
 	struct timespec mtime, ctime;
 	uint32_t scheme;	/* as struct file's */
 	uint64_t ckpt, base;
-	uint64_t holders, parity_holders; /* PROTECT applied since */
-	bool protected, persisted;
+	/* The SEAL's proposer: its incarnation and the data version it
+	   sealed (a restore tells its own seal by them). */
+	uint64_t inc, version;
 	uint32_t npieces;
 	struct nsop_piece pieces[];
 };

@@ -5,10 +5,14 @@
  * goes round the log, and every node applies every SEAL (file_apply_seal):
  * the last one in the log is the file's content on every node, a node's
  * own changes since being its draft until they are sealed in turn.  Each
- * node keeps the log's record of the seal (f->sealed) and applies the
- * PROTECT, PERSIST and LOST entries to it; replicas received are
- * installed here, and verify and resync compare what a node shows with
- * that record.  Looks files up by number (ns_find): above ns.c.
+ * node keeps the log's record of the seal (f->sealed, as the SEAL said
+ * it) and of what came of it (f->log: PROTECT, PERSIST, LOST, writers,
+ * times; written through file.c's file_log_*), and derives what it shows
+ * of the group's version from that record in one place (log_holders,
+ * log_records): the SEAL's apply, file_revert, file_resync and a
+ * restore from the log's snapshot (file_restore).  Replicas received
+ * are installed here, and verify and resync compare what a node shows
+ * with that record.  Looks files up by number (ns_find): above ns.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -83,7 +87,8 @@ static int note_sealed(struct file *f, const struct nsop *op,
 	*t = (struct seal_rec){
 		.index = index, .node = op->node, .size = op->size,
 		.mtime = op->mtime, .ctime = op->now, .scheme = op->flags,
-		.ckpt = ckpt, .base = base, .holders = 1ULL << op->node,
+		.ckpt = ckpt, .base = base,
+		.inc = op->inc, .version = op->version,
 		.npieces = op->npieces,
 	};
 	if (op->npieces)
@@ -91,7 +96,85 @@ static int note_sealed(struct file *f, const struct nsop *op,
 		       (size_t)op->npieces * sizeof(t->pieces[0]));
 	free(f->sealed);
 	f->sealed = t;
+	/* What comes of it: its node holds it, nothing else yet. */
+	file_log_seal(f, op->node, &op->mtime, &op->now);
 	return 0;
+}
+
+/*
+ * Does this node show the group's version of @f (f->sealed, or the file
+ * as made before its first seal): no draft, its slots that version's?
+ * f->lock held.
+ */
+static bool shows_log(const struct eng *e, const struct file *f)
+{
+	return !file_draft(e, f) &&
+	       f->gseal == (f->sealed ? f->sealed->index : 0);
+}
+
+/*
+ * @f's holders as this node counts them, from the log's record: the
+ * sealer's node holds the seal's bytes, but not when this is that node
+ * and they went with an earlier daemon (@mine false: the apply found
+ * them gone), unless a PROTECT named it since (a rebuild brought them
+ * back).  Of an erasure-coded seal only the owner holds bytes; the nodes
+ * PROTECT named hold parity rows.  Exactly what the SEAL's, PROTECTs' and
+ * LOSTs' applies leave (file_apply_seal, file_apply_protect, lost_one).
+ * f->lock held for writing.
+ */
+static void log_holders(const struct eng *e, struct file *f, bool mine)
+{
+	const struct seal_rec *t = f->sealed;
+	uint64_t self = e->node >= 0 && e->node < 64 ? 1ULL << e->node : 0;
+	uint64_t h = f->log.holders;
+
+	if (t && t->node == e->node && !mine)
+		h = (h & ~self) | (f->log.named & self);
+	if (t && t->scheme) {
+		f->holders = h & 1ULL << t->node;
+		f->parity_holders = f->log.named;
+	} else {
+		f->holders = h;
+		f->parity_holders = 0;
+	}
+}
+
+/*
+ * The persisted copy a PERSIST records, on a node that shows its seal:
+ * its data, and its metadata unless @meta_changed (a SETATTR of it came
+ * since).  f->lock held for writing, and the names lock (f->copy).
+ */
+static void take_persisted(struct file *f, bool meta_changed)
+{
+	if (f->copy == COPY_NONE) {
+		f->copy = COPY_HOME;
+		f->copy_id = (struct copy_id){ 0, 0 };
+	}
+	file_dur_persisted(f, f->version, meta_changed ? 0 : f->meta_version);
+	/* What is here of it may go when memory is short. */
+	for (uint32_t i = 0; i < f->nslots; i++)
+		if (slot_in_ram(&f->slots[i]))
+			f->slots[i].flags |= SLOT_CLEAN;
+}
+
+/*
+ * The records of a node that shows the group's version, from the log's
+ * record (@mine: its own seal of its slots): holders, protected, lost;
+ * with @persist, also the persisted copy the record has (a PERSIST that
+ * this node has not applied: one of the entries a snapshot stands for).
+ * f->lock held for writing (and the names lock with @persist).
+ */
+static void log_records(const struct eng *e, struct file *f, bool mine,
+			bool persist)
+{
+	log_holders(e, f, mine);
+	file_dur_protected(f, f->log.protected &&
+					      f->dur.sealed == f->version
+				      ? f->version
+				      : 0);
+	f->lost_seal = f->log.lost ? f->gseal : 0;
+	if (persist && f->log.persisted && f->dur.sealed == f->version)
+		take_persisted(f, f->log.meta_changed);
 }
 
 uint32_t stripe_code(const struct ers_scheme *s, int nodes)
@@ -144,6 +227,46 @@ static int take_chunks(struct eng *e, struct inode *in, uint32_t scheme,
 	return 0;
 }
 
+/*
+ * Show the group's version of @in (f->sealed) in place of what this node
+ * has, as the SEAL's apply does for another node's seal: its pieces from
+ * their holders, its records and times as the log's record says, with
+ * @persist the persisted copy it records too.  ns->lock and f->lock held
+ * for writing, and with @persist the names lock.
+ */
+static int show_sealed(struct eng *e, struct inode *in, bool persist)
+{
+	struct file *f = &in->file;
+	const struct seal_rec *t = f->sealed;
+	int rc;
+
+	rc = take_remote_seal(e, f, t->size, t->npieces, t->pieces);
+	if (rc < 0)
+		return rc;
+	f->gseal = t->index;
+	f->scheme = t->scheme;
+	f->stripe_ckpt = t->ckpt;
+	f->chunk_base = t->base;
+	log_records(e, f, false, persist);
+	in->mtime = f->log.mtime;
+	in->ctime = f->log.ctime;
+	return 0;
+}
+
+/*
+ * The group's version in place of this node's draft or of what it showed
+ * off the seal (file_revert, file_resync): not to be sealed again here.
+ * ns->lock and f->lock held for writing, and the names lock.
+ */
+static int take_sealed(struct eng *e, struct inode *in)
+{
+	int rc = show_sealed(e, in, true);
+
+	if (rc == 0)
+		in->file.seal_sent = in->file.version;
+	return rc;
+}
+
 int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 {
 	bool own = op->node == e->node && op->inc == e->inc;
@@ -192,6 +315,7 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 	 */
 	f->owner = op->node;
 	f->remote_writers = 0;
+	file_log_writers(f, 0, ~0ULL);
 	rc = note_sealed(f, op, index, ckpt, base);
 	if (rc < 0) {
 		/* What this node shows stays as it was. */
@@ -205,6 +329,7 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 		f->parity_holders = 0;
 		f->synced = f->version;
 		f->fetch_said = false;
+		f->lost_seal = 0;
 	} else if (file_draft(e, f)) {
 		/*
 		 * This node changed the file since its slots were the group's
@@ -218,19 +343,8 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 		 * (a restart replaying the log): the bytes are elsewhere, or
 		 * nowhere when that daemon took them with it.
 		 */
-		rc = take_remote_seal(e, f, op->size, op->npieces, op->pieces);
-		if (rc == 0) {
-			f->gseal = index;
-			f->holders = op->node == e->node ? 0
-							 : 1ULL << op->node;
-			f->scheme = op->flags;
-			f->stripe_ckpt = ckpt;
-			f->chunk_base = base;
-			f->parity_holders = 0;
-			in->mtime = op->mtime;
-			in->ctime = op->now;
-			kick = true;
-		}
+		rc = show_sealed(e, in, false); /* nothing since the SEAL */
+		kick = rc == 0;
 	}
 	if (rc < 0)
 		rft_err("seal of inode %llu by node %d (entry %llu): %s: this "
@@ -243,43 +357,6 @@ out:
 	if (kick)
 		eng_post_dirty(e, in);
 	return rc;
-}
-
-/*
- * Show the group's version of @f (f->sealed) in place of what this node
- * has: its pieces from their holders, its protection and persisted copy
- * as the log recorded them.  ns->lock and f->lock held for writing.
- */
-static int take_sealed(struct eng *e, struct inode *in)
-{
-	struct file *f = &in->file;
-	const struct seal_rec *t = f->sealed;
-	int rc;
-
-	rc = take_remote_seal(e, f, t->size, t->npieces, t->pieces);
-	if (rc < 0)
-		return rc;
-	f->gseal = t->index;
-	f->scheme = t->scheme;
-	f->stripe_ckpt = t->ckpt;
-	f->chunk_base = t->base;
-	/* Parity holders hold rows, not bytes (file_apply_protect). */
-	f->holders = (t->scheme ? 1ULL << t->node : t->holders) &
-		     ~(1ULL << e->node);
-	f->parity_holders = t->scheme ? t->parity_holders : 0;
-	f->seal_sent = f->version;
-	in->mtime = t->mtime;
-	in->ctime = t->ctime;
-	if (t->protected)
-		file_dur_protected(f, f->version);
-	if (t->persisted) {
-		if (f->copy == COPY_NONE) {
-			f->copy = COPY_HOME;
-			f->copy_id = (struct copy_id){ 0, 0 };
-		}
-		file_dur_persisted(f, f->version, f->meta_version);
-	}
-	return 0;
 }
 
 int file_revert(struct eng *e, struct inode *in, int why)
@@ -316,6 +393,117 @@ int file_revert(struct eng *e, struct inode *in, int why)
 		 path, strerror(-why), node, node);
 	eng_post_dirty(e, in);
 	return 0;
+}
+
+static bool ts_same(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+int file_restore(struct eng *e, struct inode *in, int owner,
+		 const struct file_log *log, struct seal_rec *t, bool attrs)
+{
+	uint64_t self = e->node >= 0 && e->node < 64 ? 1ULL << e->node : 0;
+	struct file *f = &in->file;
+	struct file_log old;
+	bool same, mine, showed;
+	int changed = 0, rc;
+
+	pthread_rwlock_wrlock(&f->lock);
+	old = f->log;
+	/* Before: did it show the group's version, of the same seal? */
+	showed = shows_log(e, f);
+	same = t ? f->sealed && f->sealed->index == t->index : !f->sealed;
+	/*
+	 * A SETATTR of its metadata among the entries: a write-back in
+	 * flight copied the old attributes (apply_setattr).  Not a name's
+	 * change, which moves ctime only.
+	 */
+	if (log->meta_changed &&
+	    (!old.meta_changed || old.persisted != log->persisted || attrs))
+		f->meta_version++;
+	f->owner = owner;
+	file_log_restore(f, log);
+	/*
+	 * Writers: as their CREATEs left them, but not this daemon's own
+	 * (its apply opened them here).  A node's bits before its LOST are
+	 * its earlier daemons', the ones after it this daemon's.
+	 */
+	f->remote_writers = log->writers;
+	if (self && e->gops && e->inc && e->ns.lost_inc[e->node] == e->inc)
+		f->remote_writers &= ~self;
+	if (!t) {
+		/* Never sealed: made by MKNOD, or a SETATTR sealed it. */
+		if (log->sealed_as_is && !file_draft(e, f) && !f->writers)
+			file_dur_sealed(f);
+	} else if (same) {
+		/* Applied here already. */
+		free(f->sealed);
+		f->sealed = t;
+	} else {
+		free(f->sealed);
+		f->sealed = t;
+		if (e->gops && t->node == e->node && t->inc == e->inc &&
+		    f->version == t->version) {
+			/* This daemon's own seal of its slots. */
+			f->gseal = t->index;
+			f->holders = self;
+			f->parity_holders = 0;
+			f->scheme = t->scheme;
+			f->stripe_ckpt = t->ckpt;
+			f->chunk_base = t->base;
+			f->synced = f->version;
+			f->fetch_said = false;
+		} else if (file_draft(e, f)) {
+			/* Its writers go on with their own version. */
+		} else {
+			/* Another node's seal, or an earlier daemon's. */
+			rc = show_sealed(e, in, true);
+			if (rc < 0)
+				rft_err("inode %llu: the snapshot's seal "
+					"(entry %llu) cannot be shown here: %s",
+					(unsigned long long)in->ino,
+					(unsigned long long)t->index,
+					strerror(-rc));
+			else
+				changed = 1;
+		}
+	}
+	/* Its slots are this daemon's seal (not one it could not show). */
+	mine = t && e->gops && t->node == e->node && t->inc == e->inc &&
+	       !changed;
+	if (shows_log(e, f)) {
+		/*
+		 * A PERSIST not applied here yet records the copy as its apply
+		 * would; one applied here stays as this node keeps it (its
+		 * persist tier may have found it gone since).  The owner's
+		 * own copy is its write-back's to record.
+		 */
+		bool persist = !mine && log->persisted &&
+			       (!showed || !same ||
+				old.persisted != log->persisted);
+
+		log_records(e, f, mine, persist);
+	} else if (t && f->gseal == t->index) {
+		/* A draft of the log's seal: its holders as they went. */
+		log_holders(e, f, mine);
+		f->lost_seal = log->lost ? t->index : 0;
+	}
+	/*
+	 * Times: what showing the group's version gives (show_sealed), or
+	 * each one an entry set since (a draft keeps its own otherwise).
+	 */
+	if (!changed && (!shows_log(e, f) || mine)) {
+		if (!ts_same(&old.mtime, &log->mtime))
+			in->mtime = log->mtime;
+		if (!ts_same(&old.ctime, &log->ctime))
+			in->ctime = log->ctime;
+	} else if (!changed) {
+		in->mtime = log->mtime;
+		in->ctime = log->ctime;
+	}
+	pthread_rwlock_unlock(&f->lock);
+	return changed;
 }
 
 /*
@@ -797,7 +985,21 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 	if (in && S_ISREG(in->mode)) {
 		f = &in->file;
 		pthread_rwlock_wrlock(&f->lock);
-		/* Copies of an older seal protect nothing now. */
+		/*
+		 * The log's record, of its last seal only (before the first,
+		 * of the file as it stands, when that is sealed); copies of
+		 * an older seal protect nothing now.  The result is the
+		 * record's, the same on every node (nslog keeps it).
+		 */
+		rc = -ESTALE;
+		if (op->gseal == (f->sealed ? f->sealed->index : 0)) {
+			file_log_protect(f, op->holders);
+			rc = 0;
+		}
+		/*
+		 * What this node shows of that seal (a draft here: of the
+		 * seal it started from).
+		 */
 		if (f->gseal == op->gseal) {
 			/* Copies after all (committed after a LOST). */
 			f->lost_seal = 0;
@@ -817,16 +1019,6 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 			/* This node's data is that seal's unless rewritten. */
 			if (f->dur.sealed == f->version && !file_draft(e, f))
 				file_dur_protected(f, f->version);
-			rc = 0;
-		} else if (!(f->sealed && f->sealed->index == op->gseal)) {
-			rc = -ESTALE;
-		} else {
-			rc = 0; /* this node has a draft; noted below */
-		}
-		if (f->sealed && f->sealed->index == op->gseal) {
-			f->sealed->holders |= op->holders;
-			f->sealed->parity_holders |= op->holders;
-			f->sealed->protected = true;
 		}
 		pthread_rwlock_unlock(&f->lock);
 	}
@@ -834,7 +1026,7 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 	return rc;
 }
 
-int file_apply_persist(struct eng *e, const struct nsop *op)
+int file_apply_persist(struct eng *e, const struct nsop *op, uint64_t index)
 {
 	struct inode *in;
 	struct file *f;
@@ -847,30 +1039,23 @@ int file_apply_persist(struct eng *e, const struct nsop *op)
 	if (in && S_ISREG(in->mode)) {
 		f = &in->file;
 		pthread_rwlock_wrlock(&f->lock);
+		/* The log's record and the result, as at PROTECT. */
 		rc = -ESTALE;
+		if (op->gseal == (f->sealed ? f->sealed->index : 0)) {
+			file_log_persist(f, index);
+			rc = 0;
+		}
+		/* Its copy is home: it can come back from there. */
+		if (f->gseal == op->gseal)
+			f->lost_seal = 0;
+		/*
+		 * Its copy is home, under its name, found by path.  The
+		 * owner's own was recorded at its write-back.
+		 */
 		if (f->gseal == op->gseal && f->dur.sealed == f->version &&
 		    !file_draft(e, f) &&
-		    !(op->node == e->node && op->inc == e->inc)) {
-			/* Its copy is home: it can come back from there. */
-			f->lost_seal = 0;
-			/* Its copy is home: under its name, found by path. */
-			if (f->copy == COPY_NONE) {
-				f->copy = COPY_HOME;
-				f->copy_id = (struct copy_id){ 0, 0 };
-			}
-			file_dur_persisted(f, f->version, f->meta_version);
-			/* What is here of it may go when memory is short. */
-			for (uint32_t i = 0; i < f->nslots; i++)
-				if (slot_in_ram(&f->slots[i]))
-					f->slots[i].flags |= SLOT_CLEAN;
-			rc = 0;
-		} else if (f->gseal == op->gseal) {
-			rc = 0; /* the owner's own: recorded at write-back */
-		} else if (f->sealed && f->sealed->index == op->gseal) {
-			rc = 0; /* this node has a draft; noted below */
-		}
-		if (f->sealed && f->sealed->index == op->gseal)
-			f->sealed->persisted = true;
+		    !(op->node == e->node && op->inc == e->inc))
+			take_persisted(f, false);
 		pthread_rwlock_unlock(&f->lock);
 	}
 	pthread_rwlock_unlock(&e->ns.lock);
@@ -921,13 +1106,31 @@ struct lost_walk {
 
 /*
  * Were @f's sealed bytes nowhere but in node @node's memory?  Its seal
- * is @node's (the owner), no other node holds a copy (holders, @node's
- * bit already taken out) or a parity row (parity_holders) of it, its
- * persisted copy is not that seal's, and it has bytes (holes come back
- * as holes).  Only what the log applied counts, so every node decides
- * alike.  f->lock held.
+ * is @node's (the owner), no other node holds a copy or a parity row of
+ * it (the log's holders, @node's bit already taken out), no PERSIST
+ * recorded a copy of it, and it has bytes (holes come back as holes).
+ * Only the log's record counts, so every node decides alike.  f->lock
+ * held.
  */
 static bool seal_only_on(const struct file *f, int node)
+{
+	const struct seal_rec *t = f->sealed;
+
+	if (!t || f->owner != node || f->log.holders || f->log.named ||
+	    f->log.persisted)
+		return false;
+	for (uint32_t i = 0; i < t->npieces; i++)
+		if (!t->pieces[i].hole)
+			return true;
+	return false;
+}
+
+/*
+ * The same of the seal a draft here started from (f->gseal), from this
+ * node's records of it: what the draft still needs of it is gone.
+ * f->lock held.
+ */
+static bool base_only_on(const struct file *f, int node)
 {
 	if (!f->gseal || f->owner != node || f->holders ||
 	    f->parity_holders || file_data_persisted(f))
@@ -951,25 +1154,23 @@ static int lost_one(void *ctx, struct inode *in)
 	pthread_rwlock_wrlock(&f->lock);
 	/* Whatever it was writing went with it. */
 	f->remote_writers &= ~w->bit;
-	if (f->sealed &&
-	    (f->sealed->holders | f->sealed->parity_holders) & w->bit) {
-		f->sealed->holders &= ~w->bit;
-		f->sealed->parity_holders &= ~w->bit;
-		f->sealed->protected = false;
-	}
-	if ((f->holders | f->parity_holders) & w->bit) {
-		f->holders &= ~w->bit;
-		f->parity_holders &= ~w->bit;
-		/*
-		 * Its copies (or parity rows) are fewer now: protected again
-		 * once re-sent.
-		 */
-		file_dur_protected(f, 0);
-	}
-	if (!file_lost(f) && seal_only_on(f, w->node)) {
-		f->lost_seal = f->gseal;
-		file_dur_protected(f, 0);
+	/* The log's record: its copies (or parity rows) are fewer now. */
+	file_log_lose_node(f, w->bit);
+	if (!f->log.lost && seal_only_on(f, w->node)) {
+		file_log_lost(f);
 		lost = true;
+	}
+	f->holders &= ~w->bit;
+	f->parity_holders &= ~w->bit;
+	if (shows_log(w->e, f)) {
+		/* Protected again once re-sent. */
+		if (!f->log.protected)
+			file_dur_protected(f, 0);
+		if (f->log.lost)
+			f->lost_seal = f->gseal;
+	} else if (!file_lost(f) && base_only_on(f, w->node)) {
+		/* A draft here: the seal it started from is lost. */
+		f->lost_seal = f->gseal;
 	}
 	pthread_rwlock_unlock(&f->lock);
 	if (!lost || in->nlink == 0)
@@ -992,6 +1193,7 @@ int file_apply_lost(struct eng *e, const struct nsop *op)
 	if (op->node < 0 || op->node >= 64)
 		return -EINVAL;
 	w.bit = 1ULL << op->node;
+	e->ns.lost_inc[op->node] = op->inc;
 	pthread_rwlock_rdlock(&e->ns.lock);
 	ns_walk(&e->ns, lost_one, &w);
 	pthread_rwlock_unlock(&e->ns.lock);

@@ -492,10 +492,11 @@ static int log_new(struct grp *g)
 	lo.group = g->cfg.name;
 	lo.x = g->x;
 	/*
-	 * No snapshots yet: the engine's namespace (engine/gns.c) cannot be
-	 * snapshotted yet, so the log keeps every entry.
+	 * The log compacts itself into a snapshot of the namespace
+	 * (engine/nssnap.c) every GRP_SNAPSHOT_EVERY entries (docs/design.md,
+	 * "Log snapshots").
 	 */
-	lo.snapshot_every = 1u << 30;
+	lo.snapshot_every = GRP_SNAPSHOT_EVERY;
 	rc = nslog_new(&lo, &fsm, &g->log);
 	if (rc < 0) {
 		rft_err("cannot set up the namespace log: %s", strerror(-rc));
