@@ -15,7 +15,8 @@ Also: no file outside rftengine includes its private header engine_i.h,
 except those listed in the baseline's "private:" lines (the same ratchet).
 Core's own private header, core_i.h, is included only by the files of
 core (the baseline's "core:" line).  And state with one writer stays so:
-no source file of engine/ but its writer assigns it (ONE_WRITER below).
+no source file of engine/ but its writer assigns it (ONE_WRITER below:
+the durability record f->dur and the log's record f->log, both file.c's).
 
 usage: check_layers.py BASELINE SRCDIR ARCHIVE...   (the static libraries)
        check_layers.py --graph ARCHIVE...           (print the graph)
@@ -141,6 +142,11 @@ def private_includers(srcdir):
 ONE_WRITER = [
     ("the durability record (struct file.dur)",
      r"\bdur(\.\w+)?\s*=[^=]", "file.c"),
+    # A file's log record is reached as f->log or file.log (other structs
+    # have a "log" too); compound assignments and ++/-- count as well.
+    ("the log's record of a file (struct file.log)",
+     r"\b(?:f|file)(?:->|\.)log\b(\.\w+)?\s*"
+     r"(?:[|&^+*/-]?=(?!=)|\+\+|--)", "file.c"),
 ]
 
 
