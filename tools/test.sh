@@ -31,7 +31,8 @@
 #   bash tools/test.sh --soak [MINUTES]   the long randomized runs, on
 #                 demand: RFT_TIER=soak (every pair of nodes lost in every
 #                 erasure scheme, 2000 differential trials, 400 rounds of
-#                 concurrent writers with replicate:2, xor and none, ...)
+#                 concurrent writers with replicate:2, xor and none, a
+#                 million entries through the group's log, ...)
 #                 in build/, then the integration suite against the TSan
 #                 daemon; with MINUTES, the randomized tests again with
 #                 new seeds until that many minutes have passed.
@@ -285,7 +286,7 @@ full_tier() {
 		for t in 010-basic-posix 045-truncate-race 065-persist-faults \
 			066-persist-read-full 070-bad-input 100-differential \
 			105-mmap 107-passthrough 112-io-uring 220-peer-fuzz \
-			240-group-data 243-group-writers \
+			232-group-log-snapshot 240-group-data 243-group-writers \
 			252-group-erasure 254-group-parity-faults \
 			256-group-writers 258-group-lost 264-group-cache \
 			045-truncate-race+io_uring 107-passthrough+passthrough \
@@ -307,9 +308,10 @@ full_tier() {
 	# engine's threads directly, in seconds; the integration suite
 	# against the TSan daemon is the soak tier's.
 	if prepare build-tsan -Db_sanitize=thread -Dcuda=disabled; then
+		NSSNAP_ENTRIES=${NSSNAP_ENTRIES:-30000} \
 		with_tsan run_suite build-tsan --timeout-multiplier 2 \
 			common store ns file persist durability pass seal ctl \
-			loop peer_tcp peer_fake hs memb registry nslog \
+			loop peer_tcp peer_fake hs memb registry nslog nssnap \
 			parity stress
 	else
 		echo "test: build-tsan: configure or build failed" >&2
@@ -317,11 +319,12 @@ full_tier() {
 	fi
 }
 
-# The randomized tests, which the soak tier gives their soak counts.
+# The randomized tests, which the soak tier gives their soak counts, and
+# the long ones (a million entries through the group's log).
 SOAK_TESTS=(100-differential 105-mmap 107-passthrough 110-small-files
 	112-io-uring 220-peer-fuzz 243-group-writers 250-group-fuzz
 	250-group-fuzz+xor 252-group-erasure 256-group-writers
-	256-group-writers+xor 256-group-writers+none)
+	256-group-writers+xor 256-group-writers+none nssnap-million)
 
 soak_tier() {
 	local until=$((START + SOAK_MINUTES * 60)) pass=1 list t
