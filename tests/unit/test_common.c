@@ -1,6 +1,7 @@
 /*
  * test_common.c - the common layer: clock and deadline arithmetic,
- * little-endian round trips, and the work queue under concurrency.
+ * little-endian round trips, the work queue under concurrency, and the
+ * lock-order bookkeeping (its report in a forked child).
  *
  * The work-queue tests are randomized (thread counts, items, delays, the
  * moment of a stop): the seed is printed, and WQ_SEED=N replays it.
@@ -16,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +27,7 @@
 
 #include "rft_clock.h"
 #include "rft_le.h"
+#include "rft_lockrank.h"
 #include "rft_wq.h"
 
 static uint64_t seed;
@@ -649,6 +654,135 @@ static void test_wq_take_back_race(void **state)
 	}
 }
 
+/* --- lock order --------------------------------------------------------- */
+
+/* outer > inner; "leaf" under either, nothing under it. */
+enum { R_OUTER, R_INNER, R_LEAF, R_N };
+static const struct rft_rank ranks[R_N] = {
+	[R_OUTER] = { "outer", 0 },
+	[R_INNER] = { "inner", 1u << R_OUTER },
+	[R_LEAF] = { "leaf", 1u << R_OUTER | 1u << R_INNER },
+};
+static int report_fd = -1;
+
+static void to_pipe(const char *line)
+{
+	ssize_t k = write(report_fd, line, strlen(line));
+
+	(void)k;
+}
+
+static void take(unsigned r)
+{
+	rft_rank_wait(ranks, R_N, r, "here.c", 10 + (int)r);
+	rft_rank_got(r, "here.c", 10 + (int)r);
+}
+
+static void put(unsigned r)
+{
+	rft_rank_put(ranks, R_N, r, "here.c", 20 + (int)r);
+}
+
+/*
+ * Run case @c in a child reporting to a pipe; its status, and the report
+ * in @out.  0: in order (tries too); 1: outer under inner; 2: inner under
+ * leaf; 3: a release of what is not held; 4: a rank taken twice.
+ */
+static int rank_case(int c, char *out, size_t size)
+{
+	int fds[2], st = 0;
+	size_t n = 0;
+	ssize_t k;
+	pid_t pid;
+
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit no_core = { 0, 0 };
+
+		setrlimit(RLIMIT_CORE, &no_core);
+		close(fds[0]);
+		report_fd = fds[1];
+		rft_rank_on_report(to_pipe);
+		switch (c) {
+		case 0:
+			take(R_OUTER);
+			take(R_INNER);
+			take(R_LEAF);
+			put(R_OUTER); /* any order */
+			put(R_LEAF);
+			rft_rank_got(R_OUTER, "here.c", 1); /* a try */
+			put(R_OUTER);
+			put(R_INNER);
+			take(R_OUTER);
+			put(R_OUTER);
+			break;
+		case 1:
+			take(R_INNER);
+			take(R_OUTER);
+			break;
+		case 2:
+			take(R_OUTER);
+			take(R_LEAF);
+			take(R_INNER);
+			break;
+		case 3:
+			take(R_INNER);
+			put(R_INNER);
+			put(R_INNER);
+			break;
+		case 4:
+			take(R_INNER);
+			take(R_INNER);
+			break;
+		}
+		_exit(0);
+	}
+	close(fds[1]);
+	while (n + 1 < size && (k = read(fds[0], out + n, size - 1 - n)) > 0)
+		n += (size_t)k;
+	out[n] = '\0';
+	close(fds[0]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+static void test_lockrank(void **state)
+{
+	static const char *const want[] = {
+		NULL,
+		"lock order: outer waited for at here.c:10, holding inner "
+		"(x1, last taken at here.c:11); outer may be waited for "
+		"holding no lock",
+		"lock order: inner waited for at here.c:11, holding outer "
+		"(x1, last taken at here.c:10), leaf (x1, last taken at "
+		"here.c:12); inner may be waited for holding outer",
+		"lock order: inner released, not held, at here.c:21, "
+		"holding nothing",
+		"lock order: inner waited for at here.c:11, holding inner "
+		"(x1, last taken at here.c:11)",
+	};
+	char out[2048];
+
+	(void)state;
+	for (int c = 0; c < 5; c++) {
+		int st = rank_case(c, out, sizeof(out));
+
+		if (!want[c]) {
+			if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || *out)
+				fail_msg("case %d: status %#x, report \"%s\"",
+					 c, st, out);
+			continue;
+		}
+		if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+			fail_msg("case %d: status %#x, want SIGABRT", c, st);
+		if (strncmp(out, want[c], strlen(want[c])) != 0)
+			fail_msg("case %d: report \"%s\", want \"%s...\"", c,
+				 out, want[c]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -662,6 +796,7 @@ int main(void)
 		cmocka_unit_test(test_wq_bound),
 		cmocka_unit_test(test_wq_take_back),
 		cmocka_unit_test(test_wq_take_back_race),
+		cmocka_unit_test(test_lockrank),
 	};
 	const char *env = getenv("WQ_SEED");
 
