@@ -1,7 +1,8 @@
 /*
  * core.c - what every part of the engine shares: the event bus by which
- * core tells the tiers and the group what happened, the names lock, and
- * file ids.  Core's own; the tiers reach it, never the other way round.
+ * core tells the tiers and the group what happened, and file ids.  Core's
+ * own; the tiers reach it, never the other way round.  The names lock is
+ * taken through engine_i.h's eng_names_lock().
  */
 #include <errno.h>
 
@@ -33,16 +34,6 @@ void eng_post(struct eng *e, const struct eng_ev *ev)
 {
 	for (unsigned i = 0; i < e->nlisteners; i++)
 		e->listeners[i].fn(e, ev, e->listeners[i].ctx);
-}
-
-void eng_names_lock(struct eng *e)
-{
-	pthread_mutex_lock(&e->names_lock);
-}
-
-void eng_names_unlock(struct eng *e)
-{
-	pthread_mutex_unlock(&e->names_lock);
 }
 
 void eng_piece_source(struct eng *e, const struct piece_source *src)

@@ -4,13 +4,15 @@
  * (inode, seal, index), copied out or kept; a file's seal as one look
  * under its lock (struct seal_view) and its pieces pinned (struct
  * file_snap); inodes as handles, held and let go; the events; the store
- * the pieces live in, the counters they bump.  Issue 26 moves the group
- * onto it: parity.c and protect.c are on it (they include no
- * engine_i.h), gns.c not yet.
+ * the pieces live in, the counters they bump; the lock order's ranks and
+ * leaf_lock(), which the group's own locks are taken with.  Issue 26
+ * moves the group onto it: parity.c and protect.c are on it (they include
+ * no engine_i.h), gns.c not yet.
  */
 #ifndef RFT_CORE_H
 #define RFT_CORE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -248,5 +250,142 @@ void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
 int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
 			  uint8_t *map, uint32_t map_bits, uint32_t *npieces);
+
+/*
+ * --- locks ---------------------------------------------------------------
+ *
+ * The lock order of engine_i.h's opening comment as the checker holds it
+ * (see "Checked" there): a rank per lock, and what a thread may hold
+ * while it waits for each (eng_ranks[]).  Here, not in engine_i.h, so
+ * that the group's leaves (protect.c's, parity.c's locks) are taken
+ * through leaf_lock() too; the ranked locks' wrappers are engine_i.h's.
+ */
+enum eng_rank {
+	ENG_RANK_NAMES,		/* eng->names_lock */
+	ENG_RANK_NS,		/* eng->ns.lock */
+	ENG_RANK_FILE,		/* file->lock */
+	ENG_RANK_PASS,		/* eng->pass.lock */
+	ENG_RANK_STORE,		/* store->lock */
+	/* The leaves. */
+	ENG_RANK_PERSIST,	/* persist->lock */
+	ENG_RANK_COPIER,	/* eng->copier.lock */
+	ENG_RANK_LOADS,		/* eng->loads.lock */
+	ENG_RANK_HANDLES,	/* eng->handles_lock */
+	ENG_RANK_PROTECT,	/* struct protect's lock (protect.c) */
+	ENG_RANK_GNS,		/* struct gns's lock (gns.c) */
+	ENG_RANK_PAR,		/* struct parity's lock (parity.c) */
+	ENG_RANKS
+};
+
+#ifndef RFT_LOCK_CHECK
+#ifdef NDEBUG
+#define RFT_LOCK_CHECK 0
+#else
+#define RFT_LOCK_CHECK 1
+#endif
+#endif
+
+#if RFT_LOCK_CHECK
+#include "rft_lockrank.h"
+
+#define ENG_R(r) (1u << ENG_RANK_##r)
+/* What may be held while one waits for a ranked lock, and for a leaf. */
+#define ENG_UNDER_LEAF                                                        \
+	(ENG_R(NAMES) | ENG_R(NS) | ENG_R(FILE) | ENG_R(PASS) | ENG_R(STORE))
+
+static const struct rft_rank eng_ranks[ENG_RANKS] = {
+	[ENG_RANK_NAMES] = { "names_lock", 0 },
+	[ENG_RANK_NS] = { "ns->lock", ENG_R(NAMES) },
+	[ENG_RANK_FILE] = { "file->lock", ENG_R(NAMES) | ENG_R(NS) },
+	[ENG_RANK_PASS] = { "pass.lock",
+			    ENG_R(NAMES) | ENG_R(NS) | ENG_R(FILE) },
+	[ENG_RANK_STORE] = { "store->lock", ENG_R(NAMES) | ENG_R(NS) |
+			     ENG_R(FILE) | ENG_R(PASS) | ENG_R(PAR) },
+	[ENG_RANK_PERSIST] = { "persist->lock", ENG_UNDER_LEAF },
+	[ENG_RANK_COPIER] = { "copier.lock", ENG_UNDER_LEAF },
+	[ENG_RANK_LOADS] = { "loads.lock", ENG_UNDER_LEAF },
+	[ENG_RANK_HANDLES] = { "handles_lock", ENG_UNDER_LEAF },
+	[ENG_RANK_PROTECT] = { "protect->lock", ENG_UNDER_LEAF },
+	[ENG_RANK_GNS] = { "gns->lock", ENG_UNDER_LEAF },
+	[ENG_RANK_PAR] = { "par->lock", 0 },
+};
+#undef ENG_R
+#undef ENG_UNDER_LEAF
+
+#define ENG_WAIT(r, at, ln) rft_rank_wait(eng_ranks, ENG_RANKS, r, at, ln)
+#define ENG_GOT(r, at, ln) rft_rank_got(r, at, ln)
+#define ENG_PUT(r, at, ln) rft_rank_put(eng_ranks, ENG_RANKS, r, at, ln)
+#else
+#define ENG_WAIT(r, at, ln) ((void)(r), (void)(at), (void)(ln))
+#define ENG_GOT(r, at, ln) ((void)(r), (void)(at), (void)(ln))
+#define ENG_PUT(r, at, ln) ((void)(r), (void)(at), (void)(ln))
+#endif
+
+static inline void eng_mutex_lock_at(pthread_mutex_t *m, enum eng_rank r,
+				     const char *at, int ln)
+{
+	ENG_WAIT(r, at, ln);
+	pthread_mutex_lock(m);
+	ENG_GOT(r, at, ln);
+}
+
+static inline void eng_mutex_unlock_at(pthread_mutex_t *m, enum eng_rank r,
+				       const char *at, int ln)
+{
+	ENG_PUT(r, at, ln);
+	pthread_mutex_unlock(m);
+}
+
+static inline void eng_rdlock_at(pthread_rwlock_t *l, enum eng_rank r,
+				 const char *at, int ln)
+{
+	ENG_WAIT(r, at, ln);
+	pthread_rwlock_rdlock(l);
+	ENG_GOT(r, at, ln);
+}
+
+static inline void eng_wrlock_at(pthread_rwlock_t *l, enum eng_rank r,
+				 const char *at, int ln)
+{
+	ENG_WAIT(r, at, ln);
+	pthread_rwlock_wrlock(l);
+	ENG_GOT(r, at, ln);
+}
+
+/* A try: true if taken. */
+static inline bool eng_tryrdlock_at(pthread_rwlock_t *l, enum eng_rank r,
+				    const char *at, int ln)
+{
+	if (pthread_rwlock_tryrdlock(l) != 0)
+		return false;
+	ENG_GOT(r, at, ln);
+	return true;
+}
+
+static inline bool eng_trywrlock_at(pthread_rwlock_t *l, enum eng_rank r,
+				    const char *at, int ln)
+{
+	if (pthread_rwlock_trywrlock(l) != 0)
+		return false;
+	ENG_GOT(r, at, ln);
+	return true;
+}
+
+static inline void eng_rwunlock_at(pthread_rwlock_t *l, enum eng_rank r,
+				   const char *at, int ln)
+{
+	ENG_PUT(r, at, ln);
+	pthread_rwlock_unlock(l);
+}
+
+#undef ENG_WAIT
+#undef ENG_GOT
+#undef ENG_PUT
+
+#define ENG_AT __FILE__, __LINE__
+
+/* A leaf (@r one of the leaves' ranks), its mutex @m. */
+#define leaf_lock(m, r) eng_mutex_lock_at((m), (r), ENG_AT)
+#define leaf_unlock(m, r) eng_mutex_unlock_at((m), (r), ENG_AT)
 
 #endif

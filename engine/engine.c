@@ -44,9 +44,9 @@ static uint64_t tree_bytes(struct inode *dir)
 		if (S_ISDIR(in->mode)) {
 			n += tree_bytes(in);
 		} else if (S_ISREG(in->mode)) {
-			pthread_rwlock_rdlock(&in->file.lock);
+			file_rdlock(&in->file);
 			n += in->file.size;
-			pthread_rwlock_unlock(&in->file.lock);
+			file_unlock(&in->file);
 		}
 	}
 	return n;
@@ -65,7 +65,7 @@ static uint64_t next_checkpoint_bytes(void *ctx)
 
 	if (e->cfg.prefault == ENG_PREFAULT_NONE)
 		return 0;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	for (struct dentry *de = e->ns.root->dir.first; de; de = de->next) {
 		struct inode *c = de->inode;
 
@@ -84,7 +84,7 @@ static uint64_t next_checkpoint_bytes(void *ctx)
 
 			bytes = n > bytes ? n : bytes;
 		}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (bytes)
 		atomic_store(&e->learned_ckpt_bytes, bytes);
 	return atomic_load(&e->learned_ckpt_bytes);
@@ -325,7 +325,7 @@ static int count_bytes(void *ctx, struct inode *in)
 
 	if (!S_ISREG(in->mode))
 		return 0;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	if (in->nlink > 0)
 		c->logical += f->size;
 	if (in->nlink > 0 && file_state(f) == ENG_STATE_LOST)
@@ -345,7 +345,7 @@ static int count_bytes(void *ctx, struct inode *in)
 		else
 			c->copies += n;
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return 0;
 }
 
@@ -363,14 +363,14 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->mem_used = s->chunks_used * s->chunk_size;
 	s->mem_prefaulted = store_faulted_bytes(&e->store);
 	s->bytes_resident = s->mem_used;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	s->files = e->ns.nfiles;
 	s->dirs = e->ns.ndirs;
 	for (struct dentry *de = e->ns.root->dir.first; de; de = de->next)
 		if (S_ISDIR(de->inode->mode))
 			s->checkpoints++;
 	ns_walk(&e->ns, count_bytes, &c);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	s->bytes_logical = c.logical;
 	s->files_lost = c.lost;
 	s->mem_own = c.own;
@@ -424,7 +424,7 @@ static void ckpt_tree(struct eng *e, struct inode *dir,
 		} else if (S_ISREG(in->mode)) {
 			struct file *f = &in->file;
 
-			pthread_rwlock_rdlock(&f->lock);
+			file_rdlock(f);
 			if (file_state(f) < ci->state)
 				ci->state = file_state(f);
 			if (file_state(f) == ENG_STATE_LOST)
@@ -432,7 +432,7 @@ static void ckpt_tree(struct eng *e, struct inode *dir,
 			ci->files++;
 			ci->bytes += f->size;
 			ci->bytes_resident += file_ram_bytes(e, f);
-			pthread_rwlock_unlock(&f->lock);
+			file_unlock(f);
 		}
 	}
 }
@@ -444,7 +444,7 @@ int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx)
 	int rc = 0;
 
 	/* Copy out under the lock; @fn runs without it. */
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	for (struct dentry *de = e->ns.root->dir.first; de; de = de->next) {
 		struct inode *c = de->inode;
 		struct eng_ckpt_info ci = { 0 };
@@ -475,7 +475,7 @@ int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx)
 				      c->ckpt_seq % e->cfg.persist_every == 0;
 		v[n++] = ci;
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 
 	/* Oldest first. */
 	for (size_t i = 1; i < n; i++)
@@ -515,7 +515,7 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 	if (S_ISREG(in->mode)) {
 		struct file *f = &in->file;
 
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		c->ei.size = f->size;
 		c->ei.mtime = in->mtime;
 		c->ei.state = file_state(f);
@@ -537,7 +537,7 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 				     : away == f->nslots ? "persist"
 							 : "partial";
 		}
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	} else if (S_ISLNK(in->mode)) {
 		c->ei.size = strlen(in->target);
 		c->ei.state = in->node_persisted ? ENG_STATE_PERSISTED
@@ -580,7 +580,7 @@ int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn, void *ctx)
 	size_t n = 0;
 	int rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	rc = find_path(e, path, &in);
 	if (rc < 0)
 		goto out;
@@ -609,7 +609,7 @@ int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn, void *ctx)
 		n += rc == 0;
 	}
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	for (size_t i = 0; i < n; i++) {
 		v[i].ei.path = v[i].path;
 		if (rc == 0)
@@ -653,14 +653,14 @@ int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 	uint32_t n = 0;
 	int rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	rc = find_path(e, path, &in);
 	if (rc == 0 && !S_ISREG(in->mode))
 		rc = S_ISDIR(in->mode) ? -EISDIR : -EINVAL;
 	if (rc == 0) {
 		struct file *f = &in->file;
 
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
 			       e->store.chunk_shift);
 		v = calloc(n ? n : 1, sizeof(*v));
@@ -687,11 +687,11 @@ int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 			v[i].seal = e->gops ? f->gseal : 0;
 			stripe_of(f, i, &v[i]);
 		}
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		if (!v)
 			rc = -ENOMEM;
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	for (uint32_t i = 0; rc == 0 && i < n; i++)
 		rc = fn(ctx, &v[i]);
 	free(v);
@@ -711,7 +711,7 @@ static int copy_bytes_of(void *ctx, struct inode *in)
 
 	if (!S_ISREG(in->mode) || in->nlink == 0)
 		return 0;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	if (f->owner == e->node) {
 		for (int n = 0; n < 64; n++)
 			if (n != e->node && (f->holders & (1ULL << n)))
@@ -723,7 +723,7 @@ static int copy_bytes_of(void *ctx, struct inode *in)
 				cb->here[f->owner] +=
 					file_piece_len(e, f->size, i);
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return 0;
 }
 
@@ -735,9 +735,9 @@ void eng_copy_bytes(struct eng *e, uint64_t there[64], uint64_t here[64])
 	memset(here, 0, 64 * sizeof(*here));
 	if (!e->gops)
 		return;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	ns_walk(&e->ns, copy_bytes_of, &cb);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 }
 
 struct lost_list {
@@ -760,10 +760,10 @@ static int lost_of(void *ctx, struct inode *in)
 
 	if (!S_ISREG(in->mode) || in->nlink == 0)
 		return 0;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	lost = file_state(f) == ENG_STATE_LOST &&
 	       (!l->mine || f->owner == l->e->node);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (!lost)
 		return 0;
 	if (l->total++ >= l->max)
@@ -789,9 +789,9 @@ long eng_list_lost(struct eng *e, bool mine, unsigned max, eng_path_fn fn,
 		return 0;
 	if (l.max && !(l.path = calloc(l.max, sizeof(*l.path))))
 		return -ENOMEM;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	ns_walk(&e->ns, lost_of, &l);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	for (size_t i = 0; i < l.n; i++) {
 		if (rc == 0)
 			rc = fn(ctx, l.path[i]);
@@ -899,13 +899,13 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	 * seal (or, on its sealer, its records) first, then check the bytes.
 	 */
 	if (e->gops && repair) {
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		if (file_sealed(f))
 			off = file_seal_off_locked(e, f, path);
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		synced = off && file_resync(e, in) == 0;
 	}
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	vi->size = f->size;
 	vi->pieces = (uint32_t)((f->size + e->store.chunk_size - 1) >>
 				e->store.chunk_shift);
@@ -931,7 +931,7 @@ static void verify_file(struct eng *e, struct inode *in, const char *path,
 	rc = vi->sealed ? file_verify_take_locked(e, f, 0, &fs) : -EBUSY;
 	if (rc == 0 && !synced)
 		off = file_seal_off_locked(e, f, path);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (!vi->sealed)
 		return;
 	/* Repair needs the group (a good copy elsewhere) and protection. */
@@ -1015,13 +1015,13 @@ int eng_verify(struct eng *e, const char *path, bool repair, eng_verify_fn fn,
 	vi = malloc(sizeof(*vi));
 	if (!vi)
 		return -ENOMEM;
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	rc = find_path(e, path, &in);
 	if (rc == 0 && ns_path(&e->ns, in, buf, sizeof(buf)) < 0)
 		rc = -ENOENT;
 	if (rc == 0)
 		rc = verify_collect(&l, in, buf, strlen(buf), sizeof(buf));
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	for (size_t i = 0; i < l.n; i++) {
 		if (rc == 0) {
 			verify_file(e, l.in[i], l.path[i], repair, vi);

@@ -67,13 +67,13 @@ static void evict_file(struct evict *ev, struct inode *in)
 	bool tell;
 
 	if (ev->count_only) {
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		ev->evictable += file_evictable_locked(e, f, ev->caches);
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		return;
 	}
 	/* Never wait on a file someone is reading or writing. */
-	if (pthread_rwlock_trywrlock(&f->lock) != 0) {
+	if (!file_trywrlock(f)) {
 		ev->busy++;
 		return;
 	}
@@ -87,7 +87,7 @@ static void evict_file(struct evict *ev, struct inode *in)
 		/* Parity (xor, rs) keeps its own pieces pinned until told. */
 		tell = n && f->scheme && f->owner == e->node;
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (tell) {
 		struct eng_ev x = { .kind = EV_EVICTED, .in = in };
 
@@ -219,14 +219,14 @@ void evict_run(struct eng *e, bool pressure)
 	}
 	ev.target = high > nfree ? high : nfree + 1;
 	before = loads(e);
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	evict_both(&ev);
 	/* The second chance, taken at once for whoever waits. */
 	if (pressure && ev.spared && !enough(&ev)) {
 		ev.spared = 0;
 		evict_both(&ev);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	freed = ev.cached + ev.persisted;
 	if (pressure && !freed && !ev.spared && !ev.busy) {
 		atomic_store(&e->evictor.barren_loads, before);
@@ -253,9 +253,9 @@ uint64_t evict_count(struct eng *e)
 {
 	struct evict ev = { .e = e, .count_only = true };
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	evict_both(&ev);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return ev.evictable;
 }
 

@@ -474,11 +474,11 @@ bool file_snap_persisted_locked(struct file *f, const struct file_snap *fs)
 
 bool file_wrlock_drained(struct eng *e, struct file *f)
 {
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	/* Copies are queued under f->lock: none can be added while held. */
 	if (atomic_load_explicit(&f->pending, memory_order_acquire) == 0)
 		return true;
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return false;
 }
 
@@ -495,11 +495,11 @@ bool file_range_queued(struct eng *e, const struct file *f, uint64_t off,
 	struct copier *c = &e->copier;
 	bool hit;
 
-	pthread_mutex_lock(&c->lock);
+	leaf_lock(&c->lock, ENG_RANK_COPIER);
 	hit = wjob_hits(c->cur, f, off, end);
 	for (const struct wjob *w = c->head; w && !hit; w = w->next)
 		hit = wjob_hits(w, f, off, end);
-	pthread_mutex_unlock(&c->lock);
+	leaf_unlock(&c->lock, ENG_RANK_COPIER);
 	return hit;
 }
 
@@ -509,8 +509,8 @@ void file_wait_writes(struct eng *e, struct file *f)
 
 	if (atomic_load_explicit(&f->pending, memory_order_acquire) == 0)
 		return;
-	pthread_mutex_lock(&c->lock);
+	leaf_lock(&c->lock, ENG_RANK_COPIER);
 	while (atomic_load_explicit(&f->pending, memory_order_acquire))
 		pthread_cond_wait(&c->drained, &c->lock);
-	pthread_mutex_unlock(&c->lock);
+	leaf_unlock(&c->lock, ENG_RANK_COPIER);
 }

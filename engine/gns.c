@@ -210,9 +210,9 @@ static void finish(struct gns *g, struct gns_req *r, int rc);
  */
 static void enqueue(struct gns *g, struct gns_req *r)
 {
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	if (g->stop) {
-		pthread_mutex_unlock(&g->lock);
+		leaf_unlock(&g->lock, ENG_RANK_GNS);
 		finish(g, r, -ESHUTDOWN);
 		req_free(g->e, r);
 		return;
@@ -224,7 +224,7 @@ static void enqueue(struct gns *g, struct gns_req *r)
 		g->q_head = r;
 	g->q_tail = r;
 	pthread_cond_signal(&g->work);
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 }
 
 /* --- proposing ------------------------------------------------------------ */
@@ -255,9 +255,9 @@ static int gns_seal(void *ctx, struct inode *in, struct eng_call *c)
 	nsop_init(&r->op, NSOP_SEAL);
 	r->op.ino = in->ino;
 	r->call = c;
-	pthread_rwlock_wrlock(&g->e->ns.lock);
+	ns_wrlock(g->e);
 	in->holds++;
-	pthread_rwlock_unlock(&g->e->ns.lock);
+	ns_unlock(g->e);
 	r->in = in;
 	enqueue(g, r);
 	return c ? ENG_LATER : 0;
@@ -273,9 +273,9 @@ static void gns_persisted(void *ctx, struct inode *in, uint64_t gseal)
 	nsop_init(&r->op, NSOP_PERSIST);
 	r->op.ino = in->ino;
 	r->op.gseal = gseal;
-	pthread_rwlock_wrlock(&g->e->ns.lock);
+	ns_wrlock(g->e);
 	in->holds++;
-	pthread_rwlock_unlock(&g->e->ns.lock);
+	ns_unlock(g->e);
 	r->in = in;
 	enqueue(g, r);
 }
@@ -296,10 +296,10 @@ static int seal_build(struct gns *g, struct gns_req *r)
 	uint32_t n;
 	int rc;
 
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
 		       e->store.chunk_shift);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (n) {
 		rc = file_load(e, in, 0, n - 1, NULL);
 		if (rc < 0)
@@ -309,7 +309,7 @@ static int seal_build(struct gns *g, struct gns_req *r)
 		file_wait_writes(e, f);
 	if (!file_to_seal(e, f)) {
 		/* Sealed already, or another node's version shows here. */
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		return 1;
 	}
 	n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
@@ -317,7 +317,7 @@ static int seal_build(struct gns *g, struct gns_req *r)
 	for (uint32_t i = 0; i < n && i < f->nslots; i++)
 		if (slot_remote(&f->slots[i])) {
 			/* Evicted again meanwhile: try again. */
-			pthread_rwlock_unlock(&f->lock);
+			file_unlock(f);
 			return -EAGAIN;
 		}
 	/*
@@ -329,7 +329,7 @@ static int seal_build(struct gns *g, struct gns_req *r)
 	free(op->pieces);
 	op->pieces = calloc(n ? n : 1, sizeof(*op->pieces));
 	if (!op->pieces) {
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		return -ENOMEM;
 	}
 	op->npieces = n;
@@ -351,7 +351,7 @@ static int seal_build(struct gns *g, struct gns_req *r)
 	op->flags = protect_seal_code(g->prot);
 	op->mtime = in->mtime;
 	f->seal_sent = f->version;
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return 0;
 }
 
@@ -395,21 +395,21 @@ static int submit(struct gns *g, struct gns_req *r, uint64_t *index)
 	size_t len = 0;
 	int rc, result = 0;
 
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	r->op.tag = ++g->next_tag;
 	r->op.node = g->self;
 	r->op.inc = g->inc;
 	r->listed = true;
 	r->next = g->pending;
 	g->pending = r;
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 
 	rc = nsop_encode(&r->op, &buf, &len);
 	if (rc == 0)
 		rc = nslog_submit(g->log, buf, len, GNS_LOG_TIMEOUT_MS, &result);
 	free(buf);
 
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	for (struct gns_req **pp = &g->pending; *pp; pp = &(*pp)->next)
 		if (*pp == r) {
 			*pp = r->next;
@@ -419,7 +419,7 @@ static int submit(struct gns *g, struct gns_req *r, uint64_t *index)
 	/* An apply that found it before it left the list finishes first. */
 	while (r->applying)
 		pthread_cond_wait(&g->applied_cv, &g->lock);
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	atomic_fetch_add(&g->proposed, 1);
 	if (r->applied) {
 		*index = r->out.index;
@@ -452,11 +452,11 @@ static void finish(struct gns *g, struct gns_req *r, int rc)
  */
 static void seal_retry(struct gns *g, struct gns_req *r)
 {
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	r->retry_at_ms = rft_now_ms() + GNS_SEAL_RETRY_MS;
 	r->next = g->retry;
 	g->retry = r;
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 }
 
 /*
@@ -473,17 +473,17 @@ static bool reseal(struct gns *g, struct gns_req *r)
 	struct inode *in;
 	bool go = false;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, r->op.ino);
 	if (in && S_ISREG(in->mode)) {
-		pthread_rwlock_rdlock(&in->file.lock);
+		file_rdlock(&in->file);
 		go = in->file.writers == 0 && file_to_seal(e, &in->file);
-		pthread_rwlock_unlock(&in->file.lock);
+		file_unlock(&in->file);
 	}
 	s = go ? calloc(1, sizeof(*s)) : NULL;
 	if (s)
 		in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (!s)
 		return false;
 	nsop_init(&s->op, NSOP_SEAL);
@@ -549,7 +549,7 @@ static void *submitter_main(void *arg)
 {
 	struct gns *g = arg;
 
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	for (;;) {
 		struct gns_req *r = g->q_head, **pp;
 		uint64_t now = rft_now_ms(), next = now + 1000;
@@ -578,14 +578,14 @@ static void *submitter_main(void *arg)
 			if (!g->q_head)
 				g->q_tail = NULL;
 			g->running++;
-			pthread_mutex_unlock(&g->lock);
+			leaf_unlock(&g->lock, ENG_RANK_GNS);
 			if (g->stop) {
 				finish(g, r, -ESHUTDOWN);
 				req_free(g->e, r);
 			} else {
 				run_req(g, r);
 			}
-			pthread_mutex_lock(&g->lock);
+			leaf_lock(&g->lock, ENG_RANK_GNS);
 			g->running--;
 			pthread_cond_broadcast(&g->applied_cv);
 			continue;
@@ -594,7 +594,7 @@ static void *submitter_main(void *arg)
 			break;
 		rft_cond_wait_until(&g->work, &g->lock, next);
 	}
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	return NULL;
 }
 
@@ -621,17 +621,17 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 		return rc;
 	}
 	if (op.node == g->self && op.inc == g->inc) {
-		pthread_mutex_lock(&g->lock);
+		leaf_lock(&g->lock, ENG_RANK_GNS);
 		for (r = g->pending; r && r->op.tag != op.tag; r = r->next)
 			;
 		if (r)
 			r->applying = true;
-		pthread_mutex_unlock(&g->lock);
+		leaf_unlock(&g->lock, ENG_RANK_GNS);
 	}
 	if (r)
 		memset(&r->out, 0, sizeof(r->out));
 	rc = ns_apply(g->e, &op, index, r && r->call ? &r->out : NULL);
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	if (r) {
 		r->applying = false;
 		r->applied = true;
@@ -643,7 +643,7 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 	pthread_cond_broadcast(&g->applied_cv);
 	if (g->waits)
 		pthread_cond_broadcast(&g->jobs);
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	/* A node back with empty memory gets its copies again. */
 	if (op.kind == NSOP_LOST && rc == 0 &&
 	    !(op.node == g->self && op.inc == g->inc) &&
@@ -702,22 +702,22 @@ static int fsm_restore(void *ctx, uint64_t index, const void *buf,
 	if (rc == 0) {
 		uint64_t n;
 
-		pthread_rwlock_rdlock(&g->e->ns.lock);
+		ns_rdlock(g->e);
 		n = g->e->ns.count;
-		pthread_rwlock_unlock(&g->e->ns.lock);
+		ns_unlock(g->e);
 		rft_info("namespace: the log's snapshot at entry %llu restored "
 			 "(%zu bytes, %llu inodes, %llu ms); the entries after "
 			 "it follow",
 			 (unsigned long long)index, len, (unsigned long long)n,
 			 (unsigned long long)(rft_now_ms() - t0));
 		/* Peers' waits for what it stands for are answered. */
-		pthread_mutex_lock(&g->lock);
+		leaf_lock(&g->lock, ENG_RANK_GNS);
 		if (index > atomic_load(&g->applied))
 			atomic_store(&g->applied, index);
 		pthread_cond_broadcast(&g->applied_cv);
 		if (g->waits)
 			pthread_cond_broadcast(&g->jobs);
-		pthread_mutex_unlock(&g->lock);
+		leaf_unlock(&g->lock, ENG_RANK_GNS);
 	}
 	return rc;
 }
@@ -745,9 +745,9 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	j->f.meta = j->meta;
 	j->until_ms = rft_now_ms() + GNS_WAIT_MAX_MS;
 	j->inval_ms = rft_now_ms() + GNS_INVAL_WAIT_MS;
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	if (g->stop) {
-		pthread_mutex_unlock(&g->lock);
+		leaf_unlock(&g->lock, ENG_RANK_GNS);
 		free(j);
 		return 0;
 	}
@@ -757,7 +757,7 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 		g->j_head = j;
 	g->j_tail = j;
 	pthread_cond_signal(&g->jobs);
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	return 0;
 }
 
@@ -787,12 +787,12 @@ static void serve_get(struct gns *g, struct gns_job *j)
 	struct inode *in;
 	int rc = -ESTALE;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode)) {
 		struct file *f = &in->file;
 
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		if (f->gseal == gseal && f->dur.sealed == f->version &&
 		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
 		    f->slots[idx].crc_len == len &&
@@ -803,9 +803,9 @@ static void serve_get(struct gns *g, struct gns_job *j)
 			store_get(&e->store, chunk);
 			rc = 0;
 		}
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc < 0) {
 		rft_dbg("GET of piece %u (%u bytes) of inode %llu at seal %llu "
 			"from node %d: not here",
@@ -877,7 +877,7 @@ static void *server_main(void *arg)
 {
 	struct gns *g = arg;
 
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	for (;;) {
 		uint64_t now = rft_now_ms(), next = now + 1000;
 		uint64_t applied = atomic_load(&g->applied);
@@ -916,7 +916,7 @@ static void *server_main(void *arg)
 			}
 		}
 		if (j) {
-			pthread_mutex_unlock(&g->lock);
+			leaf_unlock(&g->lock, ENG_RANK_GNS);
 			if (!g->stop) {
 				if (j->f.type == GNS_T_WAIT)
 					answer_wait(g, j);
@@ -926,14 +926,14 @@ static void *server_main(void *arg)
 					serve_verify(g, j);
 			}
 			free(j);
-			pthread_mutex_lock(&g->lock);
+			leaf_lock(&g->lock, ENG_RANK_GNS);
 			continue;
 		}
 		if (g->stop)
 			break;
 		rft_cond_wait_until(&g->jobs, &g->lock, next);
 	}
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	return NULL;
 }
 
@@ -1141,7 +1141,7 @@ static bool drain(struct gns *g, uint64_t until_ms)
 {
 	bool done;
 
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	for (;;) {
 		uint64_t now = rft_now_ms();
 
@@ -1153,7 +1153,7 @@ static bool drain(struct gns *g, uint64_t until_ms)
 					? now + GNS_LEAVE_POLL_MS
 					: until_ms);
 	}
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	return done;
 }
 
@@ -1184,14 +1184,14 @@ static int leave_one(void *ctx, struct inode *in)
 
 	if (!S_ISREG(in->mode) || in->nlink == 0)
 		return 0;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	open = !file_sealed(f);
 	if (f->owner == w->g->self && !file_lost(f) &&
 	    f->dur.protected_data != f->version && !file_data_persisted(f) &&
 	    (open || !((f->holders & others) || f->parity_holders)))
 		for (uint32_t i = 0; i < f->nslots && !here; i++)
 			here = slot_in_ram(&f->slots[i]);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (!here)
 		return 0;
 	if (w->n < GNS_LEAVE_NAMED) {
@@ -1214,10 +1214,10 @@ static void wait_flush(struct gns *g, uint64_t ticket, uint64_t until_ms)
 
 	while (eng_flush_progress(g->e, ticket, &fp) == 0 && !fp.finished &&
 	       rft_now_ms() < until_ms) {
-		pthread_mutex_lock(&g->lock);
+		leaf_lock(&g->lock, ENG_RANK_GNS);
 		rft_cond_wait_until(&g->tick_cv, &g->lock,
 				    rft_now_ms() + GNS_LEAVE_POLL_MS);
-		pthread_mutex_unlock(&g->lock);
+		leaf_unlock(&g->lock, ENG_RANK_GNS);
 	}
 }
 
@@ -1277,9 +1277,9 @@ static int gns_leave(void *ctx, unsigned wait_ms)
 			  : rft_now_ms() + GNS_LEAVE_POLL_MS))
 		rft_warn("stop: namespace changes of this node are not all in "
 			 "the group's log yet");
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	ns_walk(&e->ns, leave_one, w);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	n = w->n;
 	/* Named once the locks are let go (the log may block). */
 	for (uint64_t i = 0; i < n && i < GNS_LEAVE_NAMED; i++) {
@@ -1358,7 +1358,7 @@ static void *ticker_main(void *arg)
 {
 	struct gns *g = arg;
 
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	while (!g->stop) {
 		uint64_t now = rft_now_ms(), prev = atomic_load(&g->tick_ms);
 
@@ -1374,7 +1374,7 @@ static void *ticker_main(void *arg)
 		atomic_store(&g->tick_ms, now);
 		rft_cond_wait_until(&g->tick_cv, &g->lock, now + GNS_TICK_MS);
 	}
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	return NULL;
 }
 
@@ -1382,9 +1382,9 @@ static void gns_kick(void *ctx)
 {
 	struct gns *g = ctx;
 
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	pthread_cond_broadcast(&g->jobs);
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 }
 
 static int gns_fresh(void *ctx)
@@ -1396,18 +1396,18 @@ static int gns_fresh(void *ctx)
 	if (rft_now_ms() - tick < g->stale_ms && !atomic_load(&g->stale))
 		return 0;
 	atomic_store(&g->stale, true);
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	if (g->syncing) {
 		/* Another caller's barrier: its result is ours. */
 		gen = g->sync_gen;
 		while (g->syncing && gen == g->sync_gen)
 			pthread_cond_wait(&g->synced, &g->lock);
 		rc = g->sync_rc;
-		pthread_mutex_unlock(&g->lock);
+		leaf_unlock(&g->lock, ENG_RANK_GNS);
 		return rc;
 	}
 	g->syncing = true;
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	rc = nslog_barrier(g->log, GNS_LOG_TIMEOUT_MS);
 	if (rc < 0) {
 		rft_warn("cannot confirm this node's namespace with the "
@@ -1420,12 +1420,12 @@ static int gns_fresh(void *ctx)
 		rft_info("namespace confirmed with the group's log: serving "
 			 "again");
 	}
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	g->sync_rc = rc;
 	g->syncing = false;
 	g->sync_gen++;
 	pthread_cond_broadcast(&g->synced);
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	return rc;
 }
 
@@ -1480,12 +1480,12 @@ static void gns_stop(void *ctx)
 	if (!g->started)
 		return;
 	protect_stop(g->prot);
-	pthread_mutex_lock(&g->lock);
+	leaf_lock(&g->lock, ENG_RANK_GNS);
 	g->stop = true;
 	pthread_cond_broadcast(&g->work);
 	pthread_cond_broadcast(&g->jobs);
 	pthread_cond_broadcast(&g->tick_cv);
-	pthread_mutex_unlock(&g->lock);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	for (int i = 0; i < GNS_SUBMITTERS; i++)
 		pthread_join(g->submitters[i], NULL);
 	for (int i = 0; i < GNS_SERVERS; i++)

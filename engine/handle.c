@@ -29,10 +29,10 @@ int eng_release(struct eng *e, struct eng_file *fp)
 		if (sealed)
 			pass_sealed(e, in);
 	}
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in->opens--;
 	in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (tell)
 		e->gops->seal(e->gctx, in, NULL);
 	if (sealed)

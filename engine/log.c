@@ -7,14 +7,22 @@
 #include <time.h>
 
 #include "engine.h"
+#include "rft_lockrank.h"
 
 int rft_log_max = RFT_LOG_INFO;
 static bool to_syslog;
+
+/* A lock-order report (engine_i.h) where the log goes, once detached. */
+static void lock_report(const char *line)
+{
+	syslog(LOG_ERR, "%s", line);
+}
 
 void rft_log_syslog(const char *ident)
 {
 	openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
 	to_syslog = true;
+	rft_rank_on_report(lock_report);
 }
 
 void rft_logv(int level, const char *func, int line, const char *fmt,

@@ -161,10 +161,10 @@ void ns_maybe_free(struct eng *e, struct inode *in)
 
 void ns_unhold(struct eng *e, struct inode *in)
 {
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in->holds--;
 	ns_maybe_free(e, in);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 }
 
 /* --- directories -------------------------------------------------------- */
@@ -475,28 +475,28 @@ bool eng_inode_is_file(const struct inode *in)
 
 void eng_hold(struct eng *e, struct inode *in)
 {
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 }
 
 struct inode *eng_find_hold(struct eng *e, uint64_t ino)
 {
 	struct inode *in;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in)
 		in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return in;
 }
 
 void eng_inode_name(struct eng *e, const struct inode *in, char *buf,
 		    size_t size)
 {
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	if (ns_path(&e->ns, in, buf, size) < 0)
 		snprintf(buf, size, "inode %llu", (unsigned long long)in->ino);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 }

@@ -50,7 +50,7 @@ void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st)
 		struct file *f = &in->file;
 
 		st->st_nlink = in->nlink;
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		st->st_size = (off_t)f->size;
 		st->st_blocks = (blkcnt_t)(file_ram_bytes(e, f) / 512);
 		st->st_mtim = in->mtime;
@@ -65,7 +65,7 @@ void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st)
 		 */
 		if (e->pass.mnt >= 0)
 			pass_stat(e, f, st);
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	} else {
 		st->st_nlink = in->nlink;
 		st->st_rdev = in->rdev;
@@ -109,7 +109,7 @@ int eng_lookup(struct eng *e, uint64_t parent, const char *name,
 		return rc;
 
 	/* nlookup changes under the read lock would race: take it for write. */
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	rc = get_dir(e, parent, &dir);
 	if (rc < 0)
 		goto out;
@@ -125,7 +125,7 @@ int eng_lookup(struct eng *e, uint64_t parent, const char *name,
 	de->inode->nlookup++;
 	ns_fill_stat(e, de->inode, st);
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return rc;
 }
 
@@ -133,13 +133,13 @@ void eng_forget(struct eng *e, uint64_t ino, uint64_t nlookup)
 {
 	struct inode *in;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in && in != e->ns.root) {
 		in->nlookup = in->nlookup > nlookup ? in->nlookup - nlookup : 0;
 		ns_maybe_free(e, in);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 }
 
 int eng_getattr(struct eng *e, uint64_t ino, struct stat *st)
@@ -150,13 +150,13 @@ int eng_getattr(struct eng *e, uint64_t ino, struct stat *st)
 	if (rc < 0)
 		return rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in)
 		ns_fill_stat(e, in, st);
 	else
 		rc = -ENOENT;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return rc;
 }
 
@@ -217,7 +217,7 @@ static int apply_setattr(struct eng *e, const struct nsop *op,
 	if ((sa->valid & ENG_SET_SIZE) && e->pass.mnt >= 0)
 		cut = pass_cut_begin(e, op->ino);
 again:
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, op->ino);
 	if (!in) {
 		rc = -ENOENT;
@@ -234,14 +234,14 @@ again:
 	if (S_ISREG(in->mode)) {
 		f = &in->file;
 		if (!(sa->valid & ENG_SET_SIZE)) {
-			pthread_rwlock_wrlock(&f->lock);
+			file_wrlock(f);
 		} else if (!file_wrlock_drained(e, f)) {
 			/*
 			 * A truncate must follow the copies queued before
 			 * it; wait for them with no lock held.
 			 */
 			in->holds++;
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 			file_wait_writes(e, f);
 			ns_unhold(e, in);
 			goto again;
@@ -299,7 +299,7 @@ again:
 			/* A closed file's change goes to the tiers again. */
 			kick = f->writers == 0 && !file_persisted(f);
 		}
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	} else {
 		set_times(in, sa, &op->now);
 		/* Directories and nodes: their metadata goes again. */
@@ -313,14 +313,14 @@ again:
 	if (rc == 0 && out && !pass_trunc)
 		ns_fill_stat(e, in, &out->st);
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (pass_trunc) {
 		/* The backing file's I/O with no lock of ours held. */
 		pass_truncate(e, in, sa->size);
 		if (out) {
-			pthread_rwlock_rdlock(&e->ns.lock);
+			ns_rdlock(e);
 			ns_fill_stat(e, in, &out->st);
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 		}
 	}
 	if (kick)
@@ -423,7 +423,7 @@ static int apply_make(struct eng *e, const struct nsop *op,
 		/* As tmpfs: files, FIFOs, sockets and device nodes. */
 		return -EINVAL;
 	}
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	rc = ns_make_entry(e, op, mode, &in);
 	if (rc == 0) {
 		if (S_ISREG(mode)) {
@@ -439,7 +439,7 @@ static int apply_make(struct eng *e, const struct nsop *op,
 			ns_fill_stat(e, in, &out->st);
 		}
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	free(t);
 	/* Empty directories and nodes are kept in the persist dir too. */
 	if (rc == 0)
@@ -474,7 +474,7 @@ static int apply_link(struct eng *e, const struct nsop *op,
 	int rc;
 
 	eng_names_lock(e);
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, op->ino);
 	if (in && S_ISDIR(in->mode)) {
 		rc = -EPERM;
@@ -509,7 +509,7 @@ static int apply_link(struct eng *e, const struct nsop *op,
 	}
 	in->holds++;
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc == 0) {
 		if (mirror) {
 			struct eng_ev ev = { .kind = EV_LINKED, .in = in,
@@ -535,7 +535,7 @@ static int apply_remove(struct eng *e, const struct nsop *op, bool remote)
 	int rc;
 
 	eng_names_lock(e);
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	rc = get_dir(e, op->parent, &dir);
 	if (rc < 0)
 		goto out;
@@ -568,7 +568,7 @@ static int apply_remove(struct eng *e, const struct nsop *op, bool remote)
 		name_changed(in, &op->now);
 	touch_dir(dir, &op->now);
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc == 0) {
 		if (rel[0]) {
 			struct eng_ev ev = { .kind = EV_UNLINKED, .in = in,
@@ -609,7 +609,7 @@ static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
 		return -EINVAL;
 
 	eng_names_lock(e);
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	rc = get_dir(e, op->parent, &sdir);
 	if (rc == 0)
 		rc = get_dir(e, op->newparent, &ddir);
@@ -730,7 +730,7 @@ static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
 	if (dst)
 		name_changed(dst, &op->now);
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc == 0 && mirror) {
 		struct eng_ev ev = { .kind = EV_RENAMED, .in = src,
 				     .from = from, .to = to, .dst = dst,
@@ -841,7 +841,7 @@ bool ns_check_local(struct eng *e, const struct nsop *op, int *rc)
 	default:
 		return false;
 	}
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	*rc = get_dir(e, op->parent, &dir);
 	if (*rc == 0 && op->kind != NSOP_UNLINK && op->kind != NSOP_RMDIR)
 		*rc = ns_name_check(e, dir, op->name,
@@ -850,7 +850,7 @@ bool ns_check_local(struct eng *e, const struct nsop *op, int *rc)
 							       : op->mode);
 	if (*rc == 0)
 		de = ns_dir_find(&dir->dir, op->name);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (*rc == 0) {
 		if (de && (op->kind == NSOP_MKNOD || op->kind == NSOP_MKDIR ||
 			   op->kind == NSOP_SYMLINK))
@@ -1000,7 +1000,7 @@ int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
 	if (rc < 0)
 		return rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_find(&e->ns, ino);
 	if (!in) {
 		rc = -ENOENT;
@@ -1014,7 +1014,7 @@ int eng_readlink(struct eng *e, uint64_t ino, char *buf, size_t size)
 		memcpy(buf, in->target, n);
 		rc = (int)n;
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return rc;
 }
 
@@ -1035,10 +1035,10 @@ int eng_statfs(struct eng *e, struct statvfs *sv)
 	sv->f_blocks = e->store.nchunks;
 	sv->f_bfree = nfree;
 	sv->f_bavail = nfree;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	sv->f_files = e->ns.count + nfree;
 	sv->f_ffree = nfree;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	sv->f_favail = sv->f_ffree;
 	sv->f_namemax = NAME_MAX;
 	return 0;
@@ -1066,7 +1066,7 @@ int eng_opendir(struct eng *e, uint64_t ino, struct eng_dir **dp)
 
 	if (rc < 0)
 		return rc;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	rc = get_dir(e, ino, &in);
 	if (rc < 0)
 		goto out;
@@ -1090,7 +1090,7 @@ int eng_opendir(struct eng *e, uint64_t ino, struct eng_dir **dp)
 	}
 	d->count = i;
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc < 0 && d) {
 		eng_releasedir(e, d);
 		d = NULL;
@@ -1141,14 +1141,14 @@ static void open_info(struct file *f, struct eng_open_info *info)
 
 void eng_handle_free(struct eng *e, struct eng_file *h)
 {
-	pthread_mutex_lock(&e->handles_lock);
+	leaf_lock(&e->handles_lock, ENG_RANK_HANDLES);
 	if (h->hprev)
 		h->hprev->hnext = h->hnext;
 	else
 		e->handles = h->hnext;
 	if (h->hnext)
 		h->hnext->hprev = h->hprev;
-	pthread_mutex_unlock(&e->handles_lock);
+	leaf_unlock(&e->handles_lock, ENG_RANK_HANDLES);
 	free(h);
 }
 
@@ -1177,12 +1177,12 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 	h->inode = in;
 	h->flags = flags;
 	h->writer = writer;
-	pthread_mutex_lock(&e->handles_lock);
+	leaf_lock(&e->handles_lock, ENG_RANK_HANDLES);
 	h->hnext = e->handles;
 	if (e->handles)
 		e->handles->hprev = h;
 	e->handles = h;
-	pthread_mutex_unlock(&e->handles_lock);
+	leaf_unlock(&e->handles_lock, ENG_RANK_HANDLES);
 
 	if (trunc) {
 		/* A truncate must not race a copy queued before it. */
@@ -1191,7 +1191,7 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 			return -EAGAIN;
 		}
 	} else {
-		pthread_rwlock_wrlock(&f->lock);
+		file_wrlock(f);
 	}
 	if (writer)
 		f->writers++;
@@ -1201,7 +1201,7 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 		in->ctime = *now;
 	}
 	open_info(f, info);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	in->opens++;
 	*fp = h;
 	return 0;
@@ -1212,7 +1212,7 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 static void wait_unlocked(struct eng *e, struct inode *in)
 {
 	in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	file_wait_writes(e, &in->file);
 	ns_unhold(e, in);
 }
@@ -1232,13 +1232,13 @@ static int open_here(struct eng *e, struct inode *in, int flags, bool entry,
 		if (rc != -EAGAIN)
 			break;
 		wait_unlocked(e, in);
-		pthread_rwlock_wrlock(&e->ns.lock);
+		ns_wrlock(e);
 	}
 	if (rc == 0 && entry) {
 		in->nlookup++;
 		ns_fill_stat(e, in, &out->st);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return rc;
 }
 
@@ -1263,23 +1263,23 @@ int file_prepare_open(struct eng *e, struct eng_call *c, struct nsop *op,
 			return 0;
 	}
 	memset(&out, 0, sizeof(out));
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	if (create) {
 		dir = ns_find(&e->ns, c->parent);
 		if (!dir || !S_ISDIR(dir->mode) ||
 		    (dir != e->ns.root && dir->nlink == 0)) {
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 			*rc = dir && !S_ISDIR(dir->mode) ? -ENOTDIR : -ENOENT;
 			return 1;
 		}
 		de = ns_dir_find(&dir->dir, c->name);
 		if (!de) {
 			/* A new name: the log decides who makes it. */
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 			return 0;
 		}
 		if (c->flags & O_EXCL) {
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 			*rc = -EEXIST;
 			return 1;
 		}
@@ -1287,7 +1287,7 @@ int file_prepare_open(struct eng *e, struct eng_call *c, struct nsop *op,
 	} else {
 		in = ns_find(&e->ns, c->ino);
 		if (!in) {
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 			*rc = -ENOENT;
 			return 1;
 		}
@@ -1313,7 +1313,7 @@ int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
 	struct file *f;
 	int rc;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	if (create) {
 		dir = ns_find(&e->ns, op->parent);
 		rc = !dir || (dir != e->ns.root && dir->nlink == 0) ? -ENOENT
@@ -1353,9 +1353,9 @@ int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
 	f = &in->file;
 	/* The log's record: written there until that node's seal. */
 	if (writer && op->node >= 0 && op->node < 64) {
-		pthread_rwlock_wrlock(&f->lock);
+		file_wrlock(f);
 		file_log_writers(f, 1ULL << op->node, 0);
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	}
 	/*
 	 * On the proposer: its open (an O_TRUNC truncates its own draft).
@@ -1366,13 +1366,13 @@ int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
 	if (out)
 		return open_here(e, in, (int)op->flags, create, &op->now, out);
 	if (writer && op->node >= 0 && op->node < 64) {
-		pthread_rwlock_wrlock(&f->lock);
+		file_wrlock(f);
 		f->remote_writers |= 1ULL << op->node;
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	}
 	rc = 0;
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	(void)index;
 	return rc;
 }
@@ -1394,8 +1394,8 @@ int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c)
 	 * seal goes round the log now, not at RELEASE (which the kernel
 	 * sends after close has returned).
 	 */
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	tell = f->writers == 1 && file_to_seal(e, f);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return tell ? e->gops->seal(e->gctx, fp->inode, c) : 0;
 }

@@ -198,7 +198,7 @@ static void w_inode(struct wbuf *w, struct inode *in)
 	struct file *f = S_ISREG(in->mode) ? &in->file : NULL;
 
 	if (f)
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 	w_u64(w, in->ino);
 	w_u32(w, (uint32_t)in->mode);
 	w_u32(w, (uint32_t)in->uid);
@@ -230,7 +230,7 @@ static void w_inode(struct wbuf *w, struct inode *in)
 			w_seal(w, f->sealed);
 	}
 	if (f)
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 }
 
 /* Position of @de among its inode's names (the primary one is 0). */
@@ -251,10 +251,10 @@ int ns_snap_encode(struct eng *e, void **buf, size_t *len)
 	struct wbuf w = { 0 };
 	uint32_t nspaces = 0;
 
-	pthread_rwlock_rdlock(&ns->lock);
+	ns_rdlock(e);
 	c.v = malloc((ns->count ? ns->count : 1) * sizeof(*c.v));
 	if (!c.v) {
-		pthread_rwlock_unlock(&ns->lock);
+		ns_unlock(e);
 		return -ENOMEM;
 	}
 	ns_walk(ns, collect_one, &c);
@@ -295,7 +295,7 @@ int ns_snap_encode(struct eng *e, void **buf, size_t *len)
 			w_str(&w, de->name);
 		}
 	}
-	pthread_rwlock_unlock(&ns->lock);
+	ns_unlock(e);
 	free(c.v);
 	if (w.oom) {
 		free(w.p);
@@ -905,7 +905,7 @@ int ns_snap_restore(struct eng *e, const void *buf, size_t len,
 	}
 	/* f->copy changes under the names lock too (struct file). */
 	eng_names_lock(e);
-	pthread_rwlock_wrlock(&ns->lock);
+	ns_wrlock(e);
 	/* One number is one inode everywhere: of one type. */
 	for (uint64_t i = 0; i < s.ninodes; i++) {
 		struct inode *in = ns_find(ns, s.in[i].ino);
@@ -922,7 +922,7 @@ int ns_snap_restore(struct eng *e, const void *buf, size_t len,
 	if (rc == 0)
 		rc = detach_all(e, &rs);
 	if (rc < 0) {
-		pthread_rwlock_unlock(&ns->lock);
+		ns_unlock(e);
 		eng_names_unlock(e);
 		goto out;
 	}
@@ -949,7 +949,7 @@ int ns_snap_restore(struct eng *e, const void *buf, size_t len,
 		    S_ISREG(o->child->mode))
 			pass_unlinked(e, o->child); /* no copy to wait for */
 	}
-	pthread_rwlock_unlock(&ns->lock);
+	ns_unlock(e);
 	/*
 	 * As another node's unlink or rename: the tiers learn of it (the
 	 * owner checks its persisted copy went along, parity of a file gone

@@ -137,11 +137,11 @@ static uint8_t *rxbuf_get(struct parity *par)
 {
 	struct scratch *sc;
 
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	sc = par->rxbufs;
 	if (sc)
 		par->rxbufs = sc->next;
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 	return sc ? (uint8_t *)sc : malloc(par->st->chunk_size);
 }
 
@@ -151,10 +151,10 @@ static void rxbuf_put(struct parity *par, void *buf)
 
 	if (!buf)
 		return;
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	sc->next = par->rxbufs;
 	par->rxbufs = sc;
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 }
 
 /* A decode buffer of (1 + k + m) chunks: a kept one, or a new one. */
@@ -162,11 +162,11 @@ static uint8_t *scratch_get(struct parity *par)
 {
 	struct scratch *sc;
 
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	sc = par->scratch;
 	if (sc)
 		par->scratch = sc->next;
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 	if (sc)
 		return (uint8_t *)sc;
 	return malloc((size_t)(1 + par->l.k + par->l.m) *
@@ -179,10 +179,10 @@ static void scratch_put(struct parity *par, uint8_t *buf)
 
 	if (!buf)
 		return;
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	sc->next = par->scratch;
 	par->scratch = sc;
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 }
 
 /*
@@ -195,7 +195,7 @@ static int decode_begin(struct parity *par, uint64_t ckpt, uint64_t stripe,
 {
 	bool waited = false;
 
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	for (;;) {
 		bool busy = false;
 
@@ -206,7 +206,7 @@ static int decode_begin(struct parity *par, uint64_t ckpt, uint64_t stripe,
 			break;
 		if (pthread_cond_timedwait(&par->decoded, &par->lock,
 					   deadline) == ETIMEDOUT) {
-			pthread_mutex_unlock(&par->lock);
+			leaf_unlock(&par->lock, ENG_RANK_PAR);
 			return -ETIMEDOUT;
 		}
 		waited = true;
@@ -215,13 +215,13 @@ static int decode_begin(struct parity *par, uint64_t ckpt, uint64_t stripe,
 		par->decoding[par->ndecoding].ckpt = ckpt;
 		par->decoding[par->ndecoding++].stripe = stripe;
 	}
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 	return waited ? 1 : 0;
 }
 
 static void decode_end(struct parity *par, uint64_t ckpt, uint64_t stripe)
 {
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	for (unsigned i = 0; i < par->ndecoding; i++)
 		if (par->decoding[i].ckpt == ckpt &&
 		    par->decoding[i].stripe == stripe) {
@@ -229,7 +229,7 @@ static void decode_end(struct parity *par, uint64_t ckpt, uint64_t stripe)
 			break;
 		}
 	pthread_cond_broadcast(&par->decoded);
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 }
 
 /* --- the stripe table ------------------------------------------------------ */
@@ -379,12 +379,12 @@ static void refused(struct parity *par, int node, const struct peer_frame *f,
 
 	if (node < 0 || node >= GRP_MAX_NODES)
 		return;
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	r = &par->refused_by[node];
 	news = r->ino != ino || r->gseal != gseal || r->unfold != unfold ||
 	       r->err != err;
 	*r = (struct par_refusal){ ino, gseal, unfold, err };
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 	if (news)
 		rft_warn("parity: %s of node %d's inode %llu refused here: "
 			 "%s%s (it sends what is missing again)",
@@ -428,7 +428,7 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 		return 0;
 	}
 	slot = (int)rft_get_le32(m + 36);
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	if (f->type == PAR_T_FOLD) {
 		ps = find_or_make(par, rft_get_le64(m), rft_get_le64(m + 8),
 				  row, f->bulk_len);
@@ -455,7 +455,7 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 			drop_if_empty(par, ps);
 		}
 	}
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 	if (rc < 0 && rc != -ENOENT) {
 		atomic_fetch_add(&par->refused, 1);
 		rft_dbg("%s of piece %u of inode %llu into stripe %llu: %s",
@@ -501,7 +501,7 @@ int parity_rx_done(struct parity *par, int node, const struct peer_frame *f,
 	a = calloc(1, 8 + (nbits + 7) / 8);
 	if (!a)
 		return -ENOMEM;
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	for (uint32_t i = 0; i < n; i++) {
 		struct pstripe *ps;
 		uint64_t stripe;
@@ -530,7 +530,7 @@ int parity_rx_done(struct parity *par, int node, const struct peer_frame *f,
 	    par->refused_by[node].gseal == gseal &&
 	    par->refused_by[node].unfold == gone)
 		why = par->refused_by[node].err;
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 	if (rc < 0) {
 		free(a);
 		return rc;
@@ -563,7 +563,7 @@ int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
 		free(b);
 		return -ENOMEM;
 	}
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	ps = find(par, rft_get_le64(m), rft_get_le64(m + 8));
 	if (ps) {
 		rft_put_le32(a, (uint32_t)par->l.k);
@@ -583,7 +583,7 @@ int parity_rx_get(struct parity *par, int node, const struct peer_frame *f,
 		len = (uint32_t)ps->st.len;
 		memcpy(b, ps->st.parity, len);
 	}
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 	if (!ps) {
 		free(a);
 		free(b);
@@ -843,7 +843,7 @@ static int decode_piece(struct parity *par, const struct eng_piece *pc,
 		if (h == par->self) {
 			struct pstripe *ps;
 
-			pthread_mutex_lock(&par->lock);
+			leaf_lock(&par->lock, ENG_RANK_PAR);
 			ps = find(par, pc->stripe_ckpt, stripe);
 			if (ps) {
 				row_copy(par, ps, chunks[k + r]);
@@ -856,7 +856,7 @@ static int decode_piece(struct parity *par, const struct eng_piece *pc,
 						ps->st.member[s].crc,
 						ps->st.member[s].in };
 			}
-			pthread_mutex_unlock(&par->lock);
+			leaf_unlock(&par->lock, ENG_RANK_PAR);
 			rc = ps ? 0 : -ENOENT;
 		} else {
 			rc = get_row(par, h, pc->stripe_ckpt, stripe, r,
@@ -1001,7 +1001,7 @@ static void scrub_stripe(struct parity *par, const struct eng_piece *pc,
 		if (h == par->self) {
 			struct pstripe *ps;
 
-			pthread_mutex_lock(&par->lock);
+			leaf_lock(&par->lock, ENG_RANK_PAR);
 			ps = find(par, pc->stripe_ckpt, stripe);
 			if (ps) {
 				row_copy(par, ps, row);
@@ -1014,7 +1014,7 @@ static void scrub_stripe(struct parity *par, const struct eng_piece *pc,
 						ps->st.member[x].crc,
 						ps->st.member[x].in };
 			}
-			pthread_mutex_unlock(&par->lock);
+			leaf_unlock(&par->lock, ENG_RANK_PAR);
 			rc = ps ? 0 : -ENOENT;
 		} else {
 			rc = get_row(par, h, pc->stripe_ckpt, stripe, r, row, mi,
@@ -1225,10 +1225,10 @@ void parity_get_stats(struct parity *par, struct eng_protect_stats *s)
 {
 	if (!par)
 		return;
-	pthread_mutex_lock(&par->lock);
+	leaf_lock(&par->lock, ENG_RANK_PAR);
 	s->parity_rows = par->rows;
 	s->parity_bytes = par->row_bytes;
-	pthread_mutex_unlock(&par->lock);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
 	s->parity_folds = atomic_load(&par->folds);
 	s->parity_unfolds = atomic_load(&par->unfolds);
 	s->parity_refused = atomic_load(&par->refused);

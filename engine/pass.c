@@ -573,7 +573,7 @@ static uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx,
 	if (!atomic_load_explicit(&e->pass.in_place, memory_order_acquire) ||
 	    end <= e->pass.min_size || !f->name_hash)
 		return RFT_NO_CHUNK;
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	hp = f->home;
 	if (!hp && !f->pass && !e->pass.stop) {
 		hp = take_named_spare_locked(e, f->name_hash);
@@ -596,7 +596,7 @@ static uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx,
 					 e->store.chunk_size);
 		}
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return id;
 }
 
@@ -653,12 +653,12 @@ static void reap(struct eng *e)
 	struct pass_home *h;
 	struct pass *p;
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	h = e->pass.unmaps;
 	e->pass.unmaps = NULL;
 	p = e->pass.dead;
 	e->pass.dead = NULL;
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	while (h) {
 		struct pass_home *next = h->next;
 
@@ -681,10 +681,10 @@ static void reap(struct eng *e)
 void pass_fini(struct eng *e)
 {
 	if (e->pass.copier_on) {
-		pthread_mutex_lock(&e->pass.lock);
+		pass_lock(e);
 		e->pass.stop = true;
 		pthread_cond_broadcast(&e->pass.work);
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		pthread_join(e->pass.copier, NULL);
 		e->pass.copier_on = false;
 	}
@@ -693,7 +693,7 @@ void pass_fini(struct eng *e)
 		ns_unhold(e, e->pass.queue[--e->pass.nqueue].in);
 	free(e->pass.queue);
 	e->pass.queue = NULL;
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	e->pass.stop = true; /* no more spares */
 	while (e->pass.early)
 		early_drop_locked(e, e->pass.early);
@@ -710,7 +710,7 @@ void pass_fini(struct eng *e)
 			p->file->pass = NULL;
 		pass_free_locked(e, p);
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	if (e->ns.table)
 		ns_walk(&e->ns, forget_home, e);
 	reap(e);
@@ -721,12 +721,12 @@ void pass_fini(struct eng *e)
 
 void pass_homes_fini(struct eng *e)
 {
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	homes_settle_locked(e, true);
 	if (e->pass.homes)
 		rft_err("passthrough: backing files that chunks still point "
 			"into at the end: left mapped");
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	reap(e);
 }
 
@@ -734,7 +734,7 @@ void pass_homes_fini(struct eng *e)
  * held for writing, or the end. */
 static void pass_forget(struct eng *e, struct file *f)
 {
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	if (f->early)
 		early_drop_locked(e, f->early);
 	home_drop_locked(e, f);
@@ -745,7 +745,7 @@ static void pass_forget(struct eng *e, struct file *f)
 		pass_free_locked(e, f->pass);
 		f->pass = NULL;
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 }
 
 void pass_shed(struct eng *e, uint32_t want)
@@ -753,7 +753,7 @@ void pass_shed(struct eng *e, uint32_t want)
 	uint32_t freed = 0;
 	struct pass *sp;
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	/*
 	 * Backing files no file points into any more (those eviction just
 	 * put every piece of back, when called after it), spares, the oldest
@@ -790,7 +790,7 @@ void pass_shed(struct eng *e, uint32_t want)
 		unlink_locked(e, p);
 		retire_locked(e, p);
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	/* Wanted now, not when the copier gets to it. */
 	reap(e);
 	if (freed)
@@ -814,9 +814,9 @@ static void copy_sealed(struct eng *e, struct inode *in)
 	struct pass *p = NULL;
 	int rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
-	pthread_rwlock_rdlock(&f->lock);
-	pthread_mutex_lock(&e->pass.lock);
+	ns_rdlock(e);
+	file_rdlock(f);
+	pass_lock(e);
 	if (!f->pass && in->nlink > 0 && copyable(e, f)) {
 		p = pass_new_locked(e, f);
 		if (p)
@@ -828,17 +828,17 @@ static void copy_sealed(struct eng *e, struct inode *in)
 		early_drop_locked(e, f->early);
 	if (!p && f->writers == 0)
 		home_drop_locked(e, f);
-	pthread_mutex_unlock(&e->pass.lock);
-	pthread_rwlock_unlock(&f->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	pass_unlock(e);
+	file_unlock(f);
+	ns_unlock(e);
 	if (!p)
 		return;
 	rc = make_copy(e, in, p, false);
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	if (rc < 0)
 		abandon_locked(e, f, p);
 	/* (Else make_copy made it PASS_KEPT.) */
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 }
 
 /*
@@ -900,7 +900,7 @@ static void *copier_main(void *arg)
 
 	/* Below the job's threads: the copy is for a later reader. */
 	(void)nice(19);
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	for (;;) {
 		struct timespec until;
 		struct pass_job job;
@@ -911,9 +911,9 @@ static void *copier_main(void *arg)
 		if (e->pass.stop)
 			break;
 		if (e->pass.dead || e->pass.unmaps) {
-			pthread_mutex_unlock(&e->pass.lock);
+			pass_unlock(e);
 			reap(e);
-			pthread_mutex_lock(&e->pass.lock);
+			pass_lock(e);
 			continue;
 		}
 		if (!next_job_locked(e, &job, &until)) {
@@ -922,31 +922,31 @@ static void *copier_main(void *arg)
 					       &until);
 			continue;
 		}
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		if (!job.early)
 			copy_sealed(e, job.in);
 		else if (early_round(e, job.in))
 			queue_early(e, job.in); /* more: after the others */
 		ns_unhold(e, job.in);
-		pthread_mutex_lock(&e->pass.lock);
+		pass_lock(e);
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return NULL;
 }
 
 /* Queue @in, held here, for the copier thread.  False: no memory. */
 static bool queue_job(struct eng *e, struct inode *in, bool early)
 {
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
-	pthread_mutex_lock(&e->pass.lock);
+	ns_unlock(e);
+	pass_lock(e);
 	if (e->pass.nqueue == e->pass.capqueue) {
 		unsigned cap = e->pass.capqueue ? 2 * e->pass.capqueue : 16;
 		struct pass_job *q = realloc(e->pass.queue, cap * sizeof(*q));
 
 		if (!q) {
-			pthread_mutex_unlock(&e->pass.lock);
+			pass_unlock(e);
 			ns_unhold(e, in);
 			return false;
 		}
@@ -955,7 +955,7 @@ static bool queue_job(struct eng *e, struct inode *in, bool early)
 	}
 	e->pass.queue[e->pass.nqueue++] = (struct pass_job){ in, early };
 	pthread_cond_signal(&e->pass.work);
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return true;
 }
 
@@ -975,7 +975,7 @@ void pass_unlinked(struct eng *e, struct inode *in)
 
 	if (e->pass.mnt < 0)
 		return;
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	for (unsigned k = 0; k < e->pass.nqueue; k++) {
 		struct pass_job job = e->pass.queue[k];
 
@@ -999,17 +999,17 @@ void pass_unlinked(struct eng *e, struct inode *in)
 		in->file.pass = NULL;
 		pass_free_locked(e, p);
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 }
 
 uint32_t pass_waiting(struct eng *e)
 {
 	uint32_t n = 0;
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	for (unsigned k = 0; k < e->pass.nqueue; k++)
 		n += !e->pass.queue[k].early;
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return n;
 }
 
@@ -1020,19 +1020,19 @@ void pass_sealed(struct eng *e, struct inode *in)
 
 	if (e->pass.mnt < 0 || e->gops || !e->pass.copier_on)
 		return;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	want = f->size > e->pass.min_size && f->writers == 0;
 	gone = !want && f->writers == 0;
 	if (gone) {
 		/* Cut short before its seal: an early copy or a home is of
 		 * no use. */
-		pthread_mutex_lock(&e->pass.lock);
+		pass_lock(e);
 		if (f->early)
 			early_drop_locked(e, f->early);
 		home_drop_locked(e, f);
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (want)
 		queue_job(e, in, false);
 }
@@ -1317,9 +1317,9 @@ static int copy_over(struct eng *e, struct copy_job *j, struct pass *p)
 		return copy_pieces(e, j, fd, 0, j->n);
 	/* Fast (most of it over pages that exist): readers may wait. */
 	if (len >= j->size / 4 * 3) {
-		pthread_mutex_lock(&e->pass.lock);
+		pass_lock(e);
 		p->over_pages = true;
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 	}
 	parts[0] = (struct map_part){ e, j, map, 0, m / 2 };
 	parts[1] = (struct map_part){ e, j, map, m / 2, m };
@@ -1382,7 +1382,7 @@ static struct copy_job *job_new(struct eng *e, struct inode *in)
 
 	if (!j)
 		return NULL;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	cap = (size_t)f->nslots + 1;
 	j->ids = malloc(cap * sizeof(*j->ids));
 	j->fills = malloc(cap * sizeof(*j->fills));
@@ -1412,7 +1412,7 @@ static struct copy_job *job_new(struct eng *e, struct inode *in)
 			j->fills[j->n] = fill;
 			j->idx[j->n++] = i;
 		}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (!j->ids || !j->fills || !j->idx || !j->zero) {
 		job_free(e, j);
 		return NULL;
@@ -1544,24 +1544,24 @@ static bool early_round(struct eng *e, struct inode *in)
 	int rc;
 
 	atomic_store(&f->early_queued, false); /* writes from now queue again */
-	pthread_rwlock_rdlock(&e->ns.lock);
-	pthread_rwlock_rdlock(&f->lock);
-	pthread_mutex_lock(&e->pass.lock);
+	ns_rdlock(e);
+	file_rdlock(f);
+	pass_lock(e);
 	ea = early_get_locked(e, in);
 	if (ea)
 		more = early_pick_locked(e, f, ea, &j);
 	if (j.n)
 		ea->busy = true;
-	pthread_mutex_unlock(&e->pass.lock);
-	pthread_rwlock_unlock(&f->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	pass_unlock(e);
+	file_unlock(f);
+	ns_unlock(e);
 	if (!j.n)
 		return false;
 
 	/* The chunks are pinned, so nothing writes them meanwhile. */
 	rc = copy_pieces(e, &j, ea->sp->fd, 0, j.n);
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	ea->busy = false;
 	for (uint32_t k = 0; k < j.n; k++)
 		if (rc == 0 && ea->file) {
@@ -1573,7 +1573,7 @@ static bool early_round(struct eng *e, struct inode *in)
 	if (!ea->file) /* dropped while it copied */
 		early_free_locked(e, ea);
 	pthread_cond_broadcast(&e->pass.cond);
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	if (rc < 0) {
 		rft_dbg("passthrough: inode %" PRIu64 ": early copy: %s",
 			in->ino, strerror(-rc));
@@ -1691,16 +1691,16 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 	bool homed = false;
 	int rc = 0;
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	if (f->home)
 		atomic_store_explicit(&f->home->home->sh.frozen, true,
 				      memory_order_release);
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	j = job_new(e, in);
 	if (!j)
 		return -ENOMEM;
 	t0 = rft_now_ns();
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	if (f->home && atomic_load(&f->home->home->sh.frozen)) {
 		sp = f->home;
 		f->home = NULL;
@@ -1733,7 +1733,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 
 		sp = take_spare_locked(e, j->size, j->n, f->name_hash, &none);
 		if (none) {
-			pthread_mutex_unlock(&e->pass.lock);
+			pass_unlock(e);
 			atomic_fetch_add(&e->pass.no_spare, 1);
 			rft_dbg("passthrough: inode %" PRIu64 ": no copy: no "
 				"spare of its name, no room for one", in->ino);
@@ -1750,7 +1750,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		    (!sp || sp->spare_size < j->size / 4 * 3)) {
 			if (sp)
 				spare_back_locked(e, sp);
-			pthread_mutex_unlock(&e->pass.lock);
+			pass_unlock(e);
 			job_free(e, j);
 			return -EAGAIN;
 		}
@@ -1767,7 +1767,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		if (p->home)
 			home_collect_locked(e, p);
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	if (sp) {
 		/* Pieces in place count as their file's, not the copy's. */
 		uint32_t want = j->n - nplaced;
@@ -1790,10 +1790,10 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 	if (!rc && ftruncate(p->fd, (off_t)j->size) < 0)
 		rc = -errno;
 	if (!rc) {
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		if (f->version != j->version || f->size != j->size)
 			rc = -ESTALE;
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	}
 	if (!rc) {
 		p->version = j->version;
@@ -1801,10 +1801,10 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		 * Ready (kept, or the opener's to register) before it is
 		 * counted: whoever waits for the count finds it so.
 		 */
-		pthread_mutex_lock(&e->pass.lock);
+		pass_lock(e);
 		p->state = at_open ? PASS_REGISTERING : PASS_KEPT;
 		pthread_cond_broadcast(&e->pass.cond);
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		atomic_fetch_add(&e->pass.files, 1);
 		atomic_fetch_add(&e->pass.bytes, j->size);
 		if (sp)
@@ -1821,9 +1821,9 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		placed, ea || homed ? left.mapped : j->mapped,
 		rc < 0 ? strerror(-rc) : "done");
 	if (ea) {
-		pthread_mutex_lock(&e->pass.lock);
+		pass_lock(e);
 		early_free_locked(e, ea); /* its pins; its spare is @p's */
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 	}
 	free(left.ids);
 	free(left.fills);
@@ -1850,20 +1850,20 @@ static int detach(struct eng *e, struct inode *in, struct pass *p)
 	struct store_home *sh;
 	unsigned waited = 0;
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	sh = f->pass == p && p->home ? &p->home->sh : NULL;
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	if (!sh)
 		return 0;
 	for (;;) {
 		uint32_t ids[DETACH_BATCH], want = 0, got = 0, used = 0;
 
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		for (uint32_t i = 0; i < f->nslots && want < DETACH_BATCH; i++)
 			want += slot_in_ram(&f->slots[i]) &&
 				store_lent_home(&e->store,
 						f->slots[i].chunk) == sh;
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		if (!want)
 			break;
 		while (got < want && store_alloc(&e->store,
@@ -1885,23 +1885,23 @@ static int detach(struct eng *e, struct inode *in, struct pass *p)
 			store_put(&e->store, s->chunk);
 			s->chunk = ids[used++];
 		}
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		while (used < got)
 			store_put(&e->store, ids[used++]);
 	}
 	/* Still the file's pass (which keeps @sh): its old pins. */
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	while (f->pass == p && p->home && store_home_live(&e->store, sh)) {
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		if (++waited == 5000)
 			rft_info("passthrough: inode %" PRIu64 ": waiting for "
 				 "the old pieces in its backing file to be "
 				 "let go (a write-back reading them)",
 				 in->ino);
 		usleep(1000);
-		pthread_mutex_lock(&e->pass.lock);
+		pass_lock(e);
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return 0;
 }
 
@@ -1925,9 +1925,9 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 		reap(e); /* nobody else frees retired passes */
 	for (;;) {
 		/* ns->lock keeps in->opens still while we look. */
-		pthread_rwlock_rdlock(&e->ns.lock);
-		pthread_rwlock_rdlock(&f->lock);
-		pthread_mutex_lock(&e->pass.lock);
+		ns_rdlock(e);
+		file_rdlock(f);
+		pass_lock(e);
 		p = f->pass;
 		if (p && p->state == PASS_KEPT) {
 			/*
@@ -1941,9 +1941,9 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 			     may_start(e, in, fp))) {
 				p->state = PASS_REGISTERING;
 				join_locked(e, p, fp, info);
-				pthread_rwlock_unlock(&f->lock);
-				pthread_rwlock_unlock(&e->ns.lock);
-				pthread_mutex_unlock(&e->pass.lock);
+				file_unlock(f);
+				ns_unlock(e);
+				pass_unlock(e);
 				return;
 			}
 			if (fp->writer || f->version != p->version) {
@@ -1956,13 +1956,13 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 		start = !p && may_start(e, in, fp);
 		if (start)
 			p = pass_new_locked(e, f);
-		pthread_rwlock_unlock(&f->lock);
-		pthread_rwlock_unlock(&e->ns.lock);
+		file_unlock(f);
+		ns_unlock(e);
 		if (p && !start && p->state == PASS_READY && fp->writer &&
 		    home_live_locked(e, p)) {
 			/* It will write the backing file: the engine's
 			 * pieces out of it first. */
-			pthread_mutex_unlock(&e->pass.lock);
+			pass_unlock(e);
 			if (detach(e, in, p) < 0) {
 				rft_info("passthrough: inode %" PRIu64 ": no "
 					 "memory to move its pieces out of its "
@@ -1991,24 +1991,24 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 		while (f->pass == p && (p->state == PASS_COPYING ||
 					p->state == PASS_REGISTERING))
 			pthread_cond_wait(&e->pass.cond, &e->pass.lock);
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 	}
 	if (!p) {
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		return;
 	}
 	if (!start) {
 		join_locked(e, p, fp, info);
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		/* O_TRUNC emptied the engine's file at the open: this too. */
 		if (fp->writer && (fp->flags & O_TRUNC))
 			pass_truncate(e, in, 0);
 		return;
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 
 	rc = make_copy(e, in, p, true);
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	if (rc < 0) {
 		bool later;
 
@@ -2019,14 +2019,14 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 		abandon_locked(e, f, p);
 		/* The copier's to make (if the copy at seal went). */
 		later = rc == -EAGAIN && !seal_queued_locked(e, in);
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		if (later)
 			queue_job(e, in, false);
 		return;
 	}
 	/* make_copy made it PASS_REGISTERING: the others wait for us. */
 	join_locked(e, p, fp, info);
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 }
 
 int eng_pass_registered(struct eng *e, struct eng_file *fp, int id)
@@ -2035,10 +2035,10 @@ int eng_pass_registered(struct eng *e, struct eng_file *fp, int id)
 	struct pass *p;
 	int use = 0;
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	p = f->pass;
 	if (!fp->pass || !p) {
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		return 0;
 	}
 	if (p->state == PASS_READY) {
@@ -2066,7 +2066,7 @@ int eng_pass_registered(struct eng *e, struct eng_file *fp, int id)
 			abandon_locked(e, f, p);
 		}
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return use;
 }
 
@@ -2111,7 +2111,7 @@ static int take_bytes(struct eng *e, struct eng_file *fp, int fd, off_t size)
 	while (!file_wrlock_drained(e, f))
 		file_wait_writes(e, f);
 	file_truncate_locked(e, f, 0);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	while (!rc && at < size) {
 		off_t data = lseek(fd, at, SEEK_DATA), hole;
 
@@ -2138,7 +2138,7 @@ static int take_bytes(struct eng *e, struct eng_file *fp, int fd, off_t size)
 		file_wait_writes(e, f);
 	if (f->size < (uint64_t)size)
 		rc = file_truncate_locked(e, f, (uint64_t)size);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return rc;
 }
 
@@ -2154,7 +2154,7 @@ int pass_take(struct eng *e, struct eng_file *fp)
 
 	if (!fp->pass || !fp->writer)
 		return 0;
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	while ((p = f->pass) && (p->taking || f->pass_cuts))
 		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
 	/*
@@ -2164,11 +2164,11 @@ int pass_take(struct eng *e, struct eng_file *fp)
 	 * changed.
 	 */
 	if (!p || fstat(p->fd, &st) < 0) {
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		return 0;
 	}
 	p->taking = true;
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 
 	/*
 	 * The engine's copy is emptied first: see that the memory for the
@@ -2178,9 +2178,9 @@ int pass_take(struct eng *e, struct eng_file *fp)
 	 */
 	need = (uint64_t)(st.st_blocks * 512 + e->store.chunk_size - 1) >>
 	       e->store.chunk_shift;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	have = (uint64_t)p->nheld + f->resident + store_free_count(&e->store);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (need > have) {
 		rc = -ENOSPC;
 	} else {
@@ -2194,7 +2194,7 @@ int pass_take(struct eng *e, struct eng_file *fp)
 				fp->inode->ino, p->nheld, held);
 	}
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	p->taking = false;
 	p->dirty = rc < 0;
 	if (rc == 0) {
@@ -2202,7 +2202,7 @@ int pass_take(struct eng *e, struct eng_file *fp)
 		p->holds_writer = false;
 	}
 	pthread_cond_broadcast(&e->pass.cond);
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	/* Taken at last: the writer the pass kept goes (and may seal). */
 	if (drop)
 		file_drop_writer(e, fp->inode);
@@ -2220,10 +2220,10 @@ static bool keepable(struct eng *e, struct file *f, struct pass *p)
 	bool same;
 
 	/* f->lock comes before pass.lock: a try, as a miss only costs a copy. */
-	if (pthread_rwlock_tryrdlock(&f->lock) != 0)
+	if (!file_tryrdlock(f))
 		return false;
 	same = f->version == p->version;
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return same;
 }
 
@@ -2236,7 +2236,7 @@ int pass_release(struct eng *e, struct eng_file *fp, bool *keep_writer)
 	if (!fp->pass)
 		return 0;
 	pass_take(e, fp);
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	p = f->pass;
 	if (p) {
 		p->opens--;
@@ -2265,7 +2265,7 @@ int pass_release(struct eng *e, struct eng_file *fp, bool *keep_writer)
 		}
 	}
 	fp->pass = false;
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return id;
 }
 
@@ -2273,7 +2273,7 @@ void pass_stat(struct eng *e, struct file *f, struct stat *st)
 {
 	struct stat bs;
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	if (f->pass &&
 	    ((f->pass->state == PASS_READY && f->pass->writers) ||
 	     f->pass->dirty) &&
@@ -2283,7 +2283,7 @@ void pass_stat(struct eng *e, struct file *f, struct stat *st)
 		st->st_mtim = bs.st_mtim;
 		st->st_ctim = bs.st_ctim;
 	}
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 }
 
 /* @f's backing file with a reference, or -1; pass.lock not held. */
@@ -2291,10 +2291,10 @@ static int backing_dup(struct eng *e, struct file *f)
 {
 	int fd = -1;
 
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	if (f->pass && f->pass->fd >= 0)
 		fd = fcntl(f->pass->fd, F_DUPFD_CLOEXEC, 0);
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return fd;
 }
 
@@ -2316,17 +2316,17 @@ struct inode *pass_cut_begin(struct eng *e, uint64_t ino)
 	struct inode *in;
 	struct file *f;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode))
 		in->holds++;
 	else
 		in = NULL; /* refused by the caller */
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (!in)
 		return NULL;
 	f = &in->file;
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	for (;;) {
 		struct pass *p;
 
@@ -2336,7 +2336,7 @@ struct inode *pass_cut_begin(struct eng *e, uint64_t ino)
 		if (!p || !home_live_locked(e, p))
 			break;
 		/* The cut reaches the backing file: the pieces out first. */
-		pthread_mutex_unlock(&e->pass.lock);
+		pass_unlock(e);
 		if (detach(e, in, p) < 0) {
 			struct timespec later;
 
@@ -2344,19 +2344,19 @@ struct inode *pass_cut_begin(struct eng *e, uint64_t ino)
 			rft_deadline_ts(&later, e->cfg.enospc_wait_ms);
 			store_wait_free(&e->store, DETACH_BATCH, &later);
 		}
-		pthread_mutex_lock(&e->pass.lock);
+		pass_lock(e);
 	}
 	f->pass_cuts++;
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	return in;
 }
 
 void pass_cut_end(struct eng *e, struct inode *in)
 {
-	pthread_mutex_lock(&e->pass.lock);
+	pass_lock(e);
 	in->file.pass_cuts--;
 	pthread_cond_broadcast(&e->pass.cond);
-	pthread_mutex_unlock(&e->pass.lock);
+	pass_unlock(e);
 	ns_unhold(e, in);
 }
 

@@ -142,26 +142,26 @@ struct persist {
 static void set_error(struct persist *p, int rc, const char *what,
 		      const char *rel)
 {
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	p->errors++;
 	p->healthy = false;
 	p->last_error_time = time(NULL);
 	snprintf(p->last_error, sizeof(p->last_error), "%s %s: %s", what,
 		 rel, strerror(-rc));
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	rft_warn("persist: %s %s: %s", what, rel, strerror(-rc));
 }
 
 static void add_progress(struct persist *p, uint64_t files, uint64_t bytes)
 {
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	p->files_written += files;
 	p->bytes_written += bytes;
 	if (files) {
 		p->healthy = true;
 		p->last_ok_time = time(NULL);
 	}
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 }
 
 /* Name of the sidecar of @rel ("a/b" -> "a/.b.rftsum") into @buf. */
@@ -276,13 +276,13 @@ static void unqueue_locked(struct persist *p, struct inode *in)
 /* Queue @in (alive: the caller holds it); @wake: the worker, now. */
 static void queue_inode(struct persist *p, struct inode *in, bool wake)
 {
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	queue_locked(p, in);
 	if (wake) {
 		p->kicked = true;
 		pthread_cond_signal(&p->wake);
 	}
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 }
 
 /* --- where copies are ---------------------------------------------------- */
@@ -329,13 +329,13 @@ static void set_copy(struct eng *e, struct inode *in, enum copy_where w,
 
 	if (w == COPY_AWAY && !dup)
 		w = COPY_NONE; /* no memory: forget the copy, rewrite it */
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	free(f->away_rel);
 	f->away_rel = dup;
 	/* Not at home: the copy under its name is stale or missing. */
 	if (w != COPY_HOME)
 		file_dur_persisted(f, 0, 0);
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	if (f->copy == COPY_AWAY && w != COPY_AWAY) {
 		for (size_t i = 0; i < p->naway; i++)
 			if (p->away[i] == in) {
@@ -363,8 +363,8 @@ out:
 	/* Not at home: it is written again under its name. */
 	if (w != COPY_HOME)
 		queue_locked(p, in);
-	pthread_mutex_unlock(&p->lock);
-	pthread_rwlock_unlock(&f->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+	file_unlock(f);
 }
 
 /* The file whose copy sits away at @rel, with a hold taken; or NULL. */
@@ -373,15 +373,15 @@ static struct inode *away_owner(struct eng *e, const char *rel)
 	struct persist *p = e->persist;
 	struct inode *owner = NULL;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
-	pthread_mutex_lock(&p->lock);
+	ns_wrlock(e);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	for (size_t i = 0; i < p->naway && !owner; i++)
 		if (!strcmp(p->away[i]->file.away_rel, rel))
 			owner = p->away[i];
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	if (owner)
 		owner->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return owner;
 }
 
@@ -396,10 +396,10 @@ static void queue_op(struct persist *p, const char *rel, bool dir)
 	}
 	op->dir = dir;
 	memcpy(op->rel, rel, n);
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	op->next = p->ops;
 	p->ops = op;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 }
 
 /* Remove @rel (a file, with its sidecar) from the persist dir. */
@@ -497,11 +497,11 @@ static int drop_name(struct eng *e, const char *rel, bool dir)
 	bool keep;
 	int rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_resolve(&e->ns, rel);
 	keep = in && (dir ? S_ISDIR(in->type)
 			  : S_ISREG(in->type) || S_ISLNK(in->type));
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (keep)
 		return 0;
 	if (dir) {
@@ -525,10 +525,10 @@ static void retry_ops(struct eng *e)
 	struct persist *p = e->persist;
 	struct pending_op *ops, *op, *left = NULL;
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	ops = p->ops;
 	p->ops = NULL;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	while ((op = ops)) {
 		int rc = drop_name(e, op->rel, op->dir);
 
@@ -544,12 +544,12 @@ static void retry_ops(struct eng *e)
 		}
 	}
 	if (left) {
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PERSIST);
 		for (op = left; op->next; op = op->next)
 			;
 		op->next = p->ops;
 		p->ops = left;
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	}
 }
 
@@ -558,9 +558,9 @@ static void retry_ops_locked(struct eng *e)
 	struct persist *p = e->persist;
 	bool any;
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	any = p->ops != NULL;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	if (!any)
 		return;
 	eng_names_lock(e);
@@ -572,10 +572,10 @@ static size_t pending_ops(struct persist *p)
 {
 	size_t n = 0;
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	for (struct pending_op *op = p->ops; op; op = op->next)
 		n++;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	return n;
 }
 
@@ -662,10 +662,10 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
 	struct file *f = &in->file;
 	int rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	rc = ns_path(&e->ns, in, s->rel, sizeof(s->rel));
 	if (rc < 0) {
-		pthread_rwlock_unlock(&e->ns.lock);
+		ns_unlock(e);
 		/* Unlinked meanwhile: nothing to keep.  Too long: a failure. */
 		return rc == -ENOENT ? 1 : rc;
 	}
@@ -673,7 +673,7 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
 	s->mode = in->mode;
 	s->uid = in->uid;
 	s->gid = in->gid;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	if ((file_sealed(f) && !file_persisted(f)) || final) {
 		if (persist_copy_path(e, in, s->copy_rel,
 				      sizeof(s->copy_rel)) < 0)
@@ -685,8 +685,8 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
 	} else {
 		rc = 1;
 	}
-	pthread_rwlock_unlock(&f->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	file_unlock(f);
+	ns_unlock(e);
 	return rc;
 }
 
@@ -835,7 +835,7 @@ static int relink_aliases(struct eng *e, struct inode *in, const char *rel)
 	size_t n = 0, i = 0;
 	int rc = 0;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	for (struct dentry *de = in->dentry ? in->dentry->lnext : NULL; de;
 	     de = de->lnext)
 		n++;
@@ -848,7 +848,7 @@ static int relink_aliases(struct eng *e, struct inode *in, const char *rel)
 		if (ns_dentry_path(&e->ns, de, buf, sizeof(buf)) == 0)
 			paths[i++] = strdup(buf);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (n && !paths)
 		return -ENOMEM;
 	for (size_t k = 0; k < i; k++) {
@@ -881,9 +881,9 @@ static void drop_empty_parents(struct eng *e, const char *rel)
 		bool named;
 
 		*slash = '\0';
-		pthread_rwlock_rdlock(&e->ns.lock);
+		ns_rdlock(e);
 		named = ns_resolve(&e->ns, dir) != NULL;
-		pthread_rwlock_unlock(&e->ns.lock);
+		ns_unlock(e);
 		if (named || unlinkat(p->dirfd, dir, AT_REMOVEDIR) < 0)
 			return;
 	}
@@ -926,11 +926,11 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 	int rc;
 
 	eng_names_lock(e);
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
 	old[0] = '\0';
 	if (rc == 0 && reg) {
-		pthread_rwlock_rdlock(&in->file.lock);
+		file_rdlock(&in->file);
 		away = in->file.copy == COPY_AWAY;
 		if (away || in->file.copy == COPY_PARKED)
 			persist_copy_path(e, in, old, sizeof(old));
@@ -941,9 +941,9 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		 */
 		moved = s && strcmp(rel, s->rel) != 0 &&
 			in->file.version != s->fs.version;
-		pthread_rwlock_unlock(&in->file.lock);
+		file_unlock(&in->file);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc < 0 || moved) {
 		/* Unlinked while written: drop the copy.  Too long: fail. */
 		rc = rc == -ENOENT || moved ? 1 : rc;
@@ -975,7 +975,7 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 				drop_empty_parents(e, old);
 		}
 		set_copy(e, in, COPY_HOME, NULL);
-		pthread_rwlock_wrlock(&in->file.lock);
+		file_wrlock(&in->file);
 		in->file.copy_id = (struct copy_id){ st.st_dev, st.st_ino };
 		/*
 		 * Persisted, still under the names lock: a rename in between
@@ -986,15 +986,15 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		if (s && file_snap_persisted_locked(&in->file, &s->fs) &&
 		    e->gops && in->file.owner == e->node)
 			tell = in->file.gseal;
-		pthread_rwlock_unlock(&in->file.lock);
+		file_unlock(&in->file);
 	} else {
 		/*
 		 * Likewise for symlinks and nodes, unless their metadata
 		 * changed since it was copied (then it goes again).
 		 */
-		pthread_rwlock_wrlock(&e->ns.lock);
+		ns_wrlock(e);
 		in->node_persisted = in->node_version == node_ver;
-		pthread_rwlock_unlock(&e->ns.lock);
+		ns_unlock(e);
 	}
 	rc = relink_aliases(e, in, rel);
 out:
@@ -1117,7 +1117,7 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 
 	/* The path is taken under the names lock: a rename may not slip in. */
 	eng_names_lock(e);
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
 	ver = in->node_version;
 	mode = in->mode;
@@ -1125,7 +1125,7 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	gid = in->gid;
 	times[0] = in->atime;
 	times[1] = in->mtime;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc == -ENOENT) {
 		eng_names_unlock(e);
 		return 0;
@@ -1162,9 +1162,9 @@ static int persist_dir_meta(struct eng *e, struct inode *in)
 	}
 	if (rc == 0) {
 		/* A chmod meanwhile: it goes again (writeback_pass sees it). */
-		pthread_rwlock_wrlock(&e->ns.lock);
+		ns_wrlock(e);
 		in->node_persisted = in->node_version == ver;
-		pthread_rwlock_unlock(&e->ns.lock);
+		ns_unlock(e);
 	}
 	eng_names_unlock(e);
 	if (rc < 0) {
@@ -1188,7 +1188,7 @@ static int persist_node(struct eng *e, struct inode *in)
 	uint32_t ver;
 	int rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
 	if (rc == 0 && S_ISLNK(in->type))
 		snprintf(target, sizeof(target), "%s", in->target);
@@ -1199,7 +1199,7 @@ static int persist_node(struct eng *e, struct inode *in)
 	rdev = in->rdev;
 	times[0] = in->atime;
 	times[1] = in->mtime;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc == -ENOENT)
 		return 0; /* unlinked meanwhile */
 	if (rc < 0) {
@@ -1268,14 +1268,14 @@ static enum due writeback_due(struct eng *e, struct inode *in,
 	} else {
 		struct file *f = &in->file;
 
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		/* In a group each node writes back the files it owns. */
 		need = !file_persisted(f) && (file_sealed(f) || ps->final) &&
 		       f->owner == e->node;
 		wait =
 		    !ps->now && f->wb_failures && rft_now_ms() < f->wb_next_ms;
 		*bytes = f->size;
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	}
 	if (!need)
 		return DUE_NOTHING;
@@ -1335,7 +1335,7 @@ static void note_outcome(struct eng *e, struct inode *in, int rc)
 
 	if (!S_ISREG(in->type))
 		return;
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	f->wb_error = rc;
 	if (rc == 0) {
 		f->wb_failures = 0;
@@ -1347,7 +1347,7 @@ static void note_outcome(struct eng *e, struct inode *in, int rc)
 		    rft_now_ms() +
 		    (delay < BACKOFF_MAX_MS ? delay : BACKOFF_MAX_MS);
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 }
 
 /* Count what a pass like @ps would write back of the queue now. */
@@ -1358,12 +1358,12 @@ static void count_queue(struct eng *e, struct collect *c)
 	size_t n = 0;
 
 	/* ns->lock (read) keeps them all alive: freeing needs it for write. */
-	pthread_rwlock_rdlock(&e->ns.lock);
-	pthread_mutex_lock(&p->lock);
+	ns_rdlock(e);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	v = malloc((p->wb_len ? p->wb_len : 1) * sizeof(*v));
 	for (struct inode *in = p->wb_head; v && in; in = in->wb_next)
 		v[n++] = in;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t bytes;
 
@@ -1372,7 +1372,7 @@ static void count_queue(struct eng *e, struct collect *c)
 			c->bytes += bytes;
 		}
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (!v)
 		c->rc = -ENOMEM;
 	free(v);
@@ -1388,8 +1388,8 @@ static void take_queue(struct eng *e, struct collect *c)
 	struct inode **all;
 	size_t n = 0;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
-	pthread_mutex_lock(&p->lock);
+	ns_wrlock(e);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	all = malloc((p->wb_len ? p->wb_len : 1) * sizeof(*all));
 	while (all && p->wb_head) {
 		struct inode *in = p->wb_head;
@@ -1398,8 +1398,8 @@ static void take_queue(struct eng *e, struct collect *c)
 		in->holds++;
 		all[n++] = in;
 	}
-	pthread_mutex_unlock(&p->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+	ns_unlock(e);
 	if (!all) {
 		c->rc = -ENOMEM;
 		return;
@@ -1409,9 +1409,9 @@ static void take_queue(struct eng *e, struct collect *c)
 		uint64_t bytes;
 		enum due d;
 
-		pthread_rwlock_rdlock(&e->ns.lock);
+		ns_rdlock(e);
 		d = writeback_due(e, in, &c->ps, &bytes);
-		pthread_rwlock_unlock(&e->ns.lock);
+		ns_unlock(e);
 		if (d == DUE_NOW && c->n < c->cap) {
 			c->v[c->n++] = in; /* keeps the hold */
 			c->bytes += bytes;
@@ -1475,8 +1475,8 @@ static void away_follows(struct eng *e, const char *a, const char *b,
 	struct inode **v = NULL;
 	bool nomem;
 
-	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
-	pthread_mutex_lock(&p->lock);
+	ns_wrlock(e); /* for the holds */
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	if (p->naway)
 		v = calloc(p->naway, sizeof(*v));
 	for (size_t i = 0; v && i < p->naway; i++) {
@@ -1488,8 +1488,8 @@ static void away_follows(struct eng *e, const char *a, const char *b,
 		}
 	}
 	nomem = p->naway && !v;
-	pthread_mutex_unlock(&p->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+	ns_unlock(e);
 	if (nomem)
 		set_error(p, -ENOMEM, "cannot follow the copies below", a);
 	for (size_t i = 0; i < n; i++) {
@@ -1539,9 +1539,9 @@ static void stray_sum(struct eng *e, struct inode *in, const char *from,
 	char sfrom[PATH_MAX + 16], sto[PATH_MAX + 16];
 	uint64_t id;
 
-	pthread_rwlock_rdlock(&in->file.lock);
+	file_rdlock(&in->file);
 	id = in->file.id;
-	pthread_rwlock_unlock(&in->file.lock);
+	file_unlock(&in->file);
 	if (sum_name(from, sfrom, sizeof(sfrom)) < 0 ||
 	    sum_file_id(p, sfrom) != id)
 		return;
@@ -1584,11 +1584,11 @@ static void check_copy(struct eng *e, struct inode *in, const char *from)
 	bool home, open;
 	int rc;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	rc = ns_path(&e->ns, in, rel, sizeof(rel));
 	home = S_ISREG(in->type) && in->file.copy == COPY_HOME;
 	open = in->opens > 0;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	/*
 	 * A directory made again under @from (its metadata written back
 	 * after the mirror): removed when empty, with empty parents.  One
@@ -1697,7 +1697,7 @@ static void check_later(struct eng *e, struct inode *in, const char *from,
 	struct persist *p = e->persist;
 	struct copy_check *list = NULL, *last;
 
-	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
+	ns_wrlock(e); /* for the holds */
 	if (S_ISDIR(in->type)) {
 		struct check_walk w = { e, due, &list };
 
@@ -1707,15 +1707,15 @@ static void check_later(struct eng *e, struct inode *in, const char *from,
 		   in->file.copy == COPY_HOME) {
 		add_check(e, &list, in, from, due);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (!list)
 		return;
 	for (last = list; last->next; last = last->next)
 		;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	last->next = p->checks;
 	p->checks = list;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 }
 
 /* Forget the checks not run yet (with @e, giving their holds back). */
@@ -1723,10 +1723,10 @@ static void drop_checks(struct persist *p, struct eng *e)
 {
 	struct copy_check *c;
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	c = p->checks;
 	p->checks = NULL;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	while (c) {
 		struct copy_check *next = c->next;
 
@@ -1744,7 +1744,7 @@ static void run_checks(struct eng *e, bool all)
 	struct copy_check *due = NULL, **pp, *c;
 	uint64_t now = rft_now_ms();
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	for (pp = &p->checks; (c = *pp);) {
 		if (all || c->due_ms <= now) {
 			*pp = c->next;
@@ -1754,7 +1754,7 @@ static void run_checks(struct eng *e, bool all)
 			pp = &c->next;
 		}
 	}
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	if (!due)
 		return;
 	eng_names_lock(e);
@@ -1786,16 +1786,16 @@ static int writeback_pass(struct eng *e, const struct pass *ps,
 	*failed = 0;
 	retry_ops_locked(e);
 	run_checks(e, ps->final);
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	c.cap = p->wb_len + 64;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	c.v = malloc(c.cap * sizeof(*c.v));
 	if (!c.v)
 		return -ENOMEM;
 	if (ps->final) {
-		pthread_rwlock_wrlock(&e->ns.lock);
+		ns_wrlock(e);
 		ns_walk(&e->ns, collect_one, &c);
-		pthread_rwlock_unlock(&e->ns.lock);
+		ns_unlock(e);
 	} else {
 		take_queue(e, &c);
 	}
@@ -1813,9 +1813,9 @@ static int writeback_pass(struct eng *e, const struct pass *ps,
 			enum due d;
 
 			/* Changed while it was written: once more. */
-			pthread_rwlock_rdlock(&e->ns.lock);
+			ns_rdlock(e);
 			d = writeback_due(e, in, ps, &bytes);
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 			if (d != DUE_NOTHING)
 				queue_inode(p, in, d == DUE_NOW);
 		}
@@ -1826,11 +1826,11 @@ static int writeback_pass(struct eng *e, const struct pass *ps,
 			(*failed)++;
 			if (!first)
 				first = rc;
-			pthread_rwlock_rdlock(&e->ns.lock);
+			ns_rdlock(e);
 			if (ns_path(&e->ns, in, rel, sizeof(rel)) < 0)
 				snprintf(rel, sizeof(rel), "inode %llu",
 					 (unsigned long long)in->ino);
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 			if (names)
 				rft_err("not written back: %s: %s", rel,
 					strerror(-rc));
@@ -1855,7 +1855,7 @@ static void *worker(void *arg)
 	/* Signals are for the FUSE loop, which ends the session on them. */
 	sigfillset(&sigs);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	while (!p->stopping) {
 		uint64_t ticket = p->flush_req;
 		bool all = ticket > p->flush_done;
@@ -1864,13 +1864,13 @@ static void *worker(void *arg)
 		int rc;
 
 		p->kicked = false;
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 
 		evict_run(e, false);
 		rc = bounce ? writeback_pass(e, &ps, bounce, &failed, false)
 			    : -ENOMEM;
 
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PERSIST);
 		if (all) {
 			/* Every ticket asked for before this pass began. */
 			for (uint64_t t = p->flush_done + 1; t <= ticket; t++)
@@ -1894,7 +1894,7 @@ static void *worker(void *arg)
 			pthread_cond_timedwait(&p->wake, &p->lock, &ts);
 		}
 	}
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	free(bounce);
 	return NULL;
 }
@@ -1905,10 +1905,10 @@ void persist_kick(struct eng *e)
 
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	p->kicked = true;
 	pthread_cond_signal(&p->wake);
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 }
 
 /* --- flush tickets ------------------------------------------------------ */
@@ -1918,9 +1918,9 @@ static int count_open_writers(void *ctx, struct inode *in)
 	unsigned *n = ctx;
 
 	if (S_ISREG(in->type) && in->nlink > 0) {
-		pthread_rwlock_rdlock(&in->file.lock);
+		file_rdlock(&in->file);
 		*n += in->file.writers > 0;
-		pthread_rwlock_unlock(&in->file.lock);
+		file_unlock(&in->file);
 	}
 	return 0;
 }
@@ -1942,16 +1942,16 @@ int persist_flush_request(struct eng *e, uint64_t *ticket)
 	for (int i = 0; i < FLUSH_GRACE_MS / 10; i++) {
 		unsigned open_writers = 0;
 
-		pthread_rwlock_rdlock(&e->ns.lock);
+		ns_rdlock(e);
 		ns_walk(&e->ns, count_open_writers, &open_writers);
-		pthread_rwlock_unlock(&e->ns.lock);
+		ns_unlock(e);
 		if (open_writers == 0)
 			break;
 		usleep(10 * 1000);
 	}
 	count_queue(e, &c);
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	*ticket = ++p->flush_req;
 	fl = &p->fl[*ticket % FLUSH_TICKETS];
 	*fl = (struct flush_ticket){
@@ -1962,7 +1962,7 @@ int persist_flush_request(struct eng *e, uint64_t *ticket)
 		.bytes_base = p->bytes_written,
 	};
 	pthread_cond_signal(&p->wake);
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	return 0;
 }
 
@@ -1976,15 +1976,15 @@ int persist_flush_progress(struct eng *e, uint64_t ticket,
 	if (!p)
 		return -ENOTSUP;
 	memset(fp, 0, sizeof(*fp));
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	fl = &p->fl[ticket % FLUSH_TICKETS];
 	if (ticket == 0 || ticket > p->flush_req) {
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 		return -EINVAL;
 	}
 	/* Each ticket keeps its own outcome, until FLUSH_TICKETS newer. */
 	if (fl->ticket != ticket) {
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 		return -ESTALE;
 	}
 	fp->finished = p->flush_done >= ticket;
@@ -2001,7 +2001,7 @@ int persist_flush_progress(struct eng *e, uint64_t ticket,
 			fp->bytes_done = fp->bytes_total;
 		}
 	}
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	return 0;
 }
 
@@ -2019,7 +2019,7 @@ void persist_get_stats(struct eng *e, struct eng_stats *s)
 	s->persist_pending_files = c.n;
 	s->persist_pending_bytes = c.bytes;
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	s->persist_healthy = p->healthy;
 	s->persist_files = p->files_written;
 	s->persist_bytes = p->bytes_written;
@@ -2028,7 +2028,7 @@ void persist_get_stats(struct eng *e, struct eng_stats *s)
 		 p->last_error);
 	s->persist_last_error_time = p->last_error_time;
 	s->persist_last_ok_time = p->last_ok_time;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 }
 
 /* --- mirroring of name changes ----------------------------------------- */
@@ -2073,13 +2073,13 @@ static void persist_mirror_unlink(struct eng *e, struct inode *in, const char *r
 static void mark_stale(struct eng *e, struct inode *in)
 {
 	if (S_ISREG(in->type)) {
-		pthread_rwlock_wrlock(&in->file.lock);
+		file_wrlock(&in->file);
 		file_dur_persisted(&in->file, 0, 0);
-		pthread_rwlock_unlock(&in->file.lock);
+		file_unlock(&in->file);
 	} else {
-		pthread_rwlock_wrlock(&e->ns.lock);
+		ns_wrlock(e);
 		in->node_persisted = false;
-		pthread_rwlock_unlock(&e->ns.lock);
+		ns_unlock(e);
 	}
 	queue_inode(e->persist, in, true);
 }
@@ -2093,10 +2093,10 @@ static void persist_mirror_link(struct eng *e, struct inode *in, const char *fro
 
 	if (!p)
 		return;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	has = S_ISREG(in->type) ? in->file.copy == COPY_HOME
 				: in->node_persisted;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (!has)
 		return; /* written back later, under all its names */
 	rc = link_name(e, in, from, to);
@@ -2120,9 +2120,9 @@ static void away_below(struct inode *in, const struct dentry *de,
 	else if (S_ISLNK(in->type))
 		in->node_persisted = false;
 	if (!S_ISDIR(in->type) && !S_ISREG(in->type)) {
-		pthread_mutex_lock(&e->persist->lock);
+		leaf_lock(&e->persist->lock, ENG_RANK_PERSIST);
 		queue_locked(e->persist, in);
-		pthread_mutex_unlock(&e->persist->lock);
+		leaf_unlock(&e->persist->lock, ENG_RANK_PERSIST);
 	}
 }
 
@@ -2152,9 +2152,9 @@ static void stale_below(struct inode *in, const struct dentry *de,
 	if (w->nomem || !S_ISREG(in->type) || in->file.copy != COPY_HOME ||
 	    in->dentry != de)
 		return;
-	pthread_rwlock_rdlock(&in->file.lock);
+	file_rdlock(&in->file);
 	stale = !file_data_persisted(&in->file);
-	pthread_rwlock_unlock(&in->file.lock);
+	file_unlock(&in->file);
 	if (!stale)
 		return;
 	if (w->n == w->cap) {
@@ -2183,9 +2183,9 @@ static void park_stale_below(struct eng *e, struct inode *dir,
 	struct stale_walk w = { 0 };
 	struct stale *v;
 
-	pthread_rwlock_wrlock(&e->ns.lock); /* for the holds */
+	ns_wrlock(e); /* for the holds */
 	walk_below(dir, from, stale_below, &w);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	v = w.v;
 	for (size_t i = 0; i < w.n; i++) {
 		if (v[i].rel)
@@ -2220,9 +2220,9 @@ static void mirror_dir(struct eng *e, struct inode *src, const char *from,
 	}
 	set_error(p, rc, "cannot rename directory", from);
 	/* Files below read from their old place and are written again. */
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	subtree_away(e, src, from);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	queue_op(p, from, true);
 	persist_kick(e);
 }
@@ -2322,9 +2322,9 @@ static void exchange_paths(struct eng *e, struct inode *a, const char *from,
 		if (S_ISREG(side[i]->type) && side[i]->file.copy == COPY_HOME)
 			set_copy(e, side[i], COPY_NONE, NULL);
 		if (rc < 0 && S_ISDIR(side[i]->type)) {
-			pthread_rwlock_rdlock(&e->ns.lock);
+			ns_rdlock(e);
 			subtree_away(e, side[i], i ? to : from);
-			pthread_rwlock_unlock(&e->ns.lock);
+			ns_unlock(e);
 		}
 	}
 	persist_kick(e);
@@ -2359,11 +2359,11 @@ static void persist_mirror_rename(struct eng *e, struct inode *src, const char *
 	} else if (S_ISREG(src->type) && src->file.copy == COPY_HOME) {
 		bool current, needed = false;
 
-		pthread_rwlock_rdlock(&src->file.lock);
+		file_rdlock(&src->file);
 		current = file_data_persisted(&src->file);
 		for (uint32_t i = 0; i < src->file.nslots && !needed; i++)
 			needed = src->file.slots[i].where == PIECE_PERSIST;
-		pthread_rwlock_unlock(&src->file.lock);
+		file_unlock(&src->file);
 		/*
 		 * An older version than the file's must not appear under a
 		 * name that never had it, nor stay under the name given up:
@@ -2402,22 +2402,22 @@ static void persist_forget(struct eng *e, struct inode *in)
 
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
 	unqueue_locked(p, in);
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 	if (!S_ISREG(in->type))
 		return;
 	if (f->copy == COPY_PARKED) {
 		park_path(p, in->ino, park, sizeof(park));
 		queue_op(p, park, false);
 	} else if (f->copy == COPY_AWAY) {
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PERSIST);
 		for (size_t i = 0; i < p->naway; i++)
 			if (p->away[i] == in) {
 				p->away[i] = p->away[--p->naway];
 				break;
 			}
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 		/* Kept while the namespace has a file under that name. */
 		queue_op(p, f->away_rel, false);
 	}
@@ -2794,10 +2794,10 @@ int persist_scan(struct eng *e)
 	if (!p)
 		return 0;
 	clean_tmp(p);
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	rc = scan_dir(e, p->dirfd, e->ns.root, 0);
 	scan_links_free();
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc < 0)
 		rft_err("cannot read persist dir %s: %s", e->persist_dir,
 			strerror(-rc));
@@ -2936,10 +2936,10 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 	if (!p)
 		return 0;
 	if (p->running) {
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PERSIST);
 		p->stopping = true;
 		pthread_cond_signal(&p->wake);
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 		pthread_join(p->thread, NULL);
 		p->running = false;
 	}

@@ -188,12 +188,12 @@ static void put_refused(struct protect *p, int node, uint64_t ino,
 
 	if (node < 0 || node >= GRP_MAX_NODES)
 		return;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	news = p->put_refused[node].ino != ino ||
 	       p->put_refused[node].gseal != gseal;
 	p->put_refused[node].ino = ino;
 	p->put_refused[node].gseal = gseal;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	if (news)
 		rft_warn("protect: a piece of node %d's inode %llu refused "
 			 "here: no memory for its copy (it sends what is "
@@ -221,12 +221,12 @@ static int done_answer(struct protect *p, int node, uint64_t ino,
 		return rc;
 	}
 	nbits = rc == 0 ? 0 : n < PROT_MAP_BITS ? n : PROT_MAP_BITS;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	if (node >= 0 && node < GRP_MAX_NODES &&
 	    p->put_refused[node].ino == ino &&
 	    p->put_refused[node].gseal == gseal)
 		why = ENOSPC;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	rft_put_le32(a, rc == 0 ? 0 : why);
 	rft_put_le32(a + 4, nbits);
 	*meta = a;
@@ -351,7 +351,7 @@ static bool pace(struct protect *p, struct pacer *b, uint64_t len)
 
 	if (!p->bw)
 		return true;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	for (;;) {
 		uint64_t now = rft_now_ms();
 
@@ -374,7 +374,7 @@ static bool pace(struct protect *p, struct pacer *b, uint64_t len)
 		    &p->cv, &p->lock,
 		    now + 1 + (uint64_t)((want - b->tokens) * 1e3 / bw));
 	}
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	return go;
 }
 
@@ -575,11 +575,11 @@ static struct folded *folded_find(struct protect *p, const struct inode *in)
 {
 	struct folded *fo;
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	fo = p->folded[folded_bucket(eng_inode_ino(in))];
 	while (fo && fo->in != in)
 		fo = fo->next;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	return fo;
 }
 
@@ -588,10 +588,10 @@ static void folded_add(struct protect *p, struct folded *fo)
 	size_t b = folded_bucket(eng_inode_ino(fo->in));
 
 	eng_hold(p->e, fo->in);
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	fo->next = p->folded[b];
 	p->folded[b] = fo;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 }
 
 /* Forget @fo (its pieces unpinned); NULL unlinks nothing (protect_free). */
@@ -601,7 +601,7 @@ static void folded_free(struct protect *p, struct folded *fo, bool unlink)
 		struct folded **pp =
 			&p->folded[folded_bucket(eng_inode_ino(fo->in))];
 
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PROTECT);
 		while (*pp != fo)
 			pp = &(*pp)->next;
 		*pp = fo->next;
@@ -610,7 +610,7 @@ static void folded_free(struct protect *p, struct folded *fo, bool unlink)
 				*pp = fo->enext;
 				break;
 			}
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	}
 	file_snap_drop(p->e, &fo->fs);
 	ns_unhold(p->e, fo->in);
@@ -758,7 +758,7 @@ static void *sender_main(void *arg)
 	struct protect *p = arg;
 	uint8_t *bounce = malloc(RFT_CHUNK_MAX);
 
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	while (!p->stop) {
 		uint64_t now = rft_now_ms(), next = now + 1000;
 		struct prot_job *j, **pp;
@@ -785,9 +785,9 @@ static void *sender_main(void *arg)
 			p->evicted = fo->enext;
 			fo->evicted = false;
 			/* Records are freed by this thread only: @fo stays. */
-			pthread_mutex_unlock(&p->lock);
+			leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 			protect_file(p, fo->in, 0);
-			pthread_mutex_lock(&p->lock);
+			leaf_lock(&p->lock, ENG_RANK_PROTECT);
 			continue;
 		}
 		j = p->head;
@@ -798,18 +798,18 @@ static void *sender_main(void *arg)
 		p->head = j->next;
 		if (!p->head)
 			p->tail = NULL;
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 		j->stall_holder = -1;
 		j->stall_err = 0;
 		rc = !bounce	? -ENOMEM
 		     : p->par	? run_parity_job(p, j, bounce)
 				: run_job(p, j, bounce);
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PROTECT);
 		if (rc == 0 || p->stop) {
 			p->queued--;
-			pthread_mutex_unlock(&p->lock);
+			leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 			job_free(p, j);
-			pthread_mutex_lock(&p->lock);
+			leaf_lock(&p->lock, ENG_RANK_PROTECT);
 			continue;
 		}
 		atomic_fetch_add(&p->retries, 1);
@@ -825,7 +825,7 @@ static void *sender_main(void *arg)
 		j->next = p->later;
 		p->later = j;
 	}
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	free(bounce);
 	return NULL;
 }
@@ -970,9 +970,9 @@ static void *rebuild_main(void *arg)
 	bool stop;
 
 	walk_owned(p, &w);
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	p->rebuild_files = w.n;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	rft_info("rebuild: %zu files of this node to bring back", w.n);
 	for (left = w.n;;) {
 		size_t keep = 0;
@@ -981,10 +981,10 @@ static void *rebuild_main(void *arg)
 			struct inode *in = w.v[i];
 			int rc;
 
-			pthread_mutex_lock(&p->lock);
+			leaf_lock(&p->lock, ENG_RANK_PROTECT);
 			/* A graceful stop: the rest is on its holders. */
 			stop = p->stop || p->leaving;
-			pthread_mutex_unlock(&p->lock);
+			leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 			rc = stop ? -ECANCELED : rebuild_file(p, in, &p->rebuild_pace);
 			if (rc == -ENODATA) {
 				atomic_fetch_add(&p->rebuild_lost, 1);
@@ -1007,13 +1007,13 @@ static void *rebuild_main(void *arg)
 		}
 		left = keep;
 		atomic_store(&p->rebuild_failed, left);
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PROTECT);
 		p->rebuild_done = files_done;
 		for (uint64_t until = rft_now_ms() + backoff;
 		     left && !p->stop && !p->leaving && rft_now_ms() < until;)
 			rft_cond_wait_until(&p->cv, &p->lock, until);
 		stop = p->stop || p->leaving;
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 		if (!left || stop)
 			break;
 		atomic_fetch_add(&p->retries, 1);
@@ -1023,9 +1023,9 @@ static void *rebuild_main(void *arg)
 	for (size_t i = 0; i < left; i++)
 		ns_unhold(p->e, w.v[i]);
 	free(w.v);
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	p->rebuild_running = false;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	memb_set_rebuilding(p->memb, false);
 	if (left)
 		rft_warn("rebuild: stopped with %zu of %zu files not back",
@@ -1048,18 +1048,18 @@ int protect_rebuild(struct protect *p)
 
 	if (!p || p->rebuilding)
 		return 0;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	p->rebuild_running = true;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	/* The others show this node "rebuilding" until it is done. */
 	memb_set_rebuilding(p->memb, true);
 	rc = -pthread_create(&p->rebuilder, NULL, rebuild_main, p);
 	if (rc == 0) {
 		p->rebuilding = true;
 	} else {
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PROTECT);
 		p->rebuild_running = false;
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 		memb_set_rebuilding(p->memb, false);
 	}
 	return rc;
@@ -1103,13 +1103,13 @@ int protect_leave(struct protect *p, uint64_t until_ms)
 
 	if (!p || !p->nholders)
 		return 0;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	p->leaving = true;
 	/* Retries due now, not after their backoff. */
 	for (struct prot_job *j = p->later; j; j = j->next)
 		j->at_ms = 0;
 	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	for (;;) {
 		n = eng_files_where(p->e, pending, p, NULL);
 		if (n == 0) {
@@ -1136,12 +1136,12 @@ int protect_leave(struct protect *p, uint64_t until_ms)
 				 (unsigned long long)(until_ms - rft_now_ms() +
 						      999) / 1000);
 		said = true;
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PROTECT);
 		rft_cond_wait_until(&p->cv, &p->lock,
 				    rft_now_ms() + PROT_LEAVE_POLL_MS < until_ms
 					? rft_now_ms() + PROT_LEAVE_POLL_MS
 					: until_ms);
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	}
 }
 
@@ -1162,7 +1162,7 @@ void protect_file(struct protect *p, struct inode *in, uint64_t gseal)
 	eng_hold(p->e, in);
 	j->in = in;
 	j->gseal = gseal;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	if (p->tail)
 		p->tail->next = j;
 	else
@@ -1170,7 +1170,7 @@ void protect_file(struct protect *p, struct inode *in, uint64_t gseal)
 	p->tail = j;
 	p->queued++;
 	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 }
 
 /*
@@ -1191,7 +1191,7 @@ static void on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 		/* Under ns->lock: p->lock only; the sender queues the job. */
 		struct folded *fo;
 
-		pthread_mutex_lock(&p->lock);
+		leaf_lock(&p->lock, ENG_RANK_PROTECT);
 		fo = p->folded[folded_bucket(eng_inode_ino(ev->in))];
 		while (fo && fo->in != ev->in)
 			fo = fo->next;
@@ -1201,7 +1201,7 @@ static void on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 			p->evicted = fo;
 			pthread_cond_broadcast(&p->cv);
 		}
-		pthread_mutex_unlock(&p->lock);
+		leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 		return;
 	}
 	if (in && eng_inode_is_file(in) && folded_find(p, in))
@@ -1322,10 +1322,10 @@ int protect_start(struct protect *p)
 	if (rc == 0) {
 		rc = rft_wq_start(p->answers);
 		if (rc < 0) {
-			pthread_mutex_lock(&p->lock);
+			leaf_lock(&p->lock, ENG_RANK_PROTECT);
 			p->stop = true;
 			pthread_cond_broadcast(&p->cv);
-			pthread_mutex_unlock(&p->lock);
+			leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 			pthread_join(p->sender, NULL);
 		}
 	}
@@ -1341,10 +1341,10 @@ void protect_stop(struct protect *p)
 {
 	if (!p || !p->started)
 		return;
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	p->stop = true;
 	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	/* Answers not yet sent are dropped: their askers time out. */
 	rft_wq_stop(p->answers, RFT_WQ_CANCEL);
 	pthread_join(p->sender, NULL);
@@ -1404,7 +1404,7 @@ void protect_get_stats(struct protect *p, struct eng_protect_stats *s)
 	s->bytes_held = atomic_load(&p->bytes_held);
 	s->pieces_refused = atomic_load(&p->pieces_refused);
 	s->retries = atomic_load(&p->retries);
-	pthread_mutex_lock(&p->lock);
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
 	s->files_pending = p->queued;
 	for (struct prot_job *j = p->later; j; j = j->next)
 		if (j->stall_err && !s->files_stalled++) {
@@ -1414,7 +1414,7 @@ void protect_get_stats(struct protect *p, struct eng_protect_stats *s)
 	s->rebuilding = p->rebuild_running;
 	s->rebuild_files = p->rebuild_files;
 	s->rebuild_done = p->rebuild_done;
-	pthread_mutex_unlock(&p->lock);
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	s->rebuild_bytes = atomic_load(&p->rebuild_bytes);
 	s->rebuild_failed = atomic_load(&p->rebuild_failed);
 	s->rebuild_lost = atomic_load(&p->rebuild_lost);

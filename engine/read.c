@@ -73,13 +73,13 @@ static int fetch_piece(struct eng *e, struct inode *in, struct eng_piece *pc,
 	}
 	if (!e->src)
 		return rc;
-	pthread_rwlock_rdlock(&e->ns.lock);
-	pthread_rwlock_rdlock(&f->lock);
+	ns_rdlock(e);
+	file_rdlock(f);
 	prc = f->gseal == gseal && file_data_persisted(f)
 		      ? e->src->locate(e, in, &loc)
 		      : -ENOENT;
-	pthread_rwlock_unlock(&f->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	file_unlock(f);
+	ns_unlock(e);
 	if (prc < 0)
 		return rc;
 	prc = e->src->read(e, &loc, (uint64_t)i << e->store.chunk_shift, keep,
@@ -105,7 +105,7 @@ static int loads_begin(struct eng *e, const struct inode *in, uint32_t i,
 	struct loads *l = &e->loads;
 	bool waited = false;
 
-	pthread_mutex_lock(&l->lock);
+	leaf_lock(&l->lock, ENG_RANK_LOADS);
 	for (;;) {
 		bool busy = false;
 
@@ -114,11 +114,11 @@ static int loads_begin(struct eng *e, const struct inode *in, uint32_t i,
 		if (!busy)
 			break;
 		if (ahead) {
-			pthread_mutex_unlock(&l->lock);
+			leaf_unlock(&l->lock, ENG_RANK_LOADS);
 			return 1;
 		}
 		if (deadline && rft_expired_ts(deadline)) {
-			pthread_mutex_unlock(&l->lock);
+			leaf_unlock(&l->lock, ENG_RANK_LOADS);
 			return -ETIMEDOUT;
 		}
 		if (deadline)
@@ -128,13 +128,13 @@ static int loads_begin(struct eng *e, const struct inode *in, uint32_t i,
 		waited = true;
 	}
 	if (waited) {
-		pthread_mutex_unlock(&l->lock);
+		leaf_unlock(&l->lock, ENG_RANK_LOADS);
 		return 1;
 	}
 	/* A full table only costs a duplicate fetch. */
 	if (l->n < ENG_LOADS_MAX)
 		l->k[l->n++] = (struct load_key){ in, i };
-	pthread_mutex_unlock(&l->lock);
+	leaf_unlock(&l->lock, ENG_RANK_LOADS);
 	return 0;
 }
 
@@ -142,14 +142,14 @@ static void loads_end(struct eng *e, const struct inode *in, uint32_t i)
 {
 	struct loads *l = &e->loads;
 
-	pthread_mutex_lock(&l->lock);
+	leaf_lock(&l->lock, ENG_RANK_LOADS);
 	for (unsigned k = 0; k < l->n; k++)
 		if (l->k[k].in == in && l->k[k].idx == i) {
 			l->k[k] = l->k[--l->n];
 			break;
 		}
 	pthread_cond_broadcast(&l->done);
-	pthread_mutex_unlock(&l->lock);
+	leaf_unlock(&l->lock, ENG_RANK_LOADS);
 }
 
 /*
@@ -163,11 +163,11 @@ static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
 {
 	char path[PATH_MAX];
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	if (ns_path(&e->ns, in, path, sizeof(path)) < 0)
 		snprintf(path, sizeof(path), "inode %llu",
 			 (unsigned long long)in->ino);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (theirs >= 0)
 		rft_warn("%s: piece %u of the version this node's writers "
 			 "changed cannot be read (%s): node %d sealed another "
@@ -202,26 +202,26 @@ static int load_piece(struct eng *e, struct inode *in,
 	int theirs = -1;
 	int rc;
 
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
 	    (f->slots[i].where == PIECE_PERSIST && !loc)) {
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		return 1;
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	rc = loads_begin(e, in, i, deadline, ahead);
 	if (rc != 0)
 		return rc;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
 	    (f->slots[i].where == PIECE_PERSIST && !loc)) {
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		loads_end(e, in, i);
 		return 1; /* the load before ours brought it */
 	}
 	if (f->slots[i].where == PIECE_PEER && file_lost(f)) {
 		/* No holder is left to ask (file_apply_lost): EIO now. */
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		loads_end(e, in, i);
 		return -EIO;
 	}
@@ -233,7 +233,7 @@ static int load_piece(struct eng *e, struct inode *in,
 				 .owner = f->owner, .scheme = f->scheme,
 				 .stripe_ckpt = f->stripe_ckpt,
 				 .chunk_base = f->chunk_base };
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 
 	/*
 	 * Allocate and read without the file's lock: the evictor may need
@@ -267,7 +267,7 @@ static int load_piece(struct eng *e, struct inode *in,
 		rc = e->src->read(e, loc, (uint64_t)i << e->store.chunk_shift,
 				  want.fill, len, want.crc, want.crc_len,
 				  store_ptr(&e->store, id));
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	if (rc == -EIO && want.where == PIECE_PERSIST) {
 		f->crc_bad = true;
 		atomic_fetch_add(&e->cnt.crc_errors, 1);
@@ -308,7 +308,7 @@ static int load_piece(struct eng *e, struct inode *in,
 					 : &e->cnt.readthrough_bytes,
 				 len);
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	loads_end(e, in, i);
 	if (id != RFT_NO_CHUNK)
 		store_put(&e->store, id); /* failed, or changed meanwhile */
@@ -322,10 +322,10 @@ static bool any_persisted(struct file *f, uint32_t first, uint32_t last)
 {
 	bool any = false;
 
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	for (uint32_t i = first; i <= last && i < f->nslots && !any; i++)
 		any = f->slots[i].where == PIECE_PERSIST;
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return any;
 }
 
@@ -349,11 +349,11 @@ static int load_range(struct eng *e, struct inode *in, uint32_t first,
 			eng_names_unlock(e);
 		}
 		if (persisted) {
-			pthread_rwlock_rdlock(&e->ns.lock);
-			pthread_rwlock_rdlock(&in->file.lock);
+			ns_rdlock(e);
+			file_rdlock(&in->file);
 			rc = e->src->locate(e, in, &loc);
-			pthread_rwlock_unlock(&in->file.lock);
-			pthread_rwlock_unlock(&e->ns.lock);
+			file_unlock(&in->file);
+			ns_unlock(e);
 			if (rc < 0) {
 				rft_err("no persisted copy for inode %llu: %s",
 					(unsigned long long)in->ino,
@@ -401,11 +401,11 @@ void file_ahead(struct eng *e, struct inode *in, uint32_t last)
 	from = cur > last && cur < to ? cur : last + 1;
 	if (!atomic_compare_exchange_strong(&f->ahead_next, &cur, to))
 		return; /* another reader of the file queued it */
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	for (uint32_t i = from; i < to && i < f->nslots; i++)
 		if (slot_remote(&f->slots[i]))
 			want[n++] = i;
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	for (uint32_t i = 0; i < n; i++)
 		fetch_queue_ahead(e, in, want[i]);
 }
@@ -437,11 +437,11 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 	int rc = 0, tries;
 
 	for (tries = 0; tries < 3; tries++) {
-		pthread_rwlock_rdlock(&e->ns.lock);
-		pthread_rwlock_rdlock(&f->lock);
+		ns_rdlock(e);
+		file_rdlock(f);
 		if (pos >= f->size) {
-			pthread_rwlock_unlock(&f->lock);
-			pthread_rwlock_unlock(&e->ns.lock);
+			file_unlock(f);
+			ns_unlock(e);
 			free(buf);
 			free(want);
 			reply(ctx, NULL, 0, 0);
@@ -490,8 +490,8 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 			/* Reused for the piece's length as the file has it. */
 			want[i].chunk = len;
 		}
-		pthread_rwlock_unlock(&f->lock);
-		pthread_rwlock_unlock(&e->ns.lock);
+		file_unlock(f);
+		ns_unlock(e);
 		for (uint32_t i = 0; rc >= 0 && i < n; i++)
 			if (want[i].where == PIECE_PERSIST)
 				rc = located ? e->src->read(
@@ -558,20 +558,20 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 	for (int tries = 0;; tries++) {
 		bool missing = false;
 
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		/*
 		 * A copy queued since: let it land first.  With none queued
 		 * while the chunks are pinned, a later write copies on write
 		 * and never writes into what this reply points at.
 		 */
 		if (atomic_load_explicit(&f->pending, memory_order_acquire)) {
-			pthread_rwlock_unlock(&f->lock);
+			file_unlock(f);
 			file_wait_writes(e, f);
 			tries--;
 			continue;
 		}
 		if (pos >= f->size || size == 0) {
-			pthread_rwlock_unlock(&f->lock);
+			file_unlock(f);
 			reply(ctx, NULL, 0, 0);
 			return 0;
 		}
@@ -585,7 +585,7 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 		ahead = f->resident < f->nslots;
 		if (!missing)
 			break;
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		file_ahead(e, in, last);
 		if (!deadline)
 			return fetch_queue(e, in, pos, size, reply, ctx);
@@ -614,7 +614,7 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 	if ((size_t)(last - first + 1) * 3 > READ_IOV_STACK) {
 		iov = malloc((size_t)(last - first + 1) * 3 * sizeof(*iov));
 		if (!iov) {
-			pthread_rwlock_unlock(&f->lock);
+			file_unlock(f);
 			return -ENOMEM;
 		}
 	}
@@ -645,7 +645,7 @@ static int read_at(struct eng *e, struct inode *in, uint64_t pos,
 	 * copies on write), and once the reply is out the file may be closed,
 	 * unlinked and freed by another thread before this one goes on.
 	 */
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	/* Before the reply: after it the file may be gone. */
 	if (ahead)
 		file_ahead(e, in, last);
@@ -738,9 +738,9 @@ static int enqueue(struct eng *e, struct fetch_job *job, bool ahead)
 	job->e = e;
 	rft_deadline_ts(&job->deadline, e->cfg.fetch_timeout_ms);
 	/* The caller's open handle keeps the inode alive until this hold. */
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	job->in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (!fe->wq || rft_wq_queue(fe->wq, &job->w,
 				    ahead ? RFT_WQ_LOW : RFT_WQ_HIGH) < 0) {
 		ns_unhold(e, job->in);

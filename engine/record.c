@@ -276,7 +276,7 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 	bool kick = false;
 	int rc = 0;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, op->ino);
 	if (!in || !S_ISREG(in->mode)) {
 		rc = -ENOENT;
@@ -296,7 +296,7 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 		goto out;
 	}
 	f = &in->file;
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	/*
 	 * An erasure-coded seal takes the next chunk numbers of its node in
 	 * its checkpoint's stripe space, whatever this node does with it
@@ -304,7 +304,7 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 	 */
 	if (op->flags && take_chunks(e, in, op->flags, op->node, op->npieces,
 				     &ckpt, &base) < 0) {
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -351,9 +351,9 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 			"node's view of it differs from the group's",
 			(unsigned long long)op->ino, op->node,
 			(unsigned long long)index, strerror(-rc));
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 out:
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (kick)
 		eng_post_dirty(e, in);
 	return rc;
@@ -367,8 +367,8 @@ int file_revert(struct eng *e, struct inode *in, int why)
 
 	/* f->copy changes under the names lock too (struct file). */
 	eng_names_lock(e);
-	pthread_rwlock_wrlock(&e->ns.lock);
-	pthread_rwlock_wrlock(&f->lock);
+	ns_wrlock(e);
+	file_wrlock(f);
 	/*
 	 * Only when another node sealed since the draft's base: this node's
 	 * own seal's bytes are the draft's (changed since), and the base,
@@ -382,8 +382,8 @@ int file_revert(struct eng *e, struct inode *in, int why)
 	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
 		snprintf(path, sizeof(path), "inode %llu",
 			 (unsigned long long)in->ino);
-	pthread_rwlock_unlock(&f->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	file_unlock(f);
+	ns_unlock(e);
 	eng_names_unlock(e);
 	if (rc < 0)
 		return rc;
@@ -409,7 +409,7 @@ int file_restore(struct eng *e, struct inode *in, int owner,
 	bool same, mine, showed;
 	int changed = 0, rc;
 
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	old = f->log;
 	/* Before: did it show the group's version, of the same seal? */
 	showed = shows_log(e, f);
@@ -502,7 +502,7 @@ int file_restore(struct eng *e, struct inode *in, int owner,
 		in->mtime = log->mtime;
 		in->ctime = log->ctime;
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return changed;
 }
 
@@ -518,12 +518,12 @@ static struct slot *replica_slot(struct eng *e, uint64_t ino, uint64_t gseal,
 	struct inode *in;
 	struct file *f;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_find(&e->ns, ino);
 	if (!in || !S_ISREG(in->mode))
 		return NULL;
 	f = &in->file;
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	*fp = f;
 	if (f->gseal != gseal || idx >= f->nslots)
 		return NULL;
@@ -533,8 +533,8 @@ static struct slot *replica_slot(struct eng *e, uint64_t ino, uint64_t gseal,
 static void replica_unlock(struct eng *e, struct file *f)
 {
 	if (f)
-		pthread_rwlock_unlock(&f->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+		file_unlock(f);
+	ns_unlock(e);
 }
 
 int file_replica_dest(struct eng *e, uint64_t ino, uint64_t gseal,
@@ -658,12 +658,12 @@ int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 	uint32_t chunk = RFT_NO_CHUNK, fill = 0;
 	struct inode *in;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode)) {
 		struct file *f = &in->file;
 
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		if (f->gseal == gseal && f->dur.sealed == f->version &&
 		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
 		    f->slots[idx].crc == crc &&
@@ -673,9 +673,9 @@ int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 							: len;
 			store_get(&e->store, chunk);
 		}
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (chunk == RFT_NO_CHUNK)
 		return -ENOENT;
 	memcpy(buf, store_ptr(&e->store, chunk), fill);
@@ -737,7 +737,7 @@ uint32_t file_drop_pieces(struct eng *e, struct inode *in,
 	struct file *f = &in->file;
 	uint32_t dropped = 0;
 
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t i = idx[k];
 		struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
@@ -751,7 +751,7 @@ uint32_t file_drop_pieces(struct eng *e, struct inode *in,
 		file_slot_to_peer(e, f, s);
 		dropped++;
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return dropped;
 }
 
@@ -853,8 +853,8 @@ int file_resync(struct eng *e, struct inode *in)
 	int rc = -EAGAIN, node = -1;
 
 	eng_names_lock(e);
-	pthread_rwlock_wrlock(&e->ns.lock);
-	pthread_rwlock_wrlock(&f->lock);
+	ns_wrlock(e);
+	file_wrlock(f);
 	if (f->sealed && !file_draft(e, f) && f->writers == 0) {
 		node = f->sealed->node;
 		rc = node == e->node ? resync_records(e, f)
@@ -863,8 +863,8 @@ int file_resync(struct eng *e, struct inode *in)
 	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
 		snprintf(path, sizeof(path), "inode %llu",
 			 (unsigned long long)in->ino);
-	pthread_rwlock_unlock(&f->lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	file_unlock(f);
+	ns_unlock(e);
 	eng_names_unlock(e);
 	if (rc < 0)
 		return rc;
@@ -889,15 +889,15 @@ static bool file_off_ino(struct eng *e, uint64_t ino, const char *what,
 	struct inode *in;
 
 	*off = 0;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode)) {
-		pthread_rwlock_rdlock(&in->file.lock);
+		file_rdlock(&in->file);
 		if (file_sealed(&in->file))
 			*off = file_seal_off_locked(e, &in->file, what);
-		pthread_rwlock_unlock(&in->file.lock);
+		file_unlock(&in->file);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return *off != 0;
 }
 
@@ -907,11 +907,11 @@ static int file_resync_ino(struct eng *e, uint64_t ino)
 	struct inode *in;
 	int rc = -ENOENT;
 
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in)
 		in->holds++;
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (in) {
 		rc = file_resync(e, in);
 		ns_unhold(e, in);
@@ -936,12 +936,12 @@ int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
 	if (repair && file_off_ino(e, ino, what, &vc->off) &&
 	    file_resync_ino(e, ino) == 0)
 		vc->synced = true;
-	pthread_rwlock_wrlock(&e->ns.lock);
+	ns_wrlock(e);
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode)) {
 		struct file *f = &in->file;
 
-		pthread_rwlock_rdlock(&f->lock);
+		file_rdlock(f);
 		/* The asker's record of the group's seal, or this one's. */
 		if (gseal && (!f->sealed || f->sealed->index != gseal))
 			rc = -ESTALE;
@@ -954,11 +954,11 @@ int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
 		}
 		/* Only the owner has a holder's copy dropped to send it again. */
 		repair_bad = repair && f->owner == from && from != e->node;
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		if (rc == 0)
 			in->holds++;
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	vc->rc = rc;
 	if (rc < 0)
 		return rc;
@@ -980,11 +980,11 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 	struct file *f;
 	int rc = -ENOENT;
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_find(&e->ns, op->ino);
 	if (in && S_ISREG(in->mode)) {
 		f = &in->file;
-		pthread_rwlock_wrlock(&f->lock);
+		file_wrlock(f);
 		/*
 		 * The log's record, of its last seal only (before the first,
 		 * of the file as it stands, when that is sealed); copies of
@@ -1020,9 +1020,9 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 			if (f->dur.sealed == f->version && !file_draft(e, f))
 				file_dur_protected(f, f->version);
 		}
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return rc;
 }
 
@@ -1034,11 +1034,11 @@ int file_apply_persist(struct eng *e, const struct nsop *op, uint64_t index)
 
 	/* f->copy changes under the names lock too (see struct file). */
 	eng_names_lock(e);
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	in = ns_find(&e->ns, op->ino);
 	if (in && S_ISREG(in->mode)) {
 		f = &in->file;
-		pthread_rwlock_wrlock(&f->lock);
+		file_wrlock(f);
 		/* The log's record and the result, as at PROTECT. */
 		rc = -ESTALE;
 		if (op->gseal == (f->sealed ? f->sealed->index : 0)) {
@@ -1056,9 +1056,9 @@ int file_apply_persist(struct eng *e, const struct nsop *op, uint64_t index)
 		    !file_draft(e, f) &&
 		    !(op->node == e->node && op->inc == e->inc))
 			take_persisted(f, false);
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 	}
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	eng_names_unlock(e);
 	return rc;
 }
@@ -1075,11 +1075,11 @@ static int count_unprotected(void *ctx, struct inode *in)
 
 	if (!S_ISREG(in->mode) || in->nlink == 0)
 		return 0;
-	pthread_rwlock_rdlock(&f->lock);
+	file_rdlock(f);
 	if (f->owner == w->e->node && f->dur.sealed == f->version &&
 	    f->dur.protected_data != f->version && !file_lost(f))
 		w->n++;
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	return 0;
 }
 
@@ -1087,9 +1087,9 @@ uint64_t file_count_unprotected(struct eng *e)
 {
 	struct count_walk w = { e, 0 };
 
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	ns_walk(&e->ns, count_unprotected, &w);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	return w.n;
 }
 
@@ -1151,7 +1151,7 @@ static int lost_one(void *ctx, struct inode *in)
 
 	if (!S_ISREG(in->mode))
 		return 0;
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	/* Whatever it was writing went with it. */
 	f->remote_writers &= ~w->bit;
 	/* The log's record: its copies (or parity rows) are fewer now. */
@@ -1172,7 +1172,7 @@ static int lost_one(void *ctx, struct inode *in)
 		/* A draft here: the seal it started from is lost. */
 		f->lost_seal = f->gseal;
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (!lost || in->nlink == 0)
 		return 0;
 	/* Named once the locks are let go (the log may block). */
@@ -1194,9 +1194,9 @@ int file_apply_lost(struct eng *e, const struct nsop *op)
 		return -EINVAL;
 	w.bit = 1ULL << op->node;
 	e->ns.lost_inc[op->node] = op->inc;
-	pthread_rwlock_rdlock(&e->ns.lock);
+	ns_rdlock(e);
 	ns_walk(&e->ns, lost_one, &w);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	for (uint64_t i = 0; i < w.lost && i < LOST_NAMED_MAX; i++) {
 		rft_err("lost: %s: its bytes were only in the memory of node "
 			"%d, which is gone (no copy, parity or persisted "
@@ -1229,7 +1229,7 @@ void file_writer_gone(struct eng *e, struct file *f, bool *sealed,
 	 * sent this very version already.
 	 */
 	*tell = f->writers == 0 && file_to_seal(e, f);
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 }
 
 void file_drop_writer(struct eng *e, struct inode *in)
@@ -1280,11 +1280,11 @@ int file_seal_view(struct eng *e, struct inode *in, struct seal_view *v)
 {
 	if (!S_ISREG(in->type))
 		return -EINVAL;
-	pthread_rwlock_rdlock(&e->ns.lock);
-	pthread_rwlock_rdlock(&in->file.lock);
+	ns_rdlock(e);
+	file_rdlock(&in->file);
 	view_locked(e, in, v);
-	pthread_rwlock_unlock(&in->file.lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	file_unlock(&in->file);
+	ns_unlock(e);
 	return 0;
 }
 
@@ -1296,8 +1296,8 @@ int file_seal_snap(struct eng *e, struct inode *in, uint64_t gseal,
 
 	if (!S_ISREG(in->type))
 		return -ESTALE;
-	pthread_rwlock_rdlock(&e->ns.lock);
-	pthread_rwlock_rdlock(&in->file.lock);
+	ns_rdlock(e);
+	file_rdlock(&in->file);
 	view_locked(e, in, v);
 	if (v->owner != owner || !v->gseal || v->gseal != gseal ||
 	    !v->unchanged || !v->linked || (scheme && v->scheme != scheme))
@@ -1306,8 +1306,8 @@ int file_seal_snap(struct eng *e, struct inode *in, uint64_t gseal,
 		rc = -EAGAIN;
 	else
 		rc = file_snap_take_locked(e, &in->file, fs);
-	pthread_rwlock_unlock(&in->file.lock);
-	pthread_rwlock_unlock(&e->ns.lock);
+	file_unlock(&in->file);
+	ns_unlock(e);
 	return rc;
 }
 
@@ -1329,9 +1329,9 @@ static int where_one(void *ctx, struct inode *in)
 
 	if (!S_ISREG(in->type) || in->nlink == 0)
 		return 0;
-	pthread_rwlock_rdlock(&in->file.lock);
+	file_rdlock(&in->file);
 	view_locked(w->e, in, &v);
-	pthread_rwlock_unlock(&in->file.lock);
+	file_unlock(&in->file);
 	want = w->want(w->ctx, &v);
 	if (!want)
 		return 0;
@@ -1361,11 +1361,11 @@ long eng_files_where(struct eng *e,
 	int rc;
 
 	if (held)
-		pthread_rwlock_wrlock(&e->ns.lock);
+		ns_wrlock(e);
 	else
-		pthread_rwlock_rdlock(&e->ns.lock);
+		ns_rdlock(e);
 	rc = ns_walk(&e->ns, where_one, &w);
-	pthread_rwlock_unlock(&e->ns.lock);
+	ns_unlock(e);
 	if (rc) {
 		for (size_t i = 0; i < w.n; i++)
 			ns_unhold(e, w.v[i]);
@@ -1381,8 +1381,8 @@ void file_keep_fetched(struct eng *e, struct inode *in)
 {
 	struct file *f = &in->file;
 
-	pthread_rwlock_wrlock(&f->lock);
+	file_wrlock(f);
 	for (uint32_t k = 0; k < f->nslots; k++)
 		f->slots[k].flags &= (uint8_t)~SLOT_FETCHED;
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 }

@@ -107,9 +107,9 @@ uint64_t store_faulted_bytes(struct store *s)
 {
 	uint64_t n;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	n = s->nfaulted;
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return n << s->chunk_shift;
 }
 
@@ -120,7 +120,7 @@ static uint32_t fault_in(struct store *s, uint32_t max)
 
 	if (!ids)
 		return 0;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	for (uint32_t i = s->nfree; i-- > 0 && n < max;) {
 		uint32_t id = s->free_stack[i];
 
@@ -131,7 +131,7 @@ static uint32_t fault_in(struct store *s, uint32_t max)
 			ids[n++] = id;
 		}
 	}
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	/*
 	 * No lock: a writer may take one of these meanwhile, which is fine:
 	 * populating writes nothing, it only faults pages in.
@@ -157,7 +157,7 @@ static uint32_t give_back(struct store *s, uint32_t max)
 
 	if (!ids)
 		return 0;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	for (uint32_t i = 0; i < s->nfree; i++) {
 		uint32_t id = s->free_stack[i];
 
@@ -167,11 +167,11 @@ static uint32_t give_back(struct store *s, uint32_t max)
 			s->free_stack[k++] = id;
 	}
 	s->nfree = k;
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	for (uint32_t i = 0; i < n; i++)
 		madvise(store_arena_ptr(s, ids[i]), s->chunk_size,
 			MADV_DONTNEED);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	memmove(s->free_stack + n, s->free_stack,
 		(size_t)s->nfree * sizeof(*s->free_stack));
 	for (uint32_t i = 0; i < n; i++) {
@@ -183,7 +183,7 @@ static uint32_t give_back(struct store *s, uint32_t max)
 	s->nfaulted_free -= n;
 	if (s->waiters)
 		pthread_cond_broadcast(&s->freed);
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	free(ids);
 	atomic_fetch_add(&s->trimmed, (uint64_t)n << s->chunk_shift);
 	return n;
@@ -200,9 +200,9 @@ int64_t store_balance(struct store *s)
 			 : (uint32_t)(want >> s->chunk_shift);
 	/* Hysteresis: a checkpoint's size wobbles; do not chase it. */
 	slack = target / 8 > step ? target / 8 : step;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	have = s->nfaulted_free;
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	if (have < target)
 		return (int64_t)fault_in(s, target - have < step ? target - have
 								 : step)
@@ -225,19 +225,19 @@ static void *balance_main(void *arg)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	/* Let writers and the FUSE threads go first. */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	while (!s->balance_stop) {
 		int64_t moved;
 
-		pthread_mutex_unlock(&s->lock);
+		store_unlock(s);
 		moved = store_balance(s);
-		pthread_mutex_lock(&s->lock);
+		store_lock(s);
 		if (moved != 0)
 			continue; /* more to do: go on at once */
 		rft_deadline_ts(&ts, BALANCE_MS);
 		pthread_cond_timedwait(&s->balance_wake, &s->lock, &ts);
 	}
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return NULL;
 }
 
@@ -255,10 +255,10 @@ void store_balance_stop(struct store *s)
 {
 	if (!s->balancing)
 		return;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	s->balance_stop = true;
 	pthread_cond_signal(&s->balance_wake);
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	pthread_join(s->balancer, NULL);
 	s->balancing = false;
 }
@@ -301,9 +301,9 @@ int store_try_alloc(struct store *s, uint32_t *id)
 {
 	bool ok;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ok = pop_locked(s, id);
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return ok ? 0 : -ENOSPC;
 }
 
@@ -383,10 +383,10 @@ int store_try_alloc_len(struct store *s, uint32_t len, uint32_t *id)
 	if (len > s->small_max)
 		return store_try_alloc(s, id);
 	cls = small_class(len);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	sl = s->partial[cls];
 	if (!sl && !(sl = slab_new_locked(s, cls))) {
-		pthread_mutex_unlock(&s->lock);
+		store_unlock(s);
 		return -ENOSPC;
 	}
 	while (!sl->freemap[b / 64])
@@ -396,7 +396,7 @@ int store_try_alloc_len(struct store *s, uint32_t len, uint32_t *id)
 	atomic_store_explicit(&sl->refs[b], 1, memory_order_release);
 	if (--sl->nfree == 0)
 		partial_unlink(s, sl);
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	*id = STORE_SMALL | (sl->chunk << sub) | (b << cls);
 	return 0;
 }
@@ -407,7 +407,7 @@ static void small_free(struct store *s, uint32_t id)
 	uint32_t b;
 	struct slab *sl = store_slab(s, id, &b);
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	sl->freemap[b / 64] |= 1ULL << (b % 64);
 	if (sl->nfree++ == 0)
 		partial_push(s, sl);
@@ -421,20 +421,20 @@ static void small_free(struct store *s, uint32_t id)
 		push_free_locked(s, sl->chunk);
 		free(sl);
 	}
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 }
 
 void store_usage(struct store *s, uint32_t *slabs, uint64_t *small_bytes)
 {
 	uint64_t free_bytes = 0;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	*slabs = s->nslabs;
 	for (unsigned c = 0; c < STORE_CLASSES; c++)
 		for (struct slab *sl = s->partial[c]; sl; sl = sl->next)
 			free_bytes += (uint64_t)sl->nfree
 				      << (STORE_UNIT_SHIFT + c);
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	*small_bytes = ((uint64_t)*slabs << s->chunk_shift) - free_bytes;
 }
 
@@ -455,14 +455,14 @@ int store_wait_free(struct store *s, uint32_t want,
 		want = s->nchunks;
 	if (rft_expired_ts(deadline))
 		return -ENOSPC;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	s->waiters++;
 	while (s->nfree < want) {
 		/* Ask for eviction, then wait for chunks to be put back. */
 		if (s->pressure) {
-			pthread_mutex_unlock(&s->lock);
+			store_unlock(s);
 			s->pressure(s->pressure_ctx);
-			pthread_mutex_lock(&s->lock);
+			store_lock(s);
 			if (s->nfree >= want)
 				break;
 		}
@@ -474,7 +474,7 @@ int store_wait_free(struct store *s, uint32_t want,
 		}
 	}
 	s->waiters--;
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return rc;
 }
 
@@ -519,7 +519,7 @@ uint32_t store_take_cold(struct store *s, uint32_t *ids, uint32_t n)
 {
 	uint32_t ndrop = 0;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	if (n > s->nfree)
 		n = s->nfree;
 	memcpy(ids, s->free_stack, (size_t)n * sizeof(*ids));
@@ -540,7 +540,7 @@ uint32_t store_take_cold(struct store *s, uint32_t *ids, uint32_t n)
 			ids[ndrop++] = id;
 		}
 	}
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	/* Ours now: no one else touches their pages. */
 	for (uint32_t i = 0; i < ndrop; i++)
 		madvise(store_arena_ptr(s, ids[i]), s->chunk_size,
@@ -560,7 +560,7 @@ void store_put_cold(struct store *s, const uint32_t *ids, uint32_t n)
 			abort();
 		}
 	}
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	memmove(s->free_stack + n, s->free_stack,
 		(size_t)s->nfree * sizeof(*s->free_stack));
 	memcpy(s->free_stack, ids, (size_t)n * sizeof(*ids));
@@ -571,7 +571,7 @@ void store_put_cold(struct store *s, const uint32_t *ids, uint32_t n)
 			s->nfaulted_free++;
 	if (s->waiters)
 		pthread_cond_broadcast(&s->freed);
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 }
 
 void store_get(struct store *s, uint32_t id)
@@ -600,7 +600,7 @@ void store_put(struct store *s, uint32_t id)
 		small_free(s, id);
 		return;
 	}
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	if (s->lent[id].home) {
 		/* Its memory is the home's page: back to the home, cold. */
 		struct store_home *h = s->lent[id].home;
@@ -614,7 +614,7 @@ void store_put(struct store *s, uint32_t id)
 	} else {
 		push_free_locked(s, id);
 	}
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 }
 
 int store_home_init(struct store_home *h, uint8_t *map, uint32_t pages)
@@ -655,7 +655,7 @@ uint8_t *store_lend(struct store *s, struct store_home *h, uint32_t id,
 			h->pages);
 		abort();
 	}
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	/* h->back has room for every chunk lent at once, one a page. */
 	if (h->live + h->nback >= h->pages ||
 	    h->page_id[page] != STORE_NO_PAGE) {
@@ -668,7 +668,7 @@ uint8_t *store_lend(struct store *s, struct store_home *h, uint32_t id,
 	h->page_id[page] = id;
 	h->live++;
 	s->ncold--; /* the file's now: used */
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return store_ptr(s, id);
 }
 
@@ -677,11 +677,11 @@ uint32_t store_home_collect(struct store *s, struct store_home *h,
 {
 	uint32_t n;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	n = h->nback < max ? h->nback : max;
 	h->nback -= n;
 	memcpy(ids, h->back + h->nback, (size_t)n * sizeof(*ids));
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return n;
 }
 
@@ -689,9 +689,9 @@ bool store_page_lent(struct store *s, struct store_home *h, uint32_t page)
 {
 	bool lent;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	lent = page < h->pages && h->page_id[page] != STORE_NO_PAGE;
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return lent;
 }
 
@@ -699,9 +699,9 @@ uint32_t store_home_live(struct store *s, struct store_home *h)
 {
 	uint32_t n;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	n = h->live;
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return n;
 }
 
@@ -709,9 +709,9 @@ uint32_t store_free_count(struct store *s)
 {
 	uint32_t n;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	n = s->nfree;
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return n;
 }
 
@@ -719,8 +719,8 @@ uint32_t store_free_or_cold(struct store *s)
 {
 	uint32_t n;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	n = s->nfree + s->ncold;
-	pthread_mutex_unlock(&s->lock);
+	store_unlock(s);
 	return n;
 }

@@ -294,7 +294,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 		 * lock only when nothing is queued (queueing needs the lock).
 		 */
 		if (done) {
-			pthread_rwlock_wrlock(&f->lock);
+			file_wrlock(f);
 		} else if (!file_wrlock_drained(e, f)) {
 			if (nowait)
 				return -EAGAIN;
@@ -307,7 +307,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			goto out;
 		}
 		if (needs_load(e, f, pos, size, &idx)) {
-			pthread_rwlock_unlock(&f->lock);
+			file_unlock(f);
 			if (nowait) {
 				free(job);
 				return -EAGAIN;
@@ -344,7 +344,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 		 * (readers, the evictor and the persist worker need it),
 		 * then look at the file again.  Nothing was changed.
 		 */
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		if (!waited) {
 			rft_deadline_ts(&deadline, e->cfg.enospc_wait_ms);
 			waited = true;
@@ -370,7 +370,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 		struct copier *c = &e->copier;
 
 		*job = (struct wjob){ NULL, fp, buf, reserved, pos, done, ctx };
-		pthread_mutex_lock(&c->lock);
+		leaf_lock(&c->lock, ENG_RANK_COPIER);
 		atomic_fetch_add_explicit(&f->pending, 1, memory_order_release);
 		if (c->tail)
 			c->tail->next = job;
@@ -378,14 +378,14 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 			c->head = job;
 		c->tail = job;
 		pthread_cond_signal(&c->work);
-		pthread_mutex_unlock(&c->lock);
+		leaf_unlock(&c->lock, ENG_RANK_COPIER);
 		job = NULL;
 		*queued = true;
 	} else {
 		copy_range(e, f, buf, reserved, pos);
 	}
 out:
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	free(job);
 	if (filled)
 		e->placement->wrote(e, in, size_now);
@@ -587,7 +587,7 @@ int file_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 		}
 		if (rc == 0 && load != UINT32_MAX) {
 			/* Read the piece in with no lock held, then again. */
-			pthread_rwlock_unlock(&f->lock);
+			file_unlock(f);
 			if (loads++ == LOAD_TRIES)
 				return -EIO;
 			rc = file_load(e, in, load, load, NULL);
@@ -598,7 +598,7 @@ int file_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 		if (rc != -ENOSPC || timed_out)
 			break;
 		/* Out of memory: wait as a writer does, no lock held. */
-		pthread_rwlock_unlock(&f->lock);
+		file_unlock(f);
 		if (!waited) {
 			rft_deadline_ts(&deadline, e->cfg.enospc_wait_ms);
 			waited = true;
@@ -618,7 +618,7 @@ int file_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 		}
 		eng_now(&in->ctime);
 	}
-	pthread_rwlock_unlock(&f->lock);
+	file_unlock(f);
 	if (rc == -ENOSPC)
 		atomic_fetch_add(&e->cnt.enospc, 1);
 	return rc;
@@ -632,7 +632,7 @@ static void *copier_main(void *arg)
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	pthread_mutex_lock(&c->lock);
+	leaf_lock(&c->lock, ENG_RANK_COPIER);
 	for (;;) {
 		struct wjob *job = c->head;
 		struct file *f;
@@ -647,25 +647,25 @@ static void *copier_main(void *arg)
 		if (!c->head)
 			c->tail = NULL;
 		c->cur = job; /* file_range_queued */
-		pthread_mutex_unlock(&c->lock);
+		leaf_unlock(&c->lock, ENG_RANK_COPIER);
 
 		f = &job->fp->inode->file;
-		pthread_rwlock_wrlock(&f->lock);
+		file_wrlock(f);
 		copy_range(e, f, job->src, job->size, job->pos);
-		pthread_mutex_lock(&c->lock);
+		leaf_lock(&c->lock, ENG_RANK_COPIER);
 		c->cur = NULL;
-		pthread_mutex_unlock(&c->lock);
-		pthread_rwlock_unlock(&f->lock);
+		leaf_unlock(&c->lock, ENG_RANK_COPIER);
+		file_unlock(f);
 
 		/* Give the buffer back before waiters on the file go on. */
 		job->done(job->ctx);
 		free(job);
-		pthread_mutex_lock(&c->lock);
+		leaf_lock(&c->lock, ENG_RANK_COPIER);
 		if (atomic_fetch_sub_explicit(&f->pending, 1,
 					      memory_order_acq_rel) == 1)
 			pthread_cond_broadcast(&c->drained);
 	}
-	pthread_mutex_unlock(&c->lock);
+	leaf_unlock(&c->lock, ENG_RANK_COPIER);
 	return NULL;
 }
 
@@ -690,10 +690,10 @@ void copier_stop(struct eng *e)
 
 	if (!c->running)
 		return;
-	pthread_mutex_lock(&c->lock);
+	leaf_lock(&c->lock, ENG_RANK_COPIER);
 	c->stop = true;
 	pthread_cond_signal(&c->work);
-	pthread_mutex_unlock(&c->lock);
+	leaf_unlock(&c->lock, ENG_RANK_COPIER);
 	pthread_join(c->thread, NULL);
 	c->running = false;
 	pthread_cond_destroy(&c->drained);
