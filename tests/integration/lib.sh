@@ -150,9 +150,12 @@ unmount_fuse() {
 # Print every sanitizer report a process of this test wrote; true if any.
 # GCC's UBSan ignores log_path when ASan is linked in too (GCC bug 94328)
 # and writes to stderr, so the foreground daemons' logs are searched as well
-# (tools/test.sh builds build-asan with clang, which honours log_path).
+# (tools/test.sh builds build-asan with clang, which honours log_path), and
+# for the engine's lock-order reports (engine_i.h), which abort a daemon
+# even where the test would not notice it.
 _t_san_reports() {
-	local f found=1
+	local f found=1 pat='runtime error:|(ERROR|WARNING): [A-Za-z]+Sanitizer'
+	pat+='|lock order: '
 	for f in "$_T_SAN".*; do
 		[ -s "$f" ] || continue
 		printf '[%s] FAIL: sanitizer report from pid %s:\n' \
@@ -161,9 +164,8 @@ _t_san_reports() {
 		found=0
 	done
 	for f in "$T_TMP"/daemon.*.log; do
-		grep -qE 'runtime error:|(ERROR|WARNING): [A-Za-z]+Sanitizer' \
-			"$f" 2>/dev/null || continue
-		printf '[%s] FAIL: sanitizer report in %s:\n' \
+		grep -qE "$pat" "$f" 2>/dev/null || continue
+		printf '[%s] FAIL: sanitizer or lock-order report in %s:\n' \
 			"$TEST_NAME" "${f##*/}" >&2
 		sed 's/^/    /' "$f" >&2
 		found=0
