@@ -60,3 +60,32 @@ uint64_t eng_incarnation(const struct eng *e)
 {
 	return e->inc;
 }
+
+bool eng_inval_idle(struct eng *e)
+{
+	return !e->inval.idle || e->inval.idle(e->inval.ctx);
+}
+
+uint64_t eng_ns_count(struct eng *e)
+{
+	uint64_t n;
+
+	ns_rdlock(e);
+	n = e->ns.count;
+	ns_unlock(e);
+	return n;
+}
+
+int eng_group_attach(struct eng *e, const struct eng_group_ops *ops,
+		     void *ctx, int node, uint64_t inc)
+{
+	if (e->gops)
+		return -EBUSY;
+	if (eng_ns_count(e) > 1)
+		return -EEXIST;
+	e->node = node;
+	e->inc = inc;
+	e->gops = ops;
+	e->gctx = ctx;
+	return 0;
+}

@@ -5,9 +5,11 @@
  * under its lock (struct seal_view) and its pieces pinned (struct
  * file_snap); inodes as handles, held and let go; the events; the store
  * the pieces live in, the counters they bump; the lock order's ranks and
- * leaf_lock(), which the group's own locks are taken with.  Issue 26
- * moves the group onto it: parity.c and protect.c are on it (they include
- * no engine_i.h), gns.c not yet.
+ * leaf_lock(), which the group's own locks are taken with; and the group
+ * plugged in: the calls the engine makes of it (struct eng_group_ops),
+ * the namespace log's apply and snapshots, a seal built for the log.
+ * The group (gns.c, protect.c, parity.c) includes no other header of
+ * engine/.
  */
 #ifndef RFT_CORE_H
 #define RFT_CORE_H
@@ -184,6 +186,9 @@ struct seal_view {
 	bool lost;		/* the log says no copy of its seal is left */
 	bool all_here;		/* every piece in memory, or a hole */
 	bool any_at_holders;	/* some piece only at its holders */
+	bool any_here;		/* some piece in memory here */
+	bool held_elsewhere;	/* a node other than its owner holds copies
+				   or parity rows of it */
 };
 /* @in's seal view; -EINVAL when @in is no regular file.  Takes its lock. */
 int file_seal_view(struct eng *e, struct inode *in, struct seal_view *v);
@@ -250,6 +255,188 @@ void file_replica_install(struct eng *e, uint64_t ino, uint64_t gseal,
 			  uint32_t idx, uint32_t chunk, uint32_t crc, bool ok);
 int file_replica_complete(struct eng *e, uint64_t ino, uint64_t gseal,
 			  uint8_t *map, uint32_t map_bits, uint32_t *npieces);
+
+/* --- the group, plugged in ----------------------------------------------- */
+
+/*
+ * Apply @op to this node's namespace (ns.c), with no engine lock held.
+ * Deterministic: the same op on the same state gives the same result and
+ * state on every node.  @out is NULL except on the proposer's node, where
+ * entry ops also take a kernel lookup reference and CREATE/OPEN open the
+ * handle.  @index is the op's log index (0 on a single node).  May wait
+ * for the copier (no lock held then), never for the network.
+ */
+int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
+	     struct nsop_out *out);
+/*
+ * The same, saying whether @op is another node's (@remote: its name
+ * changes are not mirrored here).  ns_apply() tells that from @out in a
+ * group; a test may apply an op as another node's on a single engine.
+ */
+int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
+		struct nsop_out *out, bool remote);
+
+/*
+ * nssnap.c: the namespace's state in the log (what every node derives
+ * alike from its entries; docs/protocol.md "Namespace snapshots"), for
+ * the log's snapshots.  ns_snap_encode: into a malloc()ed buffer the
+ * caller frees; 0 or -ENOMEM.  Takes ns->lock (read) and each file's
+ * lock.
+ */
+#define NS_SNAP_VERSION 2
+int ns_snap_encode(struct eng *e, void **buf, size_t *len);
+/*
+ * Make this node's namespace that of @buf (an empty one at a start, or
+ * one behind the group's), as applying the entries it stands for would
+ * have: inodes kept by number, names gone handled as another node's
+ * unlink or rename, files whose seal changed as at another node's SEAL.
+ * @changed (may be NULL) is called for each of those files, with no lock
+ * held.  The buffer is checked whole first: nothing changes on -EPROTO
+ * (malformed, or not the group's chunk size), -EPROTONOSUPPORT (a format
+ * this daemon does not know) or -ENOMEM.  No engine lock held.
+ */
+int ns_snap_restore(struct eng *e, const void *buf, size_t len,
+		    void (*changed)(void *ctx, uint64_t ino), void *ctx);
+
+
+/*
+ * What a group adds to the engine (set by eng_join_group, gns.c).  The
+ * engine's own files call it through these pointers only, so that the
+ * engine library does not depend on the group's.
+ */
+struct eng_group_ops {
+	/*
+	 * Append @op to the group's log and finish @c from its apply (its
+	 * done() called exactly once, from another thread).  @op is copied.
+	 * ENG_LATER, or -errno (then done() is never called).
+	 */
+	int (*propose)(void *ctx, const struct nsop *op, struct eng_call *c);
+	/*
+	 * Seal @in (its owner is this node) and send the seal round the log,
+	 * on a group thread: make its checksums final, propose SEAL for the
+	 * version it has then, and finish @c (a FLUSH) once every live node
+	 * applied it; with @c NULL (a RELEASE) nobody waits.  ENG_LATER with
+	 * @c, else 0; -errno when it could not even be queued.
+	 */
+	int (*seal)(void *ctx, struct inode *in, struct eng_call *c);
+	/*
+	 * Read piece @p->idx (@p->len bytes, CRC32C @p->crc) of a file's
+	 * sealed version @p->gseal from one of @p->holders into @buf,
+	 * checked; when none has it and the seal is erasure-coded, rebuilt
+	 * from its stripe.  0, -EIO when no holder gave the right bytes,
+	 * -ETIMEDOUT past @deadline.  No lock held; sleeps.
+	 */
+	int (*fetch)(void *ctx, const struct eng_piece *p, uint8_t *buf,
+		     const struct timespec *deadline);
+	/*
+	 * @in (owned here) is in the persist dir the group shares at its
+	 * seal @gseal: tell the others (PERSIST through the log, in the
+	 * background).  No lock held.
+	 */
+	void (*persisted)(void *ctx, struct inode *in, uint64_t gseal);
+	/*
+	 * Before a namespace or data read is answered: 0 when this node's
+	 * namespace may be served as it is, else first confirm it with the
+	 * group's log (a daemon that did not run for a while, stopped or
+	 * starved, may have been declared dead and left behind).  -EIO when
+	 * it cannot be confirmed.  No lock held; may sleep.
+	 */
+	int (*fresh)(void *ctx);
+	/* fs/ delivered its invalidations: waits for them may end. */
+	void (*kick)(void *ctx);
+	/* Protection and rebuild figures (see engine.h). */
+	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
+	/* Wait until the namespace caught up with the group (see engine.h). */
+	int (*ready)(void *ctx, int timeout_ms);
+	/* A graceful stop, before the group stops (eng_group_leave). */
+	int (*leave)(void *ctx, unsigned wait_ms);
+	/*
+	 * Ask @node to check its copy of @ino's seal @gseal (eng_verify),
+	 * and what it shows against the group's seal, whose record here has
+	 * @digest (file_seal_digest_locked): fills @vc (node and rc too).
+	 * No lock held; sleeps.
+	 */
+	void (*verify)(void *ctx, int node, uint64_t ino, uint64_t gseal,
+		       uint32_t digest, bool repair,
+		       struct eng_verify_copy *vc);
+	/*
+	 * verify's scrub of @pc's seal (erasure-coded): the parity rows of
+	 * the stripes of its @npieces pieces, into @vi's rows_* counts.  No
+	 * lock held; sleeps.
+	 */
+	void (*scrub)(void *ctx, const struct eng_piece *pc, uint32_t npieces,
+		      struct eng_verify_info *vi);
+	/*
+	 * verify --repair: bring back the pieces of @in (owned here) that are
+	 * not in memory (dropped as bad) from its holders, checked, and send
+	 * its copies again (holders that dropped bad pieces get them anew).
+	 * 0 or -errno (-EOPNOTSUPP without protection).  No lock held.
+	 */
+	int (*repair)(void *ctx, struct inode *in);
+	/* Threads: started by eng_start, stopped by eng_stop (and eng_free). */
+	int (*start)(void *ctx);
+	void (*stop)(void *ctx);
+	void (*free)(void *ctx);
+};
+
+/*
+ * Plug the group in: its calls @ops with @ctx, this node's id @node and
+ * this daemon's incarnation @inc (the log's entries carry them).  Before
+ * eng_start.  -EBUSY when a group is plugged in already, -EEXIST when the
+ * namespace holds names already (a persist dir's): every node numbers
+ * inodes in log order from an empty one.  Nothing changes on an error.
+ */
+int eng_group_attach(struct eng *e, const struct eng_group_ops *ops,
+		     void *ctx, int node, uint64_t inc);
+/* How many inodes the namespace has (the root included).  Takes ns->lock. */
+uint64_t eng_ns_count(struct eng *e);
+/* Copy an apply's outputs into the call. */
+void eng_call_take(struct eng_call *c, const struct nsop_out *out);
+/* Everything queued for the kernel delivered (or nobody to deliver it). */
+bool eng_inval_idle(struct eng *e);
+
+/*
+ * A seal of @in as this node has it now, into @op (a SEAL: its pieces'
+ * checksums and holes, version, size, chunk size, mtime; not its flags):
+ * pieces that are elsewhere are brought in first (the node that seals a
+ * file keeps it whole), checksums made final, and the version is marked
+ * sent.  0; 1 when there is nothing to seal (this version's seal went
+ * already, or the group's version shows here); -EAGAIN when a piece went
+ * again meanwhile; -errno.  No lock held; sleeps.
+ */
+int file_seal_build(struct eng *e, struct inode *in, struct nsop *op);
+/*
+ * After this node's truncate of closed file @ino: the file, held
+ * (ns_unhold), when it has a version to seal and no writer here, else
+ * NULL.  Takes ns->lock and the file's lock.
+ */
+struct inode *file_reseal_hold(struct eng *e, uint64_t ino);
+/*
+ * @in's draft here cannot be sealed (pieces of the version it was based
+ * on are gone) and the group sealed another version since: drop the
+ * draft and show the group's version.  Logs why.  0, or -EAGAIN when
+ * the group's version is the draft's own base (try the seal again).
+ * Takes ns->lock and the file's lock; no lock held on entry.
+ */
+int file_revert(struct eng *e, struct inode *in, int why);
+/*
+ * Piece @idx (@len bytes) of @ino's seal @gseal, in memory here whole and
+ * unchanged since that seal: its chunk pinned (store_put when done) into
+ * *@chunk, with its CRC32C and how many of its bytes the chunk holds
+ * (past @fill it reads as zeros).  0, or -ESTALE (not here so).  Takes
+ * ns->lock and the file's lock (read) briefly.
+ */
+int file_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		   uint32_t len, uint32_t *chunk, uint32_t *crc,
+		   uint32_t *fill);
+/*
+ * verify's check of this node's copy of @ino at @gseal for node @from
+ * that asks (see file_verify_take_locked in engine_i.h): into @vc, and
+ * its record of that seal into *@digest; -ENOENT, -EBUSY, -ESTALE.
+ */
+int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
+		    bool repair, struct eng_verify_copy *vc,
+		    uint32_t *digest);
 
 /*
  * --- locks ---------------------------------------------------------------

@@ -629,127 +629,6 @@ struct placement {
 
 void eng_placement(struct eng *e, const struct placement *pl);
 
-/*
- * Apply @op to this node's namespace (ns.c), with no engine lock held.
- * Deterministic: the same op on the same state gives the same result and
- * state on every node.  @out is NULL except on the proposer's node, where
- * entry ops also take a kernel lookup reference and CREATE/OPEN open the
- * handle.  @index is the op's log index (0 on a single node).  May wait
- * for the copier (no lock held then), never for the network.
- */
-int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
-	     struct nsop_out *out);
-/*
- * The same, saying whether @op is another node's (@remote: its name
- * changes are not mirrored here).  ns_apply() tells that from @out in a
- * group; a test may apply an op as another node's on a single engine.
- */
-int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
-		struct nsop_out *out, bool remote);
-
-/*
- * nssnap.c: the namespace's state in the log (what every node derives
- * alike from its entries; docs/protocol.md "Namespace snapshots"), for
- * the log's snapshots.  ns_snap_encode: into a malloc()ed buffer the
- * caller frees; 0 or -ENOMEM.  Takes ns->lock (read) and each file's
- * lock.
- */
-#define NS_SNAP_VERSION 2
-int ns_snap_encode(struct eng *e, void **buf, size_t *len);
-/*
- * Make this node's namespace that of @buf (an empty one at a start, or
- * one behind the group's), as applying the entries it stands for would
- * have: inodes kept by number, names gone handled as another node's
- * unlink or rename, files whose seal changed as at another node's SEAL.
- * @changed (may be NULL) is called for each of those files, with no lock
- * held.  The buffer is checked whole first: nothing changes on -EPROTO
- * (malformed, or not the group's chunk size), -EPROTONOSUPPORT (a format
- * this daemon does not know) or -ENOMEM.  No engine lock held.
- */
-int ns_snap_restore(struct eng *e, const void *buf, size_t len,
-		    void (*changed)(void *ctx, uint64_t ino), void *ctx);
-
-
-/*
- * What a group adds to the engine (set by eng_join_group, gns.c).  The
- * engine's own files call it through these pointers only, so that the
- * engine library does not depend on the group's.
- */
-struct eng_group_ops {
-	/*
-	 * Append @op to the group's log and finish @c from its apply (its
-	 * done() called exactly once, from another thread).  @op is copied.
-	 * ENG_LATER, or -errno (then done() is never called).
-	 */
-	int (*propose)(void *ctx, const struct nsop *op, struct eng_call *c);
-	/*
-	 * Seal @in (its owner is this node) and send the seal round the log,
-	 * on a group thread: make its checksums final, propose SEAL for the
-	 * version it has then, and finish @c (a FLUSH) once every live node
-	 * applied it; with @c NULL (a RELEASE) nobody waits.  ENG_LATER with
-	 * @c, else 0; -errno when it could not even be queued.
-	 */
-	int (*seal)(void *ctx, struct inode *in, struct eng_call *c);
-	/*
-	 * Read piece @p->idx (@p->len bytes, CRC32C @p->crc) of a file's
-	 * sealed version @p->gseal from one of @p->holders into @buf,
-	 * checked; when none has it and the seal is erasure-coded, rebuilt
-	 * from its stripe.  0, -EIO when no holder gave the right bytes,
-	 * -ETIMEDOUT past @deadline.  No lock held; sleeps.
-	 */
-	int (*fetch)(void *ctx, const struct eng_piece *p, uint8_t *buf,
-		     const struct timespec *deadline);
-	/*
-	 * @in (owned here) is in the persist dir the group shares at its
-	 * seal @gseal: tell the others (PERSIST through the log, in the
-	 * background).  No lock held.
-	 */
-	void (*persisted)(void *ctx, struct inode *in, uint64_t gseal);
-	/*
-	 * Before a namespace or data read is answered: 0 when this node's
-	 * namespace may be served as it is, else first confirm it with the
-	 * group's log (a daemon that did not run for a while, stopped or
-	 * starved, may have been declared dead and left behind).  -EIO when
-	 * it cannot be confirmed.  No lock held; may sleep.
-	 */
-	int (*fresh)(void *ctx);
-	/* fs/ delivered its invalidations: waits for them may end. */
-	void (*kick)(void *ctx);
-	/* Protection and rebuild figures (see engine.h). */
-	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
-	/* Wait until the namespace caught up with the group (see engine.h). */
-	int (*ready)(void *ctx, int timeout_ms);
-	/* A graceful stop, before the group stops (eng_group_leave). */
-	int (*leave)(void *ctx, unsigned wait_ms);
-	/*
-	 * Ask @node to check its copy of @ino's seal @gseal (eng_verify),
-	 * and what it shows against the group's seal, whose record here has
-	 * @digest (file_seal_digest_locked): fills @vc (node and rc too).
-	 * No lock held; sleeps.
-	 */
-	void (*verify)(void *ctx, int node, uint64_t ino, uint64_t gseal,
-		       uint32_t digest, bool repair,
-		       struct eng_verify_copy *vc);
-	/*
-	 * verify's scrub of @pc's seal (erasure-coded): the parity rows of
-	 * the stripes of its @npieces pieces, into @vi's rows_* counts.  No
-	 * lock held; sleeps.
-	 */
-	void (*scrub)(void *ctx, const struct eng_piece *pc, uint32_t npieces,
-		      struct eng_verify_info *vi);
-	/*
-	 * verify --repair: bring back the pieces of @in (owned here) that are
-	 * not in memory (dropped as bad) from its holders, checked, and send
-	 * its copies again (holders that dropped bad pieces get them anew).
-	 * 0 or -errno (-EOPNOTSUPP without protection).  No lock held.
-	 */
-	int (*repair)(void *ctx, struct inode *in);
-	/* Threads: started by eng_start, stopped by eng_stop (and eng_free). */
-	int (*start)(void *ctx);
-	void (*stop)(void *ctx);
-	void (*free)(void *ctx);
-};
-
 /* --- the engine --------------------------------------------------------- */
 
 struct eng_counters {
@@ -959,12 +838,6 @@ static inline void store_unlock_at(struct store *s, const char *at, int ln)
 #define store_lock(s) store_lock_at((s), ENG_AT)
 #define store_unlock(s) store_unlock_at((s), ENG_AT)
 
-/* Everything queued for the kernel delivered (or nobody to deliver it). */
-static inline bool eng_inval_idle(struct eng *e)
-{
-	return !e->inval.idle || e->inval.idle(e->inval.ctx);
-}
-
 /* See eng_group_ops.fresh; 0 at once on a single node. */
 static inline int eng_fresh(struct eng *e)
 {
@@ -1124,14 +997,6 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index);
  */
 bool file_to_seal(const struct eng *e, const struct file *f);
 /*
- * @in's draft here cannot be sealed (pieces of the version it was based
- * on are gone) and the group sealed another version since: drop the
- * draft and show the group's version.  Logs why.  0, or -EAGAIN when
- * the group's version is the draft's own base (try the seal again).
- * Takes ns->lock and the file's lock; no lock held on entry.
- */
-int file_revert(struct eng *e, struct inode *in, int why);
-/*
  * Make what this node has of @in what applying the entries a snapshot
  * stands for would have made it (ns_snap_restore): @owner, the log's
  * record @log and last seal @t (NULL: none; taken over, freed here in any
@@ -1155,7 +1020,7 @@ int file_restore(struct eng *e, struct inode *in, int owner,
  * written, -ESTALE when @gseal (0: any) is not its seal here.
  * file_verify_snap() checks them with no lock held (then file_snap_drop),
  * the indexes of bad ones into @bad (room for every piece) unless NULL.
- * file_verify_ino(): both, for node @from that asks (@ino at @gseal, the
+ * file_verify_ino() (core.h): both, for node @from that asks (@ino at @gseal, the
  * asker's record of the group's seal; -ENOENT), and what this node shows
  * against the group's seal (vc->off, file_seal_off_locked) and its record
  * of that seal (*@digest, file_seal_digest_locked); with @repair, and
@@ -1168,9 +1033,6 @@ int file_verify_take_locked(struct eng *e, struct file *f, uint64_t gseal,
 void file_verify_snap(struct eng *e, const struct file_snap *fs,
 		      const char *what, struct eng_verify_copy *vc,
 		      uint32_t *bad);
-int file_verify_ino(struct eng *e, uint64_t ino, uint64_t gseal, int from,
-		    bool repair, struct eng_verify_copy *vc,
-		    uint32_t *digest);
 /*
  * In a group, of a sealed file with no draft here: how many of what this
  * node shows of @f differ from the group's seal (f->sealed): pieces whose
@@ -1229,8 +1091,6 @@ int ns_make_entry(struct eng *e, const struct nsop *op, mode_t mode,
  * need not go round the log.  Takes ns->lock.
  */
 bool ns_check_local(struct eng *e, const struct nsop *op, int *rc);
-/* Copy an apply's outputs into the call. */
-void eng_call_take(struct eng_call *c, const struct nsop_out *out);
 void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st);
 /*
  * CREATE and OPEN calls (nscall.c): an open of an existing file is this

@@ -60,7 +60,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine_i.h"
+#include "core.h"
 #include "erasure.h"
 #include "group.h"
 #include "group_i.h"
@@ -253,11 +253,9 @@ static int gns_seal(void *ctx, struct inode *in, struct eng_call *c)
 	if (!r)
 		return -ENOMEM;
 	nsop_init(&r->op, NSOP_SEAL);
-	r->op.ino = in->ino;
+	r->op.ino = eng_inode_ino(in);
 	r->call = c;
-	ns_wrlock(g->e);
-	in->holds++;
-	ns_unlock(g->e);
+	eng_hold(g->e, in);
 	r->in = in;
 	enqueue(g, r);
 	return c ? ENG_LATER : 0;
@@ -271,88 +269,24 @@ static void gns_persisted(void *ctx, struct inode *in, uint64_t gseal)
 	if (!r)
 		return; /* the others read it from peers meanwhile */
 	nsop_init(&r->op, NSOP_PERSIST);
-	r->op.ino = in->ino;
+	r->op.ino = eng_inode_ino(in);
 	r->op.gseal = gseal;
-	ns_wrlock(g->e);
-	in->holds++;
-	ns_unlock(g->e);
+	eng_hold(g->e, in);
 	r->in = in;
 	enqueue(g, r);
 }
 
 /*
- * Build a seal of @r->in as this node has it now: pieces that are
- * elsewhere are brought in first (the node that seals a file keeps it
- * whole), checksums made final.  0, 1 when there is nothing to seal (this
- * version's seal went already, or the group's version shows here), or
- * -errno.
+ * Build the seal of @r->in (file_seal_build), in the scheme its pieces
+ * take chunk numbers in (xor, rs: in its stripes).
  */
 static int seal_build(struct gns *g, struct gns_req *r)
 {
-	struct eng *e = g->e;
-	struct inode *in = r->in;
-	struct file *f = &in->file;
-	struct nsop *op = &r->op;
-	uint32_t n;
-	int rc;
+	int rc = file_seal_build(g->e, r->in, &r->op);
 
-	file_rdlock(f);
-	n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
-		       e->store.chunk_shift);
-	file_unlock(f);
-	if (n) {
-		rc = file_load(e, in, 0, n - 1, NULL);
-		if (rc < 0)
-			return rc;
-	}
-	while (!file_wrlock_drained(e, f))
-		file_wait_writes(e, f);
-	if (!file_to_seal(e, f)) {
-		/* Sealed already, or another node's version shows here. */
-		file_unlock(f);
-		return 1;
-	}
-	n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
-		       e->store.chunk_shift);
-	for (uint32_t i = 0; i < n && i < f->nslots; i++)
-		if (slot_remote(&f->slots[i])) {
-			/* Evicted again meanwhile: try again. */
-			file_unlock(f);
-			return -EAGAIN;
-		}
-	/*
-	 * Also when sealed already: a truncate here sealed the file while
-	 * some pieces were on peers, and their checksums are made only now
-	 * that they are here (file_seal_locked redoes only those).
-	 */
-	file_seal_locked(e, f);
-	free(op->pieces);
-	op->pieces = calloc(n ? n : 1, sizeof(*op->pieces));
-	if (!op->pieces) {
-		file_unlock(f);
-		return -ENOMEM;
-	}
-	op->npieces = n;
-	for (uint32_t i = 0; i < n; i++) {
-		const struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
-		uint32_t len = file_piece_len(e, f->size, i);
-
-		if (!s || s->where == PIECE_HOLE) {
-			op->pieces[i].hole = 1;
-			op->pieces[i].crc = s ? s->crc : crc_zeros(0, len);
-		} else {
-			op->pieces[i].crc = s->crc;
-		}
-	}
-	op->version = f->version;
-	op->size = f->size;
-	op->chunk_size = e->store.chunk_size;
-	/* xor, rs: the seal's pieces take chunk numbers in its stripes. */
-	op->flags = protect_seal_code(g->prot);
-	op->mtime = in->mtime;
-	f->seal_sent = f->version;
-	file_unlock(f);
-	return 0;
+	if (rc == 0)
+		r->op.flags = protect_seal_code(g->prot);
+	return rc;
 }
 
 /*
@@ -468,26 +402,18 @@ static void seal_retry(struct gns *g, struct gns_req *r)
  */
 static bool reseal(struct gns *g, struct gns_req *r)
 {
-	struct eng *e = g->e;
+	struct inode *in = file_reseal_hold(g->e, r->op.ino);
 	struct gns_req *s;
-	struct inode *in;
-	bool go = false;
 
-	ns_wrlock(e);
-	in = ns_find(&e->ns, r->op.ino);
-	if (in && S_ISREG(in->mode)) {
-		file_rdlock(&in->file);
-		go = in->file.writers == 0 && file_to_seal(e, &in->file);
-		file_unlock(&in->file);
-	}
-	s = go ? calloc(1, sizeof(*s)) : NULL;
-	if (s)
-		in->holds++;
-	ns_unlock(e);
-	if (!s)
+	if (!in)
 		return false;
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		ns_unhold(g->e, in);
+		return false;
+	}
 	nsop_init(&s->op, NSOP_SEAL);
-	s->op.ino = in->ino;
+	s->op.ino = r->op.ino;
 	s->in = in;
 	s->call = r->call;
 	s->reply = r->out;
@@ -700,11 +626,8 @@ static int fsm_restore(void *ctx, uint64_t index, const void *buf,
 		return 0; /* a snapshot of nslog's tables only */
 	rc = ns_snap_restore(g->e, buf, len, restored_changed, g);
 	if (rc == 0) {
-		uint64_t n;
+		uint64_t n = eng_ns_count(g->e);
 
-		ns_rdlock(g->e);
-		n = g->e->ns.count;
-		ns_unlock(g->e);
 		rft_info("namespace: the log's snapshot at entry %llu restored "
 			 "(%zu bytes, %llu inodes, %llu ms); the entries after "
 			 "it follow",
@@ -777,35 +700,16 @@ static void answer_wait(struct gns *g, struct gns_job *j)
  */
 static void serve_get(struct gns *g, struct gns_job *j)
 {
-	struct eng *e = g->e;
+	struct store *st = eng_store(g->e);
 	uint64_t ino = rft_get_le64(j->meta), gseal = rft_get_le64(j->meta + 8);
 	uint32_t idx = rft_get_le32(j->meta + 16),
 		 len = rft_get_le32(j->meta + 20);
 	uint32_t chunk = RFT_NO_CHUNK, crc = 0, fill = 0;
 	struct peer_frame rep = { 0 };
 	uint8_t *bounce = NULL;
-	struct inode *in;
-	int rc = -ESTALE;
+	int rc;
 
-	ns_rdlock(e);
-	in = ns_find(&e->ns, ino);
-	if (in && S_ISREG(in->mode)) {
-		struct file *f = &in->file;
-
-		file_rdlock(f);
-		if (f->gseal == gseal && f->dur.sealed == f->version &&
-		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
-		    f->slots[idx].crc_len == len &&
-		    len == file_piece_len(e, f->size, idx)) {
-			chunk = f->slots[idx].chunk;
-			crc = f->slots[idx].crc;
-			fill = f->slots[idx].fill;
-			store_get(&e->store, chunk);
-			rc = 0;
-		}
-		file_unlock(f);
-	}
-	ns_unlock(e);
+	rc = file_piece_pin(g->e, ino, gseal, idx, len, &chunk, &crc, &fill);
 	if (rc < 0) {
 		rft_dbg("GET of piece %u (%u bytes) of inode %llu at seal %llu "
 			"from node %d: not here",
@@ -815,12 +719,12 @@ static void serve_get(struct gns *g, struct gns_job *j)
 		peer_reply_err(g->x, j->node, &j->f, rc, GNS_SEND_MS);
 		return;
 	}
-	rep.bulk = store_ptr(&e->store, chunk);
+	rep.bulk = store_ptr(st, chunk);
 	if (fill < len) {
 		/* Past fill the piece reads as zeros, whatever the chunk has. */
 		bounce = malloc(len);
 		if (!bounce) {
-			store_put(&e->store, chunk);
+			store_put(st, chunk);
 			peer_reply_err(g->x, j->node, &j->f, -ENOMEM,
 				       GNS_SEND_MS);
 			return;
@@ -832,7 +736,7 @@ static void serve_get(struct gns *g, struct gns_job *j)
 	rep.bulk_len = len;
 	rep.bulk_crc = crc;
 	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
-	store_put(&e->store, chunk);
+	store_put(st, chunk);
 	free(bounce);
 	atomic_fetch_add(&g->gets_served, 1);
 }
@@ -991,7 +895,7 @@ static int fetch_from(struct gns *g, uint64_t ino, uint64_t gseal,
 				rft_warn("piece %u of inode %llu from node %d "
 					 "failed its checksum",
 					 idx, (unsigned long long)ino, n);
-				atomic_fetch_add(&g->e->cnt.crc_errors, 1);
+				eng_count_crc_error(g->e);
 				r = -EIO;
 			}
 			rc = r == -ETIMEDOUT ? r : rc;
@@ -1032,7 +936,7 @@ static int gns_fetch(void *ctx, const struct eng_piece *pc, uint8_t *buf,
 		until = (uint64_t)deadline->tv_sec * 1000 +
 			(uint64_t)deadline->tv_nsec / 1000000;
 	} else {
-		until = rft_now_ms() + g->e->cfg.fetch_timeout_ms;
+		until = rft_now_ms() + eng_get_config(g->e)->fetch_timeout_ms;
 	}
 	rc = fetch_from(g, pc->ino, pc->gseal, pc->holders, pc->idx, pc->len,
 			pc->crc, buf, until);
@@ -1157,51 +1061,20 @@ static bool drain(struct gns *g, uint64_t until_ms)
 	return done;
 }
 
-struct leave_walk {
-	struct gns *g;
-	uint64_t n;
-	struct leave_name {
-		char *path;	/* strdup()ed; NULL: no memory for it */
-		bool open;
-	} named[GNS_LEAVE_NAMED];
-};
-
 /*
- * Would @in's bytes go with this daemon?  A file of this node with bytes
- * in memory here whose current version is neither protected nor
+ * Would a file's bytes go with this daemon?  A file of this node with
+ * bytes in memory here whose current version is neither protected nor
  * persisted, and, once sealed (its seal applied: drain()), held by no
  * other node either (copies or rows left by an earlier protection, the
  * rebuild's source).  One open for writing: its bytes are here only.
- * Counted, and the first named.  ns->lock held (read).
  */
-static int leave_one(void *ctx, struct inode *in)
+static bool leave_want(void *ctx, const struct seal_view *v)
 {
-	struct leave_walk *w = ctx;
-	struct file *f = &in->file;
-	uint64_t others = ~(1ULL << w->g->self);
-	char rel[PATH_MAX];
-	bool here = false, open;
+	const struct gns *g = ctx;
 
-	if (!S_ISREG(in->mode) || in->nlink == 0)
-		return 0;
-	file_rdlock(f);
-	open = !file_sealed(f);
-	if (f->owner == w->g->self && !file_lost(f) &&
-	    f->dur.protected_data != f->version && !file_data_persisted(f) &&
-	    (open || !((f->holders & others) || f->parity_holders)))
-		for (uint32_t i = 0; i < f->nslots && !here; i++)
-			here = slot_in_ram(&f->slots[i]);
-	file_unlock(f);
-	if (!here)
-		return 0;
-	if (w->n < GNS_LEAVE_NAMED) {
-		if (ns_path(&w->g->e->ns, in, rel, sizeof(rel)) < 0)
-			snprintf(rel, sizeof(rel), "inode %llu",
-				 (unsigned long long)in->ino);
-		w->named[w->n] = (struct leave_name){ strdup(rel), open };
-	}
-	w->n++;
-	return 0;
+	return v->owner == g->self && !v->lost && !v->protected &&
+	       !v->persisted && (!v->sealed || !v->held_elsewhere) &&
+	       v->any_here;
 }
 
 /*
@@ -1245,23 +1118,21 @@ static int gns_leave(void *ctx, unsigned wait_ms)
 {
 	struct gns *g = ctx;
 	struct eng *e = g->e;
-	struct leave_walk *w = calloc(1, sizeof(*w));
 	uint64_t until = rft_now_ms() + wait_ms, ticket = 0, n;
+	struct inode **left = NULL;
+	long nl;
 	bool flushing, protecting = g->prot != NULL;
 	struct nsop op;
 	void *buf = NULL;
 	size_t len = 0;
 	int prc, rc, result = 0;
 
-	if (!w)
-		return -ENOMEM;
-	w->g = g;
 	/*
 	 * What unmount would write back to a persist dir goes now, while
 	 * the log can still take its PERSIST records: the others then read
 	 * it from there, and it is not lost.
 	 */
-	flushing = e->cfg.unmount_flush == ENG_UNMOUNT_FLUSH_ALL &&
+	flushing = eng_get_config(e)->unmount_flush == ENG_UNMOUNT_FLUSH_ALL &&
 		   eng_flush_request(e, &ticket) == 0;
 	prc = protect_leave(g->prot, until);
 	if (flushing)
@@ -1277,27 +1148,31 @@ static int gns_leave(void *ctx, unsigned wait_ms)
 			  : rft_now_ms() + GNS_LEAVE_POLL_MS))
 		rft_warn("stop: namespace changes of this node are not all in "
 			 "the group's log yet");
-	ns_rdlock(e);
-	ns_walk(&e->ns, leave_one, w);
-	ns_unlock(e);
-	n = w->n;
+	nl = eng_files_where(e, leave_want, g, &left);
+	if (nl < 0)
+		return (int)nl;
+	n = (uint64_t)nl;
 	/* Named once the locks are let go (the log may block). */
-	for (uint64_t i = 0; i < n && i < GNS_LEAVE_NAMED; i++) {
-		const char *path = w->named[i].path ? w->named[i].path
-						    : "(a file)";
-		const char *open = w->named[i].open
-					   ? " (still open for writing)"
-					   : "";
+	for (uint64_t i = 0; i < n; i++) {
+		struct seal_view v;
+		const char *open = "";
+		char path[PATH_MAX];
 
-		if (protecting)
-			rft_err("stop: left unprotected: %s%s", path, open);
-		else
-			rft_warn("stop: not kept by the group (--protect "
-				 "none): %s%s",
-				 path, open);
-		free(w->named[i].path);
+		if (i < GNS_LEAVE_NAMED) {
+			eng_inode_name(e, left[i], path, sizeof(path));
+			if (file_seal_view(e, left[i], &v) == 0 && !v.sealed)
+				open = " (still open for writing)";
+			if (protecting)
+				rft_err("stop: left unprotected: %s%s", path,
+					open);
+			else
+				rft_warn("stop: not kept by the group "
+					 "(--protect none): %s%s",
+					 path, open);
+		}
+		ns_unhold(e, left[i]);
 	}
-	free(w);
+	free(left);
 	if (n == 0)
 		return 0;
 	if (n > GNS_LEAVE_NAMED)
@@ -1533,13 +1408,13 @@ int eng_join_group(struct eng *e, struct grp *grp)
 	struct gns *g;
 	int rc;
 
-	if (e->gops)
+	if (eng_in_group(e))
 		return -EBUSY;
 	/*
 	 * Every node numbers inodes in log order, from an empty namespace:
 	 * one that holds names already (a persist dir's) would not agree.
 	 */
-	if (e->ns.count > 1) {
+	if (eng_ns_count(e) > 1) {
 		rft_err("a node of a group starts with an empty namespace, and "
 			"the persist dir holds files already");
 		return -EEXIST;
@@ -1581,9 +1456,5 @@ int eng_join_group(struct eng *e, struct grp *grp)
 		gns_free(g);
 		return rc;
 	}
-	e->node = g->self;
-	e->inc = g->inc;
-	e->gops = &gns_ops;
-	e->gctx = g;
-	return 0;
+	return eng_group_attach(e, &gns_ops, g, g->self, g->inc);
 }

@@ -31,6 +31,87 @@ bool file_to_seal(const struct eng *e, const struct file *f)
 	       (file_draft(e, f) || f->owner == e->node);
 }
 
+int file_seal_build(struct eng *e, struct inode *in, struct nsop *op)
+{
+	struct file *f = &in->file;
+	uint32_t n;
+	int rc;
+
+	file_rdlock(f);
+	n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
+		       e->store.chunk_shift);
+	file_unlock(f);
+	if (n) {
+		rc = file_load(e, in, 0, n - 1, NULL);
+		if (rc < 0)
+			return rc;
+	}
+	while (!file_wrlock_drained(e, f))
+		file_wait_writes(e, f);
+	if (!file_to_seal(e, f)) {
+		/* Sealed already, or another node's version shows here. */
+		file_unlock(f);
+		return 1;
+	}
+	n = (uint32_t)((f->size + e->store.chunk_size - 1) >>
+		       e->store.chunk_shift);
+	for (uint32_t i = 0; i < n && i < f->nslots; i++)
+		if (slot_remote(&f->slots[i])) {
+			/* Evicted again meanwhile: try again. */
+			file_unlock(f);
+			return -EAGAIN;
+		}
+	/*
+	 * Also when sealed already: a truncate here sealed the file while
+	 * some pieces were on peers, and their checksums are made only now
+	 * that they are here (file_seal_locked redoes only those).
+	 */
+	file_seal_locked(e, f);
+	free(op->pieces);
+	op->pieces = calloc(n ? n : 1, sizeof(*op->pieces));
+	if (!op->pieces) {
+		file_unlock(f);
+		return -ENOMEM;
+	}
+	op->npieces = n;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot *s = i < f->nslots ? &f->slots[i] : NULL;
+		uint32_t len = file_piece_len(e, f->size, i);
+
+		if (!s || s->where == PIECE_HOLE) {
+			op->pieces[i].hole = 1;
+			op->pieces[i].crc = s ? s->crc : crc_zeros(0, len);
+		} else {
+			op->pieces[i].crc = s->crc;
+		}
+	}
+	op->version = f->version;
+	op->size = f->size;
+	op->chunk_size = e->store.chunk_size;
+	op->mtime = in->mtime;
+	f->seal_sent = f->version;
+	file_unlock(f);
+	return 0;
+}
+
+struct inode *file_reseal_hold(struct eng *e, uint64_t ino)
+{
+	struct inode *in;
+	bool go = false;
+
+	ns_wrlock(e);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		file_rdlock(&in->file);
+		go = in->file.writers == 0 && file_to_seal(e, &in->file);
+		file_unlock(&in->file);
+	}
+	if (go)
+		in->holds++;
+	ns_unlock(e);
+	return go ? in : NULL;
+}
+
 /*
  * Make @f's pieces those of a seal by another node (@size bytes, @n
  * pieces): holes stay holes, the rest are on the seal's holders
@@ -649,6 +730,35 @@ int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 	replica_unlock(e, f);
 	if (chunk != RFT_NO_CHUNK)
 		store_put(&e->store, chunk);
+	return rc;
+}
+
+int file_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		   uint32_t len, uint32_t *chunk, uint32_t *crc,
+		   uint32_t *fill)
+{
+	struct inode *in;
+	int rc = -ESTALE;
+
+	ns_rdlock(e);
+	in = ns_find(&e->ns, ino);
+	if (in && S_ISREG(in->mode)) {
+		struct file *f = &in->file;
+
+		file_rdlock(f);
+		if (f->gseal == gseal && f->dur.sealed == f->version &&
+		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
+		    f->slots[idx].crc_len == len &&
+		    len == file_piece_len(e, f->size, idx)) {
+			*chunk = f->slots[idx].chunk;
+			*crc = f->slots[idx].crc;
+			*fill = f->slots[idx].fill;
+			store_get(&e->store, *chunk);
+			rc = 0;
+		}
+		file_unlock(f);
+	}
+	ns_unlock(e);
 	return rc;
 }
 
@@ -1273,7 +1383,14 @@ static void view_locked(const struct eng *e, const struct inode *in,
 			v->all_here = false;
 		if (f->slots[i].where == PIECE_PEER)
 			v->any_at_holders = true;
+		if (slot_in_ram(&f->slots[i]))
+			v->any_here = true;
 	}
+	v->held_elsewhere =
+	    (f->owner >= 0 && f->owner < 64
+		 ? (f->holders & ~(1ULL << f->owner)) != 0
+		 : f->holders != 0) ||
+	    f->parity_holders;
 }
 
 int file_seal_view(struct eng *e, struct inode *in, struct seal_view *v)
