@@ -47,28 +47,36 @@ log "mkdir, create, rename, unlink, rmdir seen on every node"
 # call has a time limit (exit 124) where the daemon has not read its
 # request yet; one it has read waits past any signal, and the test's
 # deadline (lib.sh) reports it (hung once in CI, 2026-11-28).
+# Each job is waited for by its pid: bash 5.2's `wait -n` does not report
+# a job that ended before it was called (`sleep 9 & true & sleep 1; wait
+# -n` waits 9 s), and the daemons are this shell's jobs too, so it hung
+# here for good when a quick job ended first.
 HANG="timeout -k 5 60"
+pids=()
 for n in 0 1 2; do
 	$HANG "$PY" -c 'import os, sys
 for i in range(20):
     os.makedirs(os.path.join(sys.argv[1], "tmp-checkpoint-1", "sub%d" % i), exist_ok=True)' "${M[$n]}" &
+	pids+=($!)
 done
 rc=0
-for j in 1 2 3; do wait -n || rc=$?; done
+for p in "${pids[@]}"; do wait "$p" || rc=$?; done
 [ "$rc" = 0 ] || fail "concurrent os.makedirs(exist_ok=True) failed on some node (exit $rc; 124: hung for 60 s)"
 # Exclusive creates of one name from two nodes: exactly one wins.
 wins=0
 for k in $(seq 1 10); do
+	pids=()
 	for n in 0 1; do
 		$HANG "$PY" -c 'import os, sys
 try:
     os.close(os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
 except FileExistsError:
     sys.exit(3)' "${M[$n]}/tmp-checkpoint-1/excl$k" &
+		pids+=($!)
 	done
 	ok=0 ex=0
-	for j in 1 2; do
-		if wait -n; then ok=$((ok + 1)); else
+	for p in "${pids[@]}"; do
+		if wait "$p"; then ok=$((ok + 1)); else
 			rc=$?; [ "$rc" = 3 ] || fail "O_EXCL create failed with $rc (124: hung for 60 s)"; ex=$((ex + 1)); fi
 	done
 	[ "$ok" = 1 ] && [ "$ex" = 1 ] || fail "O_EXCL race $k: $ok won, $ex got EEXIST"
