@@ -128,6 +128,13 @@ uint64_t eng_incarnation(const struct eng *e);
  *                in the persist dir); under ns->lock (read): listeners
  *                take leaf locks only.  A tier that keeps them pinned
  *                lets them go.
+ *   EV_SEALED    a file's last writer closed it: its version is sealed
+ *                here, its checksums final.  The one way a seal reaches
+ *                the tiers (write-back, passthrough's copy) and the
+ *                group (@tell), posted by the release with no lock
+ *                held, the inode held: listeners may take locks.  (A
+ *                FLUSH's seal in a group is a call the group answers,
+ *                eng_group_ops.seal, not an event.)
  */
 enum eng_ev_kind {
 	EV_DIRTY,
@@ -136,6 +143,7 @@ enum eng_ev_kind {
 	EV_RENAMED,
 	EV_FREED,
 	EV_EVICTED,
+	EV_SEALED,
 };
 
 struct eng_ev {
@@ -151,6 +159,10 @@ struct eng_ev {
 	bool remote;		/* LINKED, UNLINKED, RENAMED: another node of
 				   the group made the change; it mirrors it
 				   into the persist dir they share */
+	bool persisted;		/* SEALED: this version is in the persist
+				   dir already (no write-back, no copy) */
+	bool tell;		/* SEALED: the group has not seen this
+				   node's version: seal it round the log */
 };
 
 typedef void (*eng_listener_fn)(struct eng *e, const struct eng_ev *ev,
@@ -315,8 +327,9 @@ struct eng_group_ops {
 	 * Seal @in (its owner is this node) and send the seal round the log,
 	 * on a group thread: make its checksums final, propose SEAL for the
 	 * version it has then, and finish @c (a FLUSH) once every live node
-	 * applied it; with @c NULL (a RELEASE) nobody waits.  ENG_LATER with
-	 * @c, else 0; -errno when it could not even be queued.
+	 * applied it.  ENG_LATER, or -errno when it could not even be
+	 * queued.  (A RELEASE's seal, which nobody waits for, reaches the
+	 * group as EV_SEALED.)
 	 */
 	int (*seal)(void *ctx, struct inode *in, struct eng_call *c);
 	/*

@@ -979,11 +979,11 @@ int file_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 
 /* record.c: seals and the group's record of them */
 /*
- * A writer of @f is gone (record.c): the last one seals it.  *@sealed: it
- * goes to the tiers; *@tell: the group hears of the seal.  No lock held.
+ * A writer of @in is gone (record.c): the last one seals it.  True when
+ * that is news for the tiers or the group: *@ev is then the EV_SEALED to
+ * post once no lock is held.  No lock held.
  */
-void file_writer_gone(struct eng *e, struct file *f, bool *sealed,
-		      bool *tell);
+bool file_writer_gone(struct eng *e, struct inode *in, struct eng_ev *ev);
 /*
  * Apply SEAL (see ns_apply): the file's content from now on, whoever
  * sealed it (the last seal wins); a node with a draft of its own keeps
@@ -1190,7 +1190,6 @@ struct inode *pass_cut_begin(struct eng *e, uint64_t ino);
 void pass_cut_end(struct eng *e, struct inode *in);
 /* @in was just sealed by its last writer (no lock held): copy it into a
  * backing file in the background, kept for its first reader. */
-void pass_sealed(struct eng *e, struct inode *in);
 /*
  * @in's last name went: the copies queued for it are dropped with their
  * holds, so that its memory is freed now and not when the copier, waiting

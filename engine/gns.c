@@ -261,6 +261,14 @@ static int gns_seal(void *ctx, struct inode *in, struct eng_call *c)
 	return c ? ENG_LATER : 0;
 }
 
+/* A file this node sealed at its last writer's close (EV_SEALED). */
+static void gns_on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
+{
+	(void)e;
+	if (ev->kind == EV_SEALED && ev->tell)
+		gns_seal(ctx, ev->in, NULL);
+}
+
 static void gns_persisted(void *ctx, struct inode *in, uint64_t gseal)
 {
 	struct gns *g = ctx;
@@ -1452,6 +1460,8 @@ int eng_join_group(struct eng *e, struct grp *grp)
 		rc = peer_register(g->x, PEER_T_GNS_FIRST, PEER_T_GNS_LAST, &r);
 	if (rc == 0)
 		rc = protect_new(e, grp, &g->prot);
+	if (rc == 0)
+		rc = eng_listen(e, gns_on_event, g);
 	if (rc < 0) {
 		gns_free(g);
 		return rc;

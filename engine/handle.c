@@ -20,23 +20,19 @@
 int eng_release(struct eng *e, struct eng_file *fp)
 {
 	struct inode *in = fp->inode;
-	bool sealed = false, tell = false, keep_writer = false;
+	bool sealed = false, keep_writer = false;
 	/* A writer passing through: its bytes are taken before it seals. */
 	int backing_id = pass_release(e, fp, &keep_writer);
+	struct eng_ev ev;
 
-	if (fp->writer && !keep_writer) {
-		file_writer_gone(e, &in->file, &sealed, &tell);
-		if (sealed)
-			pass_sealed(e, in);
-	}
+	if (fp->writer && !keep_writer)
+		sealed = file_writer_gone(e, in, &ev);
 	ns_wrlock(e);
 	in->opens--;
 	in->holds++;
 	ns_unlock(e);
-	if (tell)
-		e->gops->seal(e->gctx, in, NULL);
 	if (sealed)
-		eng_post_dirty(e, in);
+		eng_post(e, &ev);
 	ns_unhold(e, in);
 	eng_handle_free(e, fp);
 	return backing_id;

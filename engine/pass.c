@@ -145,11 +145,15 @@ static const struct placement pass_placement = {
 };
 
 /* What core tells passthrough: a file freed takes its kept copies. */
+static void pass_sealed(struct eng *e, struct inode *in);
+
 static void pass_on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 {
 	(void)ctx;
 	if (ev->kind == EV_FREED && S_ISREG(ev->in->mode))
 		pass_forget(e, &ev->in->file);
+	else if (ev->kind == EV_SEALED && !ev->persisted)
+		pass_sealed(e, ev->in);
 }
 
 int pass_init(struct eng *e)
@@ -1013,7 +1017,7 @@ uint32_t pass_waiting(struct eng *e)
 	return n;
 }
 
-void pass_sealed(struct eng *e, struct inode *in)
+static void pass_sealed(struct eng *e, struct inode *in)
 {
 	struct file *f = &in->file;
 	bool want, gone;

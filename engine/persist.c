@@ -2453,6 +2453,10 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 	case EV_DIRTY:
 		queue_inode(p, ev->in, true);
 		break;
+	case EV_SEALED:
+		if (!ev->persisted)
+			queue_inode(p, ev->in, true);
+		break;
 	case EV_LINKED:
 		persist_mirror_link(e, ev->in, ev->from, ev->to);
 		break;

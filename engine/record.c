@@ -1321,36 +1321,38 @@ int file_apply_lost(struct eng *e, const struct nsop *op)
 	return 0;
 }
 
-void file_writer_gone(struct eng *e, struct file *f, bool *sealed,
-		      bool *tell)
+bool file_writer_gone(struct eng *e, struct inode *in, struct eng_ev *ev)
 {
+	struct file *f = &in->file;
+	bool last;
+
 	/* Seal what the writer's queued copies leave, not less. */
 	while (!file_wrlock_drained(e, f))
 		file_wait_writes(e, f);
-	if (--f->writers == 0 && f->dur.sealed != f->version)
+	last = --f->writers == 0;
+	if (last && f->dur.sealed != f->version)
 		file_seal_locked(e, f);
 	/*
 	 * Closed by its last writer: to the tiers, also when a group's FLUSH
-	 * sealed it already.
+	 * sealed it already; in a group this node's version goes to the
+	 * others, unless a FLUSH sent this very version already.
 	 */
-	*sealed = f->writers == 0 && !file_persisted(f);
-	/*
-	 * In a group this node's version goes to the others, unless a FLUSH
-	 * sent this very version already.
-	 */
-	*tell = f->writers == 0 && file_to_seal(e, f);
+	*ev = (struct eng_ev){
+		.kind = EV_SEALED,
+		.in = in,
+		.persisted = file_persisted(f),
+		.tell = file_to_seal(e, f),
+	};
 	file_unlock(f);
+	return last && (!ev->persisted || ev->tell);
 }
 
 void file_drop_writer(struct eng *e, struct inode *in)
 {
-	bool sealed, tell;
+	struct eng_ev ev;
 
-	file_writer_gone(e, &in->file, &sealed, &tell);
-	if (tell)
-		e->gops->seal(e->gctx, in, NULL);
-	if (sealed)
-		eng_post_dirty(e, in);
+	if (file_writer_gone(e, in, &ev))
+		eng_post(e, &ev);
 }
 
 /* --- the group's view of a seal (core.h) --------------------------------- */
