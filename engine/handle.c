@@ -1,7 +1,7 @@
 /*
  * handle.c - the calls on an open file that reach the tiers: release (the
- * last writer's close seals the file, hands it to passthrough's copier,
- * the tiers' events and the group), fsync and fallocate (a writer passing
+ * last writer's close seals the file and posts EV_SEALED, which
+ * passthrough's copier, the write-back and the group hear), fsync and fallocate (a writer passing
  * through has its bytes taken back from its backing file first).  Opens
  * are namespace calls (nscall.c), reads and writes core's (read.c,
  * write.c).
