@@ -79,18 +79,26 @@ bool rfs_defer_begin(struct rfs *r)
 	return false;
 }
 
+/*
+ * The lane is not touched after the count drops: once it reaches 0 the
+ * stopper may end the session, and the lane is freed.  While stopping,
+ * the count drops under the stopper's lock, which it reads under; before,
+ * a stop that begins meanwhile sees the drop in its timed wait.
+ */
 void rfs_defer_end(struct rfs *r)
 {
 	struct rfs_lane *l = r->lane;
 
 	if (!l)
 		return;
-	if (atomic_fetch_sub(&l->deferred, 1) == 1 &&
-	    atomic_load(&l->stopping)) {
-		pthread_mutex_lock(&l->lock);
-		pthread_cond_broadcast(&l->idle);
-		pthread_mutex_unlock(&l->lock);
+	if (!atomic_load(&l->stopping)) {
+		atomic_fetch_sub(&l->deferred, 1);
+		return;
 	}
+	pthread_mutex_lock(&l->lock);
+	if (atomic_fetch_sub(&l->deferred, 1) == 1)
+		pthread_cond_broadcast(&l->idle);
+	pthread_mutex_unlock(&l->lock);
 }
 
 /* A lane thread's item.  Never cancelled: the lane drains at its stop. */
