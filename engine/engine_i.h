@@ -37,9 +37,10 @@
  *   persist->lock     write-back queue, flush tickets, pending removals,
  *                     files whose copy is away, error state (under
  *                     names_lock, ns->lock or file->lock: set_copy)
- *   copier.lock       queued write copies, files' pending counts (under
- *                     file->lock: write_common, copier_main; under
- *                     ns, file and pass: early_pick_locked)
+ *   copier.lock       files' pending counts dropping to 0, and the
+ *                     waits for it (copy_fn, file_wait_writes)
+ *   copier queue lock write copies queued for the copier (rft_wq's;
+ *                     under file->lock: write_common)
  *   fetch queue lock  reads queued for the fetch threads (rft_wq's;
  *                     enqueue takes ns->lock for the hold first, and
  *                     lets it go)
@@ -66,33 +67,31 @@
  * call does.  fs/'s locks (control socket, invalidation queue, lane, loop,
  * stale backing ids) are never held across an engine call.
  *
- * The data path takes more than file->lock.  eng_write: file->lock
- * (write), under it pass.lock (pass_place, in place), store->lock (to
- * allocate) and copier.lock (to queue a copy); after letting go, ns->lock
- * (write, briefly, for a hold: queue_job via pass_wrote, with early
- * copies on) and pass.lock.  eng_read: copier.lock when copies are
- * queued (to wait for them), file->lock (read), store->lock when a pin
- * is the last one put; a read that must fetch takes ns->lock (write, for
- * the hold) and then the fetch queue's lock.  eng_release: pass.lock
- * (pass_take, pass_release), file->lock (the seal), ns->lock (write), the
- * listeners' leaves (EV_DIRTY), gns.c's g->lock (the seal to the group)
- * and handles_lock.  What is held across the copy of a write's bytes is
- * the file's own lock only: no global lock.
+ * The data path takes more than file->lock.  eng_write: file->lock (write),
+ * under it pass.lock (pass_place, in place), store->lock (to allocate) and the
+ * copier queue's lock (to queue a copy); after letting go, ns->lock (write,
+ * briefly, for a hold: queue_job via pass_wrote, with early copies on) and
+ * pass.lock.  eng_read: copier.lock when copies are queued (to wait for them),
+ * file->lock (read), store->lock when a pin is the last one put; a read that
+ * must fetch takes ns->lock (write, for the hold) and then the fetch queue's
+ * lock.  eng_release: pass.lock (pass_take, pass_release), file->lock (the
+ * seal), ns->lock (write), the listeners' leaves (EV_DIRTY), gns.c's g->lock
+ * (the seal to the group) and handles_lock.  What is held across the copy of a
+ * write's bytes is the file's own lock only: no global lock.
  *
- * Checked.  Every acquisition and release of these locks, leaves
- * included (not the fetch queue's, which rft_wq takes inside its own
- * calls), goes through wrappers: eng_names_lock, ns_rdlock, file_wrlock,
- * file_trywrlock, pass_lock, store_lock and their unlocks (after struct
- * eng), and leaf_lock (core.h, with the ranks, enum eng_rank and
- * eng_ranks[]: the group's leaves are taken with it too).  They keep per
- * thread which of these locks it holds (common/rft_lockrank.h).  A thread
- * that waits for a lock while holding what this comment does not allow
- * (the same lock or one below it in the list, any leaf but par->lock for
- * store->lock, and for par->lock any lock at all), or lets go of a lock it
- * does not hold, prints that lock and where, what it holds and where it
- * took each, and aborts: a test that meets it fails with the reason
- * (lib.sh looks for the report in daemons' logs too).  A try never waits:
- * allowed anywhere, counted when it succeeds.
+ * Checked.  Every acquisition and release of these locks, leaves included (not
+ * the fetch and copier queues', which rft_wq takes inside its own calls), goes
+ * through wrappers: eng_names_lock, ns_rdlock, file_wrlock, file_trywrlock,
+ * pass_lock, store_lock and their unlocks (after struct eng), and leaf_lock
+ * (core.h, with the ranks, enum eng_rank and eng_ranks[]: the group's leaves
+ * are taken with it too).  They keep per thread which of these locks it holds
+ * (common/rft_lockrank.h).  A thread that waits for a lock while holding what
+ * this comment does not allow (the same lock or one below it in the list, any
+ * leaf but par->lock for store->lock, and for par->lock any lock at all), or
+ * lets go of a lock it does not hold, prints that lock and where, what it holds
+ * and where it took each, and aborts: a test that meets it fails with the
+ * reason (lib.sh looks for the report in daemons' logs too).  A try never
+ * waits: allowed anywhere, counted when it succeeds.
  *
  * The check is on wherever assert() is (NDEBUG unset): meson's debug and
  * debugoptimized buildtypes, so build/, which ships and which the quick
@@ -302,8 +301,12 @@ struct file {
 	bool crc_unverified;	/* came from persist without sums; lock */
 	bool crc_bad;		/* a chunk failed its check; lock */
 	uint32_t resident;	/* slots holding an arena chunk; lock */
-	_Atomic unsigned pending; /* queued copies (eng_write_async); changed
-				     under copier.lock, read anywhere */
+	_Atomic unsigned pending; /* queued copies (eng_write_async); added
+				     to under lock, dropped under
+				     copier.lock, read anywhere */
+	/* The copies queued for it, oldest first, until their bytes are in
+	 * (file_range_queued); lock. */
+	struct wjob *wjobs, *wjobs_tail;
 	struct pass *pass;	/* its backing file while opens pass through
 				   to it (pass.c); eng->pass.lock */
 	struct early *early;	/* its copy made while it is written
@@ -505,7 +508,9 @@ struct ns {
 /* --- the copier: asynchronous write copies ----------------------------- */
 
 struct wjob {
-	struct wjob *next;
+	struct rft_wq_item w;	/* on copier.wq; first */
+	struct eng *e;
+	struct wjob *file_next;	/* the file's queued copies (f->wjobs) */
 	struct eng_file *fp;
 	const uint8_t *src;
 	size_t size;
@@ -515,18 +520,18 @@ struct wjob {
 };
 
 /*
- * One thread applies queued writes in arrival order, so overlapping writes
- * land in the order they were replied to.  copier.lock is a leaf lock.
+ * One worker (an rft_wq, "rft-copier") applies queued writes in arrival
+ * order, so overlapping writes land in the order they were replied to.
+ * A copy is queued under its file's lock and leaves the file's list
+ * (f->wjobs) under it once its bytes are in: file_range_queued needs no
+ * lock of the queue.  copier.lock is a leaf lock: files' pending counts
+ * dropping, and the waits for them.
  */
 struct copier {
 	pthread_mutex_t lock;
-	pthread_cond_t work;	/* a job was queued, or stop */
 	pthread_cond_t drained;	/* some file's pending dropped to 0 */
-	struct wjob *head, *tail; /* protected by lock */
-	struct wjob *cur;	/* the one being copied; lock */
-	bool stop;		/* protected by lock */
-	bool running;
-	pthread_t thread;
+	struct rft_wq *wq;
+	bool running;		/* set before the first write, read anywhere */
 };
 
 /*

@@ -482,25 +482,15 @@ bool file_wrlock_drained(struct eng *e, struct file *f)
 	return false;
 }
 
-static bool wjob_hits(const struct wjob *w, const struct file *f,
-		      uint64_t off, uint64_t end)
-{
-	return w && &w->fp->inode->file == f && w->pos < end &&
-	       w->pos + w->size > off;
-}
-
 bool file_range_queued(struct eng *e, const struct file *f, uint64_t off,
 		       uint64_t end)
 {
-	struct copier *c = &e->copier;
-	bool hit;
-
-	leaf_lock(&c->lock, ENG_RANK_COPIER);
-	hit = wjob_hits(c->cur, f, off, end);
-	for (const struct wjob *w = c->head; w && !hit; w = w->next)
-		hit = wjob_hits(w, f, off, end);
-	leaf_unlock(&c->lock, ENG_RANK_COPIER);
-	return hit;
+	/* The file's list, not the copier's queue: a copy stays on it,
+	 * under f->lock, from its queueing until its bytes are in. */
+	for (const struct wjob *w = f->wjobs; w; w = w->file_next)
+		if (w->pos < end && w->pos + w->size > off)
+			return true;
+	return false;
 }
 
 void file_wait_writes(struct eng *e, struct file *f)

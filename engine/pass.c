@@ -898,6 +898,24 @@ static bool next_job_locked(struct eng *e, struct pass_job *job,
 	return true;
 }
 
+/*
+ * The pass copier: a due-time loop, not an rft_wq (issue 26), because
+ *  - a copy at seal waits for a time, not for a worker: it is taken only
+ *    once the writes have been quiet for quiet_ms (writes_quiet, looked
+ *    at again every quiet_ms / 4), and an rft_wq never waits on a time.
+ *    An item that slept until then would hold the one worker while the
+ *    early rounds, which must run meanwhile, waited behind it;
+ *  - its queue is searched and cut by inode (seal_queued_locked, and
+ *    pass_unlinked under ns->lock, dropping an unlinked file's jobs and
+ *    their holds; pass_waiting counts the copies at seal), where an
+ *    rft_wq gives back only by age, from the head;
+ *  - the queue is guarded by pass.lock with every pass's state, and the
+ *    same wake also reaps (closed homes, retired passes);
+ *  - only its early rounds would fit (RFT_WQ_HIGH, as they come), but on
+ *    a queue of their own they would copy beside the copies at seal: one
+ *    copier at nice 19 is what keeps the copies off the writers' memory
+ *    bandwidth (docs/benchmarks.md).
+ */
 static void *copier_main(void *arg)
 {
 	struct eng *e = arg;
@@ -1268,7 +1286,12 @@ static int copy_pieces(struct eng *e, const struct copy_job *j, int fd,
 	return 0;
 }
 
-/* Pieces [from, to) of a job stored through a mapping of its file. */
+/*
+ * Pieces [from, to) of a job stored through a mapping of its file.  On a
+ * thread of its own for the one copy (copy_over): a fork and join around
+ * 64 MiB or more of stores, where the thread's start is lost in the noise,
+ * and no pool of idle threads or wait for an item's end (rft_wq has none).
+ */
 struct map_part {
 	struct eng *e;
 	const struct copy_job *j;

@@ -10,6 +10,7 @@
  * reservations.  A large file's new pieces may come from core's placement
  * (passthrough's backing files).
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -254,6 +255,8 @@ static bool needs_load(struct eng *e, struct file *f, uint64_t off,
 	return false;
 }
 
+static void copy_fn(struct rft_wq_item *w, bool cancel);
+
 /*
  * The write path.  With @done, the copy is queued for the copier and
  * *@queued set; without, it is done here.  Either way memory is reserved,
@@ -367,21 +370,28 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	eng_now(&in->mtime);
 	in->ctime = in->mtime;
 	if (done) {
-		struct copier *c = &e->copier;
-
-		*job = (struct wjob){ NULL, fp, buf, reserved, pos, done, ctx };
-		leaf_lock(&c->lock, ENG_RANK_COPIER);
-		atomic_fetch_add_explicit(&f->pending, 1, memory_order_release);
-		if (c->tail)
-			c->tail->next = job;
-		else
-			c->head = job;
-		c->tail = job;
-		pthread_cond_signal(&c->work);
-		leaf_unlock(&c->lock, ENG_RANK_COPIER);
-		job = NULL;
-		*queued = true;
-	} else {
+		*job = (struct wjob){ .w.fn = copy_fn, .e = e, .fp = fp,
+				      .src = buf, .size = reserved, .pos = pos,
+				      .done = done, .ctx = ctx };
+		/* The worker copies under f->lock, held here till the job is
+		 * on the file's list too. */
+		if (rft_wq_queue(e->copier.wq, &job->w, RFT_WQ_HIGH) == 0) {
+			if (f->wjobs_tail)
+				f->wjobs_tail->file_next = job;
+			else
+				f->wjobs = job;
+			f->wjobs_tail = job;
+			atomic_fetch_add_explicit(&f->pending, 1,
+						  memory_order_release);
+			job = NULL;
+			*queued = true;
+		}
+	}
+	if (!done || !*queued) {
+		/*
+		 * Or the copier is stopping (eng_stop, after the FUSE
+		 * loop): copied here, nothing queued.
+		 */
 		copy_range(e, f, buf, reserved, pos);
 	}
 out:
@@ -624,79 +634,76 @@ int file_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 	return rc;
 }
 
-static void *copier_main(void *arg)
+/*
+ * The copier's item: one queued write's copy, in the order queued.  Never
+ * dropped, at a cancel either: its write was replied to.  The buffer is
+ * given back before waiters on the file go on.
+ */
+static void copy_fn(struct rft_wq_item *w, bool cancel)
 {
-	struct eng *e = arg;
+	struct wjob *job = (struct wjob *)w;
+	struct eng *e = job->e;
 	struct copier *c = &e->copier;
-	sigset_t all;
+	struct file *f = &job->fp->inode->file;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	(void)cancel;
+	file_wrlock(f);
+	copy_range(e, f, job->src, job->size, job->pos);
+	/* One worker: a file's copies run in the order they were queued. */
+	assert(f->wjobs == job);
+	f->wjobs = job->file_next;
+	if (!f->wjobs)
+		f->wjobs_tail = NULL;
+	file_unlock(f);
+
+	job->done(job->ctx);
+	free(job);
 	leaf_lock(&c->lock, ENG_RANK_COPIER);
-	for (;;) {
-		struct wjob *job = c->head;
-		struct file *f;
-
-		if (!job) {
-			if (c->stop)
-				break;
-			pthread_cond_wait(&c->work, &c->lock);
-			continue;
-		}
-		c->head = job->next;
-		if (!c->head)
-			c->tail = NULL;
-		c->cur = job; /* file_range_queued */
-		leaf_unlock(&c->lock, ENG_RANK_COPIER);
-
-		f = &job->fp->inode->file;
-		file_wrlock(f);
-		copy_range(e, f, job->src, job->size, job->pos);
-		leaf_lock(&c->lock, ENG_RANK_COPIER);
-		c->cur = NULL;
-		leaf_unlock(&c->lock, ENG_RANK_COPIER);
-		file_unlock(f);
-
-		/* Give the buffer back before waiters on the file go on. */
-		job->done(job->ctx);
-		free(job);
-		leaf_lock(&c->lock, ENG_RANK_COPIER);
-		if (atomic_fetch_sub_explicit(&f->pending, 1,
-					      memory_order_acq_rel) == 1)
-			pthread_cond_broadcast(&c->drained);
-	}
+	if (atomic_fetch_sub_explicit(&f->pending, 1, memory_order_acq_rel) ==
+	    1)
+		pthread_cond_broadcast(&c->drained);
 	leaf_unlock(&c->lock, ENG_RANK_COPIER);
-	return NULL;
 }
 
 int copier_start(struct eng *e)
 {
 	struct copier *c = &e->copier;
+	sigset_t all, old;
 	int rc;
 
+	/* One worker: copies land in the order their writes were replied. */
+	rc = rft_wq_new("rft-copier", 1, &c->wq);
+	if (rc < 0)
+		return rc;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->work, NULL);
 	pthread_cond_init(&c->drained, NULL);
-	rc = -pthread_create(&c->thread, NULL, copier_main, e);
-	if (rc == 0)
-		c->running = true;
-	return rc;
+	/* Signals belong to the FUSE loop: the worker inherits a full mask. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = rft_wq_start(c->wq);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc < 0) {
+		rft_wq_free(c->wq);
+		c->wq = NULL;
+		pthread_cond_destroy(&c->drained);
+		pthread_mutex_destroy(&c->lock);
+		return rc;
+	}
+	c->running = true;
+	return 0;
 }
 
-/* Apply what is queued, then stop the thread. */
+/* Apply what is queued, then stop the worker. */
 void copier_stop(struct eng *e)
 {
 	struct copier *c = &e->copier;
 
 	if (!c->running)
 		return;
-	leaf_lock(&c->lock, ENG_RANK_COPIER);
-	c->stop = true;
-	pthread_cond_signal(&c->work);
-	leaf_unlock(&c->lock, ENG_RANK_COPIER);
-	pthread_join(c->thread, NULL);
+	rft_wq_stop(c->wq, RFT_WQ_DRAIN);
+	rft_wq_free(c->wq);
+	c->wq = NULL;
 	c->running = false;
 	pthread_cond_destroy(&c->drained);
-	pthread_cond_destroy(&c->work);
 	pthread_mutex_destroy(&c->lock);
 }

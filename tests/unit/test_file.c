@@ -588,6 +588,89 @@ static void test_async_writes(void **state)
 	free(got);
 }
 
+/*
+ * Holds the copier's one worker until copier_stop has begun (its queue
+ * refuses items), so that every write queued behind it is still queued
+ * when the stop comes.
+ */
+struct plug {
+	struct rft_wq_item w;
+	struct rft_wq *wq;
+};
+
+static void tick_fn(struct rft_wq_item *w, bool cancel)
+{
+	(void)cancel;
+	free(w);
+}
+
+static void plug_fn(struct rft_wq_item *w, bool cancel)
+{
+	struct plug *pl = (struct plug *)w;
+	const struct timespec ms = { 0, 1000000 };
+
+	(void)cancel;
+	for (;;) {
+		struct rft_wq_item *t = calloc(1, sizeof(*t));
+
+		assert_non_null(t);
+		t->fn = tick_fn;
+		if (rft_wq_queue(pl->wq, t, RFT_WQ_HIGH) < 0) {
+			free(t);
+			break;
+		}
+		nanosleep(&ms, NULL);
+	}
+}
+
+/*
+ * copier_stop lands every queued copy, in the order queued (RFT_WQ_DRAIN
+ * on one worker): overlapping writes, all queued behind a plug, read back
+ * as the last of them wrote.  And file_range_queued sees them meanwhile.
+ */
+static void test_async_writes_drain(void **state)
+{
+	struct eng *e = ((struct fixture *)*state)->e;
+	const size_t size = MiB, len = 64 * 1024;
+	uint8_t *ref = calloc(1, size), *got = malloc(size);
+	struct eng_file *fp = create(e, "drain", O_RDWR);
+	struct file *f = &fp->inode->file;
+	struct plug pl = { .w.fn = plug_fn, .wq = e->copier.wq };
+	int queued_n = 0;
+
+	atomic_store(&done_calls, 0);
+	assert_int_equal(rft_wq_queue(e->copier.wq, &pl.w, RFT_WQ_HIGH), 0);
+	for (int i = 0; i < 64; i++) {
+		/* Half overlapping the one before: order shows. */
+		size_t off = (size_t)i * len / 2 % (size - len);
+		uint8_t *b = malloc(len);
+		bool queued;
+
+		memset(b, i + 1, len);
+		memcpy(ref + off, b, len);
+		assert_int_equal(eng_write_async(e, fp, b, len, (off_t)off,
+						 count_done, b, &queued),
+				 (ssize_t)len);
+		assert_true(queued);
+		queued_n++;
+	}
+	file_rdlock(f);
+	assert_true(file_range_queued(e, f, 0, 1));
+	assert_false(file_range_queued(e, f, size - len / 2 + 1, size));
+	file_unlock(f);
+	assert_int_equal(atomic_load(&f->pending), queued_n);
+
+	copier_stop(e);
+	assert_int_equal(atomic_load(&done_calls), queued_n);
+	assert_int_equal(atomic_load(&f->pending), 0);
+	assert_null(f->wjobs);
+	assert_int_equal(fx_read(e, fp, got, size, 0), (ssize_t)f->size);
+	assert_memory_equal(got, ref, f->size);
+	eng_release(e, fp);
+	free(ref);
+	free(got);
+}
+
 /* crc_zeros() against the CRC of real zeros, and fast for huge holes. */
 static void test_crc_zeros(void **state)
 {
@@ -643,6 +726,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fallocate_punch, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_async_writes, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_async_writes_drain, setup,
 						teardown),
 	};
 
