@@ -65,6 +65,7 @@
 #include "group.h"
 #include "group_i.h"
 #include "gns_i.h"
+#include "rft_wq.h"
 
 enum {
 	GNS_T_WAIT = PEER_T_GNS_FIRST,
@@ -90,7 +91,9 @@ enum {
 
 /* One of this node's proposals. */
 struct gns_req {
-	struct gns_req *next;
+	struct rft_wq_item w;	/* the submitters' (first: cast from it) */
+	struct gns *g;
+	struct gns_req *next;	/* on g->pending or g->retry */
 	struct nsop op;		/* tag set when submitted */
 	struct eng_call *call;	/* finished from the apply; NULL for a seal
 				   nobody waits for */
@@ -128,13 +131,11 @@ struct gns {
 	unsigned dead_ms;
 
 	pthread_mutex_t lock;
-	pthread_cond_t work;	/* submitters: a request queued, stop */
 	pthread_cond_t jobs;	/* servers: a job queued, an apply, stop */
 	pthread_cond_t applied_cv; /* an apply finished */
-	struct gns_req *q_head, *q_tail; /* to submit; lock */
+	struct rft_wq *subq;	/* the submitters: requests to submit */
 	struct gns_req *retry;	/* seals waiting to go again; lock */
 	struct gns_req *pending; /* submitted, apply may fill; lock */
-	unsigned running;	/* requests a submitter runs now; lock */
 	uint64_t next_tag;	/* lock */
 	struct gns_job *j_head, *j_tail; /* peers' requests; lock */
 	struct gns_job *waits;	/* parked GNS_T_WAITs; lock */
@@ -162,7 +163,6 @@ struct gns {
 	uint64_t sync_gen;	/* lock */
 
 	bool started;
-	pthread_t submitters[GNS_SUBMITTERS];
 	pthread_t servers[GNS_SERVERS];
 	pthread_t ticker;
 
@@ -203,27 +203,26 @@ static void req_free(struct eng *e, struct gns_req *r)
 
 static void finish(struct gns *g, struct gns_req *r, int rc);
 
+static void submit_fn(struct rft_wq_item *w, bool cancel);
+
 /*
  * Hand @r to the submitters.  After gns_stop none is left to take it (the
  * last write-back at unmount still tells of what it persisted): it fails
- * here, as the submitters fail what they find queued at the stop.
+ * here, as the submitters fail what they find queued at the stop.  Queued
+ * under g->lock, which gns_stop sets g->stop under before it stops the
+ * queue.
  */
 static void enqueue(struct gns *g, struct gns_req *r)
 {
+	r->g = g;
+	r->w.fn = submit_fn;
 	leaf_lock(&g->lock, ENG_RANK_GNS);
-	if (g->stop) {
+	if (g->stop || rft_wq_queue(g->subq, &r->w, RFT_WQ_HIGH) < 0) {
 		leaf_unlock(&g->lock, ENG_RANK_GNS);
 		finish(g, r, -ESHUTDOWN);
 		req_free(g->e, r);
 		return;
 	}
-	r->next = NULL;
-	if (g->q_tail)
-		g->q_tail->next = r;
-	else
-		g->q_head = r;
-	g->q_tail = r;
-	pthread_cond_signal(&g->work);
 	leaf_unlock(&g->lock, ENG_RANK_GNS);
 }
 
@@ -479,57 +478,32 @@ static void run_req(struct gns *g, struct gns_req *r)
 	req_free(g->e, r);
 }
 
-static void *submitter_main(void *arg)
+/*
+ * A submitter's item (GNS_SUBMITTERS workers): one request, run; at the
+ * stop, failed.  A seal that could not commit waits on g->retry, and the
+ * ticker queues it again when its time comes.
+ */
+static void submit_fn(struct rft_wq_item *w, bool cancel)
+{
+	struct gns_req *r = (struct gns_req *)w;
+	struct gns *g = r->g;
+
+	if (cancel) {
+		finish(g, r, -ESHUTDOWN);
+		req_free(g->e, r);
+	} else {
+		run_req(g, r);
+	}
+}
+
+/* Nothing queued or running: drain() looks again. */
+static void submitters_idle(void *arg)
 {
 	struct gns *g = arg;
 
 	leaf_lock(&g->lock, ENG_RANK_GNS);
-	for (;;) {
-		struct gns_req *r = g->q_head, **pp;
-		uint64_t now = rft_now_ms(), next = now + 1000;
-
-		/* Seals due for another try go to the queue. */
-		for (pp = &g->retry; *pp;) {
-			struct gns_req *s = *pp;
-
-			if (s->retry_at_ms <= now || g->stop) {
-				*pp = s->next;
-				s->next = NULL;
-				if (g->q_tail)
-					g->q_tail->next = s;
-				else
-					g->q_head = s;
-				g->q_tail = s;
-			} else {
-				next = s->retry_at_ms < next ? s->retry_at_ms
-							     : next;
-				pp = &s->next;
-			}
-		}
-		r = g->q_head;
-		if (r) {
-			g->q_head = r->next;
-			if (!g->q_head)
-				g->q_tail = NULL;
-			g->running++;
-			leaf_unlock(&g->lock, ENG_RANK_GNS);
-			if (g->stop) {
-				finish(g, r, -ESHUTDOWN);
-				req_free(g->e, r);
-			} else {
-				run_req(g, r);
-			}
-			leaf_lock(&g->lock, ENG_RANK_GNS);
-			g->running--;
-			pthread_cond_broadcast(&g->applied_cv);
-			continue;
-		}
-		if (g->stop)
-			break;
-		rft_cond_wait_until(&g->work, &g->lock, next);
-	}
+	pthread_cond_broadcast(&g->applied_cv);
 	leaf_unlock(&g->lock, ENG_RANK_GNS);
-	return NULL;
 }
 
 /* --- applying ------------------------------------------------------------- */
@@ -1057,7 +1031,7 @@ static bool drain(struct gns *g, uint64_t until_ms)
 	for (;;) {
 		uint64_t now = rft_now_ms();
 
-		done = !g->q_head && !g->retry && !g->pending && !g->running;
+		done = !g->retry && !g->pending && rft_wq_idle(g->subq);
 		if (done || now >= until_ms)
 			break;
 		rft_cond_wait_until(&g->applied_cv, &g->lock,
@@ -1255,6 +1229,16 @@ static void *ticker_main(void *arg)
 				 (unsigned long long)(now - prev));
 		}
 		atomic_store(&g->tick_ms, now);
+		/* Seals due for another try go to the submitters. */
+		for (struct gns_req **pp = &g->retry; *pp;) {
+			struct gns_req *r = *pp;
+
+			if (r->retry_at_ms <= now &&
+			    rft_wq_queue(g->subq, &r->w, RFT_WQ_HIGH) == 0)
+				*pp = r->next;
+			else
+				pp = &r->next;
+		}
 		rft_cond_wait_until(&g->tick_cv, &g->lock, now + GNS_TICK_MS);
 	}
 	leaf_unlock(&g->lock, ENG_RANK_GNS);
@@ -1337,11 +1321,8 @@ static const struct eng_group_ops gns_ops = {
 static int gns_start(void *ctx)
 {
 	struct gns *g = ctx;
-	int i, rc = 0;
+	int rc = rft_wq_start(g->subq);
 
-	for (i = 0; i < GNS_SUBMITTERS && rc == 0; i++)
-		rc = -pthread_create(&g->submitters[i], NULL, submitter_main,
-				     g);
 	for (int k = 0; k < GNS_SERVERS && rc == 0; k++)
 		rc = -pthread_create(&g->servers[k], NULL, server_main, g);
 	atomic_store(&g->tick_ms, rft_now_ms());
@@ -1365,15 +1346,22 @@ static void gns_stop(void *ctx)
 	protect_stop(g->prot);
 	leaf_lock(&g->lock, ENG_RANK_GNS);
 	g->stop = true;
-	pthread_cond_broadcast(&g->work);
 	pthread_cond_broadcast(&g->jobs);
 	pthread_cond_broadcast(&g->tick_cv);
 	leaf_unlock(&g->lock, ENG_RANK_GNS);
-	for (int i = 0; i < GNS_SUBMITTERS; i++)
-		pthread_join(g->submitters[i], NULL);
+	/* What is queued fails; what runs finishes. */
+	rft_wq_stop(g->subq, RFT_WQ_CANCEL);
 	for (int i = 0; i < GNS_SERVERS; i++)
 		pthread_join(g->servers[i], NULL);
 	pthread_join(g->ticker, NULL);
+	/* Seals waiting to go again fail as at the stop. */
+	while (g->retry) {
+		struct gns_req *r = g->retry;
+
+		g->retry = r->next;
+		finish(g, r, -ESHUTDOWN);
+		req_free(g->e, r);
+	}
 	g->started = false;
 }
 
@@ -1382,6 +1370,8 @@ static void gns_free(void *ctx)
 	struct gns *g = ctx;
 
 	protect_free(g->prot);
+	/* A queue that never ran fails what it holds. */
+	rft_wq_free(g->subq);
 	while (g->j_head) {
 		struct gns_job *j = g->j_head;
 
@@ -1395,7 +1385,6 @@ static void gns_free(void *ctx)
 		free(j);
 	}
 	pthread_mutex_destroy(&g->lock);
-	pthread_cond_destroy(&g->work);
 	pthread_cond_destroy(&g->jobs);
 	pthread_cond_destroy(&g->applied_cv);
 	pthread_cond_destroy(&g->tick_cv);
@@ -1448,14 +1437,17 @@ int eng_join_group(struct eng *e, struct grp *grp)
 							 : GNS_STALE_MIN_MS;
 	pthread_mutex_init(&g->lock, NULL);
 	/* Deadlines are CLOCK_MONOTONIC (rft_cond_wait_until). */
-	rft_cond_init(&g->work);
 	rft_cond_init(&g->jobs);
 	rft_cond_init(&g->applied_cv);
 	rft_cond_init(&g->tick_cv);
 	rft_cond_init(&g->synced);
 	f.ctx = g;
 	r.ctx = g;
-	rc = grp_set_fsm(grp, &f);
+	rc = rft_wq_new("rft-gns-sub", GNS_SUBMITTERS, &g->subq);
+	if (rc == 0) {
+		rft_wq_on_idle(g->subq, submitters_idle, g);
+		rc = grp_set_fsm(grp, &f);
+	}
 	if (rc == 0)
 		rc = peer_register(g->x, PEER_T_GNS_FIRST, PEER_T_GNS_LAST, &r);
 	if (rc == 0)
