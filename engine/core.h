@@ -419,6 +419,14 @@ bool eng_inval_idle(struct eng *e);
  */
 int file_seal_build(struct eng *e, struct inode *in, struct nsop *op);
 /*
+ * A seal built (file_seal_build) whose entry the log did not take, to go
+ * again as it is: 0 when @in is still at @op's version and no seal of
+ * that version from this daemon is in the log; 1 when it is moot (the
+ * entry went in after all, or a newer version has a seal of its own to
+ * come).  Takes the file's lock.
+ */
+int file_seal_again(struct eng *e, struct inode *in, const struct nsop *op);
+/*
  * After this node's truncate of closed file @ino: the file, held
  * (ns_unhold), when it has a version to seal and no writer here, else
  * NULL.  Takes ns->lock and the file's lock.

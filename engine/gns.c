@@ -106,6 +106,7 @@ struct gns_req {
 	struct nsop_out out;
 	struct nsop_out reply;	/* has_reply: what the call gets, not out */
 	bool has_reply;
+	bool built;		/* a seal: op holds it, built (seal_build) */
 	uint64_t retry_at_ms;	/* a seal waiting to go again */
 };
 
@@ -436,7 +437,14 @@ static void run_req(struct gns *g, struct gns_req *r)
 	int rc = 0;
 
 	if (r->op.kind == NSOP_SEAL) {
-		rc = seal_build(g, r);
+		/*
+		 * A seal built already goes again as it was built: building
+		 * it again would find its version sent (seal_sent is set at
+		 * the build) and drop it, though the log never took it.
+		 */
+		rc = r->built ? file_seal_again(g->e, r->in, &r->op)
+			      : seal_build(g, r);
+		r->built = r->built || rc == 0;
 		if (rc == 1) {
 			finish(g, r, 0);
 			return req_free(g->e, r);

@@ -94,6 +94,21 @@ int file_seal_build(struct eng *e, struct inode *in, struct nsop *op)
 	return 0;
 }
 
+int file_seal_again(struct eng *e, struct inode *in, const struct nsop *op)
+{
+	struct file *f = &in->file;
+	int rc = 0;
+
+	file_rdlock(f);
+	if (f->version != op->version || f->seal_sent != op->version)
+		rc = 1;
+	else if (f->sealed && f->sealed->node == e->node &&
+		 f->sealed->inc == e->inc && f->sealed->version == op->version)
+		rc = 1;
+	file_unlock(f);
+	return rc;
+}
+
 struct inode *file_reseal_hold(struct eng *e, uint64_t ino)
 {
 	struct inode *in;
