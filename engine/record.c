@@ -748,9 +748,16 @@ int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 	return rc;
 }
 
-int file_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
-		   uint32_t len, uint32_t *chunk, uint32_t *crc,
-		   uint32_t *fill)
+/*
+ * Piece @idx (@len bytes) of @ino's seal @gseal, in memory here whole and
+ * unchanged since that seal, with CRC32C *@crc (NULL: its checksum made
+ * for @len bytes, whatever it is): its slot into *@out, its chunk pinned
+ * (store_put when done).  0, or -ESTALE.  Takes ns->lock and the file's
+ * lock (read) briefly.
+ */
+static int sealed_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal,
+			    uint32_t idx, uint32_t len, const uint32_t *crc,
+			    struct slot *out)
 {
 	struct inode *in;
 	int rc = -ESTALE;
@@ -759,16 +766,16 @@ int file_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 	in = ns_find(&e->ns, ino);
 	if (in && S_ISREG(in->mode)) {
 		struct file *f = &in->file;
+		const struct slot *sl;
 
 		file_rdlock(f);
-		if (f->gseal == gseal && f->dur.sealed == f->version &&
-		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
-		    f->slots[idx].crc_len == len &&
+		sl = idx < f->nslots ? &f->slots[idx] : NULL;
+		if (f->gseal == gseal && f->dur.sealed == f->version && sl &&
+		    slot_in_ram(sl) &&
+		    (crc ? sl->crc == *crc : sl->crc_len == len) &&
 		    len == file_piece_len(e, f->size, idx)) {
-			*chunk = f->slots[idx].chunk;
-			*crc = f->slots[idx].crc;
-			*fill = f->slots[idx].fill;
-			store_get(&e->store, *chunk);
+			*out = *sl;
+			store_get(&e->store, sl->chunk);
 			rc = 0;
 		}
 		file_unlock(f);
@@ -777,32 +784,31 @@ int file_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 	return rc;
 }
 
+int file_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
+		   uint32_t len, uint32_t *chunk, uint32_t *crc,
+		   uint32_t *fill)
+{
+	struct slot s;
+	int rc = sealed_piece_pin(e, ino, gseal, idx, len, NULL, &s);
+
+	if (rc == 0) {
+		*chunk = s.chunk;
+		*crc = s.crc;
+		*fill = s.fill;
+	}
+	return rc;
+}
+
 int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 		    uint32_t len, uint32_t crc, uint8_t *buf)
 {
-	uint32_t chunk = RFT_NO_CHUNK, fill = 0;
-	struct inode *in;
+	uint32_t chunk, fill;
+	struct slot s;
 
-	ns_rdlock(e);
-	in = ns_find(&e->ns, ino);
-	if (in && S_ISREG(in->mode)) {
-		struct file *f = &in->file;
-
-		file_rdlock(f);
-		if (f->gseal == gseal && f->dur.sealed == f->version &&
-		    idx < f->nslots && slot_in_ram(&f->slots[idx]) &&
-		    f->slots[idx].crc == crc &&
-		    len == file_piece_len(e, f->size, idx)) {
-			chunk = f->slots[idx].chunk;
-			fill = f->slots[idx].fill < len ? f->slots[idx].fill
-							: len;
-			store_get(&e->store, chunk);
-		}
-		file_unlock(f);
-	}
-	ns_unlock(e);
-	if (chunk == RFT_NO_CHUNK)
+	if (sealed_piece_pin(e, ino, gseal, idx, len, &crc, &s) < 0)
 		return -ENOENT;
+	chunk = s.chunk;
+	fill = s.fill < len ? s.fill : len;
 	memcpy(buf, store_ptr(&e->store, chunk), fill);
 	memset(buf + fill, 0, len - fill);
 	store_put(&e->store, chunk);
