@@ -260,6 +260,7 @@ holder_full() {
 	done
 	[ "$t0" -ge 1 ] && [ "$r0" -ge 1 ] ||
 		fail "$scheme: node $h refused nothing of ck/big in 30 s"
+	read -r r0 b0 t0 s0 <<<"$(settled "$h")"
 	for i in $(seq 1 300); do
 		read -r r1 b1 t1 s1 <<<"$(counters "$h")"
 		[ "$t1" -ge $((t0 + 2)) ] && [ "$r1" -gt "$r0" ] && break
@@ -267,12 +268,15 @@ holder_full() {
 	done
 	[ "$t1" -ge $((t0 + 2)) ] && [ "$r1" -gt "$r0" ] ||
 		fail "$scheme: node 0 tried $((t1 - t0)) times again in 30 s, node $h refused $((r1 - r0)) pieces"
+	read -r r1 b1 t1 s1 <<<"$(settled "$h")"
 	log "$scheme: $((t1 - t0)) retries: node 0 sent $((s1 - s0)) bytes ($((b1 - b0)) came to node $h), node $h refused $((r1 - r0)) pieces"
 	if [ "$scheme" = xor ]; then
 		# Folds it took are not sent again: a piece's bytes per
-		# refusal (before: its whole share each time).
-		[ $(((b1 - b0) / (r1 - r0))) -le $(((1 << 20) + (64 << 10))) ] ||
-			fail "xor: node 0 sent node $h $(((b1 - b0) / (r1 - r0))) bytes per refused fold: it sends again what was folded"
+		# refusal (before: its whole share each time).  Counted
+		# between whole retries (settled), from what node 0 sent
+		# to protect: in a retry only node H's refused folds.
+		[ $(((s1 - s0) / (r1 - r0))) -le $(((1 << 20) + (64 << 10))) ] ||
+			fail "xor: node 0 sent node $h $(((s1 - s0) / (r1 - r0))) bytes per refused fold: it sends again what was folded"
 	else
 		# A holder counts a piece it has already as refused too:
 		# per retry at most half the file (before: all of it).
@@ -316,6 +320,22 @@ holder_full() {
 # counters H: "REFUSED BYTES_IN RETRIES SENT": the pieces node H refused
 # (folds under xor), the bytes it had from node 0, and node 0's retries
 # and bytes sent.
+# settled H: counters H once node H's refusals and node 0's retries and
+# bytes sent held still for half a second: between two retries, none
+# half done.
+settled() {
+	local c d i
+	c=$(counters "$1")
+	for i in $(seq 1 60); do
+		sleep 0.5
+		d=$(counters "$1")
+		[ "$(cut -d' ' -f1,3,4 <<<"$c")" = "$(cut -d' ' -f1,3,4 <<<"$d")" ] &&
+			break
+		c=$d
+	done
+	echo "$d"
+}
+
 counters() {
 	local a b
 	a=$(admin "${M[$1]}" group --json | "$PY" -c '
