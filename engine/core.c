@@ -1,10 +1,12 @@
 /*
  * core.c - what every part of the engine shares: the event bus by which
  * core tells the tiers and the group what happened, and file ids.  Core's
- * own; the tiers reach it, never the other way round.  The names lock is
+ * own; the tiers reach it, never the other way round.  And core's
+ * workers' state (struct core_io), set up and let go with the engine.  The names lock is
  * taken through engine_i.h's eng_names_lock().
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "core_i.h"
 
@@ -88,4 +90,25 @@ int eng_group_attach(struct eng *e, const struct eng_group_ops *ops,
 	e->gops = ops;
 	e->gctx = ctx;
 	return 0;
+}
+
+int core_io_new(struct eng *e)
+{
+	e->io = calloc(1, sizeof(*e->io));
+	if (!e->io)
+		return -ENOMEM;
+	pthread_mutex_init(&e->io->loads.lock, NULL);
+	/* Waits end at fetch deadlines, which are CLOCK_MONOTONIC. */
+	rft_cond_init(&e->io->loads.done);
+	return 0;
+}
+
+void core_io_free(struct eng *e)
+{
+	if (!e->io)
+		return;
+	pthread_mutex_destroy(&e->io->loads.lock);
+	pthread_cond_destroy(&e->io->loads.done);
+	free(e->io);
+	e->io = NULL;
 }

@@ -135,6 +135,16 @@ uint64_t eng_incarnation(const struct eng *e);
  *                held, the inode held: listeners may take locks.  (A
  *                FLUSH's seal in a group is a call the group answers,
  *                eng_group_ops.seal, not an event.)
+ *   EV_PROTECTED the file's current version is protected now (its
+ *                scheme's copies or parity rows are held: a PROTECT);
+ *   EV_PERSISTED its persisted copy holds the current data and metadata
+ *                now (a write-back, or a PERSIST of the group's);
+ *   EV_LOST      the group's log found its last seal nowhere (a LOST).
+ *                These three come from the durability record's one
+ *                writer (file.c, file_dur_unlock), once the file's lock
+ *                is let go, possibly under ns->lock and the names lock:
+ *                listeners take leaf locks only.  Each says a change
+ *                once; what became untrue again is no event.
  */
 enum eng_ev_kind {
 	EV_DIRTY,
@@ -144,6 +154,9 @@ enum eng_ev_kind {
 	EV_FREED,
 	EV_EVICTED,
 	EV_SEALED,
+	EV_PROTECTED,
+	EV_PERSISTED,
+	EV_LOST,
 };
 
 struct eng_ev {
@@ -167,7 +180,7 @@ struct eng_ev {
 
 typedef void (*eng_listener_fn)(struct eng *e, const struct eng_ev *ev,
 				void *ctx);
-#define ENG_MAX_LISTENERS 4
+#define ENG_MAX_LISTENERS 5
 
 /* Register a listener; before eng_start.  -ENOSPC past ENG_MAX_LISTENERS. */
 int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx);

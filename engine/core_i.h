@@ -10,6 +10,74 @@
 
 #include "engine_i.h"
 
+/* --- the copier: asynchronous write copies ----------------------------- */
+
+struct wjob {
+	struct rft_wq_item w;	/* on copier.wq; first */
+	struct eng *e;
+	struct wjob *file_next;	/* the file's queued copies (f->wjobs) */
+	struct eng_file *fp;
+	const uint8_t *src;
+	size_t size;
+	uint64_t pos;
+	void (*done)(void *ctx);
+	void *ctx;
+};
+
+/*
+ * One worker (an rft_wq, "rft-copier") applies queued writes in arrival
+ * order, so overlapping writes land in the order they were replied to.
+ * A copy is queued under its file's lock and leaves the file's list
+ * (f->wjobs) under it once its bytes are in: file_range_queued needs no
+ * lock of the queue.  copier.lock is a leaf lock: files' pending counts
+ * dropping, and the waits for them.
+ */
+struct copier {
+	pthread_mutex_t lock;
+	pthread_cond_t drained;	/* some file's pending dropped to 0 */
+	struct rft_wq *wq;
+	bool running;		/* set before the first write, read anywhere */
+};
+
+/*
+ * Reads that must fetch data (read.c's fetch threads).  A leaf lock;
+ * ns->lock is taken before it, never under it.
+ */
+#define ENG_FETCH_THREADS_MAX 16
+
+struct fetcher {
+	/*
+	 * "rft-fetch": reads on RFT_WQ_HIGH; read-ahead on RFT_WQ_LOW,
+	 * taken only when no read waits, at most 2 * nthreads queued.
+	 * NULL before fetch_start and after fetch_fini.
+	 */
+	struct rft_wq *wq;
+	unsigned nthreads;	/* 0 when stopped */
+};
+
+/*
+ * Pieces being brought into memory now (load_piece in read.c), so that a
+ * second reader of the same piece waits for the first instead of fetching
+ * it again (read-ahead and its reader often meet on a piece).  A leaf
+ * lock; nobody holds a namespace or file lock while waiting on @done.
+ */
+#define ENG_LOADS_MAX 64
+struct loads {
+	pthread_mutex_t lock;
+	pthread_cond_t done;	/* a load ended */
+	struct load_key {
+		const struct inode *in;
+		uint32_t idx;
+	} k[ENG_LOADS_MAX];	/* lock */
+	unsigned n;		/* lock */
+};
+
+struct core_io {
+	struct copier copier;
+	struct fetcher fetcher;
+	struct loads loads;
+};
+
 /* One balancing step now; returns bytes faulted in minus given back. */
 int64_t store_balance(struct store *s);
 /*

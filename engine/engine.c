@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "engine_i.h"
+#include "evict.h"
+#include "pass.h"
+#include "persist.h"
 #include "erasure.h"
 
 void eng_config_defaults(struct eng_config *cfg)
@@ -122,6 +125,29 @@ const char *eng_crc_state_name(enum eng_crc_state s)
 	return "unknown";
 }
 
+/*
+ * What the durability record's writer says became true, counted: the
+ * rate at which files' versions reach each state (status, metrics).
+ * Posted with no file lock held, maybe under ns->lock: atomics only.
+ */
+static void count_news(struct eng *e, const struct eng_ev *ev, void *ctx)
+{
+	(void)ctx;
+	switch (ev->kind) {
+	case EV_PROTECTED:
+		atomic_fetch_add(&e->cnt.protected_versions, 1);
+		break;
+	case EV_PERSISTED:
+		atomic_fetch_add(&e->cnt.persisted_versions, 1);
+		break;
+	case EV_LOST:
+		atomic_fetch_add(&e->cnt.lost_versions, 1);
+		break;
+	default:
+		break;
+	}
+}
+
 int eng_new(const struct eng_config *cfg, struct eng **out)
 {
 	struct eng *e;
@@ -135,10 +161,13 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	e->start_time = time(NULL);
 	pthread_mutex_init(&e->names_lock, NULL);
 	pthread_mutex_init(&e->handles_lock, NULL);
-	pthread_mutex_init(&e->loads.lock, NULL);
-	/* Waits end at fetch deadlines, which are CLOCK_MONOTONIC. */
-	rft_cond_init(&e->loads.done);
-	rc = pass_init(e);
+	rc = core_io_new(e);
+	if (rc == 0)
+		rc = eng_listen(e, count_news, NULL);
+	if (rc == 0)
+		rc = evict_new(e);
+	if (rc == 0)
+		rc = pass_init(e);
 	if (rc < 0)
 		goto fail;
 	if (getrandom(&e->id_seed, sizeof(e->id_seed), 0) !=
@@ -243,14 +272,12 @@ void eng_free(struct eng *e)
 	if (e->zeros)
 		munmap((void *)e->zeros, e->store.chunk_size);
 	store_fini(&e->store);
+	evict_free(e);
+	core_io_free(e);
 	free(e->persist_dir);
 	free(e->mountpoint);
 	pthread_mutex_destroy(&e->names_lock);
 	pthread_mutex_destroy(&e->handles_lock);
-	pthread_mutex_destroy(&e->loads.lock);
-	pthread_cond_destroy(&e->loads.done);
-	pthread_mutex_destroy(&e->pass.lock);
-	pthread_cond_destroy(&e->pass.cond);
 	free(e);
 }
 
@@ -392,21 +419,13 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->fetch_timeouts = atomic_load(&e->cnt.fetch_timeouts);
 	s->fetch_stalls = atomic_load(&e->cnt.fetch_stalls);
 	s->reads_uncached = atomic_load(&e->cnt.reads_uncached);
+	s->protected_versions = atomic_load(&e->cnt.protected_versions);
+	s->persisted_versions = atomic_load(&e->cnt.persisted_versions);
+	s->lost_versions = atomic_load(&e->cnt.lost_versions);
 	/* Caches count with or without a persist dir. */
 	s->chunks_evictable = evict_count(e);
 	s->readthrough_bytes = atomic_load(&e->cnt.readthrough_bytes);
-	s->pass_enabled = e->pass.mnt >= 0;
-	s->pass_opens = atomic_load(&e->pass.opens);
-	s->pass_files = atomic_load(&e->pass.files);
-	s->pass_bytes = atomic_load(&e->pass.bytes);
-	s->pass_reused = atomic_load(&e->pass.reused);
-	s->pass_early_bytes = atomic_load(&e->pass.early_bytes);
-	s->pass_early_used = atomic_load(&e->pass.early_used);
-	s->pass_placed_bytes = atomic_load(&e->pass.placed_bytes);
-	s->pass_placed_used = atomic_load(&e->pass.placed_used);
-	s->pass_no_spare = atomic_load(&e->pass.no_spare);
-	s->pass_in_place = atomic_load(&e->pass.in_place);
-	s->pass_held_bytes = atomic_load(&e->pass.held);
+	pass_get_stats(e, s);
 	s->pass_waiting = pass_waiting(e);
 	s->start_time = e->start_time;
 	persist_get_stats(e, s);

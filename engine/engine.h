@@ -571,6 +571,9 @@ struct eng_stats {
 	/* Pieces brought in (from peers, the persist dir) while memory was
 	   full; reads served without keeping their copy, none evictable. */
 	uint64_t fetch_stalls, reads_uncached;
+	/* Files' versions that became protected, persisted, or lost (the
+	   group's log found their seal nowhere) on this node, since start. */
+	uint64_t protected_versions, persisted_versions, lost_versions;
 	/* FUSE passthrough: on, opens that passed through, files copied to a
 	   backing file and their bytes, of them copies made over a spare
 	   backing file's pages, bytes copied while their files were

@@ -1,7 +1,12 @@
 /*
- * engine_i.h - private structures of the engine.  Not for fs/ or tools/;
- * today it is also the private header of gns.c, protect.c and parity.c
- * (library rftgns), which reach into struct file through it (issue 26).
+ * engine_i.h - what core lends the tiers and the calls of rftengine
+ * (library rftengine): struct eng, struct file and struct inode, the lock
+ * wrappers, core's hooks (the piece source, the placement) and core's
+ * calls for the files above it.  Not for fs/, tools/ or the group (which
+ * reach the engine through engine.h and core.h); the `layers` test fails
+ * on an include of it outside rftengine.  Each tier's calls are in its own
+ * header (pass.h, persist.h, evict.h), which core never includes, and its
+ * state in its own file; core's own workers are in core_i.h.
  *
  * Locks, as the code takes them.  This is the one place the order is
  * written down (docs/design.md points here).  Outermost first: a thread
@@ -22,7 +27,7 @@
  *       versions, writers, seal and owner fields.  Under ns->lock, or
  *       alone (the data path).  Never two files' locks at once, except
  *       eviction's file_trywrlock under ns->lock, which never waits.
- *   eng->pass.lock (mutex)  every file's pass, homes, spares, early
+ *   pass.lock (mutex, pass.c's)  every file's pass, homes, spares, early
  *       copies and the pass copier's queue.  Under file->lock (pass_place
  *       on the write path, pass_sealed, copy_sealed, early_round,
  *       pass_open) and under ns->lock alone (pass_stat from
@@ -110,6 +115,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <assert.h>
 #include <stdatomic.h>
 
 #include "engine.h"
@@ -201,7 +207,11 @@ struct file;
 /*
  * The durability record's one writer (file.c; the `layers` test holds
  * every other file to reading it): f->lock held for writing, or the file
- * not yet reachable.
+ * not yet reachable.  What becomes true of the file's current version
+ * (protected, persisted; lost, file_log_lost) is news, kept in the file
+ * (f->dur_news) and posted as EV_PROTECTED, EV_PERSISTED, EV_LOST by
+ * file_dur_unlock once the file's lock is let go.  A plain file_unlock
+ * with news kept is a bug, stopped where assert() is on.
  */
 /* Its last writer closed (or it was made sealed) at the current version. */
 void file_dur_sealed(struct file *f);
@@ -211,6 +221,20 @@ void file_dur_protected(struct file *f, uint64_t version);
 /* The persisted copy under its name holds @data and @meta; 0, 0: none
  * there (its copy moved away, or is gone). */
 void file_dur_persisted(struct file *f, uint64_t data, uint64_t meta);
+/* Found so in the persist dir at start (persist_scan), the file not yet
+ * reachable: sealed and persisted as it stands.  No news. */
+void file_dur_found(struct file *f);
+/* The news of the record and the log's record (a file's bits). */
+#define DUR_NEWS_PROTECTED 1u
+#define DUR_NEWS_PERSISTED 2u
+#define DUR_NEWS_LOST	   4u
+/*
+ * Let go of @in's file lock, held for writing, and post its news: what
+ * the writers above made true (EV_PROTECTED, EV_PERSISTED, EV_LOST).
+ * Whatever other locks the caller holds (ns->lock, the names lock) stay
+ * held, so listeners take leaf locks only.  @in held by the caller.
+ */
+void file_dur_unlock(struct eng *e, struct inode *in);
 
 struct seal_rec;
 
@@ -283,6 +307,8 @@ struct file {
 	struct slot *slots;	/* protected by lock; nslots may be < size */
 	uint32_t nslots, cap;	/* protected by lock */
 	struct durability dur;	/* protected by lock */
+	uint8_t dur_news;	/* DUR_NEWS_*, to post (file_dur_unlock);
+				   lock */
 	unsigned writers;	/* open handles that may write; lock */
 	uint64_t version;	/* bumped by every data change; from 1; lock */
 	uint64_t meta_version;	/* bumped by chmod, chown, utimens; lock */
@@ -505,67 +531,15 @@ struct ns {
 	uint64_t lost_inc[64];
 };
 
-/* --- the copier: asynchronous write copies ----------------------------- */
-
-struct wjob {
-	struct rft_wq_item w;	/* on copier.wq; first */
-	struct eng *e;
-	struct wjob *file_next;	/* the file's queued copies (f->wjobs) */
-	struct eng_file *fp;
-	const uint8_t *src;
-	size_t size;
-	uint64_t pos;
-	void (*done)(void *ctx);
-	void *ctx;
-};
-
 /*
- * One worker (an rft_wq, "rft-copier") applies queued writes in arrival
- * order, so overlapping writes land in the order they were replied to.
- * A copy is queued under its file's lock and leaves the file's list
- * (f->wjobs) under it once its bytes are in: file_range_queued needs no
- * lock of the queue.  copier.lock is a leaf lock: files' pending counts
- * dropping, and the waits for them.
+ * Core's workers, private to core (core_i.h): the copier of write copies,
+ * the fetch threads and the pieces being loaded.  core_io_new sets them up
+ * at eng_new (-ENOMEM); core_io_free, after fetch_fini and copier_stop,
+ * lets them go (NULL-safe).
  */
-struct copier {
-	pthread_mutex_t lock;
-	pthread_cond_t drained;	/* some file's pending dropped to 0 */
-	struct rft_wq *wq;
-	bool running;		/* set before the first write, read anywhere */
-};
-
-/*
- * Reads that must fetch data (read.c's fetch threads).  A leaf lock;
- * ns->lock is taken before it, never under it.
- */
-#define ENG_FETCH_THREADS_MAX 16
-
-struct fetcher {
-	/*
-	 * "rft-fetch": reads on RFT_WQ_HIGH; read-ahead on RFT_WQ_LOW,
-	 * taken only when no read waits, at most 2 * nthreads queued.
-	 * NULL before fetch_start and after fetch_fini.
-	 */
-	struct rft_wq *wq;
-	unsigned nthreads;	/* 0 when stopped */
-};
-
-/*
- * Pieces being brought into memory now (load_piece in read.c), so that a
- * second reader of the same piece waits for the first instead of fetching
- * it again (read-ahead and its reader often meet on a piece).  A leaf
- * lock; nobody holds a namespace or file lock while waiting on @done.
- */
-#define ENG_LOADS_MAX 64
-struct loads {
-	pthread_mutex_t lock;
-	pthread_cond_t done;	/* a load ended */
-	struct load_key {
-		const struct inode *in;
-		uint32_t idx;
-	} k[ENG_LOADS_MAX];	/* lock */
-	unsigned n;		/* lock */
-};
+struct core_io;
+int core_io_new(struct eng *e);
+void core_io_free(struct eng *e);
 
 int fetch_start(struct eng *e);
 void fetch_stop(struct eng *e);
@@ -645,21 +619,10 @@ struct eng_counters {
 	/* Pieces brought in while memory was full; reads served without
 	   keeping their copy (read_direct). */
 	_Atomic uint64_t fetch_stalls, reads_uncached;
-};
-
-/*
- * What eviction remembers between runs (evict.c; its only writer): when a
- * run found nothing to evict and how many pieces core had loaded then
- * (runs for readers skip the walk until then, or until core loads
- * another: cnt.peer_chunks + cnt.readthrough_chunks), and what was evicted
- * since its last log line (one at most every EVICT_LOG_MS) and the count
- * of reads served uncached it last said.  Times in CLOCK_MONOTONIC ms.
- */
-struct evictor {
-	_Atomic uint64_t barren_until, barren_loads;
-	_Atomic uint64_t log_next;
-	_Atomic uint32_t log_cached, log_persisted;
-	_Atomic uint64_t log_uncached;
+	/* Files' versions that became protected, persisted, lost here
+	   (EV_PROTECTED, EV_PERSISTED, EV_LOST: engine.c's listener). */
+	_Atomic uint64_t protected_versions, persisted_versions;
+	_Atomic uint64_t lost_versions;
 };
 
 struct eng {
@@ -673,10 +636,8 @@ struct eng {
 	const struct piece_source *src; /* the persist dir's, or NULL */
 	const struct placement *placement; /* passthrough's, or NULL */
 	struct eng_counters cnt;
-	struct evictor evictor;
-	struct copier copier;
-	struct fetcher fetcher;
-	struct loads loads;
+	struct evictor *evictor; /* eviction's (evict.c) */
+	struct core_io *io;	/* core's workers (core_i.h) */
 	pthread_mutex_t names_lock; /* see the lock order above */
 	pthread_mutex_t handles_lock; /* a leaf */
 	struct eng_file *handles;	/* open handles; handles_lock */
@@ -696,55 +657,7 @@ struct eng {
 	void *gctx;
 	_Atomic bool caught_up;	/* eng_group_ready() succeeded once */
 	struct eng_invalidator inval; /* fs/'s, or all NULL */
-	struct pass_ctl {	/* FUSE passthrough (pass.c) */
-		/* The backing tmpfs, -1: passthrough off.  Set at FUSE INIT,
-		   after everything below it is ready, and read by any
-		   thread (the control socket's, the workers'): atomic. */
-		_Atomic int mnt;
-		uint64_t min_size; /* files above this size pass through */
-		pthread_mutex_t lock; /* every file's pass; see the order */
-		pthread_cond_t cond;  /* a pass changed state */
-		_Atomic uint64_t opens, files, bytes; /* counted since start */
-		_Atomic uint64_t reused; /* copies made in a spare */
-		_Atomic uint64_t held; /* budget bytes backing files hold now */
-		_Atomic uint64_t early_bytes; /* copied while written */
-		_Atomic uint64_t early_used; /* of them, a seal's copy used */
-		/* Files written are copied early (min_size set before). */
-		_Atomic bool early_on;
-		/* Large files are written into backing files (pass_place;
-		   min_size set before). */
-		_Atomic bool in_place;
-		_Atomic uint64_t placed_bytes; /* pieces written in place */
-		_Atomic uint64_t placed_used;  /* of them, a seal used */
-		_Atomic uint64_t no_spare; /* copies not made, in place: no
-					      spare of the name, no room */
-		struct pass *homes; /* backing files chunks still point
-				       into, no file's pass nor home; lock */
-		struct pass *all; /* every pass, for pass_fini; lock */
-		struct early *early; /* every early copy; lock */
-		struct pass *dead; /* retired, for reap() to free; lock */
-		struct pass_home *unmaps; /* closed homes, for reap() to
-					     unmap; lock */
-		struct pass *spare; /* backing files to reuse; lock */
-		unsigned nspare;    /* lock */
-		/* Files to copy in the background (held): sealed since,
-		   or written (early rounds). */
-		struct pass_job {
-			struct inode *in;
-			bool early;
-		} *queue;	/* lock */
-		unsigned nqueue, capqueue; /* lock */
-		pthread_cond_t work; /* queued, or stopping; lock */
-		/* Copies at seal start once the writes stopped for
-		   quiet_ms (writes_quiet): write_bytes when they last
-		   went on, and since when. */
-		unsigned quiet_ms;
-		uint64_t quiet_bytes;	    /* copier only */
-		struct timespec quiet_since; /* copier only */
-		bool stop;	  /* lock */
-		pthread_t copier;
-		bool copier_on; /* set before mnt, read after it */
-	} pass;
+	struct pass_ctl *pass;	/* passthrough's (pass.c), or NULL */
 };
 
 /*
@@ -807,6 +720,8 @@ static inline bool file_trywrlock_at(struct file *f, const char *at, int ln)
 
 static inline void file_unlock_at(struct file *f, const char *at, int ln)
 {
+	/* News of its durability goes out with file_dur_unlock. */
+	assert(!f->dur_news);
 	eng_rwunlock_at(&f->lock, ENG_RANK_FILE, at, ln);
 }
 
@@ -816,19 +731,6 @@ static inline void file_unlock_at(struct file *f, const char *at, int ln)
 #define file_tryrdlock(f) file_tryrdlock_at((f), ENG_AT)
 #define file_trywrlock(f) file_trywrlock_at((f), ENG_AT)
 #define file_unlock(f) file_unlock_at((f), ENG_AT)
-
-static inline void pass_lock_at(struct eng *e, const char *at, int ln)
-{
-	eng_mutex_lock_at(&e->pass.lock, ENG_RANK_PASS, at, ln);
-}
-
-static inline void pass_unlock_at(struct eng *e, const char *at, int ln)
-{
-	eng_mutex_unlock_at(&e->pass.lock, ENG_RANK_PASS, at, ln);
-}
-
-#define pass_lock(e) pass_lock_at((e), ENG_AT)
-#define pass_unlock(e) pass_unlock_at((e), ENG_AT)
 
 static inline void store_lock_at(struct store *s, const char *at, int ln)
 {
@@ -1121,57 +1023,6 @@ void eng_handle_free(struct eng *e, struct eng_file *h);
 /* Free handles the kernel never released; at eng_free, threads stopped. */
 void eng_free_handles(struct eng *e);
 
-/* evict.c */
-/*
- * Evict when free chunks fall under 1/8 of the arena, or now (@pressure:
- * a writer waits, or a reader found no free memory), until a quarter is
- * free: fetched copies first (any checkpoint, oldest first), then clean
- * persisted pieces outside the keep window (oldest first).  Takes ns->lock
- * (read) and file locks with trywrlock; sleeps on nothing.
- */
-void evict_run(struct eng *e, bool pressure);
-/* Chunks eviction could free now. */
-uint64_t evict_count(struct eng *e);
-/*
- * The store's pressure callback (@ctx: the engine): a thread waiting for
- * memory, holding no lock, evicts for itself rather than waiting for the
- * persist worker to finish what it is writing.
- */
-void evict_pressure(void *ctx);
-
-/* persist.c */
-int persist_new(struct eng *e, struct persist **out);
-/* Put what the persist dir holds into the namespace, not resident. */
-int persist_scan(struct eng *e);
-int persist_start(struct eng *e);
-/* Write back per @mode and stop the worker; returns the last error. */
-int persist_stop(struct eng *e, enum eng_unmount_flush mode);
-void persist_free(struct persist *p);
-/* Wake the worker (a flush, a retry). */
-void persist_kick(struct eng *e);
-void persist_get_stats(struct eng *e, struct eng_stats *s);
-int persist_flush_request(struct eng *e, uint64_t *ticket);
-int persist_flush_progress(struct eng *e, uint64_t ticket,
-			   struct eng_flush_progress *p);
-
-/* pass.c: FUSE passthrough to backing files (docs/design.md). */
-/* Its locks, and its listener (a file freed: EV_FREED); -errno. */
-int pass_init(struct eng *e);
-/* Its copier stopped, every copy and backing file let go (the files'
- * too: before ns_fini). */
-void pass_fini(struct eng *e);
-/* After a local open succeeded (no lock held): maybe pass @fp through. */
-void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info);
-/* A writer passing through: the engine takes the backing file's bytes
- * (FLUSH, FSYNC, its RELEASE).  0 or -errno.  No lock held. */
-int pass_take(struct eng *e, struct eng_file *fp);
-/*
- * At RELEASE, before the handle goes: the backing id to close, or 0.
- * *keep_writer: the writer's bytes could not be taken (out of memory);
- * the pass keeps its place as a writer, so that the file is not sealed
- * (nor written back) short of them, until a later take succeeds.
- */
-int pass_release(struct eng *e, struct eng_file *fp, bool *keep_writer);
 /* A writer of @in that a pass kept is gone: the last one seals.  No lock
  * held; @in held. */
 void file_drop_writer(struct eng *e, struct inode *in);
@@ -1179,42 +1030,6 @@ void file_drop_writer(struct eng *e, struct inode *in);
  * held (no copy is queued while it is). */
 bool file_range_queued(struct eng *e, const struct file *f, uint64_t off,
 		       uint64_t end);
-/* GETATTR of a file whose writers pass through: the backing file's size
- * and times.  ns->lock and the file's lock held (pass.lock is under
- * them). */
-void pass_stat(struct eng *e, struct file *f, struct stat *st);
-/* A truncate of a file passing through: its backing file too.  No lock. */
-void pass_truncate(struct eng *e, struct inode *in, uint64_t size);
-/*
- * A truncate by SETATTR is about to change inode @ino, its backing file
- * too: no take of a writer's bytes runs until pass_cut_end (a take in
- * progress is waited for), lest it put back bytes or a size the truncate
- * changed.  The inode, held, or NULL if there is none.  No lock held.
- */
-struct inode *pass_cut_begin(struct eng *e, uint64_t ino);
-void pass_cut_end(struct eng *e, struct inode *in);
-/* @in was just sealed by its last writer (no lock held): copy it into a
- * backing file in the background, kept for its first reader. */
-/*
- * @in's last name went: the copies queued for it are dropped with their
- * holds, so that its memory is freed now and not when the copier, waiting
- * for the writes to stop, gets to them.  ns->lock held for writing.
- */
-void pass_unlinked(struct eng *e, struct inode *in);
-/* Files whose copy at seal waits for the writes to stop (status). */
-uint32_t pass_waiting(struct eng *e);
-/* Memory is short: spare backing files, early copies, then kept ones
- * nothing has open, go until @want chunks are free again (evict.c); and
- * backing files whose pieces eviction just put back. */
-void pass_shed(struct eng *e, uint32_t want);
-/* The hash of base name @name, for a file's home (never 0). */
-uint64_t pass_name_hash(const char *name);
-/* After the files are gone (ns_fini): the backing files they pointed
- * into, freed. */
-void pass_homes_fini(struct eng *e);
-/* fallocate on a handle passing through: on its backing file. */
-int pass_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
-		   off_t off, off_t len);
 /* Write @size bytes at @off whatever the handle's O_APPEND (pass.c). */
 ssize_t file_write_at(struct eng *e, struct eng_file *fp, const void *buf,
 		      size_t size, off_t off);

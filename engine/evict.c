@@ -24,9 +24,39 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "engine_i.h"
+#include "evict.h"
+#include "pass.h"
+
+/*
+ * What eviction remembers between runs (evict.c; its only writer): when a
+ * run found nothing to evict and how many pieces core had loaded then
+ * (runs for readers skip the walk until then, or until core loads
+ * another: cnt.peer_chunks + cnt.readthrough_chunks), and what was evicted
+ * since its last log line (one at most every EVICT_LOG_MS) and the count
+ * of reads served uncached it last said.  Times in CLOCK_MONOTONIC ms.
+ */
+struct evictor {
+	_Atomic uint64_t barren_until, barren_loads;
+	_Atomic uint64_t log_next;
+	_Atomic uint32_t log_cached, log_persisted;
+	_Atomic uint64_t log_uncached;
+};
+
+int evict_new(struct eng *e)
+{
+	e->evictor = calloc(1, sizeof(*e->evictor));
+	return e->evictor ? 0 : -ENOMEM;
+}
+
+void evict_free(struct eng *e)
+{
+	free(e->evictor);
+	e->evictor = NULL;
+}
 
 /*
  * A run that found nothing: runs for readers skip the walk this long, or
@@ -164,7 +194,7 @@ static void evict_both(struct evict *ev)
  */
 static void evict_log(struct eng *e)
 {
-	struct evictor *v = &e->evictor;
+	struct evictor *v = e->evictor;
 	uint64_t now = rft_now_ms(), next = atomic_load(&v->log_next);
 	uint64_t uncached = atomic_load(&e->cnt.reads_uncached);
 	uint32_t c, p, u;
@@ -212,8 +242,8 @@ void evict_run(struct eng *e, bool pressure)
 	 * A walk locks every file: readers that find memory full call here
 	 * for each piece, and while nothing is evictable they go without.
 	 */
-	if (pressure && rft_now_ms() < atomic_load(&e->evictor.barren_until) &&
-	    loads(e) == atomic_load(&e->evictor.barren_loads)) {
+	if (pressure && rft_now_ms() < atomic_load(&e->evictor->barren_until) &&
+	    loads(e) == atomic_load(&e->evictor->barren_loads)) {
 		evict_log(e);
 		return;
 	}
@@ -229,8 +259,8 @@ void evict_run(struct eng *e, bool pressure)
 	ns_unlock(e);
 	freed = ev.cached + ev.persisted;
 	if (pressure && !freed && !ev.spared && !ev.busy) {
-		atomic_store(&e->evictor.barren_loads, before);
-		atomic_store(&e->evictor.barren_until,
+		atomic_store(&e->evictor->barren_loads, before);
+		atomic_store(&e->evictor->barren_until,
 			     rft_now_ms() + EVICT_BARREN_MS);
 	}
 	/*
@@ -242,8 +272,8 @@ void evict_run(struct eng *e, bool pressure)
 		pass_shed(e, ev.target - store_free_count(&e->store));
 	if (freed) {
 		atomic_fetch_add(&e->cnt.evicted_chunks, freed);
-		atomic_fetch_add(&e->evictor.log_cached, ev.cached);
-		atomic_fetch_add(&e->evictor.log_persisted, ev.persisted);
+		atomic_fetch_add(&e->evictor->log_cached, ev.cached);
+		atomic_fetch_add(&e->evictor->log_persisted, ev.persisted);
 	}
 	if (freed || pressure)
 		evict_log(e);

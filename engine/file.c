@@ -130,13 +130,49 @@ void file_dur_sealed(struct file *f)
 
 void file_dur_protected(struct file *f, uint64_t version)
 {
+	if (version && version == f->version &&
+	    f->dur.protected_data != version)
+		f->dur_news |= DUR_NEWS_PROTECTED;
 	f->dur.protected_data = version;
 }
 
 void file_dur_persisted(struct file *f, uint64_t data, uint64_t meta)
 {
+	bool was = file_persisted(f);
+
 	f->dur.persisted_data = data;
 	f->dur.persisted_meta = meta;
+	if (!was && file_persisted(f))
+		f->dur_news |= DUR_NEWS_PERSISTED;
+}
+
+void file_dur_found(struct file *f)
+{
+	f->dur.sealed = f->version;
+	f->dur.persisted_data = f->version;
+	f->dur.persisted_meta = f->meta_version;
+}
+
+void file_dur_unlock(struct eng *e, struct inode *in)
+{
+	static const struct {
+		unsigned bit;
+		enum eng_ev_kind kind;
+	} news[] = {
+		{ DUR_NEWS_PROTECTED, EV_PROTECTED },
+		{ DUR_NEWS_PERSISTED, EV_PERSISTED },
+		{ DUR_NEWS_LOST, EV_LOST },
+	};
+	unsigned got = in->file.dur_news;
+
+	in->file.dur_news = 0;
+	file_unlock(&in->file);
+	for (size_t i = 0; i < sizeof(news) / sizeof(news[0]); i++) {
+		struct eng_ev ev = { .kind = news[i].kind, .in = in };
+
+		if (got & news[i].bit)
+			eng_post(e, &ev);
+	}
 }
 
 /* --- the log's record ---------------------------------------------------- */
@@ -215,6 +251,8 @@ void file_log_lose_node(struct file *f, uint64_t bit)
 
 void file_log_lost(struct file *f)
 {
+	if (!f->log.lost)
+		f->dur_news |= DUR_NEWS_LOST;
 	f->log.lost = true;
 	f->log.protected = false;
 }
@@ -495,7 +533,7 @@ bool file_range_queued(struct eng *e, const struct file *f, uint64_t off,
 
 void file_wait_writes(struct eng *e, struct file *f)
 {
-	struct copier *c = &e->copier;
+	struct copier *c = &e->io->copier;
 
 	if (atomic_load_explicit(&f->pending, memory_order_acquire) == 0)
 		return;

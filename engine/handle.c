@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine_i.h"
+#include "pass.h"
 #include "erasure.h"
 
 int eng_release(struct eng *e, struct eng_file *fp)

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "engine_i.h"
+#include "pass.h"
 
 /* Remove @de from @dir; the inode is freed if nothing else holds it. */
 static void unlink_dentry(struct eng *e, struct inode *dir, struct dentry *de,
@@ -63,7 +64,7 @@ void ns_fill_stat(struct eng *e, struct inode *in, struct stat *st)
 		 * here is one a take left half made (pass_fuzz found a stat
 		 * that read 2 MiB of a 3 MiB file after its writer closed).
 		 */
-		if (e->pass.mnt >= 0)
+		if (pass_on(e))
 			pass_stat(e, f, st);
 		file_unlock(f);
 	} else {
@@ -214,7 +215,7 @@ static int apply_setattr(struct eng *e, const struct nsop *op,
 	int rc = 0;
 
 	/* Its bytes and its backing file's change with no take between. */
-	if ((sa->valid & ENG_SET_SIZE) && e->pass.mnt >= 0)
+	if ((sa->valid & ENG_SET_SIZE) && pass_on(e))
 		cut = pass_cut_begin(e, op->ino);
 again:
 	ns_wrlock(e);
@@ -279,7 +280,7 @@ again:
 			if (rc == 0)
 				in->mtime = op->now;
 			/* Opens passing through see its backing file. */
-			pass_trunc = rc == 0 && e->pass.mnt >= 0;
+			pass_trunc = rc == 0 && pass_on(e);
 		}
 		if (rc == 0) {
 			set_times(in, sa, &op->now);

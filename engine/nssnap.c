@@ -51,6 +51,7 @@
 #include <string.h>
 
 #include "engine_i.h"
+#include "pass.h"
 
 #define SNAP_MAGIC 0x534e4652u	/* "RFNS" */
 #define SNAP_HDR_LEN (48 + 64 * 8)

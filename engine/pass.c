@@ -65,6 +65,7 @@
 #include <unistd.h>
 
 #include "engine_i.h"
+#include "pass.h"
 
 #define PASS_RUN_MAX 8 /* pieces per pwritev */
 #define PASS_SPARES 8	/* backing files kept for reuse, at most */
@@ -72,6 +73,72 @@
 #define PASS_QUIET_BYTES (1u << 20) /* written in quiet_ms: not quiet */
 
 enum pass_state { PASS_COPYING, PASS_REGISTERING, PASS_READY, PASS_KEPT };
+
+/*
+ * The tier's state, one per engine (e->pass), seen by this file alone.
+ */
+struct pass_ctl {
+	/* The backing tmpfs, -1: passthrough off.  Set at FUSE INIT,
+	   after everything below it is ready, and read by any
+	   thread (the control socket's, the workers'): atomic. */
+	_Atomic int mnt;
+	uint64_t min_size; /* files above this size pass through */
+	pthread_mutex_t lock; /* every file's pass; see the order */
+	pthread_cond_t cond;  /* a pass changed state */
+	_Atomic uint64_t opens, files, bytes; /* counted since start */
+	_Atomic uint64_t reused; /* copies made in a spare */
+	_Atomic uint64_t held; /* budget bytes backing files hold now */
+	_Atomic uint64_t early_bytes; /* copied while written */
+	_Atomic uint64_t early_used; /* of them, a seal's copy used */
+	/* Files written are copied early (min_size set before). */
+	_Atomic bool early_on;
+	/* Large files are written into backing files (pass_place;
+	   min_size set before). */
+	_Atomic bool in_place;
+	_Atomic uint64_t placed_bytes; /* pieces written in place */
+	_Atomic uint64_t placed_used;  /* of them, a seal used */
+	_Atomic uint64_t no_spare; /* copies not made, in place: no
+				      spare of the name, no room */
+	struct pass *homes; /* backing files chunks still point
+			       into, no file's pass nor home; lock */
+	struct pass *all; /* every pass, for pass_fini; lock */
+	struct early *early; /* every early copy; lock */
+	struct pass *dead; /* retired, for reap() to free; lock */
+	struct pass_home *unmaps; /* closed homes, for reap() to
+				     unmap; lock */
+	struct pass *spare; /* backing files to reuse; lock */
+	unsigned nspare;    /* lock */
+	/* Files to copy in the background (held): sealed since,
+	   or written (early rounds). */
+	struct pass_job {
+		struct inode *in;
+		bool early;
+	} *queue;	/* lock */
+	unsigned nqueue, capqueue; /* lock */
+	pthread_cond_t work; /* queued, or stopping; lock */
+	/* Copies at seal start once the writes stopped for
+	   quiet_ms (writes_quiet): write_bytes when they last
+	   went on, and since when. */
+	unsigned quiet_ms;
+	uint64_t quiet_bytes;	    /* copier only */
+	struct timespec quiet_since; /* copier only */
+	bool stop;	  /* lock */
+	pthread_t copier;
+	bool copier_on; /* set before mnt, read after it */
+};
+
+static inline void pass_lock_at(struct eng *e, const char *at, int ln)
+{
+	eng_mutex_lock_at(&e->pass->lock, ENG_RANK_PASS, at, ln);
+}
+
+static inline void pass_unlock_at(struct eng *e, const char *at, int ln)
+{
+	eng_mutex_unlock_at(&e->pass->lock, ENG_RANK_PASS, at, ln);
+}
+
+#define pass_lock(e) pass_lock_at((e), ENG_AT)
+#define pass_unlock(e) pass_unlock_at((e), ENG_AT)
 
 /*
  * A copy made early: while a file over min_size is written, the copier
@@ -95,7 +162,7 @@ struct early {
 	uint32_t *fills;     /* per piece: the bytes copied */
 	uint32_t cap;	     /* entries of ids and fills */
 	bool busy;	     /* a round copies into it, with no lock held */
-	struct early *next;  /* e->pass.early */
+	struct early *next;  /* e->pass->early */
 };
 
 /*
@@ -103,12 +170,12 @@ struct early {
  * its mapping, and the store's record of the chunks lent to its pages.  It
  * goes with its pass from spare to the file written (f->home) to the copy
  * at seal (f->pass), and is closed (home_close) only once no chunk points
- * into it; till then a pass that no file has keeps it on e->pass.homes.
+ * into it; till then a pass that no file has keeps it on e->pass->homes.
  */
 struct pass_home {
 	struct store_home sh;
 	size_t len; /* of the mapping */
-	struct pass_home *next; /* closed: e->pass.unmaps */
+	struct pass_home *next; /* closed: e->pass->unmaps */
 };
 
 struct pass {
@@ -158,10 +225,13 @@ static void pass_on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 
 int pass_init(struct eng *e)
 {
-	e->pass.mnt = -1;
-	pthread_mutex_init(&e->pass.lock, NULL);
-	pthread_cond_init(&e->pass.cond, NULL);
-	rft_cond_init(&e->pass.work); /* timed waits: copier_main */
+	e->pass = calloc(1, sizeof(*e->pass));
+	if (!e->pass)
+		return -ENOMEM;
+	e->pass->mnt = -1;
+	pthread_mutex_init(&e->pass->lock, NULL);
+	pthread_cond_init(&e->pass->cond, NULL);
+	rft_cond_init(&e->pass->work); /* timed waits: copier_main */
 	eng_placement(e, &pass_placement);
 	return eng_listen(e, pass_on_event, NULL);
 }
@@ -190,7 +260,7 @@ static int hold(struct eng *e, struct pass *p, uint32_t n)
 	p->held = ids;
 	got = store_take_cold(&e->store, p->held + p->nheld, n);
 	p->nheld += got;
-	atomic_fetch_add(&e->pass.held, (uint64_t)got << e->store.chunk_shift);
+	atomic_fetch_add(&e->pass->held, (uint64_t)got << e->store.chunk_shift);
 	return got < n ? -ENOSPC : 0;
 }
 
@@ -200,7 +270,7 @@ static void unhold_to(struct eng *e, struct pass *p, uint32_t keep)
 	if (p->nheld <= keep)
 		return;
 	store_put_cold(&e->store, p->held + keep, p->nheld - keep);
-	atomic_fetch_sub(&e->pass.held,
+	atomic_fetch_sub(&e->pass->held,
 			 (uint64_t)(p->nheld - keep) << e->store.chunk_shift);
 	p->nheld = keep;
 }
@@ -213,15 +283,15 @@ static void unhold(struct eng *e, struct pass *p)
 /* @p to be freed by reap(); pass.lock held. */
 static void retire_locked(struct eng *e, struct pass *p)
 {
-	p->next = e->pass.dead;
-	e->pass.dead = p;
-	pthread_cond_signal(&e->pass.work);
+	p->next = e->pass->dead;
+	e->pass->dead = p;
+	pthread_cond_signal(&e->pass->work);
 }
 
 /* @p off the list of every pass, and its file's no more; pass.lock held. */
 static void unlink_locked(struct eng *e, struct pass *p)
 {
-	for (struct pass **pp = &e->pass.all; *pp; pp = &(*pp)->next)
+	for (struct pass **pp = &e->pass->all; *pp; pp = &(*pp)->next)
 		if (*pp == p) {
 			*pp = p->next;
 			break;
@@ -247,7 +317,7 @@ static struct pass *spare_off_locked(struct eng *e, struct pass **pp)
 	struct pass *p = *pp;
 
 	*pp = p->next;
-	e->pass.nspare--;
+	e->pass->nspare--;
 	return p;
 }
 
@@ -261,7 +331,7 @@ static struct pass **spare_fit_locked(struct eng *e, uint64_t size,
 	struct pass **fit = NULL;
 
 	*shorter = NULL;
-	for (struct pass **pp = &e->pass.spare; *pp; pp = &(*pp)->next) {
+	for (struct pass **pp = &e->pass->spare; *pp; pp = &(*pp)->next) {
 		uint64_t have = (*pp)->spare_size;
 
 		if (have >= size) {
@@ -310,7 +380,7 @@ static struct pass *take_spare_locked(struct eng *e, uint64_t size,
 	 * and their files in place; the others are read direct.  Memory
 	 * pressure still sheds spares (pass_shed).
 	 */
-	if (atomic_load_explicit(&e->pass.in_place, memory_order_relaxed)) {
+	if (atomic_load_explicit(&e->pass->in_place, memory_order_relaxed)) {
 		if (name && (sp = take_named_spare_locked(e, name)))
 			return sp;
 		*none = store_free_count(&e->store) < n;
@@ -331,7 +401,7 @@ static struct pass *take_spare_locked(struct eng *e, uint64_t size,
 /* The oldest spare retired, for reap(); its chunks.  pass.lock held. */
 static uint32_t drop_oldest_spare_locked(struct eng *e)
 {
-	struct pass **pp = &e->pass.spare, *p;
+	struct pass **pp = &e->pass->spare, *p;
 
 	while ((*pp)->next)
 		pp = &(*pp)->next;
@@ -360,13 +430,13 @@ static struct pass *take_early_spare_locked(struct eng *e, uint64_t size)
  * full or the engine stops).  pass.lock held. */
 static void spare_back_locked(struct eng *e, struct pass *sp)
 {
-	if (e->pass.stop || e->pass.nspare >= PASS_SPARES) {
+	if (e->pass->stop || e->pass->nspare >= PASS_SPARES) {
 		retire_locked(e, sp);
 		return;
 	}
-	sp->next = e->pass.spare;
-	e->pass.spare = sp;
-	e->pass.nspare++;
+	sp->next = e->pass->spare;
+	e->pass->spare = sp;
+	e->pass->nspare++;
 }
 
 uint64_t pass_name_hash(const char *name)
@@ -402,7 +472,7 @@ static void home_collect_locked(struct eng *e, struct pass *p)
 		p->held = held;
 		memcpy(p->held + p->nheld, ids, got * sizeof(*ids));
 		p->nheld += got;
-		atomic_fetch_add(&e->pass.held,
+		atomic_fetch_add(&e->pass->held,
 				 (uint64_t)got << e->store.chunk_shift);
 	}
 }
@@ -425,9 +495,9 @@ static bool home_close_locked(struct eng *e, struct pass *p)
 		return false;
 	home_collect_locked(e, p);
 	store_home_fini(&h->sh);
-	h->next = e->pass.unmaps;
-	e->pass.unmaps = h;
-	pthread_cond_signal(&e->pass.work);
+	h->next = e->pass->unmaps;
+	e->pass->unmaps = h;
+	pthread_cond_signal(&e->pass->work);
 	p->home = NULL;
 	return true;
 }
@@ -435,7 +505,7 @@ static bool home_close_locked(struct eng *e, struct pass *p)
 /*
  * @p, on no list and no file's: a spare for the next copy (up to
  * PASS_SPARES), else retired.  While chunks still point into its home it
- * waits on e->pass.homes instead (homes_settle_locked).  pass.lock held.
+ * waits on e->pass->homes instead (homes_settle_locked).  pass.lock held.
  *
  * A spare keeps its pages and the chunks that stand for them: writing
  * over pages a file already has is a plain copy, where fresh ones cost a
@@ -455,24 +525,24 @@ static void pass_spare_locked(struct eng *e, struct pass *p)
 
 	p->file = NULL;
 	if (!home_close_locked(e, p)) {
-		p->next = e->pass.homes;
-		e->pass.homes = p;
+		p->next = e->pass->homes;
+		e->pass->homes = p;
 		return;
 	}
-	if (!p->dirty && !e->pass.stop && e->pass.nspare < PASS_SPARES &&
+	if (!p->dirty && !e->pass->stop && e->pass->nspare < PASS_SPARES &&
 	    p->fd >= 0 && p->nheld && fstat(p->fd, &st) == 0 &&
 	    st.st_size > 0) {
 		p->spare_size = (uint64_t)st.st_size;
-		p->next = e->pass.spare;
-		e->pass.spare = p;
-		e->pass.nspare++;
+		p->next = e->pass->spare;
+		e->pass->spare = p;
+		e->pass->nspare++;
 		return;
 	}
 	retire_locked(e, p);
 }
 
 /*
- * The passes waiting on e->pass.homes whose home no chunk points into any
+ * The passes waiting on e->pass->homes whose home no chunk points into any
  * more: spares again, or with @retire retired (their memory is wanted).
  * Returns the chunks retired.  pass.lock held.
  */
@@ -480,7 +550,7 @@ static uint32_t homes_settle_locked(struct eng *e, bool retire)
 {
 	uint32_t freed = 0;
 
-	for (struct pass **pp = &e->pass.homes; *pp;) {
+	for (struct pass **pp = &e->pass->homes; *pp;) {
 		struct pass *p = *pp;
 
 		if (!home_close_locked(e, p)) {
@@ -503,7 +573,7 @@ static uint32_t homes_settle_locked(struct eng *e, bool retire)
 static struct pass *take_named_spare_locked(struct eng *e, uint64_t name)
 {
 	homes_settle_locked(e, false);
-	for (struct pass **pp = &e->pass.spare; *pp; pp = &(*pp)->next)
+	for (struct pass **pp = &e->pass->spare; *pp; pp = &(*pp)->next)
 		if ((*pp)->name == name)
 			return spare_off_locked(e, pp);
 	return NULL;
@@ -574,12 +644,12 @@ static uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx,
 	uint32_t id = RFT_NO_CHUNK;
 	struct pass *hp;
 
-	if (!atomic_load_explicit(&e->pass.in_place, memory_order_acquire) ||
-	    end <= e->pass.min_size || !f->name_hash)
+	if (!atomic_load_explicit(&e->pass->in_place, memory_order_acquire) ||
+	    end <= e->pass->min_size || !f->name_hash)
 		return RFT_NO_CHUNK;
 	pass_lock(e);
 	hp = f->home;
-	if (!hp && !f->pass && !e->pass.stop) {
+	if (!hp && !f->pass && !e->pass->stop) {
 		hp = take_named_spare_locked(e, f->name_hash);
 		if (hp && home_open_locked(e, hp) < 0) {
 			spare_back_locked(e, hp);
@@ -594,9 +664,9 @@ static uint32_t pass_place(struct eng *e, struct file *f, uint32_t idx,
 		if (hp->nheld &&
 		    !store_page_lent(&e->store, &hp->home->sh, idx)) {
 			id = hp->held[--hp->nheld];
-			atomic_fetch_sub(&e->pass.held, e->store.chunk_size);
+			atomic_fetch_sub(&e->pass->held, e->store.chunk_size);
 			store_lend(&e->store, &hp->home->sh, id, idx);
-			atomic_fetch_add(&e->pass.placed_bytes,
+			atomic_fetch_add(&e->pass->placed_bytes,
 					 e->store.chunk_size);
 		}
 	}
@@ -629,7 +699,7 @@ static void early_free_locked(struct eng *e, struct early *ea)
 /* @ea off its file and off the list.  pass.lock held. */
 static void early_detach_locked(struct eng *e, struct early *ea)
 {
-	for (struct early **pp = &e->pass.early; *pp; pp = &(*pp)->next)
+	for (struct early **pp = &e->pass->early; *pp; pp = &(*pp)->next)
 		if (*pp == ea) {
 			*pp = ea->next;
 			break;
@@ -658,10 +728,10 @@ static void reap(struct eng *e)
 	struct pass *p;
 
 	pass_lock(e);
-	h = e->pass.unmaps;
-	e->pass.unmaps = NULL;
-	p = e->pass.dead;
-	e->pass.dead = NULL;
+	h = e->pass->unmaps;
+	e->pass->unmaps = NULL;
+	p = e->pass->dead;
+	e->pass->dead = NULL;
 	pass_unlock(e);
 	while (h) {
 		struct pass_home *next = h->next;
@@ -682,29 +752,54 @@ static void reap(struct eng *e)
 	}
 }
 
+bool pass_on(const struct eng *e)
+{
+	return e->pass && atomic_load(&e->pass->mnt) >= 0;
+}
+
+void pass_get_stats(struct eng *e, struct eng_stats *s)
+{
+	struct pass_ctl *pc = e->pass;
+
+	s->pass_enabled = pass_on(e);
+	s->pass_opens = atomic_load(&pc->opens);
+	s->pass_files = atomic_load(&pc->files);
+	s->pass_bytes = atomic_load(&pc->bytes);
+	s->pass_reused = atomic_load(&pc->reused);
+	s->pass_early_bytes = atomic_load(&pc->early_bytes);
+	s->pass_early_used = atomic_load(&pc->early_used);
+	s->pass_placed_bytes = atomic_load(&pc->placed_bytes);
+	s->pass_placed_used = atomic_load(&pc->placed_used);
+	s->pass_no_spare = atomic_load(&pc->no_spare);
+	s->pass_in_place = atomic_load(&pc->in_place);
+	s->pass_held_bytes = atomic_load(&pc->held);
+}
+
 void pass_fini(struct eng *e)
 {
-	if (e->pass.copier_on) {
+	if (!e->pass)
+		return;
+	if (e->pass->copier_on) {
 		pass_lock(e);
-		e->pass.stop = true;
-		pthread_cond_broadcast(&e->pass.work);
+		e->pass->stop = true;
+		pthread_cond_broadcast(&e->pass->work);
 		pass_unlock(e);
-		pthread_join(e->pass.copier, NULL);
-		e->pass.copier_on = false;
+		pthread_join(e->pass->copier, NULL);
+		e->pass->copier_on = false;
 	}
-	atomic_store(&e->pass.early_on, false);
-	while (e->pass.nqueue)
-		ns_unhold(e, e->pass.queue[--e->pass.nqueue].in);
-	free(e->pass.queue);
-	e->pass.queue = NULL;
+	atomic_store(&e->pass->early_on, false);
+	while (e->pass->nqueue)
+		ns_unhold(e, e->pass->queue[--e->pass->nqueue].in);
+	free(e->pass->queue);
+	e->pass->queue = NULL;
 	pass_lock(e);
-	e->pass.stop = true; /* no more spares */
-	while (e->pass.early)
-		early_drop_locked(e, e->pass.early);
-	while (e->pass.spare)
+	e->pass->stop = true; /* no more spares */
+	while (e->pass->early)
+		early_drop_locked(e, e->pass->early);
+	while (e->pass->spare)
 		drop_oldest_spare_locked(e);
-	while (e->pass.all) {
-		struct pass *p = e->pass.all;
+	while (e->pass->all) {
+		struct pass *p = e->pass->all;
 
 		if (p->dirty)
 			rft_err("passthrough: a file's last writes were never "
@@ -718,20 +813,27 @@ void pass_fini(struct eng *e)
 	if (e->ns.table)
 		ns_walk(&e->ns, forget_home, e);
 	reap(e);
-	if (e->pass.mnt >= 0)
-		close(e->pass.mnt);
-	e->pass.mnt = -1;
+	if (e->pass->mnt >= 0)
+		close(e->pass->mnt);
+	e->pass->mnt = -1;
 }
 
 void pass_homes_fini(struct eng *e)
 {
+	if (!e->pass)
+		return;
 	pass_lock(e);
 	homes_settle_locked(e, true);
-	if (e->pass.homes)
+	if (e->pass->homes)
 		rft_err("passthrough: backing files that chunks still point "
 			"into at the end: left mapped");
 	pass_unlock(e);
 	reap(e);
+	pthread_mutex_destroy(&e->pass->lock);
+	pthread_cond_destroy(&e->pass->cond);
+	pthread_cond_destroy(&e->pass->work);
+	free(e->pass);
+	e->pass = NULL;
 }
 
 /* @f goes (its inode is freed): a kept backing file with it.  ns->lock
@@ -764,9 +866,9 @@ void pass_shed(struct eng *e, uint32_t want)
 	 * first, then early copies, then copies kept for readers.
 	 */
 	freed += homes_settle_locked(e, true);
-	while (freed < want && e->pass.spare)
+	while (freed < want && e->pass->spare)
 		freed += drop_oldest_spare_locked(e);
-	for (struct early *ea = e->pass.early, *next; ea && freed < want;
+	for (struct early *ea = e->pass->early, *next; ea && freed < want;
 	     ea = next) {
 		next = ea->next;
 		if (ea->busy)
@@ -778,7 +880,7 @@ void pass_shed(struct eng *e, uint32_t want)
 		early_drop_locked(e, ea);
 		retire_locked(e, sp);
 	}
-	for (struct pass *p = e->pass.all, *next; p && freed < want;
+	for (struct pass *p = e->pass->all, *next; p && freed < want;
 	     p = next) {
 		next = p->next;
 		if (p->state != PASS_KEPT || p->dirty)
@@ -859,17 +961,17 @@ static bool writes_quiet(struct eng *e, struct timespec *until)
 {
 	uint64_t bytes = atomic_load_explicit(&e->cnt.write_bytes,
 					      memory_order_relaxed);
-	uint64_t quiet = (uint64_t)e->pass.quiet_ms * 1000000u;
+	uint64_t quiet = (uint64_t)e->pass->quiet_ms * 1000000u;
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (bytes - e->pass.quiet_bytes >= PASS_QUIET_BYTES) {
-		e->pass.quiet_bytes = bytes;
-		e->pass.quiet_since = now;
+	if (bytes - e->pass->quiet_bytes >= PASS_QUIET_BYTES) {
+		e->pass->quiet_bytes = bytes;
+		e->pass->quiet_since = now;
 	}
-	if (rft_ts_ns(&e->pass.quiet_since) + quiet <= rft_ts_ns(&now))
+	if (rft_ts_ns(&e->pass->quiet_since) + quiet <= rft_ts_ns(&now))
 		return true;
-	rft_deadline_ts(until, e->pass.quiet_ms / 4 ? e->pass.quiet_ms / 4 : 1);
+	rft_deadline_ts(until, e->pass->quiet_ms / 4 ? e->pass->quiet_ms / 4 : 1);
 	return false;
 }
 
@@ -884,17 +986,17 @@ static bool next_job_locked(struct eng *e, struct pass_job *job,
 {
 	unsigned k = 0;
 
-	while (k < e->pass.nqueue && !e->pass.queue[k].early)
+	while (k < e->pass->nqueue && !e->pass->queue[k].early)
 		k++;
-	if (k == e->pass.nqueue) {
+	if (k == e->pass->nqueue) {
 		/* Copies at seal only: the first, once the writes stop. */
-		if (e->pass.quiet_ms && !writes_quiet(e, until))
+		if (e->pass->quiet_ms && !writes_quiet(e, until))
 			return false;
 		k = 0;
 	}
-	*job = e->pass.queue[k];
-	memmove(e->pass.queue + k, e->pass.queue + k + 1,
-		(--e->pass.nqueue - k) * sizeof(*e->pass.queue));
+	*job = e->pass->queue[k];
+	memmove(e->pass->queue + k, e->pass->queue + k + 1,
+		(--e->pass->nqueue - k) * sizeof(*e->pass->queue));
 	return true;
 }
 
@@ -927,12 +1029,12 @@ static void *copier_main(void *arg)
 		struct timespec until;
 		struct pass_job job;
 
-		while (!e->pass.stop && !e->pass.nqueue && !e->pass.dead &&
-		       !e->pass.unmaps)
-			pthread_cond_wait(&e->pass.work, &e->pass.lock);
-		if (e->pass.stop)
+		while (!e->pass->stop && !e->pass->nqueue && !e->pass->dead &&
+		       !e->pass->unmaps)
+			pthread_cond_wait(&e->pass->work, &e->pass->lock);
+		if (e->pass->stop)
 			break;
-		if (e->pass.dead || e->pass.unmaps) {
+		if (e->pass->dead || e->pass->unmaps) {
 			pass_unlock(e);
 			reap(e);
 			pass_lock(e);
@@ -940,7 +1042,7 @@ static void *copier_main(void *arg)
 		}
 		if (!next_job_locked(e, &job, &until)) {
 			/* Writes going on: a new job, or the quiet, wakes. */
-			pthread_cond_timedwait(&e->pass.work, &e->pass.lock,
+			pthread_cond_timedwait(&e->pass->work, &e->pass->lock,
 					       &until);
 			continue;
 		}
@@ -963,20 +1065,20 @@ static bool queue_job(struct eng *e, struct inode *in, bool early)
 	in->holds++;
 	ns_unlock(e);
 	pass_lock(e);
-	if (e->pass.nqueue == e->pass.capqueue) {
-		unsigned cap = e->pass.capqueue ? 2 * e->pass.capqueue : 16;
-		struct pass_job *q = realloc(e->pass.queue, cap * sizeof(*q));
+	if (e->pass->nqueue == e->pass->capqueue) {
+		unsigned cap = e->pass->capqueue ? 2 * e->pass->capqueue : 16;
+		struct pass_job *q = realloc(e->pass->queue, cap * sizeof(*q));
 
 		if (!q) {
 			pass_unlock(e);
 			ns_unhold(e, in);
 			return false;
 		}
-		e->pass.queue = q;
-		e->pass.capqueue = cap;
+		e->pass->queue = q;
+		e->pass->capqueue = cap;
 	}
-	e->pass.queue[e->pass.nqueue++] = (struct pass_job){ in, early };
-	pthread_cond_signal(&e->pass.work);
+	e->pass->queue[e->pass->nqueue++] = (struct pass_job){ in, early };
+	pthread_cond_signal(&e->pass->work);
 	pass_unlock(e);
 	return true;
 }
@@ -984,8 +1086,8 @@ static bool queue_job(struct eng *e, struct inode *in, bool early)
 /* Is a copy at seal of @in queued?  pass.lock held. */
 static bool seal_queued_locked(struct eng *e, const struct inode *in)
 {
-	for (unsigned k = 0; k < e->pass.nqueue; k++)
-		if (e->pass.queue[k].in == in && !e->pass.queue[k].early)
+	for (unsigned k = 0; k < e->pass->nqueue; k++)
+		if (e->pass->queue[k].in == in && !e->pass->queue[k].early)
 			return true;
 	return false;
 }
@@ -995,21 +1097,21 @@ void pass_unlinked(struct eng *e, struct inode *in)
 	unsigned n = 0;
 	struct pass *p;
 
-	if (e->pass.mnt < 0)
+	if (e->pass->mnt < 0)
 		return;
 	pass_lock(e);
-	for (unsigned k = 0; k < e->pass.nqueue; k++) {
-		struct pass_job job = e->pass.queue[k];
+	for (unsigned k = 0; k < e->pass->nqueue; k++) {
+		struct pass_job job = e->pass->queue[k];
 
 		if (job.in != in) {
-			e->pass.queue[n++] = job;
+			e->pass->queue[n++] = job;
 			continue;
 		}
 		in->holds--; /* ns->lock held: the caller frees it */
 		if (job.early)
 			atomic_store(&in->file.early_queued, false);
 	}
-	e->pass.nqueue = n;
+	e->pass->nqueue = n;
 	/*
 	 * A copy kept for the next reader: none comes without a name.  A
 	 * spare now, not once the kernel forgets the inode (seconds later,
@@ -1029,8 +1131,8 @@ uint32_t pass_waiting(struct eng *e)
 	uint32_t n = 0;
 
 	pass_lock(e);
-	for (unsigned k = 0; k < e->pass.nqueue; k++)
-		n += !e->pass.queue[k].early;
+	for (unsigned k = 0; k < e->pass->nqueue; k++)
+		n += !e->pass->queue[k].early;
 	pass_unlock(e);
 	return n;
 }
@@ -1040,10 +1142,10 @@ static void pass_sealed(struct eng *e, struct inode *in)
 	struct file *f = &in->file;
 	bool want, gone;
 
-	if (e->pass.mnt < 0 || e->gops || !e->pass.copier_on)
+	if (e->pass->mnt < 0 || e->gops || !e->pass->copier_on)
 		return;
 	file_rdlock(f);
-	want = f->size > e->pass.min_size && f->writers == 0;
+	want = f->size > e->pass->min_size && f->writers == 0;
 	gone = !want && f->writers == 0;
 	if (gone) {
 		/* Cut short before its seal: an early copy or a home is of
@@ -1074,8 +1176,8 @@ static void queue_early(struct eng *e, struct inode *in)
 
 static void pass_wrote(struct eng *e, struct inode *in, uint64_t size)
 {
-	if (atomic_load_explicit(&e->pass.early_on, memory_order_acquire) &&
-	    size > e->pass.min_size)
+	if (atomic_load_explicit(&e->pass->early_on, memory_order_acquire) &&
+	    size > e->pass->min_size)
 		queue_early(e, in);
 }
 
@@ -1085,7 +1187,7 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 	char size[32];
 	int fs, mnt;
 
-	if (e->pass.mnt >= 0)
+	if (e->pass->mnt >= 0)
 		return 0;
 	if (e->gops) {
 		rft_info("passthrough: off in a group (another node's write "
@@ -1123,24 +1225,24 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 		rft_info("passthrough: off: backing tmpfs: %s", strerror(-rc));
 		return rc;
 	}
-	e->pass.min_size = min_size;
-	e->pass.quiet_ms = quiet_ms;
-	if (pthread_create(&e->pass.copier, NULL, copier_main, e) == 0) {
-		e->pass.copier_on = true;
-		atomic_store_explicit(&e->pass.early_on, early,
+	e->pass->min_size = min_size;
+	e->pass->quiet_ms = quiet_ms;
+	if (pthread_create(&e->pass->copier, NULL, copier_main, e) == 0) {
+		e->pass->copier_on = true;
+		atomic_store_explicit(&e->pass->early_on, early,
 				      memory_order_release);
 	} else
 		rft_info("passthrough: no copier thread: files are copied "
 			 "at their first open instead");
 	/* On, last: whoever sees it sees what is set above (the control
 	 * socket's thread asks at any time, INIT comes on a worker). */
-	atomic_store(&e->pass.mnt, mnt);
+	atomic_store(&e->pass->mnt, mnt);
 	rft_info("passthrough: on, for sealed files over %" PRIu64
 		 " bytes opened when nothing else has them open (backing "
 		 "tmpfs huge=always, size %s); copied once the writes stop "
 		 "for %u ms%s",
 		 min_size, size, quiet_ms,
-		 early && e->pass.copier_on
+		 early && e->pass->copier_on
 			 ? "; files also copied while written (--early-copy)"
 			 : "");
 	return 0;
@@ -1148,10 +1250,10 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 
 void eng_pass_in_place(struct eng *e, bool on)
 {
-	if (e->pass.mnt < 0)
+	if (e->pass->mnt < 0)
 		return;
-	atomic_store_explicit(&e->pass.in_place, on, memory_order_release);
-	if (on && atomic_exchange(&e->pass.early_on, false))
+	atomic_store_explicit(&e->pass->in_place, on, memory_order_release);
+	if (on && atomic_exchange(&e->pass->early_on, false))
 		rft_info("passthrough: no early copies in place (nothing to "
 			 "copy early)");
 	if (on)
@@ -1176,7 +1278,7 @@ static bool all_here(const struct file *f)
 /* A sealed file over min_size with no writer, all of it here. */
 static bool copyable(struct eng *e, const struct file *f)
 {
-	return f->writers == 0 && f->size > e->pass.min_size &&
+	return f->writers == 0 && f->size > e->pass->min_size &&
 	       file_sealed(f) && all_here(f);
 }
 
@@ -1195,8 +1297,8 @@ static struct pass *pass_new_locked(struct eng *e, struct file *f)
 		p->fd = -1;
 		p->name = f->name_hash;
 		p->file = f;
-		p->next = e->pass.all;
-		e->pass.all = p;
+		p->next = e->pass->all;
+		e->pass->all = p;
 		f->pass = p;
 	}
 	return p;
@@ -1212,7 +1314,7 @@ static void join_locked(struct eng *e, struct pass *p, struct eng_file *fp,
 	fp->pass = true;
 	info->pass_fd = p->fd;
 	info->pass_id = p->id;
-	atomic_fetch_add(&e->pass.opens, 1);
+	atomic_fetch_add(&e->pass->opens, 1);
 }
 
 /* End pass @p of @f that never became ready; pass.lock held. */
@@ -1220,7 +1322,7 @@ static void abandon_locked(struct eng *e, struct file *f, struct pass *p)
 {
 	f->pass = NULL;
 	pass_free_locked(e, p);
-	pthread_cond_broadcast(&e->pass.cond);
+	pthread_cond_broadcast(&e->pass->cond);
 }
 
 /* Write @iov whole at @at, short writes continued.  0 or -errno. */
@@ -1479,12 +1581,12 @@ static struct early *early_get_locked(struct eng *e, struct inode *in)
 	struct early *ea = f->early;
 	struct pass *sp;
 
-	if (e->pass.stop || f->pass || in->nlink == 0) {
+	if (e->pass->stop || f->pass || in->nlink == 0) {
 		if (ea)
 			early_drop_locked(e, ea);
 		return NULL;
 	}
-	if (f->writers == 0 || f->size <= e->pass.min_size)
+	if (f->writers == 0 || f->size <= e->pass->min_size)
 		return NULL;
 	if (ea && ea->sp->spare_size < f->size &&
 	    (sp = take_early_spare_locked(e, f->size))) {
@@ -1503,8 +1605,8 @@ static struct early *early_get_locked(struct eng *e, struct inode *in)
 	}
 	ea->sp = sp;
 	ea->file = f;
-	ea->next = e->pass.early;
-	e->pass.early = ea;
+	ea->next = e->pass->early;
+	e->pass->early = ea;
 	f->early = ea;
 	return ea;
 }
@@ -1599,14 +1701,14 @@ static bool early_round(struct eng *e, struct inode *in)
 		}
 	if (!ea->file) /* dropped while it copied */
 		early_free_locked(e, ea);
-	pthread_cond_broadcast(&e->pass.cond);
+	pthread_cond_broadcast(&e->pass->cond);
 	pass_unlock(e);
 	if (rc < 0) {
 		rft_dbg("passthrough: inode %" PRIu64 ": early copy: %s",
 			in->ino, strerror(-rc));
 		return false;
 	}
-	atomic_fetch_add(&e->pass.early_bytes, (uint64_t)j.n * fills[0]);
+	atomic_fetch_add(&e->pass->early_bytes, (uint64_t)j.n * fills[0]);
 	return more;
 }
 
@@ -1619,7 +1721,7 @@ static struct early *early_take_locked(struct eng *e, struct file *f)
 	struct early *ea;
 
 	while ((ea = f->early) && ea->busy)
-		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+		pthread_cond_wait(&e->pass->cond, &e->pass->lock);
 	if (ea)
 		early_detach_locked(e, ea);
 	return ea;
@@ -1761,7 +1863,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		sp = take_spare_locked(e, j->size, j->n, f->name_hash, &none);
 		if (none) {
 			pass_unlock(e);
-			atomic_fetch_add(&e->pass.no_spare, 1);
+			atomic_fetch_add(&e->pass->no_spare, 1);
 			rft_dbg("passthrough: inode %" PRIu64 ": no copy: no "
 				"spare of its name, no room for one", in->ino);
 			job_free(e, j);
@@ -1773,7 +1875,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		 * read runs at 6-10: the open goes direct, and the copier
 		 * makes the copy in the background (pass_open).
 		 */
-		if (at_open && e->pass.copier_on && j->size > PASS_MAP_MIN &&
+		if (at_open && e->pass->copier_on && j->size > PASS_MAP_MIN &&
 		    (!sp || sp->spare_size < j->size / 4 * 3)) {
 			if (sp)
 				spare_back_locked(e, sp);
@@ -1804,7 +1906,7 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		else if (!rc)
 			rc = hold(e, p, want - p->nheld);
 	} else {
-		p->fd = openat(e->pass.mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+		p->fd = openat(e->pass->mnt, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
 			       0600);
 		rc = p->fd < 0 ? -errno : hold(e, p, j->n);
 	}
@@ -1830,14 +1932,14 @@ static int make_copy(struct eng *e, struct inode *in, struct pass *p,
 		 */
 		pass_lock(e);
 		p->state = at_open ? PASS_REGISTERING : PASS_KEPT;
-		pthread_cond_broadcast(&e->pass.cond);
+		pthread_cond_broadcast(&e->pass->cond);
 		pass_unlock(e);
-		atomic_fetch_add(&e->pass.files, 1);
-		atomic_fetch_add(&e->pass.bytes, j->size);
+		atomic_fetch_add(&e->pass->files, 1);
+		atomic_fetch_add(&e->pass->bytes, j->size);
 		if (sp)
-			atomic_fetch_add(&e->pass.reused, 1);
-		atomic_fetch_add(&e->pass.early_used, early);
-		atomic_fetch_add(&e->pass.placed_used, placed);
+			atomic_fetch_add(&e->pass->reused, 1);
+		atomic_fetch_add(&e->pass->early_used, early);
+		atomic_fetch_add(&e->pass->placed_used, placed);
 	}
 	t1 = rft_now_ns();
 	rft_dbg("passthrough: inode %" PRIu64 ": %" PRIu64 " bytes copied "
@@ -1946,9 +2048,9 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 	bool start;
 	int rc;
 
-	if (e->pass.mnt < 0 || e->gops || !S_ISREG(in->mode))
+	if (e->pass->mnt < 0 || e->gops || !S_ISREG(in->mode))
 		return;
-	if (!e->pass.copier_on)
+	if (!e->pass->copier_on)
 		reap(e); /* nobody else frees retired passes */
 	for (;;) {
 		/* ns->lock keeps in->opens still while we look. */
@@ -2017,7 +2119,7 @@ void pass_open(struct eng *e, struct eng_file *fp, struct eng_open_info *info)
 		/* Another open is making it: wait, no other lock held. */
 		while (f->pass == p && (p->state == PASS_COPYING ||
 					p->state == PASS_REGISTERING))
-			pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+			pthread_cond_wait(&e->pass->cond, &e->pass->lock);
 		pass_unlock(e);
 	}
 	if (!p) {
@@ -2074,11 +2176,11 @@ int eng_pass_registered(struct eng *e, struct eng_file *fp, int id)
 		p->id = id;
 		p->state = PASS_READY;
 		use = id;
-		pthread_cond_broadcast(&e->pass.cond);
+		pthread_cond_broadcast(&e->pass->cond);
 	} else {
 		/* Not registered: this open, the only one, goes direct. */
 		fp->pass = false;
-		atomic_fetch_sub(&e->pass.opens, 1);
+		atomic_fetch_sub(&e->pass->opens, 1);
 		p->opens--;
 		if (fp->writer)
 			p->writers--;
@@ -2088,7 +2190,7 @@ int eng_pass_registered(struct eng *e, struct eng_file *fp, int id)
 				"yet stay there, this open goes direct",
 				fp->inode->ino);
 			p->state = PASS_KEPT;
-			pthread_cond_broadcast(&e->pass.cond);
+			pthread_cond_broadcast(&e->pass->cond);
 		} else {
 			abandon_locked(e, f, p);
 		}
@@ -2183,7 +2285,7 @@ int pass_take(struct eng *e, struct eng_file *fp)
 		return 0;
 	pass_lock(e);
 	while ((p = f->pass) && (p->taking || f->pass_cuts))
-		pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+		pthread_cond_wait(&e->pass->cond, &e->pass->lock);
 	/*
 	 * Taken every time: stores through a shared mapping of a tmpfs file
 	 * change neither its size nor its times (found by pass_fuzz, seed
@@ -2228,7 +2330,7 @@ int pass_take(struct eng *e, struct eng_file *fp)
 		drop = p->holds_writer;
 		p->holds_writer = false;
 	}
-	pthread_cond_broadcast(&e->pass.cond);
+	pthread_cond_broadcast(&e->pass->cond);
 	pass_unlock(e);
 	/* Taken at last: the writer the pass kept goes (and may seal). */
 	if (drop)
@@ -2358,7 +2460,7 @@ struct inode *pass_cut_begin(struct eng *e, uint64_t ino)
 		struct pass *p;
 
 		while (f->pass && f->pass->taking)
-			pthread_cond_wait(&e->pass.cond, &e->pass.lock);
+			pthread_cond_wait(&e->pass->cond, &e->pass->lock);
 		p = f->pass;
 		if (!p || !home_live_locked(e, p))
 			break;
@@ -2382,7 +2484,7 @@ void pass_cut_end(struct eng *e, struct inode *in)
 {
 	pass_lock(e);
 	in->file.pass_cuts--;
-	pthread_cond_broadcast(&e->pass.cond);
+	pthread_cond_broadcast(&e->pass->cond);
 	pass_unlock(e);
 	ns_unhold(e, in);
 }

@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include "engine_i.h"
+#include "evict.h"
+#include "persist.h"
 #include "erasure.h"
 
 #define TMP_DIR ".reftfs-tmp"
@@ -986,7 +988,7 @@ static int commit(struct eng *e, struct inode *in, const struct snap *s,
 		if (s && file_snap_persisted_locked(&in->file, &s->fs) &&
 		    e->gops && in->file.owner == e->node)
 			tell = in->file.gseal;
-		file_unlock(&in->file);
+		file_dur_unlock(e, in);
 	} else {
 		/*
 		 * Likewise for symlinks and nodes, unless their metadata
@@ -1243,7 +1245,7 @@ static bool policy_selects(struct eng *e, struct inode *in)
 }
 
 /* Which files a write-back pass takes. */
-struct pass {
+struct wb_pass {
 	bool all;	/* every file, not only what --persist-every selects */
 	bool now;	/* also files waiting out a backoff (flush, unmount) */
 	bool final;	/* the last pass at unmount: open files too */
@@ -1256,7 +1258,7 @@ enum due { DUE_NOTHING, DUE_NOW, DUE_LATER };
  * --persist-every does not select it yet), or not at all?  ns->lock held.
  */
 static enum due writeback_due(struct eng *e, struct inode *in,
-			      const struct pass *ps, uint64_t *bytes)
+			      const struct wb_pass *ps, uint64_t *bytes)
 {
 	bool need, wait = false;
 
@@ -1285,14 +1287,14 @@ static enum due writeback_due(struct eng *e, struct inode *in,
 }
 
 static bool wants_writeback(struct eng *e, struct inode *in,
-			    const struct pass *ps, uint64_t *bytes)
+			    const struct wb_pass *ps, uint64_t *bytes)
 {
 	return writeback_due(e, in, ps, bytes) == DUE_NOW;
 }
 
 struct collect {
 	struct eng *e;
-	struct pass ps;
+	struct wb_pass ps;
 	struct inode **v;
 	size_t n, cap;
 	uint64_t bytes;
@@ -1776,7 +1778,7 @@ static void run_checks(struct eng *e, bool all)
  * unmount walks the namespace for files still open for writing; the
  * others take the queue.
  */
-static int writeback_pass(struct eng *e, const struct pass *ps,
+static int writeback_pass(struct eng *e, const struct wb_pass *ps,
 			  uint8_t *bounce, unsigned *failed, bool names)
 {
 	struct persist *p = e->persist;
@@ -1859,7 +1861,7 @@ static void *worker(void *arg)
 	while (!p->stopping) {
 		uint64_t ticket = p->flush_req;
 		bool all = ticket > p->flush_done;
-		struct pass ps = { .all = all, .now = all };
+		struct wb_pass ps = { .all = all, .now = all };
 		unsigned failed = 0;
 		int rc;
 
@@ -1899,7 +1901,7 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-void persist_kick(struct eng *e)
+static void persist_kick(struct eng *e)
 {
 	struct persist *p = e->persist;
 
@@ -2472,6 +2474,9 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 		persist_forget(e, ev->in);
 		break;
 	case EV_EVICTED:
+	case EV_PROTECTED:
+	case EV_PERSISTED:
+	case EV_LOST:
 		break;
 	}
 }
@@ -2647,8 +2652,7 @@ static int scan_entry(struct eng *e, int dirfd, struct inode *dir,
 				SLOT_CRC_UNKNOWN, PIECE_PERSIST, 0 };
 		mark_holes(e, dirfd, name, f);
 		load_sums(e, dirfd, name, st, f);
-		file_dur_sealed(f);
-		file_dur_persisted(f, f->version, f->meta_version);
+		file_dur_found(f);
 		f->copy = COPY_HOME;
 		f->copy_id = (struct copy_id){ st->st_dev, st->st_ino };
 	} else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ||
@@ -2930,7 +2934,7 @@ int persist_start(struct eng *e)
 int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 {
 	struct persist *p = e->persist;
-	struct pass ps = { .all = mode == ENG_UNMOUNT_FLUSH_ALL, .now = true,
+	struct wb_pass ps = { .all = mode == ENG_UNMOUNT_FLUSH_ALL, .now = true,
 			   .final = true };
 	unsigned failed = 0;
 	uint8_t *bounce;

@@ -102,7 +102,7 @@ static int fetch_piece(struct eng *e, struct inode *in, struct eng_piece *pc,
 static int loads_begin(struct eng *e, const struct inode *in, uint32_t i,
 		       const struct timespec *deadline, bool ahead)
 {
-	struct loads *l = &e->loads;
+	struct loads *l = &e->io->loads;
 	bool waited = false;
 
 	leaf_lock(&l->lock, ENG_RANK_LOADS);
@@ -140,7 +140,7 @@ static int loads_begin(struct eng *e, const struct inode *in, uint32_t i,
 
 static void loads_end(struct eng *e, const struct inode *in, uint32_t i)
 {
-	struct loads *l = &e->loads;
+	struct loads *l = &e->io->loads;
 
 	leaf_lock(&l->lock, ENG_RANK_LOADS);
 	for (unsigned k = 0; k < l->n; k++)
@@ -389,7 +389,7 @@ void file_ahead(struct eng *e, struct inode *in, uint32_t last)
 {
 	struct file *f = &in->file;
 	uint32_t want[ENG_FETCH_THREADS_MAX], n = 0;
-	uint32_t k = e->fetcher.nthreads, from, to, cur;
+	uint32_t k = e->io->fetcher.nthreads, from, to, cur;
 
 	if (!k)
 		return;
@@ -732,7 +732,7 @@ static void job_fn(struct rft_wq_item *w, bool stopping)
  */
 static int enqueue(struct eng *e, struct fetch_job *job, bool ahead)
 {
-	struct fetcher *fe = &e->fetcher;
+	struct fetcher *fe = &e->io->fetcher;
 
 	job->w.fn = job_fn;
 	job->e = e;
@@ -771,7 +771,7 @@ int fetch_queue(struct eng *e, struct inode *in, uint64_t pos, size_t size,
 
 void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx)
 {
-	struct fetcher *fe = &e->fetcher;
+	struct fetcher *fe = &e->io->fetcher;
 	struct fetch_job *job;
 	bool full;
 
@@ -786,7 +786,7 @@ void fetch_queue_ahead(struct eng *e, struct inode *in, uint32_t idx)
 
 int fetch_start(struct eng *e)
 {
-	struct fetcher *fe = &e->fetcher;
+	struct fetcher *fe = &e->io->fetcher;
 	unsigned n = e->cfg.fetch_threads ? e->cfg.fetch_threads : 1;
 	int rc = 0;
 
@@ -810,8 +810,11 @@ int fetch_start(struct eng *e)
  */
 void fetch_stop(struct eng *e)
 {
-	struct fetcher *fe = &e->fetcher;
+	struct fetcher *fe;
 
+	if (!e->io)
+		return;
+	fe = &e->io->fetcher;
 	if (!fe->wq)
 		return;
 	rft_wq_stop(fe->wq, RFT_WQ_CANCEL);
@@ -820,8 +823,11 @@ void fetch_stop(struct eng *e)
 
 void fetch_fini(struct eng *e)
 {
-	struct fetcher *fe = &e->fetcher;
+	struct fetcher *fe;
 
+	if (!e->io)
+		return;
+	fe = &e->io->fetcher;
 	fetch_stop(e);
 	rft_wq_free(fe->wq);
 	fe->wq = NULL;

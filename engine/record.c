@@ -447,7 +447,7 @@ int file_apply_seal(struct eng *e, const struct nsop *op, uint64_t index)
 			"node's view of it differs from the group's",
 			(unsigned long long)op->ino, op->node,
 			(unsigned long long)index, strerror(-rc));
-	file_unlock(f);
+	file_dur_unlock(e, in);
 out:
 	ns_unlock(e);
 	if (kick)
@@ -478,7 +478,7 @@ int file_revert(struct eng *e, struct inode *in, int why)
 	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
 		snprintf(path, sizeof(path), "inode %llu",
 			 (unsigned long long)in->ino);
-	file_unlock(f);
+	file_dur_unlock(e, in);
 	ns_unlock(e);
 	eng_names_unlock(e);
 	if (rc < 0)
@@ -598,7 +598,7 @@ int file_restore(struct eng *e, struct inode *in, int owner,
 		in->mtime = log->mtime;
 		in->ctime = log->ctime;
 	}
-	file_unlock(f);
+	file_dur_unlock(e, in);
 	return changed;
 }
 
@@ -994,7 +994,7 @@ int file_resync(struct eng *e, struct inode *in)
 	if (rc == 0 && ns_path(&e->ns, in, path, sizeof(path)) < 0)
 		snprintf(path, sizeof(path), "inode %llu",
 			 (unsigned long long)in->ino);
-	file_unlock(f);
+	file_dur_unlock(e, in);
 	ns_unlock(e);
 	eng_names_unlock(e);
 	if (rc < 0)
@@ -1151,7 +1151,7 @@ int file_apply_protect(struct eng *e, const struct nsop *op)
 			if (f->dur.sealed == f->version && !file_draft(e, f))
 				file_dur_protected(f, f->version);
 		}
-		file_unlock(f);
+		file_dur_unlock(e, in);
 	}
 	ns_unlock(e);
 	return rc;
@@ -1187,7 +1187,7 @@ int file_apply_persist(struct eng *e, const struct nsop *op, uint64_t index)
 		    !file_draft(e, f) &&
 		    !(op->node == e->node && op->inc == e->inc))
 			take_persisted(f, false);
-		file_unlock(f);
+		file_dur_unlock(e, in);
 	}
 	ns_unlock(e);
 	eng_names_unlock(e);
@@ -1303,7 +1303,7 @@ static int lost_one(void *ctx, struct inode *in)
 		/* A draft here: the seal it started from is lost. */
 		f->lost_seal = f->gseal;
 	}
-	file_unlock(f);
+	file_dur_unlock(w->e, in);
 	if (!lost || in->nlink == 0)
 		return 0;
 	/* Named once the locks are let go (the log may block). */

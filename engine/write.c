@@ -375,7 +375,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 				      .done = done, .ctx = ctx };
 		/* The worker copies under f->lock, held here till the job is
 		 * on the file's list too. */
-		if (rft_wq_queue(e->copier.wq, &job->w, RFT_WQ_HIGH) == 0) {
+		if (rft_wq_queue(e->io->copier.wq, &job->w, RFT_WQ_HIGH) == 0) {
 			if (f->wjobs_tail)
 				f->wjobs_tail->file_next = job;
 			else
@@ -437,7 +437,7 @@ ssize_t eng_write_async(struct eng *e, struct eng_file *fp, const void *buf,
 			size_t size, off_t off, void (*done)(void *ctx),
 			void *ctx, bool *queued)
 {
-	if (!e->copier.running)
+	if (!e->io->copier.running)
 		return write_common(e, fp, buf, size, off, NULL, NULL, queued,
 				    false);
 	return write_common(e, fp, buf, size, off, done, ctx, queued, false);
@@ -643,7 +643,7 @@ static void copy_fn(struct rft_wq_item *w, bool cancel)
 {
 	struct wjob *job = (struct wjob *)w;
 	struct eng *e = job->e;
-	struct copier *c = &e->copier;
+	struct copier *c = &e->io->copier;
 	struct file *f = &job->fp->inode->file;
 
 	(void)cancel;
@@ -667,7 +667,7 @@ static void copy_fn(struct rft_wq_item *w, bool cancel)
 
 int copier_start(struct eng *e)
 {
-	struct copier *c = &e->copier;
+	struct copier *c = &e->io->copier;
 	sigset_t all, old;
 	int rc;
 
@@ -696,8 +696,11 @@ int copier_start(struct eng *e)
 /* Apply what is queued, then stop the worker. */
 void copier_stop(struct eng *e)
 {
-	struct copier *c = &e->copier;
+	struct copier *c;
 
+	if (!e->io)
+		return;
+	c = &e->io->copier;
 	if (!c->running)
 		return;
 	rft_wq_stop(c->wq, RFT_WQ_DRAIN);

@@ -145,6 +145,9 @@ enum {
 	CNT_FETCH_TIMEOUTS,
 	CNT_FETCH_STALLS,
 	CNT_READS_UNCACHED,
+	CNT_PROTECTED_VERSIONS,
+	CNT_PERSISTED_VERSIONS,
+	CNT_LOST_VERSIONS,
 	CNT_PASS_OPENS,
 	CNT_PASS_FILES,
 	CNT_PASS_BYTES,
@@ -185,6 +188,16 @@ static const struct rep_field cnt_fields[CNT_N] = {
 		REP_COUNTER, "reftfs_reads_uncached_total",
 		"Reads served without keeping their copy: memory full of what "
 		"may not be evicted."),
+	[CNT_PROTECTED_VERSIONS] = REP_EXPORT("protected_versions",
+		REP_COUNT, REP_COUNTER, "reftfs_protected_versions_total",
+		"Files' versions that became protected across the group."),
+	[CNT_PERSISTED_VERSIONS] = REP_EXPORT("persisted_versions",
+		REP_COUNT, REP_COUNTER, "reftfs_persisted_versions_total",
+		"Files' versions whose persisted copy became whole (data and "
+		"metadata)."),
+	[CNT_LOST_VERSIONS] = REP_EXPORT("lost_versions", REP_COUNT,
+		REP_COUNTER, "reftfs_lost_versions_total",
+		"Files' versions the group's log found nowhere (lost)."),
 	[CNT_PASS_OPENS] = REP_EXPORT("passthrough_opens", REP_COUNT,
 		REP_COUNTER, "reftfs_passthrough_opens_total",
 		"Opens that passed through to a backing file."),
@@ -477,6 +490,9 @@ static const struct rep_text status_text[] = {
 	    "{counters.readthrough_chunks} chunks "
 	    "({counters.readthrough_bytes}), {counters.fetch_reads} reads "
 	    "fetched, {counters.fetch_timeouts} timed out"),
+	TXT(NULL, "",
+	    "versions protected {counters.protected_versions}, persisted "
+	    "{counters.persisted_versions}, lost {counters.lost_versions}"),
 	/* Reads slowed by memory full: the operator's cue to add --mem. */
 	TXT("counters.fetch_stalls", "",
 	    "memory full: {counters.fetch_stalls} pieces brought in while "
@@ -624,6 +640,9 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_FETCH_TIMEOUTS, st.fetch_timeouts);
 	rep_set_u64(g, CNT_FETCH_STALLS, st.fetch_stalls);
 	rep_set_u64(g, CNT_READS_UNCACHED, st.reads_uncached);
+	rep_set_u64(g, CNT_PROTECTED_VERSIONS, st.protected_versions);
+	rep_set_u64(g, CNT_PERSISTED_VERSIONS, st.persisted_versions);
+	rep_set_u64(g, CNT_LOST_VERSIONS, st.lost_versions);
 	rep_set_u64(g, CNT_PASS_OPENS, st.pass_opens);
 	rep_set_u64(g, CNT_PASS_FILES, st.pass_files);
 	rep_set_u64(g, CNT_PASS_BYTES, st.pass_bytes);

@@ -14,14 +14,17 @@
 
 #include "engine_i.h"
 
-void LOCK_PAIRS(struct eng *e, struct file *f, uint64_t rounds);
+void LOCK_PAIRS(struct eng *e, struct file *f, pthread_mutex_t *pass,
+		uint64_t rounds);
 
 /*
  * @rounds times what a write and a read take, nested as they nest:
  * ns (read) > file (read); file (write) > pass > store.  Five
- * acquisitions and releases a round.
+ * acquisitions and releases a round.  pass.lock is pass.c's own: @pass
+ * stands in for it, taken at its rank as pass_lock takes it.
  */
-void LOCK_PAIRS(struct eng *e, struct file *f, uint64_t rounds)
+void LOCK_PAIRS(struct eng *e, struct file *f, pthread_mutex_t *pass,
+		uint64_t rounds)
 {
 	for (uint64_t i = 0; i < rounds; i++) {
 		ns_rdlock(e);
@@ -29,10 +32,10 @@ void LOCK_PAIRS(struct eng *e, struct file *f, uint64_t rounds)
 		file_unlock(f);
 		ns_unlock(e);
 		file_wrlock(f);
-		pass_lock(e);
+		eng_mutex_lock_at(pass, ENG_RANK_PASS, ENG_AT);
 		store_lock(&e->store);
 		store_unlock(&e->store);
-		pass_unlock(e);
+		eng_mutex_unlock_at(pass, ENG_RANK_PASS, ENG_AT);
 		file_unlock(f);
 	}
 }

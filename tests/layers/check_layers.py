@@ -7,7 +7,12 @@
 - No file of engine/ outside rftengine includes its private header
   engine_i.h: the group (gns.c, protect.c, parity.c) reaches core through
   core.h.  Core's own private header, core_i.h, is included only by the
-  files of core (CORE below).
+  files of core (CORE below) and core's white-box unit tests.
+- The tiers (passthrough, persist, eviction) are reached through their
+  own headers (pass.h, persist.h, evict.h), which no file of core
+  includes: core tells the tiers by events and hooks, never by name.
+  Each structure of a tier's or of core's own state is defined in one
+  file only (OWNED below), so no other file sees inside it.
 - State with one writer stays so: no source file of engine/ but its
   writer assigns it (ONE_WRITER below: the durability record f->dur and
   the log's record f->log, both file.c's).
@@ -135,6 +140,38 @@ def private_includers(srcdir):
 CORE = {"core.c", "file.c", "ns.c", "read.c", "record.c", "store.c",
         "write.c"}
 
+# Tiers' public headers: no file of core (nor a header core includes)
+# includes them.
+TIER_HEADERS = {"pass.h", "persist.h", "evict.h"}
+CORE_HEADERS = {"core.h", "core_i.h", "engine_i.h", "store.h", "nsop.h"}
+
+# Private state: struct NAME is defined in this one file.
+OWNED = {
+    "pass_ctl": "pass.c", "pass": "pass.c", "early": "pass.c",
+    "evictor": "evict.c", "persist": "persist.c",
+    "core_io": "core_i.h", "copier": "core_i.h", "fetcher": "core_i.h",
+    "loads": "core_i.h", "wjob": "core_i.h",
+}
+
+
+def owned_violations(srcdir):
+    """Private structures defined outside their owner."""
+    bad = []
+    for root, _, files in os.walk(os.path.join(srcdir, "engine")):
+        for f in sorted(files):
+            if not f.endswith((".c", ".h")):
+                continue
+            code = re.sub(r"/\*.*?\*/", "",
+                          open(os.path.join(root, f),
+                               errors="replace").read(), flags=re.S)
+            for m in re.finditer(r"\bstruct\s+(\w+)\s*\{", code):
+                owner = OWNED.get(m.group(1))
+                if owner and owner != f:
+                    bad.append("%s defines struct %s, which only %s may"
+                               % (f, m.group(1), owner))
+    return bad
+
+
 # Fields with one writer: (what, a regular expression of an assignment,
 # the one file that may make it).
 ONE_WRITER = [
@@ -184,9 +221,16 @@ def main():
     for f in sorted(private_includers(srcdir)):
         bad.append("%s includes engine_i.h, the engine's private header"
                    % f)
-    for f in sorted(includers(srcdir, "core_i.h") - CORE - {"core_i.h"}):
+    # White-box unit tests of core (tests/unit) may look inside it.
+    for f in sorted(f for f in includers(srcdir, "core_i.h") - CORE -
+                    {"core_i.h"} if not f.startswith("tests/unit/")):
         bad.append("%s includes core_i.h, core's private header, and is "
                    "not in core" % f)
+    for h in sorted(TIER_HEADERS):
+        for f in sorted(includers(srcdir, h) & (CORE | CORE_HEADERS)):
+            bad.append("%s, of core, includes %s: core reaches a tier by "
+                       "its events and hooks, not by name" % (f, h))
+    bad += owned_violations(srcdir)
     bad += writer_violations(srcdir)
     for b in bad:
         print("FAIL: " + b)

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "core_i.h" /* core's copier: a test of core */
 #include "erasure.h"
 #include "eng_fixture.h"
 #include "watchdog.h"
@@ -635,11 +636,11 @@ static void test_async_writes_drain(void **state)
 	uint8_t *ref = calloc(1, size), *got = malloc(size);
 	struct eng_file *fp = create(e, "drain", O_RDWR);
 	struct file *f = &fp->inode->file;
-	struct plug pl = { .w.fn = plug_fn, .wq = e->copier.wq };
+	struct plug pl = { .w.fn = plug_fn, .wq = e->io->copier.wq };
 	int queued_n = 0;
 
 	atomic_store(&done_calls, 0);
-	assert_int_equal(rft_wq_queue(e->copier.wq, &pl.w, RFT_WQ_HIGH), 0);
+	assert_int_equal(rft_wq_queue(e->io->copier.wq, &pl.w, RFT_WQ_HIGH), 0);
 	for (int i = 0; i < 64; i++) {
 		/* Half overlapping the one before: order shows. */
 		size_t off = (size_t)i * len / 2 % (size - len);

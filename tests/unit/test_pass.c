@@ -22,6 +22,7 @@
 
 #include "eng_fixture.h"
 #include "erasure.h"
+#include "pass.h"
 
 #define FSIZE (3 * MiB + 4097)
 

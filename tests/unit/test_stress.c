@@ -42,6 +42,7 @@
 #include <cmocka.h>
 
 #include "eng_fixture.h"
+#include "evict.h"
 #include "watchdog.h"
 
 #define NWORKERS 6
