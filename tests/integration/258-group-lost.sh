@@ -105,6 +105,10 @@ for n in 0 1 2; do
 done
 admin "${M[2]}" metrics >"$T_TMP/metrics"
 expect_metric "$T_TMP/metrics" reftfs_files_lost -eq 2
+# Told once each as the record's writer changed them (EV_LOST,
+# EV_PROTECTED): the two lost, ck/kept protected.
+expect_metric "$T_TMP/metrics" reftfs_lost_versions_total -eq 2
+expect_metric "$T_TMP/metrics" reftfs_protected_versions_total -ge 1
 admin "${M[2]}" status | grep -q "lost .*2 files whose data is gone" ||
 	fail "status on node 2 does not count the lost files"
 

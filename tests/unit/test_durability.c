@@ -839,6 +839,14 @@ static uint64_t file_id(struct eng *e, const char *path)
  * durability record's properties are independent: a chmod makes a
  * persisted file's metadata stale without making its data unsafe.
  */
+static uint64_t persisted_versions(struct eng *e)
+{
+	struct eng_stats st;
+
+	eng_get_stats(e, &st);
+	return st.persisted_versions;
+}
+
 static void test_file_id_and_durability(void **state)
 {
 	struct fixture *fx = *state;
@@ -855,6 +863,10 @@ static void test_file_id_and_durability(void **state)
 	b = file_id(fx->e, "ck/b");
 	assert_true(a != 0 && b != 0 && a != b);
 	assert_int_equal(flush_wait(fx->e), 0);
+	/* The record's writer told of each (EV_PERSISTED), once. */
+	assert_int_equal(persisted_versions(fx->e), 2);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(persisted_versions(fx->e), 2);
 
 	f = &ns_find(&fx->e->ns, ia)->file;
 	assert_true(file_sealed(f) && file_persisted(f));
@@ -864,11 +876,15 @@ static void test_file_id_and_durability(void **state)
 	assert_int_equal(file_state(f), ENG_STATE_SEALED);
 	assert_int_equal(flush_wait(fx->e), 0);
 	assert_true(file_persisted(f));
+	/* Its metadata's copy made it whole again: news again. */
+	assert_int_equal(persisted_versions(fx->e), 3);
 	fx_stop(fx);
 
 	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
 	assert_int_equal(file_id(fx->e, "ck/a"), a);
 	assert_int_equal(file_id(fx->e, "ck/b"), b);
+	/* Found persisted at the scan: how they were, no news. */
+	assert_int_equal(persisted_versions(fx->e), 0);
 }
 
 int main(void)
