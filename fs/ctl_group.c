@@ -100,6 +100,11 @@ enum {
 	GR_TAKEN_OVER,
 	GR_TAKEN_OVER_BY,
 	GR_UP,
+	GR_TOL,
+	GR_TOL_DATA,
+	GR_TOL_NS,
+	GR_VOTERS,
+	GR_NS_SHORT,
 	GR_LOG,
 	GR_LOG_DIR,
 	GR_LOG_ADDR,
@@ -167,6 +172,21 @@ const struct rep_field rfs_ctl_group_fields[CTL_GROUP_NFIELDS] = {
 	[GR_TAKEN_OVER_BY] = REP_FIELD("taken_over_by", REP_COUNT),
 	[GR_UP] = REP_EXPORT("up", REP_COUNT, REP_GAUGE, "reftfs_group_up",
 		"Nodes up, this one included."),
+	/* Losses the group goes on through (grp_info's tolerates_*). */
+	[GR_TOL] = REP_EXPORT("tolerates", REP_COUNT, REP_GAUGE,
+		"reftfs_group_tolerates",
+		"Nodes the group may lose at once and go on: the smaller of "
+		"the next two."),
+	[GR_TOL_DATA] = REP_EXPORT("tolerates_data", REP_COUNT, REP_GAUGE,
+		"reftfs_group_tolerates_data",
+		"Nodes whose loss --protect's copies or parity survive."),
+	[GR_TOL_NS] = REP_EXPORT("tolerates_namespace", REP_COUNT,
+		REP_GAUGE, "reftfs_group_tolerates_namespace",
+		"Nodes the namespace log may lose with a majority of its "
+		"voters left."),
+	[GR_VOTERS] = REP_FIELD("voters", REP_COUNT),
+	/* The namespace tolerates fewer losses than the data. */
+	[GR_NS_SHORT] = REP_FIELD("namespace_short", REP_BOOL),
 	/* The namespace log (every group). */
 	[GR_LOG] = REP_FIELD("log", REP_BOOL),
 	[GR_LOG_DIR] = REP_FIELD("log_state_dir", REP_STRING),
@@ -288,6 +308,12 @@ void rfs_ctl_fill_group(const struct ctl_req *r, struct rep *rep,
 	rep_set_bool(gobj, GR_DECLARED_DEAD, gi.declared_dead);
 	rep_set_bool(gobj, GR_TAKEN_OVER, gi.taken_over_by != 0);
 	rep_set_u64(gobj, GR_TAKEN_OVER_BY, gi.taken_over_by);
+	rep_set_u64(gobj, GR_TOL, (uint64_t)gi.tolerates);
+	rep_set_u64(gobj, GR_TOL_DATA, (uint64_t)gi.tolerates_data);
+	rep_set_u64(gobj, GR_TOL_NS, (uint64_t)gi.tolerates_namespace);
+	rep_set_u64(gobj, GR_VOTERS, (uint64_t)gi.voters);
+	rep_set_bool(gobj, GR_NS_SHORT,
+		     gi.tolerates_namespace < gi.tolerates_data);
 	rep_set_bool(gobj, GR_LOG, gi.log);
 	if (gi.log) {
 		rep_set_str(gobj, GR_LOG_DIR, gi.log_dir);
@@ -435,6 +461,14 @@ static const struct rep_text group_text[] = {
 	TXT("group.enabled&group.taken_over", "",
 	    "TAKEN OVER by a daemon started later (incarnation "
 	    "{group.taken_over_by}): stop this one"),
+	TXT("group.enabled", "tolerates",
+	    "{group.tolerates} lost node(s) at once: data any "
+	    "{group.tolerates_data} (--protect), namespace any "
+	    "{group.tolerates_namespace} of {group.voters} voters"),
+	TXT("group.namespace_short", "",
+	    "the namespace tolerates fewer than the data: past "
+	    "{group.tolerates_namespace} lost, no change, replacement or "
+	    "rebuild can happen"),
 	TXT("group.enabled", "membership",
 	    "{group.registry?memcached registry|static --peers}, "
 	    "dead after {group.dead_after_ms} ms"),

@@ -654,6 +654,40 @@ fail:
 	grp_free(g);
 	return rc;
 }
+/* Of @voters raft voters, how many may be lost with a majority left. */
+static int ns_tolerates(int voters)
+{
+	return voters > 0 ? (voters - 1) / 2 : 0;
+}
+
+/* --protect's: any M of the nodes (m of the scheme; 0: none). */
+static int data_tolerates(const struct grp *g)
+{
+	struct ers_scheme s;
+
+	return grp_protect(g, &s) > 0 ? s.m : 0;
+}
+
+/*
+ * At start: a scheme that outlives the namespace is a promise the group
+ * cannot keep (past a majority's loss no change, replacement or rebuild
+ * can happen), so say so, and what would keep it.
+ */
+static void warn_tolerance(const struct grp *g)
+{
+	int d = data_tolerates(g), ns = ns_tolerates(g->nodes);
+
+	if (d <= ns)
+		return;
+	rft_warn("group %s: --protect %s tolerates %d lost node%s, the "
+		 "namespace log only %d (a majority of its %d voters must "
+		 "live): past %d lost, no change, replacement or rebuild "
+		 "can happen; a group of %d nodes or more tolerates %d in "
+		 "both",
+		 g->cfg.name, g->cfg.protect, d, d == 1 ? "" : "s", ns,
+		 g->nodes, ns, 2 * d + 1, d);
+}
+
 
 int grp_start(struct grp *g)
 {
@@ -686,6 +720,7 @@ int grp_start(struct grp *g)
 		 g->cfg.registry ? g->cfg.registry : "");
 	rft_info("group %s: namespace log on %s, state in %s", g->cfg.name,
 		 g->raft_listen, g->state_dir);
+	warn_tolerance(g);
 	return 0;
 }
 
@@ -777,6 +812,12 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 		info->log_bad_handshakes = ls.bad_handshakes;
 		info->log_addrs_unknown = ls.addrs_unknown;
 	}
+	info->voters = info->log_voters > 0 ? info->log_voters : g->nodes;
+	info->tolerates_data = data_tolerates(g);
+	info->tolerates_namespace = ns_tolerates(info->voters);
+	info->tolerates = info->tolerates_data < info->tolerates_namespace
+				  ? info->tolerates_data
+				  : info->tolerates_namespace;
 	if (!v)
 		return 0;
 	memb_get_view(g->memb, v);

@@ -124,6 +124,15 @@ struct grp_info {
 	uint64_t log_bad_handshakes; /* malformed, slow, over limits */
 	int log_addrs_unknown;	/* other nodes whose address the registry
 				 * has not given yet */
+	/*
+	 * Nodes the group may lose at once and go on: its data as --protect
+	 * says (any M of them: replicate:R R - 1, xor 1, rs:K+M M; none 0),
+	 * its namespace while a majority of the log's voters live ((V - 1)
+	 * / 2; V the group's nodes until the log counts them).  The group
+	 * tolerates the smaller.
+	 */
+	int tolerates_data, tolerates_namespace, tolerates;
+	int voters;		/* the V above */
 };
 
 /*
