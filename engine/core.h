@@ -485,13 +485,14 @@ enum eng_rank {
 	ENG_RANK_NAMES,		/* eng->names_lock */
 	ENG_RANK_NS,		/* eng->ns.lock */
 	ENG_RANK_FILE,		/* file->lock */
-	ENG_RANK_PASS,		/* eng->pass.lock */
+	ENG_RANK_PASS,		/* pass.c's lock */
 	ENG_RANK_STORE,		/* store->lock */
 	/* The leaves. */
 	ENG_RANK_PERSIST,	/* persist->lock */
-	ENG_RANK_COPIER,	/* eng->copier.lock */
-	ENG_RANK_LOADS,		/* eng->loads.lock */
+	ENG_RANK_COPIER,	/* core's copier.lock (core_i.h) */
+	ENG_RANK_LOADS,		/* core's loads.lock (core_i.h) */
 	ENG_RANK_HANDLES,	/* eng->handles_lock */
+	ENG_RANK_JOINED,	/* eng->joined_lock */
 	ENG_RANK_PROTECT,	/* struct protect's lock (protect.c) */
 	ENG_RANK_GNS,		/* struct gns's lock (gns.c) */
 	ENG_RANK_PAR,		/* struct parity's lock (parity.c) */
@@ -526,6 +527,7 @@ static const struct rft_rank eng_ranks[ENG_RANKS] = {
 	[ENG_RANK_COPIER] = { "copier.lock", ENG_UNDER_LEAF },
 	[ENG_RANK_LOADS] = { "loads.lock", ENG_UNDER_LEAF },
 	[ENG_RANK_HANDLES] = { "handles_lock", ENG_UNDER_LEAF },
+	[ENG_RANK_JOINED] = { "joined_lock", ENG_UNDER_LEAF },
 	[ENG_RANK_PROTECT] = { "protect->lock", ENG_UNDER_LEAF },
 	[ENG_RANK_GNS] = { "gns->lock", ENG_UNDER_LEAF },
 	[ENG_RANK_PAR] = { "par->lock", 0 },

@@ -161,6 +161,8 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	e->start_time = time(NULL);
 	pthread_mutex_init(&e->names_lock, NULL);
 	pthread_mutex_init(&e->handles_lock, NULL);
+	pthread_mutex_init(&e->joined_lock, NULL);
+	rft_cond_init(&e->joined); /* timed waits: eng_wait_joined */
 	rc = core_io_new(e);
 	if (rc == 0)
 		rc = eng_listen(e, count_news, NULL);
@@ -278,6 +280,8 @@ void eng_free(struct eng *e)
 	free(e->mountpoint);
 	pthread_mutex_destroy(&e->names_lock);
 	pthread_mutex_destroy(&e->handles_lock);
+	pthread_mutex_destroy(&e->joined_lock);
+	pthread_cond_destroy(&e->joined);
 	free(e);
 }
 
@@ -304,9 +308,24 @@ int eng_group_ready(struct eng *e, int timeout_ms)
 {
 	int rc = e->gops ? e->gops->ready(e->gctx, timeout_ms) : 0;
 
-	if (rc == 0)
+	if (rc == 0 && !atomic_load(&e->caught_up)) {
+		leaf_lock(&e->joined_lock, ENG_RANK_JOINED);
 		atomic_store(&e->caught_up, true);
+		pthread_cond_broadcast(&e->joined);
+		leaf_unlock(&e->joined_lock, ENG_RANK_JOINED);
+	}
 	return rc;
+}
+
+int eng_wait_joined(struct eng *e)
+{
+	uint64_t until = rft_now_ms() + ENG_JOIN_WAIT_MS;
+
+	leaf_lock(&e->joined_lock, ENG_RANK_JOINED);
+	while (!atomic_load(&e->caught_up) && rft_now_ms() < until)
+		rft_cond_wait_until(&e->joined, &e->joined_lock, until);
+	leaf_unlock(&e->joined_lock, ENG_RANK_JOINED);
+	return atomic_load(&e->caught_up) ? eng_fresh(e) : -EAGAIN;
 }
 
 void eng_set_invalidator(struct eng *e, const struct eng_invalidator *inv)

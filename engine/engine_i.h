@@ -656,6 +656,9 @@ struct eng {
 	const struct eng_group_ops *gops; /* NULL: a single node */
 	void *gctx;
 	_Atomic bool caught_up;	/* eng_group_ready() succeeded once */
+	/* A leaf: calls waiting for caught_up (eng_wait_joined). */
+	pthread_mutex_t joined_lock;
+	pthread_cond_t joined;	/* caught_up became true */
 	struct eng_invalidator inval; /* fs/'s, or all NULL */
 	struct pass_ctl *pass;	/* passthrough's (pass.c), or NULL */
 };
@@ -745,10 +748,25 @@ static inline void store_unlock_at(struct store *s, const char *at, int ln)
 #define store_lock(s) store_lock_at((s), ENG_AT)
 #define store_unlock(s) store_unlock_at((s), ENG_AT)
 
-/* See eng_group_ops.fresh; 0 at once on a single node. */
+/*
+ * Until a node has joined its group's namespace (eng_group_ready), what
+ * it has is not the group's: a call waits for the join up to
+ * ENG_JOIN_WAIT_MS and then fails -EAGAIN.  No lock held.
+ */
+#define ENG_JOIN_WAIT_MS 10000
+int eng_wait_joined(struct eng *e);
+
+/*
+ * Before any call that reads or changes the namespace or reads data: the
+ * join above, then eng_group_ops.fresh.  0 at once on a single node.
+ */
 static inline int eng_fresh(struct eng *e)
 {
-	return e->gops && e->gops->fresh ? e->gops->fresh(e->gctx) : 0;
+	if (!e->gops)
+		return 0;
+	if (!atomic_load(&e->caught_up))
+		return eng_wait_joined(e);
+	return e->gops->fresh ? e->gops->fresh(e->gctx) : 0;
 }
 
 struct eng_file {

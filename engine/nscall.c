@@ -146,7 +146,13 @@ void eng_forget(struct eng *e, uint64_t ino, uint64_t nlookup)
 int eng_getattr(struct eng *e, uint64_t ino, struct stat *st)
 {
 	struct inode *in;
-	int rc = eng_fresh(e);
+	/*
+	 * The root's own attributes are answered before the join too, so
+	 * that stat(2) of a mount point (mountpoint(1), df, monitoring)
+	 * never waits for the group.
+	 */
+	int rc = ino == RFT_ROOT_INO && !eng_group_caught_up(e) ? 0
+							       : eng_fresh(e);
 
 	if (rc < 0)
 		return rc;

@@ -14,7 +14,10 @@
 #include <getopt.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,7 @@ struct opts {
 	int in_place; /* in place (-1) or --no-in-place (0) */
 	bool mem_given;	/* --mem or -o mem= */
 	unsigned stop_wait_ms; /* --stop-wait */
+	unsigned join_timeout_ms; /* --join-timeout; 0: none */
 	char *owned[16]; /* copies of option values (-o strings are freed) */
 	unsigned nowned;
 	char fuse_opts[4096]; /* -o options for libfuse */
@@ -111,6 +115,10 @@ static void usage(FILE *out)
 		"                        protected (default 30; 0: no wait); each one left\n"
 		"                        unprotected is logged, the others show it lost,\n"
 		"                        and reftfsd exits 1\n"
+		"  --join-timeout SECONDS  end with exit 1 when the group's namespace\n"
+		"                        log has not taken this node by then (default:\n"
+		"                        wait; meanwhile stat of the mount point answers\n"
+		"                        at once, other calls EAGAIN after 10 s)\n"
 		"\n"
 		"tuning (the defaults measured best: docs/operations.md, \"Tuning\"):\n"
 		"  --prefault            fault the whole memory budget in before mounting\n"
@@ -371,6 +379,10 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		else if (parse_seconds_ms(val, &o->stop_wait_ms) < 0)
 			return bad("bad --stop-wait '%s': want seconds, e.g. "
 				   "30 (0: no wait)", val ? val : "");
+	} else if (!strcmp(key, "join-timeout")) {
+		if (parse_seconds_ms(val, &o->join_timeout_ms) < 0)
+			return bad("bad --join-timeout '%s': want seconds, e.g. "
+				   "60", val ? val : "");
 	} else if (!strcmp(key, "dead-after")) {
 		if (parse_seconds_ms(val, &o->grp.dead_after_ms) < 0)
 			return bad("bad --dead-after '%s': want seconds, e.g. 5 "
@@ -442,7 +454,12 @@ static int parse_o(struct opts *o, const char *arg)
 }
 
 /* Long options with no letter of their own. */
-enum { OPT_NO_PASSTHROUGH = 0x100, OPT_NO_IN_PLACE, OPT_STOP_WAIT };
+enum {
+	OPT_NO_PASSTHROUGH = 0x100,
+	OPT_NO_IN_PLACE,
+	OPT_STOP_WAIT,
+	OPT_JOIN_TIMEOUT,
+};
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -475,6 +492,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "protect", required_argument, NULL, 'T' },
 		{ "protect-bw", required_argument, NULL, 'B' },
 		{ "stop-wait", required_argument, NULL, OPT_STOP_WAIT },
+		{ "join-timeout", required_argument, NULL, OPT_JOIN_TIMEOUT },
 		{ "codec", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -553,6 +571,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'T': name = "protect"; break;
 		case 'B': name = "protect-bw"; break;
 		case OPT_STOP_WAIT: name = "stop-wait"; break;
+		case OPT_JOIN_TIMEOUT: name = "join-timeout"; break;
 		case 'G': name = "codec"; break;
 		default:
 			return bad("cannot parse the options");
@@ -962,35 +981,73 @@ static void fuse_log_to_rft(enum fuse_log_level level, const char *fmt,
 }
 
 /*
- * A node of a group serves its namespace once it has caught up with the
- * group's log: before, it would show names the group has since changed.
- * The mount is there meanwhile; the kernel holds its callers until the
- * loop runs.  A group without a leader (its first start waits for every
- * node) keeps this waiting, and saying so, until one is there or a
- * signal ends it.
+ * A node of a group joins the group's namespace (eng_group_ready: caught
+ * up with the log, its LOST told, its rebuild started) on a thread of its
+ * own while the mount answers: stat of the root at once, every other call
+ * after the join, or EAGAIN when it has not come within 10 s (eng_fresh).
+ * So nothing that looks at a mount point (mountpoint(1), df, monitoring)
+ * hangs on a group that has not formed, as it did when the loop started
+ * only after the join.  --join-timeout ends the daemon, exit 1, when the
+ * join has not come by then: a SIGTERM to the process, which the FUSE
+ * loop's signal handler turns into a stop.
  */
-static int wait_group(struct eng *e, struct fuse_session *se)
+struct joiner {
+	struct eng *e;
+	unsigned timeout_ms;	/* 0: none */
+	pthread_t thread;
+	bool started;
+	atomic_bool stop;	/* the loop ended: give up */
+	atomic_bool failed;	/* --join-timeout passed */
+};
+
+static void *join_main(void *arg)
 {
+	struct joiner *j = arg;
+	uint64_t t0 = rft_now_ms();
 	int rc, tries = 0;
 
-	while ((rc = eng_group_ready(e, 2000)) < 0) {
-		struct pollfd p = { .fd = fuse_session_fd(se) };
-
-		/* Unmounted meanwhile: the kernel ends the connection. */
-		if (poll(&p, 1, 0) == 1 &&
-		    (p.revents & (POLLERR | POLLHUP | POLLNVAL))) {
-			rft_info("unmounted before the group's namespace log "
-				 "was ready");
-			return -ENODEV;
+	while ((rc = eng_group_ready(j->e, 2000)) < 0) {
+		if (atomic_load(&j->stop) || rc == -ESHUTDOWN)
+			return NULL;
+		if (j->timeout_ms && rft_now_ms() - t0 >= j->timeout_ms) {
+			rft_err("the group's namespace log did not take this "
+				"node in %u s (--join-timeout): %s; stopping",
+				j->timeout_ms / 1000, strerror(-rc));
+			atomic_store(&j->failed, true);
+			kill(getpid(), SIGTERM);
+			return NULL;
 		}
-		if (rc == -ESHUTDOWN || fuse_session_exited(se))
-			return rc;
 		if (tries++ % 15 == 0)
-			rft_info("waiting for the group's namespace log (%s)",
+			rft_info("waiting for the group's namespace log (%s); "
+				 "meanwhile stat of the mount point answers, "
+				 "other calls EAGAIN after 10 s",
 				 strerror(-rc));
 	}
 	rft_info("namespace caught up with the group's log");
-	return 0;
+	return NULL;
+}
+
+/* Its thread, with every signal blocked: they are the FUSE loop's. */
+static int join_start(struct joiner *j)
+{
+	sigset_t all, old;
+	int rc;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = -pthread_create(&j->thread, NULL, join_main, j);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	j->started = rc == 0;
+	return rc;
+}
+
+static void join_stop(struct joiner *j)
+{
+	if (!j->started)
+		return;
+	atomic_store(&j->stop, true);
+	pthread_join(j->thread, NULL);
+	j->started = false;
 }
 
 int main(int argc, char **argv)
@@ -1003,6 +1060,7 @@ int main(int argc, char **argv)
 	struct rfs_ctl *ctl = NULL;
 	struct grp *grp = NULL;
 	struct rfs_inval *inval = NULL;
+	struct joiner join = { 0 };
 	char fsopts[PATH_MAX + 64], sock[PATH_MAX], err[256];
 	int rc, status = EXIT_SETUP;
 
@@ -1017,6 +1075,11 @@ int main(int argc, char **argv)
 		goto out;
 	if (grp_config_check(&o.grp, err, sizeof(err)) < 0) {
 		bad("%s", err);
+		goto out;
+	}
+	if (o.join_timeout_ms && !grp_wanted(&o.grp)) {
+		bad("--join-timeout: a single node has no group to join (give "
+		    "--node and --peers or --registry)");
 		goto out;
 	}
 	if (o.debug)
@@ -1139,9 +1202,10 @@ int main(int argc, char **argv)
 		 o.cfg.chunk_size >> 10, o.persist_dir ? ", persist " : "",
 		 o.persist_dir ? o.persist_dir : "");
 
-	if (grp && (rc = wait_group(e, se)) < 0) {
-		/* Unmounted or stopped by a signal first: a clean stop. */
-		status = rc == -ENODEV || fuse_session_exited(se) ? 0 : 1;
+	join.e = e;
+	join.timeout_ms = o.join_timeout_ms;
+	if (grp && (rc = join_start(&join)) < 0) {
+		rft_err("cannot start the group's join: %s", strerror(-rc));
 		goto out_unmount;
 	}
 	/* The rings are threads of their own: -s does not apply to them. */
@@ -1158,9 +1222,10 @@ int main(int argc, char **argv)
 	else
 		rc = rfs_loop_run(se, WORKERS, rfs.max_write);
 	/* A positive value is the signal that ended the loop: a clean stop. */
-	status = rc < 0 ? 1 : 0;
+	status = rc < 0 || atomic_load(&join.failed) ? 1 : 0;
 
 out_unmount:
+	join_stop(&join);
 	fuse_session_unmount(se);
 	rft_info("unmounted %s", o.mountpoint);
 	/*

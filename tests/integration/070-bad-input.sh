@@ -74,6 +74,9 @@ expect_bad "early-copy and --no-passthrough do not go together" --usage -- \
 	"$MNT" -f --no-passthrough --early-copy
 expect_bad "early-copy and --no-passthrough do not go together" --usage -- \
 	"$MNT" -f -o early_copy,no_passthrough
+expect_bad join-timeout --usage -- "$MNT" -f --join-timeout soon
+expect_bad "no group to join" -- "$MNT" -f --join-timeout 10
+expect_bad "no group to join" -- "$MNT" -f -o join_timeout=10
 # The defaults said outright are options no more (issue 26).
 expect_bad "is not known" --usage -- "$MNT" -f --in-place
 
