@@ -78,6 +78,7 @@ _T_TMPFS=()	# other mounts we made (tmpfs), unmounted after the FUSE ones
 _T_PIDS=()	# processes we started
 _T_RM=()	# extra directories to remove (outside $T_TMP)
 _T_CGROUPS=()	# cgroups we made: rmdir, once their processes are gone
+_T_NETNS=()	# network namespaces we made: deleted, once the daemons are gone
 _T_NDAEMON=0
 _T_LAST_LOG=""
 _T_URING_PARAM=/sys/module/fuse/parameters/enable_uring
@@ -222,6 +223,9 @@ _t_cleanup() {
 	done
 	for m in "${_T_CGROUPS[@]}"; do
 		[ -d "$m" ] && rmdir "$m"
+	done
+	for m in "${_T_NETNS[@]}"; do
+		ip netns del "$m" 2>/dev/null
 	done
 	[ -n "$_T_URING_WAS" ] && echo "$_T_URING_WAS" >"$_T_URING_PARAM"
 	# Never rm -rf through something still mounted.
@@ -846,6 +850,109 @@ group_node() {
 		--secret-file "$SECRET" --dead-after 2 \
 		--state-dir "$T_TMP/state$i" "$@"
 	PID[$i]=$DAEMON_PID
+}
+
+# --- groups across network namespaces ---------------------------------------
+#
+# A group whose nodes each have a network of their own: one namespace per
+# node (NETNS[i]) with a veth to a hub namespace (NETHUB) whose bridge
+# joins them, addresses 10.77.0.(i+1)/24, all made by the test and
+# deleted at its end.  The daemons enter only the node's network
+# namespace (nsenter --net): their mounts, control sockets and files stay
+# in the test's own mount namespace, where the test reads them.  Faults
+# are made on the hub's side of a node's link: net_cut / net_heal (the
+# link down and up: a partition), net_slow (a token bucket, tbf: a slow
+# link that drops what overflows its queue: loss under load).
+
+# need_netns: skip unless network namespaces, veth and a bridge can be made.
+need_netns() {
+	need_root "network namespaces"
+	command -v ip >/dev/null && command -v nsenter >/dev/null ||
+		skip "network namespaces: no ip(8) or nsenter(1)"
+	local probe=rft-probe-$$
+	ip netns add "$probe" 2>/dev/null ||
+		skip "network namespaces: ip netns add fails here"
+	if ! ip -n "$probe" link add rftbr type bridge 2>/dev/null ||
+		! ip -n "$probe" link add rftv0 type veth peer name rftv1 2>/dev/null; then
+		ip netns del "$probe"
+		skip "network namespaces: no bridge or veth here"
+	fi
+	ip netns del "$probe"
+}
+
+# netns_group N: a group of N nodes, each in its own network namespace
+# (like group_init: M[], PID[], SECRET, PEERS).
+netns_group() {
+	local n=$1 i ns
+	SECRET=$T_TMP/secret
+	new_secret "$SECRET"
+	NETHUB=rft-$$-hub
+	ip netns add "$NETHUB" || fail "ip netns add $NETHUB"
+	_T_NETNS+=("$NETHUB")
+	ip -n "$NETHUB" link add br0 type bridge
+	ip -n "$NETHUB" link set br0 up
+	M=()
+	PID=()
+	NETNS=()
+	PEERS=""
+	for ((i = 0; i < n; i++)); do
+		ns=rft-$$-n$i
+		ip netns add "$ns" || fail "ip netns add $ns"
+		_T_NETNS+=("$ns")
+		NETNS+=("$ns")
+		ip -n "$NETHUB" link add "b$i" type veth peer name eth0 netns "$ns"
+		ip -n "$NETHUB" link set "b$i" master br0
+		ip -n "$NETHUB" link set "b$i" up
+		ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev eth0
+		ip -n "$ns" link set eth0 up
+		ip -n "$ns" link set lo up
+		M+=("$(new_dir "m$i")")
+		PID+=("")
+		PEERS+="10.77.0.$((i + 1)):7070,"
+	done
+	PEERS=${PEERS%,}
+	log "network namespaces: ${NETNS[*]}, hub $NETHUB (bridge br0)"
+}
+
+# netns_node I [options...]: start node I in its namespace (as group_node).
+netns_node() {
+	local i=$1 real=$REFTFSD
+	shift
+	printf '#!/bin/sh\nexec nsenter --net=/run/netns/%s %s "$@"\n' \
+		"${NETNS[$i]}" "$real" >"$T_TMP/reftfsd-n$i"
+	chmod +x "$T_TMP/reftfsd-n$i"
+	REFTFSD=$T_TMP/reftfsd-n$i
+	start_daemon "${M[$i]}" --no-prefault --node "$i" --peers "$PEERS" \
+		--secret-file "$SECRET" --dead-after 2 \
+		--state-dir "$T_TMP/state$i" "$@"
+	REFTFSD=$real
+	PID[$i]=$DAEMON_PID
+}
+
+# net_cut I / net_heal I: node I's link to the others down / up again.
+net_cut() { ip -n "$NETHUB" link set "b$1" down; log "network: node $1 cut off"; }
+net_heal() { ip -n "$NETHUB" link set "b$1" up; log "network: node $1 back"; }
+
+# net_slow I RATE LIMIT: both ways of node I's link through a token
+# bucket of RATE (tc's units, e.g. 20mbit) that queues LIMIT bytes and
+# drops the rest; net_fast I takes it away.  net_drops I: packets dropped.
+net_slow() {
+	tc -n "$NETHUB" qdisc replace dev "b$1" root tbf rate "$2" \
+		burst 16kb limit "$3"
+	tc -n "${NETNS[$1]}" qdisc replace dev eth0 root tbf rate "$2" \
+		burst 16kb limit "$3"
+	log "network: node $1's link at $2, $3 queued at most"
+}
+net_fast() {
+	tc -n "$NETHUB" qdisc del dev "b$1" root
+	tc -n "${NETNS[$1]}" qdisc del dev eth0 root
+	log "network: node $1's link unthrottled"
+}
+net_drops() {
+	{
+		tc -s -n "$NETHUB" qdisc show dev "b$1"
+		tc -s -n "${NETNS[$1]}" qdisc show dev eth0
+	} | grep -o 'dropped [0-9]*' | awk '{ n += $2 } END { print n + 0 }'
 }
 
 # new_secret FILE: a random group secret, mode 0600.
