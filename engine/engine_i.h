@@ -52,6 +52,8 @@
  *   loads.lock        pieces being loaded (waited on with no namespace
  *                     or file lock held)
  *   eng->handles_lock the list of open handles (under ns->lock: open)
+ *   eng->joined_lock  calls waiting for the group's join (eng_wait_joined,
+ *                     no other lock held; eng_group_ready wakes them)
  *   p->lock           struct protect (protect.c): jobs, folded seals,
  *                     answers; as a listener under names_lock
  *                     (EV_UNLINKED, EV_RENAMED) or ns->lock
