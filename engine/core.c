@@ -2,8 +2,9 @@
  * core.c - what every part of the engine shares: the event bus by which
  * core tells the tiers and the group what happened, and file ids.  Core's
  * own; the tiers reach it, never the other way round.  And core's
- * workers' state (struct core_io), set up and let go with the engine.  The names lock is
- * taken through engine_i.h's eng_names_lock().
+ * workers' state (struct core_io), set up and let go with the engine, and
+ * the group's join as the namespace calls wait for it (eng_wait_joined).
+ * The names lock is taken through engine_i.h's eng_names_lock().
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -111,4 +112,30 @@ void core_io_free(struct eng *e)
 	pthread_cond_destroy(&e->io->loads.done);
 	free(e->io);
 	e->io = NULL;
+}
+
+bool eng_group_caught_up(struct eng *e)
+{
+	return !e->gops || atomic_load(&e->caught_up);
+}
+
+void eng_joined(struct eng *e)
+{
+	if (atomic_load(&e->caught_up))
+		return;
+	leaf_lock(&e->joined_lock, ENG_RANK_JOINED);
+	atomic_store(&e->caught_up, true);
+	pthread_cond_broadcast(&e->joined);
+	leaf_unlock(&e->joined_lock, ENG_RANK_JOINED);
+}
+
+int eng_wait_joined(struct eng *e)
+{
+	uint64_t until = rft_now_ms() + ENG_JOIN_WAIT_MS;
+
+	leaf_lock(&e->joined_lock, ENG_RANK_JOINED);
+	while (!atomic_load(&e->caught_up) && rft_now_ms() < until)
+		rft_cond_wait_until(&e->joined, &e->joined_lock, until);
+	leaf_unlock(&e->joined_lock, ENG_RANK_JOINED);
+	return atomic_load(&e->caught_up) ? eng_fresh(e) : -EAGAIN;
 }

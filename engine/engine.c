@@ -308,24 +308,9 @@ int eng_group_ready(struct eng *e, int timeout_ms)
 {
 	int rc = e->gops ? e->gops->ready(e->gctx, timeout_ms) : 0;
 
-	if (rc == 0 && !atomic_load(&e->caught_up)) {
-		leaf_lock(&e->joined_lock, ENG_RANK_JOINED);
-		atomic_store(&e->caught_up, true);
-		pthread_cond_broadcast(&e->joined);
-		leaf_unlock(&e->joined_lock, ENG_RANK_JOINED);
-	}
+	if (rc == 0)
+		eng_joined(e);
 	return rc;
-}
-
-int eng_wait_joined(struct eng *e)
-{
-	uint64_t until = rft_now_ms() + ENG_JOIN_WAIT_MS;
-
-	leaf_lock(&e->joined_lock, ENG_RANK_JOINED);
-	while (!atomic_load(&e->caught_up) && rft_now_ms() < until)
-		rft_cond_wait_until(&e->joined, &e->joined_lock, until);
-	leaf_unlock(&e->joined_lock, ENG_RANK_JOINED);
-	return atomic_load(&e->caught_up) ? eng_fresh(e) : -EAGAIN;
 }
 
 void eng_set_invalidator(struct eng *e, const struct eng_invalidator *inv)
@@ -343,11 +328,6 @@ int eng_group_leave(struct eng *e, unsigned wait_ms)
 {
 	return e->gops && e->gops->leave ? e->gops->leave(e->gctx, wait_ms)
 					 : 0;
-}
-
-bool eng_group_caught_up(struct eng *e)
-{
-	return !e->gops || atomic_load(&e->caught_up);
 }
 
 const struct eng_config *eng_get_config(struct eng *e)

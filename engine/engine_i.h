@@ -757,6 +757,8 @@ static inline void store_unlock_at(struct store *s, const char *at, int ln)
  */
 #define ENG_JOIN_WAIT_MS 10000
 int eng_wait_joined(struct eng *e);
+/* The node has joined (eng_group_ready): wake the calls waiting. */
+void eng_joined(struct eng *e);
 
 /*
  * Before any call that reads or changes the namespace or reads data: the

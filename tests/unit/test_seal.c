@@ -391,6 +391,7 @@ static void test_model(void **state)
 	E->inc = 5;
 	E->gctx = &S;
 	E->gops = &stub_ops;
+	atomic_store(&E->caught_up, true); /* joined: nothing to wait for */
 	assert_int_equal(eng_listen(E, stub_on_event, NULL), 0);
 	/* What it shows now is the group's (empty) version: no draft. */
 	F()->synced = F()->version;
