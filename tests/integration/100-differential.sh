@@ -16,7 +16,7 @@ need_fuse
 # --no-in-place or --no-passthrough (lib.sh).
 [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] && need_passthrough
 
-export DIFF_TRIALS=${DIFF_TRIALS:-$(by_tier 15 40 2000)}
+export DIFF_TRIALS=${DIFF_TRIALS:-$(by_tier 10 40 2000)}
 MNT=$(new_dir mnt)
 # The driver starts and stops its daemons itself (as children, on $MNT);
 # registering the mount point makes lib.sh's trap unmount it and stop any

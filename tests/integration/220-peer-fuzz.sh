@@ -38,7 +38,7 @@ wait_states "$M0" "self up dead"
 
 PY_TIMEOUT=600 run_py peer_fuzz.py --port "$P0" --secret "$SECRET" \
 	--group reftfs --nodes 3 --as 2 --seed "${PEER_FUZZ_SEED:-0}" \
-	--rounds "${PEER_FUZZ_ROUNDS:-$(by_tier 150 300 6000)}" ||
+	--rounds "${PEER_FUZZ_ROUNDS:-$(by_tier 100 300 6000)}" ||
 	fail "the peer port accepted what it must refuse (see above)"
 
 daemon_alive "$PID0"

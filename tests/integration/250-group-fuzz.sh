@@ -14,7 +14,7 @@ need_fuse
 
 group_init 3
 STATE=$T_TMP/model.json
-OPS=${GROUP_FUZZ_OPS:-$(by_tier 100 150 1500)}
+OPS=${GROUP_FUZZ_OPS:-$(by_tier 60 150 1500)}
 PROTECT=${GROUP_FUZZ_PROTECT:-replicate:2}
 start_node() { group_node "$1" --mem 512M --protect "$PROTECT"; }
 fuzz() { # fuzz MOUNTS ARGS...

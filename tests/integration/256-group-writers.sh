@@ -33,7 +33,7 @@ need_fuse
 SEED=${WRITERS_FUZZ_SEED:-$(od -An -N6 -tu8 /dev/urandom | tr -d ' ')}
 log "seed $SEED (WRITERS_FUZZ_SEED=$SEED replays it)"
 PROTECT=${WRITERS_FUZZ_PROTECT:-replicate:2}
-ROUNDS=${WRITERS_FUZZ_ROUNDS:-$(by_tier 10 20 400)}
+ROUNDS=${WRITERS_FUZZ_ROUNDS:-$(by_tier 6 20 400)}
 KILLS=${WRITERS_FUZZ_KILLS:-$(by_tier 1 2 12)}
 FILES=${WRITERS_FUZZ_FILES:-6}
 MEM=${WRITERS_FUZZ_MEM:-96M}

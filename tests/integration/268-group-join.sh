@@ -11,8 +11,8 @@
 #    node), --join-timeout 10: stat, mountpoint(1) and df answer within
 #    3 s; ls fails EAGAIN after about 10 s; the daemon exits 1 in time,
 #    says why, and leaves no mount.
-# 2. The three together, --join-timeout 30: they join, ls answers, and
-#    the timeout never fires once joined.
+# 2. (full tier) The three together, --join-timeout 30: they join, ls
+#    answers, and the timeout never fires once joined.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
@@ -61,17 +61,20 @@ log "--join-timeout 10: exit 1 after $((SECONDS - T0)) s, unmounted"
 rm -rf "$T_TMP"/state*
 
 # --- 2. the three together ---------------------------------------------------
-group_init 3
-for n in 0 1 2; do group_node "$n" --join-timeout 30; done
-wait_states "${M[0]}" "self up up"
-wait_agree 30 0 1 2
-mkdir "${M[0]}/ck"
-echo joined >"${M[1]}/ck/f"
-for n in 0 1 2; do
-	expect_eq "$(cat "${M[$n]}/ck/f")" joined "ck/f on node $n"
-done
-sleep 2 # well inside 30 s: a joined node never times out
-for n in 0 1 2; do
-	pid_alive "${PID[$n]}" || fail "node $n stopped after it joined"
-done
-log "three nodes joined within --join-timeout 30: files read everywhere"
+# (full tier: every group test joins three nodes already)
+if [ "$(by_tier quick full full)" = full ]; then
+	group_init 3
+	for n in 0 1 2; do group_node "$n" --join-timeout 30; done
+	wait_states "${M[0]}" "self up up"
+	wait_agree 30 0 1 2
+	mkdir "${M[0]}/ck"
+	echo joined >"${M[1]}/ck/f"
+	for n in 0 1 2; do
+		expect_eq "$(cat "${M[$n]}/ck/f")" joined "ck/f on node $n"
+	done
+	sleep 2 # well inside 30 s: a joined node never times out
+	for n in 0 1 2; do
+		pid_alive "${PID[$n]}" || fail "node $n stopped after it joined"
+	done
+	log "three nodes joined within --join-timeout 30: files read everywhere"
+fi
