@@ -101,18 +101,23 @@ torch.save(sd, sys.argv[2])
 torch.save(sd, sys.argv[3])' "$n" "${M[$n]}/tmp-checkpoint-1/model_rank$n.pt" "$REF/model_rank$n.pt" ||
 			fail "torch.save on node $n failed"
 	done
+	pairs=()
 	for n in 0 1 2; do
 		for r in 0 1 2; do
 			cmp "$REF/model_rank$r.pt" "${M[$n]}/tmp-checkpoint-1/model_rank$r.pt" ||
 				fail "model_rank$r.pt differs on node $n"
-			"$PY" -c 'import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-assert a.keys() == b.keys() and all(
-    (a[k] == b[k]).all() if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)' \
-				"${M[$n]}/tmp-checkpoint-1/model_rank$r.pt" "$REF/model_rank$r.pt" ||
-				fail "torch.load of model_rank$r.pt on node $n differs"
+			pairs+=("${M[$n]}/tmp-checkpoint-1/model_rank$r.pt" "$REF/model_rank$r.pt")
 		done
 	done
+	# Every rank's file on every node, loaded in one process (one
+	# import of torch, not nine).
+	"$PY" -c 'import sys, torch
+for got, ref in zip(sys.argv[1::2], sys.argv[2::2]):
+    a, b = torch.load(got), torch.load(ref)
+    assert a.keys() == b.keys() and all(
+        (a[k] == b[k]).all() if torch.is_tensor(a[k]) else a[k] == b[k]
+        for k in a), got' "${pairs[@]}" ||
+		fail "torch.load of a rank's file differs on some node (above)"
 	log "torch.save on each node, torch.load of every rank on every node"
 else
 	log "python3-torch missing: torch part skipped"

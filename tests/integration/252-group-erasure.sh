@@ -52,7 +52,7 @@ ALL_SCHEMES="xor:3 xor:4 rs:2+1:3 rs:2+2:4 rs:4+2:6"
 # M: soak).
 SCHEMES=${ERASURE_SCHEMES:-$(by_tier "rs:2+2:4" "xor:3 rs:2+2:4 rs:4+2:6" "$ALL_SCHEMES")}
 PAIRS=${ERASURE_PAIRS:-$(by_tier 1 1 all)}
-SINGLES=${ERASURE_SINGLES:-$(by_tier 1 1 all)}
+SINGLES=${ERASURE_SINGLES:-$(by_tier 0 1 all)}
 [ "$SINGLES" = all ] || [[ $SINGLES =~ ^[0-9]+$ ]] ||
 	fail "ERASURE_SINGLES='$SINGLES': want all or a number of nodes"
 [ "$PAIRS" = all ] || [[ $PAIRS =~ ^[0-9]+$ ]] ||
