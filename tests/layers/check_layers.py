@@ -154,21 +154,25 @@ OWNED = {
 }
 
 
+def engine_code(srcdir):
+    """(file name, its text without comments) of every engine/ source:
+    comments say what assigns or defines what; only code counts."""
+    for root, _, files in os.walk(os.path.join(srcdir, "engine")):
+        for f in sorted(files):
+            if f.endswith((".c", ".h")):
+                text = open(os.path.join(root, f), errors="replace").read()
+                yield f, re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+
+
 def owned_violations(srcdir):
     """Private structures defined outside their owner."""
     bad = []
-    for root, _, files in os.walk(os.path.join(srcdir, "engine")):
-        for f in sorted(files):
-            if not f.endswith((".c", ".h")):
-                continue
-            code = re.sub(r"/\*.*?\*/", "",
-                          open(os.path.join(root, f),
-                               errors="replace").read(), flags=re.S)
-            for m in re.finditer(r"\bstruct\s+(\w+)\s*\{", code):
-                owner = OWNED.get(m.group(1))
-                if owner and owner != f:
-                    bad.append("%s defines struct %s, which only %s may"
-                               % (f, m.group(1), owner))
+    for f, code in engine_code(srcdir):
+        for m in re.finditer(r"\bstruct\s+(\w+)\s*\{", code):
+            owner = OWNED.get(m.group(1))
+            if owner and owner != f:
+                bad.append("%s defines struct %s, which only %s may"
+                           % (f, m.group(1), owner))
     return bad
 
 
@@ -188,21 +192,14 @@ ONE_WRITER = [
 def writer_violations(srcdir):
     """Assignments of one-writer state outside its writer."""
     bad = []
-    for root, _, files in os.walk(os.path.join(srcdir, "engine")):
-        for f in sorted(files):
-            if not f.endswith((".c", ".h")):
+    for f, code in engine_code(srcdir):
+        for what, pat, owner in ONE_WRITER:
+            if f == owner:
                 continue
-            text = open(os.path.join(root, f), errors="replace").read()
-            # Comments say what assigns what; only code counts.
-            code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-            for what, pat, owner in ONE_WRITER:
-                if f == owner:
-                    continue
-                for m in re.finditer(pat, code):
-                    line = code[:m.start()].count("\n") + 1
-                    bad.append("%s assigns %s (line %d of the code without "
-                               "comments): only %s may" % (f, what, line,
-                                                           owner))
+            for m in re.finditer(pat, code):
+                line = code[:m.start()].count("\n") + 1
+                bad.append("%s assigns %s (line %d of the code without "
+                           "comments): only %s may" % (f, what, line, owner))
     return bad
 
 
