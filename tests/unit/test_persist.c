@@ -819,6 +819,21 @@ static void assert_parked(struct fixture *fx, uint64_t ino,
 	assert_copy(fx, rel, data, len);
 }
 
+/* @rel in the persist dir is absent or other than @len bytes of @data. */
+static void assert_not_version(struct fixture *fx, const char *rel,
+			       const uint8_t *data, size_t len)
+{
+	char path[2 * PATH_MAX + 32];
+	uint8_t *host;
+	size_t got = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", fx->persist, rel);
+	host = read_host_file(path, &got);
+	if (host && got == len && !memcmp(host, data, len))
+		fail_msg("%s holds the old version", rel);
+	free(host);
+}
+
 /*
  * Open file @ino (with @flags), named @name in directory @d, and replace
  * it there with @len bytes of @data by a rename from NAME.tmp, as
@@ -931,7 +946,9 @@ static void test_old_copy_of_a_name_given_up(void **state)
 
 	/*
 	 * Exchanged with a directory: the old version of the file's name
-	 * must not take the directory's name.
+	 * must not take the directory's name.  At the root the file is
+	 * beside the checkpoints, which the policy writes back at once: the
+	 * name may already hold the new version, never the old.
 	 */
 	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "f", 0755, 0, 0, &st),
 			 0);
@@ -942,7 +959,7 @@ static void test_old_copy_of_a_name_given_up(void **state)
 	assert_int_equal(eng_rename(fx->e, st.st_ino, "x", RFT_ROOT_INO, "e1",
 				    ENG_RENAME_EXCHANGE), 0);
 	assert_parked(fx, ia, a, 9);
-	assert_false(host_exists(fx, "e1"));
+	assert_not_version(fx, "e1", a, 9);
 	assert_copy(fx, "f/x/w.pt", a, 9);
 	assert_int_equal(flush_wait(fx->e), 0);
 	assert_copy(fx, "e1", b, 17);
