@@ -127,7 +127,8 @@ struct gns {
 	struct nslog *log;
 	struct peer_xport *x;
 	struct memb *memb;
-	int self, nodes;
+	int self, nodes;	/* nodes: the data nodes */
+	int members;		/* and the witnesses: the log's voters */
 	uint64_t inc;
 	unsigned dead_ms;
 
@@ -1091,9 +1092,9 @@ static bool majority_up(struct gns *g)
 	int up = 1;
 
 	memb_get_view(g->memb, &v);
-	for (int n = 0; n < g->nodes; n++)
+	for (int n = 0; n < g->members; n++)
 		up += n != g->self && v.node[n].state == MEMB_UP;
-	return up > g->nodes / 2;
+	return up > g->members / 2;
 }
 
 /*
@@ -1439,6 +1440,7 @@ int eng_join_group(struct eng *e, struct grp *grp)
 	g->memb = grp_memb(grp);
 	g->self = grp_self(grp);
 	g->nodes = grp_nodes(grp);
+	g->members = grp_members(grp);
 	g->inc = grp_incarnation(grp);
 	g->dead_ms = grp_dead_after_ms(grp);
 	g->stale_ms = g->dead_ms / 2 > GNS_STALE_MIN_MS ? g->dead_ms / 2

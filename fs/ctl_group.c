@@ -13,6 +13,7 @@
 
 enum {
 	GM_NODE,
+	GM_ROLE,
 	GM_ADDR,
 	GM_STATE,
 	GM_INC,
@@ -41,6 +42,8 @@ static const char *member_state_of(unsigned s)
 
 const struct rep_field rfs_ctl_member_fields[CTL_MEMBER_NFIELDS] = {
 	[GM_NODE] = REP_FIELD("node", REP_STRING),
+	/* "data" (mounts, holds files) or "witness" (a log voter only). */
+	[GM_ROLE] = REP_FIELD("role", REP_STRING),
 	[GM_ADDR] = REP_FIELD("address", REP_STRING),
 	[GM_STATE] = {
 		.key = "state",
@@ -92,6 +95,8 @@ enum {
 	GR_NAME,
 	GR_SELF,
 	GR_NODES,
+	GR_WITNESSES,
+	GR_WITNESS,
 	GR_EPOCH,
 	GR_INC,
 	GR_REGISTRY,
@@ -156,7 +161,12 @@ const struct rep_field rfs_ctl_group_fields[CTL_GROUP_NFIELDS] = {
 	[GR_NAME] = REP_FIELD("name", REP_STRING),
 	[GR_SELF] = REP_FIELD("node", REP_COUNT),
 	[GR_NODES] = REP_EXPORT("nodes", REP_COUNT, REP_GAUGE,
-		"reftfs_group_nodes", "Nodes in the group."),
+		"reftfs_group_nodes", "Data nodes in the group."),
+	[GR_WITNESSES] = REP_EXPORT("witnesses", REP_COUNT, REP_GAUGE,
+		"reftfs_group_witnesses",
+		"Witnesses in the group: namespace log voters holding no "
+		"data."),
+	[GR_WITNESS] = REP_FIELD("witness", REP_BOOL),
 	[GR_EPOCH] = REP_EXPORT("epoch", REP_COUNT, REP_COUNTER,
 		"reftfs_group_epoch",
 		"Changes of this node's view of the group."),
@@ -301,6 +311,8 @@ void rfs_ctl_fill_group(const struct ctl_req *r, struct rep *rep,
 	rep_set_str(gobj, GR_NAME, gi.name);
 	rep_set_u64(gobj, GR_SELF, (uint64_t)gi.self);
 	rep_set_u64(gobj, GR_NODES, (uint64_t)gi.nodes);
+	rep_set_u64(gobj, GR_WITNESSES, (uint64_t)gi.witnesses);
+	rep_set_bool(gobj, GR_WITNESS, gi.witness);
 	rep_set_u64(gobj, GR_EPOCH, gi.epoch);
 	rep_set_u64(gobj, GR_INC, gi.incarnation);
 	rep_set_bool(gobj, GR_REGISTRY, gi.registry);
@@ -381,6 +393,7 @@ void rfs_ctl_fill_group(const struct ctl_req *r, struct rep *rep,
 			up++;
 		snprintf(id, sizeof(id), "%d", m[i].id);
 		rep_set_str(row, GM_NODE, id);
+		rep_set_str(row, GM_ROLE, m[i].witness ? "witness" : "data");
 		rep_set_str(row, GM_ADDR, m[i].addr);
 		rep_set_u64(row, GM_STATE, m[i].state);
 		rep_set_u64(row, GM_INC, m[i].incarnation);
@@ -423,7 +436,8 @@ static const struct rep_field grp_root =
 	REP_GROUP("group", grp_root_fields, GRP_N);
 
 static const struct rep_col gm_cols[] = {
-	{ "", "NODE", 4, 0 },	    { "  ", "ADDRESS", -14, 40 },
+	{ "", "NODE", 4, 0 },	    { "  ", "ROLE", -7, 0 },
+	{ "  ", "ADDRESS", -14, 40 },
 	{ "  ", "STATE", -8, 0 },   { "  ", "INCARNATION", 19, 0 },
 	{ "  ", "HEARD", 9, 0 },    { "  ", "LINK", -4, 0 },
 	{ "  ", "IN", 10, 0 },	    { "  ", "OUT", 10, 0 },
@@ -433,11 +447,11 @@ static const struct rep_col gm_cols[] = {
 
 static const struct rep_row_text gm_rows[] = {
 	{ "state=self",
-	  (const char *const[]){ "{node}", "{address}", "{state}",
+	  (const char *const[]){ "{node}", "{role}", "{address}", "{state}",
 				 "{incarnation:n}", "", "", "", "", "", "",
 				 "" } },
 	{ NULL,
-	  (const char *const[]){ "{node}", "{address}", "{state}",
+	  (const char *const[]){ "{node}", "{role}", "{address}", "{state}",
 				 "{incarnation:n}", "{heard_ms_ago}ms",
 				 "{link_up?up|down}", "{bytes_in}",
 				 "{bytes_out}", "{copies_there_bytes}",
@@ -447,15 +461,22 @@ static const struct rep_row_text gm_rows[] = {
 };
 
 static const struct rep_table_text gm_table = {
-	"members", gm_cols, 11, gm_rows, 2
+	"members", gm_cols, 12, gm_rows, 2
 };
 
 static const struct rep_text group_text[] = {
 	TXT("!group.enabled", "group",
 	    "none (a single node: no --node/--peers/--registry)"),
-	TXT("group.enabled", "group",
+	TXT("group.enabled&!group.witness", "group",
 	    "{group.name}, node {group.node} of {group.nodes}, "
 	    "{group.up} up, view epoch {group.epoch}"),
+	TXT("group.witness", "group",
+	    "{group.name}, witness {group.node} (a namespace log voter, no "
+	    "data), {group.nodes} data nodes, {group.up} up, view epoch "
+	    "{group.epoch}"),
+	TXT("group.enabled&group.witnesses", "witnesses",
+	    "{group.witnesses}: voters of the namespace log that hold no "
+	    "data"),
 	TXT("group.enabled&group.declared_dead", "",
 	    "DECLARED DEAD by the others: rejoining"),
 	TXT("group.enabled&group.taken_over", "",
@@ -468,7 +489,7 @@ static const struct rep_text group_text[] = {
 	TXT("group.namespace_short", "",
 	    "the namespace tolerates fewer than the data: past "
 	    "{group.tolerates_namespace} lost, no change, replacement or "
-	    "rebuild can happen"),
+	    "rebuild can happen; witnesses (--witnesses) add voters"),
 	TXT("group.enabled", "membership",
 	    "{group.registry?memcached registry|static --peers}, "
 	    "dead after {group.dead_after_ms} ms"),

@@ -36,6 +36,8 @@
 /* What --mem leaves to the kernel, the daemon and the job (check_mem). */
 #define MEM_RESERVE_MIN (1ULL << 30)
 #define MEM_RESERVE_MAX (16ULL << 30)
+/* A witness's engine holds the namespace only: no file data. */
+#define WITNESS_MEM (64ULL << 20)
 
 struct opts {
 	struct eng_config cfg;
@@ -68,6 +70,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: %s MOUNTPOINT [options]\n"
+		"       %s --witness --node ID --peers ... --witnesses ... [options]\n"
 		"\n"
 		"An in-memory checkpoint filesystem with write-back to shared storage.\n"
 		"\n"
@@ -114,6 +117,12 @@ static void usage(FILE *out)
 		"                        protected (default 30; 0: no wait); each one left\n"
 		"                        unprotected is logged, the others show it lost,\n"
 		"                        and reftfsd exits 1\n"
+		"  --witnesses LIST      the group's witnesses: namespace log voters that\n"
+		"                        hold no data, ids after the --peers ones; their\n"
+		"                        HOST:PORTs (with --registry: their number); the\n"
+		"                        same on every node\n"
+		"  --witness             run as one of them (--node ID past the data\n"
+		"                        nodes'): no mount point, no data\n"
 		"  --join-timeout SECONDS  end with exit 1 when the group's namespace\n"
 		"                        log has not taken this node by then (default:\n"
 		"                        wait; meanwhile stat of the mount point answers\n"
@@ -149,7 +158,7 @@ static void usage(FILE *out)
 		"  -V, --version         version\n"
 		"\n"
 		"SIZE takes K, M, G or T (powers of 1024). Unmount with fusermount3 -u.\n",
-		prog);
+		prog, prog);
 }
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -382,6 +391,14 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		if (parse_seconds_ms(val, &o->join_timeout_ms) < 0)
 			return bad("bad --join-timeout '%s': want seconds, e.g. "
 				   "60", val ? val : "");
+	} else if (!strcmp(key, "witnesses")) {
+		if (!val || !*val)
+			return bad("--witnesses needs HOST:PORT,... (or, with "
+				   "--registry, a number)");
+		if (!(o->grp.witnesses = keep_str(o, val)))
+			return bad("out of memory");
+	} else if (!strcmp(key, "witness")) {
+		o->grp.witness = true;
 	} else if (!strcmp(key, "dead-after")) {
 		if (parse_seconds_ms(val, &o->grp.dead_after_ms) < 0)
 			return bad("bad --dead-after '%s': want seconds, e.g. 5 "
@@ -458,6 +475,8 @@ enum {
 	OPT_NO_IN_PLACE,
 	OPT_STOP_WAIT,
 	OPT_JOIN_TIMEOUT,
+	OPT_WITNESSES,
+	OPT_WITNESS,
 };
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -492,6 +511,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "protect-bw", required_argument, NULL, 'B' },
 		{ "stop-wait", required_argument, NULL, OPT_STOP_WAIT },
 		{ "join-timeout", required_argument, NULL, OPT_JOIN_TIMEOUT },
+		{ "witnesses", required_argument, NULL, OPT_WITNESSES },
+		{ "witness", no_argument, NULL, OPT_WITNESS },
 		{ "codec", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -571,6 +592,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'B': name = "protect-bw"; break;
 		case OPT_STOP_WAIT: name = "stop-wait"; break;
 		case OPT_JOIN_TIMEOUT: name = "join-timeout"; break;
+		case OPT_WITNESSES: name = "witnesses"; break;
+		case OPT_WITNESS: name = "witness"; break;
 		case 'G': name = "codec"; break;
 		default:
 			return bad("cannot parse the options");
@@ -586,6 +609,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		o->passthrough = 1;
 	if (o->in_place < 0)
 		o->in_place = o->passthrough && !o->early_copy;
+	if (o->grp.witness) {
+		if (npos)
+			return bad("--witness: a witness mounts nothing (no "
+				   "MOUNTPOINT)");
+		if (o->mem_given || o->persist_dir)
+			return bad("--witness: a witness holds no data (no "
+				   "--mem, no --persist)");
+		return 0;
+	}
 	if (npos == 0)
 		return bad("no mount point given");
 	if (npos == 3)
@@ -1049,6 +1081,84 @@ static void join_stop(struct joiner *j)
 	j->started = false;
 }
 
+/*
+ * --witness: a voter of the group's namespace log that holds no data and
+ * mounts nothing.  Its engine applies the log as any node's does (so its
+ * snapshots, and a replacement's catch-up from it, are the same), with an
+ * arena no file ever fills: a witness never creates one, protects nothing
+ * (grp_protect) and is no data node's holder.  The control socket answers
+ * as a mount's does.  It runs until SIGTERM, SIGINT or SIGHUP, or until
+ * --join-timeout passes, taken with sigwait: every thread starts with
+ * them blocked.
+ */
+static int run_witness(struct opts *o)
+{
+	struct eng *e = NULL;
+	struct rfs_ctl *ctl = NULL;
+	struct grp *grp = NULL;
+	struct joiner join = { 0 };
+	char name[128], sock[PATH_MAX];
+	sigset_t stop;
+	int sig = 0, rc, status = EXIT_SETUP;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop, NULL);
+	o->cfg.mem_bytes = WITNESS_MEM;
+	o->cfg.prefault = ENG_PREFAULT_NONE;
+	o->cfg.node = o->grp.node;
+	if (eng_new(&o->cfg, &e) < 0)
+		goto out; /* eng_new said why */
+	snprintf(name, sizeof(name), "witness:%s:%d", o->grp.name,
+		 o->grp.node);
+	if (!o->ctl && rfs_ctl_default_path(name, sock, sizeof(sock))) {
+		fprintf(stderr, "%s: control socket path too long\n", prog);
+		goto out;
+	}
+	if (rfs_ctl_new(e, o->ctl ? o->ctl : sock, &ctl) < 0 ||
+	    grp_new(&o->grp, &grp) < 0)
+		goto out; /* they said why */
+	rfs_ctl_set_group(ctl, grp);
+	if (eng_join_group(e, grp) < 0)
+		goto out;
+	if (!o->foreground)
+		rft_log_syslog("reftfsd");
+	if (fuse_daemonize(o->foreground) != 0)
+		goto out;
+	rc = eng_start(e);
+	if (rc < 0) {
+		rft_err("cannot start the engine: %s", strerror(-rc));
+		goto out;
+	}
+	if (grp_start(grp) < 0 || rfs_ctl_start(ctl) < 0)
+		goto out_stop; /* they said why */
+	rft_info("witness %d of group %s: control socket %s", o->grp.node,
+		 o->grp.name, o->ctl ? o->ctl : sock);
+	join.e = e;
+	join.timeout_ms = o->join_timeout_ms;
+	if ((rc = join_start(&join)) < 0) {
+		rft_err("cannot start the group's join: %s", strerror(-rc));
+		goto out_stop;
+	}
+	sigwait(&stop, &sig);
+	rft_info("witness %d: stopping (%s)", o->grp.node, strsignal(sig));
+	status = atomic_load(&join.failed) ? 1 : 0;
+out_stop:
+	join_stop(&join);
+	rfs_ctl_free(ctl);
+	ctl = NULL;
+	grp_stop(grp);
+	if (eng_stop(e) < 0)
+		status = 1;
+out:
+	rfs_ctl_free(ctl);
+	grp_free(grp);
+	eng_free(e);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -1070,7 +1180,8 @@ int main(int argc, char **argv)
 	memset(&rfs, 0, sizeof(rfs));
 	eng_config_defaults(&o.cfg);
 	grp_config_defaults(&o.grp);
-	if (parse_args(argc, argv, &o) < 0 || check_mem(&o) < 0)
+	if (parse_args(argc, argv, &o) < 0 ||
+	    (!o.grp.witness && check_mem(&o) < 0))
 		goto out;
 	if (grp_config_check(&o.grp, err, sizeof(err)) < 0) {
 		bad("%s", err);
@@ -1083,6 +1194,10 @@ int main(int argc, char **argv)
 	}
 	if (o.debug)
 		rft_log_max = RFT_LOG_DBG;
+	if (o.grp.witness) {
+		status = run_witness(&o);
+		goto out;
+	}
 	if (check_mountpoint(&o) < 0 || check_persist(&o) < 0 ||
 	    check_io_uring(&o, &rfs.io_uring) < 0)
 		goto out;

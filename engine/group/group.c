@@ -38,9 +38,11 @@ struct grp {
 	struct grp_config cfg;
 	struct grp_secret secret;
 	int self;
-	int nodes;
+	int nodes;		/* data nodes */
+	int members;		/* data nodes and witnesses */
 	uint64_t incarnation;
 	char *addr_buf;		/* the --peers string, split in place */
+	char *wit_buf;		/* the --witnesses string, the same */
 	const char *addrs[GRP_MAX_NODES];
 	const char *listen;
 	struct peer_xport *x;
@@ -210,10 +212,70 @@ static int check_protect(const struct grp_config *c, int nodes, char *err,
 	return 0;
 }
 
+/* A count of 0 to GRP_MAX_NODES, digits only. */
+static int parse_count(const char *s, unsigned *out)
+{
+	unsigned long v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned long)(*s - '0');
+		if (v > GRP_MAX_NODES)
+			return -EINVAL;
+	}
+	*out = (unsigned)v;
+	return 0;
+}
+
+/*
+ * --witnesses for a group of @nodes data nodes: with --peers a list of
+ * addresses, with --registry a number.  The number of witnesses, or
+ * -EINVAL.
+ */
+static int count_witnesses(const struct grp_config *c, int nodes, char *err,
+			   size_t errlen)
+{
+	unsigned w = 0;
+	int n;
+
+	if (!c->witnesses) {
+		n = 0;
+	} else if (c->peers) {
+		n = count_addrs(c->witnesses, "--witnesses", true, err, errlen);
+		if (n < 0)
+			return n;
+	} else {
+		if (parse_count(c->witnesses, &w) < 0)
+			return fail(err, errlen,
+				    "--witnesses '%s': with --registry, the "
+				    "number of witnesses",
+				    c->witnesses);
+		n = (int)w;
+	}
+	if (nodes + n > GRP_MAX_NODES)
+		return fail(err, errlen,
+			    "%d nodes and %d witnesses: more than %d members",
+			    nodes, n, GRP_MAX_NODES);
+	if (c->witness && (c->node < nodes || c->node >= nodes + n))
+		return fail(err, errlen,
+			    "--witness: --node %d is not a witness's id "
+			    "(%s)",
+			    c->node, n ? "" : "no --witnesses");
+	if (!c->witness && c->node >= nodes && c->node < nodes + n)
+		return fail(err, errlen,
+			    "--node %d is a witness in --witnesses: start it "
+			    "with --witness",
+			    c->node);
+	return n;
+}
+
 int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 {
 	unsigned long lport = 0;
-	int n;
+	int n, w;
 
 	if (!grp_wanted(c)) {
 		if (c->protect && strcmp(c->protect, "none"))
@@ -222,6 +284,11 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 				    "peers to protect its data on (give "
 				    "--node and --peers)",
 				    c->protect);
+		if (c->witnesses || c->witness)
+			return fail(err, errlen,
+				    "--witness%s: only for a group (give "
+				    "--node and --peers or --registry)",
+				    c->witness ? "" : "es");
 		return 0;
 	}
 	if (c->node < 0)
@@ -263,11 +330,15 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 		n = count_addrs(c->peers, "--peers", true, err, errlen);
 		if (n < 0)
 			return n;
-		if (c->node >= n)
+		w = count_witnesses(c, n, err, errlen);
+		if (w < 0)
+			return w;
+		if (c->node >= n + w)
 			return fail(err, errlen,
-				    "--node %d is not in --peers (%d "
+				    "--node %d is not in --peers%s (%d "
 				    "entries: ids 0 to %d)",
-				    c->node, n, n - 1);
+				    c->node, w ? " or --witnesses" : "",
+				    n + w, n + w - 1);
 		if (c->size && (int)c->size != n)
 			return fail(err, errlen,
 				    "--group-size %u but --peers lists %d",
@@ -281,10 +352,13 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 		return fail(err, errlen,
 			    "--registry needs --group-size N (1 to %d)",
 			    GRP_MAX_NODES);
-	if ((unsigned)c->node >= c->size)
+	w = count_witnesses(c, (int)c->size, err, errlen);
+	if (w < 0)
+		return w;
+	if ((unsigned)c->node >= c->size + (unsigned)w)
 		return fail(err, errlen,
-			    "--node %d is not below --group-size %u", c->node,
-			    c->size);
+			    "--node %d is not below --group-size %u%s",
+			    c->node, c->size, w ? " plus --witnesses" : "");
 	if (!c->listen)
 		return fail(err, errlen,
 			    "--registry needs --listen HOST:PORT (the "
@@ -292,12 +366,23 @@ int grp_config_check(const struct grp_config *c, char *err, size_t errlen)
 	return check_protect(c, (int)c->size, err, errlen);
 }
 
-int grp_protect(const struct grp *g, struct ers_scheme *s)
+/* The group's --protect scheme: 1, 0 for none, -EINVAL. */
+static int group_scheme(const struct grp *g, struct ers_scheme *s)
 {
 	memset(s, 0, sizeof(*s));
 	if (!g->cfg.protect || !strcmp(g->cfg.protect, "none"))
 		return 0;
 	return ers_scheme_parse(g->cfg.protect, s) < 0 ? -EINVAL : 1;
+}
+
+int grp_protect(const struct grp *g, struct ers_scheme *s)
+{
+	/* A witness holds no data: it protects nothing. */
+	if (g->cfg.witness) {
+		memset(s, 0, sizeof(*s));
+		return 0;
+	}
+	return group_scheme(g, s);
 }
 
 uint64_t grp_protect_bw(const struct grp *g)
@@ -411,6 +496,16 @@ int grp_nodes(const struct grp *g)
 	return g->nodes;
 }
 
+int grp_members(const struct grp *g)
+{
+	return g->members;
+}
+
+bool grp_is_witness(const struct grp *g)
+{
+	return g->cfg.witness;
+}
+
 uint64_t grp_incarnation(const struct grp *g)
 {
 	return g->incarnation;
@@ -467,7 +562,7 @@ static int log_new(struct grp *g)
 		rft_err("--listen: no namespace log port above %s", g->listen);
 		return -EINVAL;
 	}
-	for (i = 0; i < g->nodes; i++) {
+	for (i = 0; i < g->members; i++) {
 		addrs[i] = NULL;
 		if (!g->addrs[i])
 			continue; /* a registry group: on_addr() */
@@ -483,7 +578,7 @@ static int log_new(struct grp *g)
 	if (!addrs[g->self])
 		addrs[g->self] = g->raft_listen;
 	lo.self = g->self;
-	lo.nodes = g->nodes;
+	lo.nodes = g->members; /* every voter */
 	lo.incarnation = g->incarnation;
 	lo.addrs = addrs;
 	lo.listen = g->raft_listen;
@@ -599,13 +694,29 @@ int grp_new(const struct grp_config *c, struct grp **out)
 		for (tok = strtok_r(g->addr_buf, ",;", &save); tok;
 		     tok = strtok_r(NULL, ",;", &save))
 			g->addrs[g->nodes++] = tok;
+		g->members = g->nodes;
+		if (c->witnesses) {
+			g->wit_buf = strdup(c->witnesses);
+			if (!g->wit_buf) {
+				rc = -ENOMEM;
+				goto fail;
+			}
+			for (tok = strtok_r(g->wit_buf, ",;", &save); tok;
+			     tok = strtok_r(NULL, ",;", &save))
+				g->addrs[g->members++] = tok;
+		}
 	} else {
+		unsigned w = 0;
+
+		if (c->witnesses)
+			parse_count(c->witnesses, &w); /* checked */
 		g->nodes = (int)c->size;
+		g->members = g->nodes + (int)w;
 	}
 	g->listen = c->listen ? c->listen : g->addrs[g->self];
 
 	to.self = g->self;
-	to.nodes = g->nodes;
+	to.nodes = g->members;
 	to.incarnation = g->incarnation;
 	to.group = c->name;
 	to.addrs = g->addrs;
@@ -623,7 +734,7 @@ int grp_new(const struct grp_config *c, struct grp **out)
 	/* Ten heartbeats per --dead-after; suspect at half of it. */
 	hb = (int)c->dead_after_ms / 10;
 	mo.self = g->self;
-	mo.nodes = g->nodes;
+	mo.nodes = g->members;
 	mo.incarnation = g->incarnation;
 	mo.addrs = c->peers ? g->addrs : NULL;
 	mo.heartbeat_ms = hb < 20 ? 20 : hb > 1000 ? 1000 : hb;
@@ -654,6 +765,7 @@ fail:
 	grp_free(g);
 	return rc;
 }
+
 /* Of @voters raft voters, how many may be lost with a majority left. */
 static int ns_tolerates(int voters)
 {
@@ -665,7 +777,7 @@ static int data_tolerates(const struct grp *g)
 {
 	struct ers_scheme s;
 
-	return grp_protect(g, &s) > 0 ? s.m : 0;
+	return group_scheme(g, &s) > 0 ? s.m : 0;
 }
 
 /*
@@ -675,17 +787,19 @@ static int data_tolerates(const struct grp *g)
  */
 static void warn_tolerance(const struct grp *g)
 {
-	int d = data_tolerates(g), ns = ns_tolerates(g->nodes);
+	int d = data_tolerates(g), ns = ns_tolerates(g->members);
+	int add = 2 * d + 1 - g->members;
 
 	if (d <= ns)
 		return;
 	rft_warn("group %s: --protect %s tolerates %d lost node%s, the "
 		 "namespace log only %d (a majority of its %d voters must "
 		 "live): past %d lost, no change, replacement or rebuild "
-		 "can happen; a group of %d nodes or more tolerates %d in "
-		 "both",
+		 "can happen; with %d witness%s more (--witnesses), or %d "
+		 "data nodes, it tolerates %d in both",
 		 g->cfg.name, g->cfg.protect, d, d == 1 ? "" : "s", ns,
-		 g->nodes, ns, 2 * d + 1, d);
+		 g->members, ns, add, add == 1 ? "" : "es",
+		 2 * d + 1 - (g->members - g->nodes), d);
 }
 
 
@@ -712,9 +826,11 @@ int grp_start(struct grp *g)
 		return rc;
 	}
 	g->started = true;
-	rft_info("group %s: node %d of %d, listening on %s, incarnation "
-		 "%llu%s%s",
-		 g->cfg.name, g->self, g->nodes, g->listen,
+	rft_info("group %s: %s %d of %d data node%s and %d witness%s, "
+		 "listening on %s, incarnation %llu%s%s",
+		 g->cfg.name, g->cfg.witness ? "witness" : "node", g->self,
+		 g->nodes, g->nodes == 1 ? "" : "s", g->members - g->nodes,
+		 g->members - g->nodes == 1 ? "" : "es", g->listen,
 		 (unsigned long long)g->incarnation,
 		 g->cfg.registry ? ", registry " : "",
 		 g->cfg.registry ? g->cfg.registry : "");
@@ -744,6 +860,7 @@ void grp_free(struct grp *g)
 	memb_free(g->memb);
 	peer_free(g->x);
 	free(g->addr_buf);
+	free(g->wit_buf);
 	memset(&g->secret, 0, sizeof(g->secret));
 	pthread_mutex_destroy(&g->lock);
 	free(g);
@@ -783,6 +900,8 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 	memset(info, 0, sizeof(*info));
 	info->self = g->self;
 	info->nodes = g->nodes;
+	info->witnesses = g->members - g->nodes;
+	info->witness = g->cfg.witness;
 	snprintf(info->name, sizeof(info->name), "%s", g->cfg.name);
 	info->incarnation = g->incarnation;
 	info->registry = g->cfg.registry != NULL;
@@ -812,7 +931,7 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 		info->log_bad_handshakes = ls.bad_handshakes;
 		info->log_addrs_unknown = ls.addrs_unknown;
 	}
-	info->voters = info->log_voters > 0 ? info->log_voters : g->nodes;
+	info->voters = info->log_voters > 0 ? info->log_voters : g->members;
 	info->tolerates_data = data_tolerates(g);
 	info->tolerates_namespace = ns_tolerates(info->voters);
 	info->tolerates = info->tolerates_data < info->tolerates_namespace
@@ -830,6 +949,7 @@ int grp_get_info(struct grp *g, struct grp_info *info,
 
 		memset(mi, 0, sizeof(*mi));
 		mi->id = i;
+		mi->witness = i >= g->nodes;
 		snprintf(mi->addr, sizeof(mi->addr), "%s",
 			 i == g->self ? g->listen : mn->addr);
 		if (i == g->self) {

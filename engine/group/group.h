@@ -6,6 +6,12 @@
  * a group: it authenticates its peers with the shared secret, exchanges
  * heartbeats with them and keeps a view of who is up, suspect or dead.
  * Without those options there is no group and nothing here runs.
+ *
+ * Its members are data nodes (ids 0 to N - 1: they mount, hold files and
+ * protect them) and witnesses (ids N to N + W - 1, --witnesses): voters of
+ * the namespace log that hold no data, so that a group can keep a
+ * majority of voters through as many lost data nodes as --protect
+ * tolerates.  Placement, stripes and holders count data nodes only.
  */
 #ifndef RFT_GROUP_H
 #define RFT_GROUP_H
@@ -33,6 +39,13 @@ struct grp_config {
 				   rs:K+M */
 	uint64_t protect_bw;	/* --protect-bw bytes/s; 0: unlimited */
 	const char *codec;	/* --codec auto|isal|gpu (xor, rs); NULL: auto */
+	/*
+	 * --witnesses: the group's namespace-only voters, ids after the data
+	 * nodes'; with --peers their addresses "W0,W1,...", with --registry
+	 * their number.  NULL: none.
+	 */
+	const char *witnesses;
+	bool witness;		/* --witness: this daemon is one of them */
 };
 
 #define GRP_DEAD_AFTER_DEFAULT_MS 5000
@@ -87,6 +100,7 @@ const char *grp_member_state_name(enum grp_member_state s);
 
 struct grp_member_info {
 	int id;
+	bool witness;		/* a namespace-only voter */
 	char addr[128];
 	enum grp_member_state state;
 	uint64_t incarnation;	/* 0 while unknown */
@@ -98,7 +112,9 @@ struct grp_member_info {
 
 struct grp_info {
 	int self;
-	int nodes;
+	int nodes;		/* data nodes: ids 0 to nodes - 1 */
+	int witnesses;		/* ids nodes to nodes + witnesses - 1 */
+	bool witness;		/* self is a witness */
 	char name[64];
 	uint64_t epoch;		/* of this node's view */
 	uint64_t incarnation;	/* this daemon's */
@@ -128,8 +144,8 @@ struct grp_info {
 	 * Nodes the group may lose at once and go on: its data as --protect
 	 * says (any M of them: replicate:R R - 1, xor 1, rs:K+M M; none 0),
 	 * its namespace while a majority of the log's voters live ((V - 1)
-	 * / 2; V the group's nodes until the log counts them).  The group
-	 * tolerates the smaller.
+	 * / 2; V the group's nodes and witnesses until the log counts
+	 * them).  The group tolerates the smaller.
 	 */
 	int tolerates_data, tolerates_namespace, tolerates;
 	int voters;		/* the V above */

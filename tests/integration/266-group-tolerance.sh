@@ -7,7 +7,7 @@
 # warns at start and says what would keep the promise.
 #
 # 1. Two nodes, replicate:2: data 1, namespace 0: the group tolerates 0,
-#    and each daemon warns (a group of 3 nodes or more tolerates 1).
+#    and each daemon warns (a witness more, or a third node, tolerates 1).
 # 2. (full tier) Three nodes, xor: 1 and 1, no warning.
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -32,7 +32,7 @@ wait_states "${M[0]}" "self up"
 wait_agree 30 0 1
 for n in 0 1; do
 	expect_eq "$(tol "${M[$n]}")" "0 1 0 2" "node $n: tolerates, data, namespace, voters"
-	grep -q "group .*: --protect replicate:2 tolerates 1 lost node, the namespace log only 0 (a majority of its 2 voters must live): past 0 lost, no change, replacement or rebuild can happen; a group of 3 nodes or more tolerates 1 in both" "${LOGS[$n]}" ||
+	grep -q "group .*: --protect replicate:2 tolerates 1 lost node, the namespace log only 0 (a majority of its 2 voters must live): past 0 lost, no change, replacement or rebuild can happen; with 1 witness more (--witnesses), or 3 data nodes, it tolerates 1 in both" "${LOGS[$n]}" ||
 		fail "node $n did not warn that replicate:2 outlives the namespace: $(grep -i tolera "${LOGS[$n]}")"
 done
 out=$(admin "${M[0]}" group)

@@ -686,11 +686,15 @@ daemon_alive() {
 	}
 }
 
-# admin MNT ARGS...: run reftfs-admin -m MNT ARGS with a timeout.
+# admin MNT ARGS...: run reftfs-admin -m MNT ARGS with a timeout.  MNT may
+# be a control socket (*.sock: a witness's, which mounts nothing).
 admin() {
 	local m=$1
 	shift
-	timeout 60 "$REFTFS_ADMIN" -m "$m" "$@"
+	case $m in
+	*.sock) timeout 60 "$REFTFS_ADMIN" -s "$m" "$@" ;;
+	*) timeout 60 "$REFTFS_ADMIN" -m "$m" "$@" ;;
+	esac
 }
 
 # mount_tmpfs DIR SIZE: a private tmpfs (root only), unmounted at exit.
@@ -822,20 +826,30 @@ for s in socks:
 PYEOF
 }
 
-# group_init N: a group of N daemons on loopback, not started: a secret
+# group_init N [W]: a group of N daemons on loopback, not started: a secret
 # (SECRET), N free ports (PEERS, the --peers list) and mount points (M[],
-# PID[] empty).
+# PID[] empty); and W witnesses, nodes N to N + W - 1 (WITNESSES, the
+# --witnesses list; their M[] is the control socket, which admin takes).
 group_init() {
-	local n=$1 i ports
+	local n=$1 w=${2:-0} i ports
 	SECRET=$T_TMP/secret
 	new_secret "$SECRET"
-	read -r -a ports <<<"$(free_ports "$n")"
-	PEERS=$(printf '127.0.0.1:%s,' "${ports[@]}")
+	read -r -a ports <<<"$(free_ports $((n + w)))"
+	PEERS=$(printf '127.0.0.1:%s,' "${ports[@]:0:n}")
 	PEERS=${PEERS%,}
+	WITNESSES=""
+	if [ "$w" -gt 0 ]; then
+		WITNESSES=$(printf '127.0.0.1:%s,' "${ports[@]:n}")
+		WITNESSES=${WITNESSES%,}
+	fi
 	M=()
 	PID=()
-	for ((i = 0; i < n; i++)); do
-		M+=("$(new_dir "m$i")")
+	for ((i = 0; i < n + w; i++)); do
+		if [ "$i" -lt "$n" ]; then
+			M+=("$(new_dir "m$i")")
+		else
+			M+=("$T_TMP/witness$i.sock")
+		fi
 		PID+=("")
 	done
 }
@@ -847,9 +861,58 @@ group_node() {
 	local i=$1
 	shift
 	start_daemon "${M[$i]}" --no-prefault --node "$i" --peers "$PEERS" \
+		${WITNESSES:+--witnesses "$WITNESSES"} \
 		--secret-file "$SECRET" --dead-after 2 \
 		--state-dir "$T_TMP/state$i" "$@"
 	PID[$i]=$DAEMON_PID
+}
+
+# start_witness I SOCK [reftfsd options...]: start reftfsd --witness (in
+# the foreground) as node I with control socket SOCK; returns once the
+# socket answers; sets PID[I] and DAEMON_LOG.
+start_witness() {
+	local i=$1 sock=$2 k
+	shift 2
+	_T_NDAEMON=$((_T_NDAEMON + 1))
+	DAEMON_LOG="$T_TMP/daemon.$_T_NDAEMON.log"
+	"$REFTFSD" --witness -f --node "$i" --ctl "$sock" "$@" \
+		>"$DAEMON_LOG" 2>&1 &
+	DAEMON_PID=$!
+	_T_PIDS+=("$DAEMON_PID")
+	_T_LAST_LOG=$DAEMON_LOG
+	PID[$i]=$DAEMON_PID
+	for k in $(seq 1 200); do
+		admin "$sock" group >/dev/null 2>&1 && break
+		daemon_alive "$DAEMON_PID"
+		sleep 0.1
+	done
+	admin "$sock" group >/dev/null ||
+		fail "witness $i's control socket $sock does not answer"
+	log "witness $i started (pid $DAEMON_PID): reftfsd --witness --node $i $*"
+}
+
+# group_witness I [reftfsd options...]: start witness I of the group made
+# by group_init N W, with its own state dir and control socket ${M[I]}.
+group_witness() {
+	local i=$1
+	shift
+	start_witness "$i" "${M[$i]}" --peers "$PEERS" \
+		--witnesses "$WITNESSES" --secret-file "$SECRET" \
+		--dead-after 2 --state-dir "$T_TMP/state$i" "$@"
+}
+
+# stop_witness I: SIGTERM; it must exit 0 within 30 s.
+stop_witness() {
+	local i=$1 pid=${PID[$1]} k rc=0
+	kill -TERM "$pid"
+	for k in $(seq 1 300); do
+		pid_alive "$pid" || break
+		sleep 0.1
+	done
+	pid_alive "$pid" && fail "witness $i (pid $pid) still runs 30 s after SIGTERM"
+	wait "$pid" || rc=$?
+	[ "$rc" = 0 ] || fail "witness $i exited $rc after SIGTERM (want 0)"
+	log "witness $i stopped"
 }
 
 # --- groups across network namespaces ---------------------------------------
