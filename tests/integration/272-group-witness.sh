@@ -23,6 +23,32 @@ REF=$(new_dir ref)
 W=4
 start_node() { group_node "$1" --mem 256M --protect rs:2+2 "${@:2}"; }
 
+# --- options refused (exit 2, the reason) ---------------------------------
+# refused WANT ARGS...: reftfsd ARGS exits 2 within 20 s saying WANT.
+refused() {
+	local want=$1 rc=0 out
+	shift
+	out=$(timeout 20 "$REFTFSD" "$@" 2>&1) || rc=$?
+	[ "$rc" = 2 ] || fail "reftfsd $* exited $rc, want 2: $out"
+	grep -q -- "$want" <<<"$out" || fail "reftfsd $*: no '$want' in: $out"
+}
+G=(--peers "$PEERS" --witnesses "$WITNESSES" --secret-file "$SECRET"
+	--state-dir "$T_TMP/state.unused")
+mkdir -p "$T_TMP/unused"
+refused "a witness mounts nothing" "$T_TMP/unused" -f --witness --node 4 "${G[@]}"
+refused "a witness holds no data" --witness -f --node 4 --mem 64M "${G[@]}"
+refused "not a witness's id" --witness -f --node 1 "${G[@]}"
+refused "start it with --witness" "$T_TMP/unused" -f --node 4 "${G[@]}"
+refused "is not in --peers or --witnesses" "$T_TMP/unused" -f --node 5 "${G[@]}"
+refused "only for a group" "$T_TMP/unused" -f --witnesses "$WITNESSES"
+refused "needs 5 nodes, the group has 4" "$T_TMP/unused" -f --node 0 \
+	"${G[@]}" --protect replicate:5
+refused "the number of witnesses" --witness -f --node 2 --registry \
+	127.0.0.1:1 --group-size 2 --witnesses one --listen 127.0.0.1:1 \
+	--secret-file "$SECRET"
+is_mounted "$T_TMP/unused" && fail "a refused daemon mounted"
+log "witness options refused with their reasons"
+
 # tol MNT: "tolerates data namespace voters witnesses" as MNT says.
 tol() {
 	admin "$1" group --json | "$PY" -c '
