@@ -368,8 +368,9 @@ static const struct ctl_cmd ctl_cmds[] = {
 	{ "flush", CMD_JSON | CMD_WAIT, "[--wait] [--json]",
 	  "write back everything sealed now; --wait shows progress",
 	  rfs_ctl_cmd_flush },
-	{ "group", CMD_JSON, "[--json]",
-	  "the sharding group: members, their state, links, counters",
+	{ "group", CMD_JSON | CMD_WORDS, "[--json] | force-remove NODE...",
+	  "the sharding group: members, their state, links, counters; "
+	  "force-remove: end lost nodes' votes after a lost majority",
 	  rfs_ctl_cmd_group },
 	{ "placement", CMD_JSON | CMD_PATH, "PATH [--json]",
 	  "where each piece of a file is: here, and the nodes that hold it",
@@ -446,6 +447,9 @@ static int parse_args(struct ctl_req *r, int argc, char **argv,
 				return usage_error(o, cmd, "unknown option", a);
 		} else if ((cmd->opts & CMD_PATH) && !r->path) {
 			r->path = a;
+		} else if ((cmd->opts & CMD_WORDS) &&
+			   r->nwords < CTL_MAX_WORDS) {
+			r->words[r->nwords++] = a;
 		} else {
 			return usage_error(o, cmd, "unexpected argument", a);
 		}

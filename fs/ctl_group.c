@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ctl_i.h"
 #include "group.h"
@@ -552,10 +553,57 @@ static const struct rep_text group_text[] = {
 	TABLE("members", &gm_table),
 };
 
+/*
+ * group force-remove NODE...: the operator's step after a lost majority
+ * (docs/operations.md, "Forced recovery").
+ */
+static int force_remove(struct ctl_req *r, struct rep_out *o)
+{
+	int nodes[CTL_MAX_WORDS], n = 0, rc;
+	char msg[512];
+
+	if (!r->g) {
+		rep_out_line(o, 'e', "group force-remove: not in a group");
+		return CTL_EXIT_FAIL;
+	}
+	for (int i = 1; i < r->nwords; i++) {
+		char *end;
+		long v = strtol(r->words[i], &end, 10);
+
+		if (!*r->words[i] || *end || v < 0 || v >= GRP_MAX_MEMBERS) {
+			rep_out_line(o, 'e',
+				     "group force-remove: '%s' is not a node "
+				     "id", r->words[i]);
+			return CTL_EXIT_USAGE;
+		}
+		nodes[n++] = (int)v;
+	}
+	if (!n) {
+		rep_out_line(o, 'e', "usage: group force-remove NODE...");
+		return CTL_EXIT_USAGE;
+	}
+	rc = grp_force_remove(r->g, nodes, n, msg, sizeof(msg));
+	if (rc < 0) {
+		rep_out_line(o, 'e', "group force-remove: refused: %s", msg);
+		return CTL_EXIT_FAIL;
+	}
+	rep_out_line(o, 'o', "group force-remove: %s", msg);
+	return CTL_EXIT_OK;
+}
+
 int rfs_ctl_cmd_group(struct ctl_req *r, struct rep_out *o)
 {
-	struct rep *rep = rep_new(&grp_root);
+	struct rep *rep;
 	struct rep_obj *top;
+
+	if (r->nwords) {
+		if (!strcmp(r->words[0], "force-remove"))
+			return force_remove(r, o);
+		rep_out_line(o, 'e', "group: unknown subcommand '%s' (try "
+				     "force-remove)", r->words[0]);
+		return CTL_EXIT_USAGE;
+	}
+	rep = rep_new(&grp_root);
 
 	if (!rep) {
 		o->err = -ENOMEM;

@@ -44,6 +44,8 @@ enum {
 #define CMD_WAIT (1u << 1) /* takes --wait */
 #define CMD_REPAIR (1u << 3) /* takes --repair */
 #define CMD_PATH (1u << 2) /* takes one optional PATH */
+#define CMD_WORDS (1u << 4) /* takes words after it (a subcommand) */
+#define CTL_MAX_WORDS 16
 
 struct ctl_req;
 
@@ -72,6 +74,8 @@ struct ctl_req {
 	const struct ctl_cmd *cmd;
 	bool json, wait, repair;
 	const char *path; /* ls: NULL for the root */
+	const char *words[CTL_MAX_WORDS]; /* CMD_WORDS: the words after it */
+	int nwords;
 };
 
 /* Send what @o holds now and empty it (--wait streams this way). */

@@ -866,6 +866,42 @@ void grp_free(struct grp *g)
 	free(g);
 }
 
+int grp_force_remove(struct grp *g, const int *nodes, int n, char *msg,
+		     size_t len)
+{
+	struct memb_view *v;
+	bool up[GRP_MAX_NODES] = { false };
+	int i, rc;
+
+	if (!g->log || !g->started) {
+		snprintf(msg, len, "the group has not started");
+		return -EAGAIN;
+	}
+	for (i = 0; i < n; i++) {
+		if (nodes[i] >= 0 && nodes[i] < g->members)
+			continue;
+		snprintf(msg, len, "node %d is not in this group (ids 0 to %d)",
+			 nodes[i], g->members - 1);
+		return -EINVAL;
+	}
+	v = malloc(sizeof(*v));
+	if (!v) {
+		snprintf(msg, len, "out of memory");
+		return -ENOMEM;
+	}
+	memb_get_view(g->memb, v);
+	/* Up, or still heard from: a suspect may be alive. */
+	for (i = 0; i < v->nodes && i < GRP_MAX_NODES; i++)
+		up[i] = i == g->self || v->node[i].state == MEMB_UP ||
+			v->node[i].state == MEMB_SUSPECT;
+	free(v);
+	rc = nslog_force_remove(g->log, nodes, n, up, msg, len);
+	if (rc < 0)
+		rft_warn("group %s: force-remove refused: %s", g->cfg.name,
+			 msg);
+	return rc;
+}
+
 const char *grp_member_state_name(enum grp_member_state s)
 {
 	switch (s) {

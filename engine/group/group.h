@@ -158,4 +158,14 @@ struct grp_info {
 int grp_get_info(struct grp *g, struct grp_info *info,
 		 struct grp_member_info *m, int max);
 
+/*
+ * reftfs-admin group force-remove: end the namespace log membership of
+ * nodes @nodes[0..@n), lost for good with the log's majority, so that it
+ * goes on with the survivors and the lost ids can be replaced (group_i.h,
+ * nslog_force_remove, says when it is refused).  0 with what was done in
+ * @msg, or -errno with why not.  Sleeps (seconds).
+ */
+int grp_force_remove(struct grp *g, const int *nodes, int n, char *msg,
+		     size_t len);
+
 #endif /* RFT_GROUP_H */

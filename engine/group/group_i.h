@@ -791,6 +791,20 @@ void nslog_get_status(struct nslog *l, struct nslog_status *out);
  */
 int nslog_set_addr(struct nslog *l, int node, const char *addr);
 
+/*
+ * Forced recovery of a log whose majority is lost for good (nslog.c,
+ * "Forced recovery"): nodes @gone[0..@ngone) are dead for good, @up[n]
+ * says whether node n is up now.  Refused while a majority of the voters
+ * lives, while a named node is up, while a voter is neither named nor up,
+ * or when another survivor's log is further along (run it there).  Else
+ * raft restarts here with this node as its only voter (raft_recover), the
+ * named nodes' raft ids are retired (a generation each), and every other
+ * survivor is told to join again under a new id.  0 with what was done in
+ * @msg, or -errno with why not.  Any thread but the loop's; sleeps.
+ */
+int nslog_force_remove(struct nslog *l, const int *gone, int ngone,
+		       const bool *up, char *msg, size_t len);
+
 /* --- the group as the engine's group modules see it (group.c) ---------- */
 
 /*

@@ -222,6 +222,7 @@
  * meanwhile).  The answers' queue has its own lock, a leaf.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
@@ -252,7 +253,9 @@ enum {
 	NSLOG_T_BARRIER,	/* append a barrier, tell me its index */
 	NSLOG_T_GEN,		/* a new generation for my node */
 	NSLOG_T_JOIN,		/* make my new raft id a voter */
-	NSLOG_T_LAST = NSLOG_T_JOIN,
+	NSLOG_T_STATE,		/* your term, last and applied index? */
+	NSLOG_T_REJOIN,		/* the log was forced: join it again */
+	NSLOG_T_LAST = NSLOG_T_REJOIN,
 };
 
 /* The header of every entry we append (little-endian). */
@@ -340,7 +343,9 @@ struct pstate {
 
 /* Work for the loop thread. */
 enum op_kind {
-	OP_START,	/* init raft with id (bootstrap when flag) and start */
+	OP_START,	/* init raft with id (bootstrap when flag, or
+			   recover: id the only voter) and start */
+	OP_CLOSE,	/* close raft (and wipe its files when flag) */
 	OP_APPLY,	/* raft_apply(buf) */
 	OP_BARRIER,	/* raft_barrier() */
 	OP_JOIN,	/* a replacement asks: make id a voter */
@@ -373,6 +378,7 @@ struct op {
 	uint64_t id;
 	int node;
 	bool flag;
+	bool recover;
 	union {
 		struct raft_apply apply;
 		struct raft_barrier barrier;
@@ -388,6 +394,7 @@ struct job {
 	uint64_t rid;
 	int rc;			/* 0, or the -errno to answer */
 	bool probe;		/* compose a probe answer (incs[]) */
+	bool state;		/* compose a state answer (NSLOG_T_STATE) */
 	int nincs;
 	uint64_t incs[MAX_INCS];
 	uint32_t meta_len;
@@ -507,6 +514,13 @@ struct nslog {
 
 	pthread_t loop_thread, ctl_thread;
 	bool loop_made, ctl_made;
+	/* A survivor told to join a forced log again (rejoin_main). */
+	pthread_t rejoin_thread;
+	bool rejoin_made;	/* protected by lock */
+	int rejoin_hint;	/* the node that forced it, protected by lock */
+	/* The voters of the configuration (refresh_status). */
+	raft_id voter_ids[GRP_MAX_NODES]; /* protected by lock */
+	int nvoter_ids;		/* protected by lock */
 	struct rft_wq *answers;	/* the worker: jobs, answers to peers */
 
 	/* Loop thread only. */
@@ -517,6 +531,16 @@ struct nslog {
 	bool raft_up;		/* raft_init done, raft_close not called */
 	bool raft_closing;
 	bool stop_seen;
+	/*
+	 * A restart of raft in this process (forced recovery): the OP_CLOSE
+	 * waiting for raft_closed, and the index the state machine had
+	 * applied then.  Raft applies its log again from its last snapshot
+	 * after a restart; what this state machine holds already (the same
+	 * entries: "Forced recovery" above) is skipped, not applied twice.
+	 */
+	struct op *closing_op;
+	bool restarting;
+	uint64_t floor;
 	struct raft raft;
 	struct raft_io io;
 	struct raft_fsm rfsm;
@@ -909,6 +933,38 @@ static bool dir_has_raft_files(const char *dir)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * Remove raft's files from the data dir (a survivor that joins a forced
+ * log again under a new id): everything but nslog.state and the lock.
+ * Loop thread, raft closed.  0 or -errno.
+ */
+static int wipe_raft_files(struct nslog *l)
+{
+	DIR *d = opendir(l->dir);
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		const char *n = de->d_name;
+
+		if (!strcmp(n, ".") || !strcmp(n, "..") ||
+		    !strcmp(n, STATE_FILE) || !strcmp(n, STATE_TMP) ||
+		    !strcmp(n, LOCK_FILE))
+			continue;
+		if (unlinkat(dirfd(d), n, 0) < 0 && errno != ENOENT && !rc)
+			rc = -errno;
+	}
+	closedir(d);
+	if (rc == 0)
+		rc = fsync_dir(l->dir);
+	if (rc < 0)
+		rft_err("node %d: cannot empty %s of raft's files: %s",
+			l->self, l->dir, strerror(-rc));
+	return rc;
 }
 
 static int mkdir_p(const char *dir)
@@ -1328,7 +1384,13 @@ static const char *tr_check_peer(void *ctx, uint32_t node, uint64_t id)
 {
 	struct nslog *l = ctx;
 
-	return node_of(l, id) == (int)node ? NULL : "a raft id of another node";
+	if (node_of(l, id) != (int)node)
+		return "a raft id of another node";
+	/* Loop thread: l->gen is the log's, applied here. */
+	if (gen_of(id) < l->gen[node].gen)
+		return "an old raft id of a node replaced or removed since "
+		       "(its state dir must be emptied to join again)";
+	return NULL;
 }
 
 /* raft_uv_transport->init: called by raft_init() through raft_uv. */
@@ -1639,6 +1701,8 @@ static int rfsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
 
 	memset(o, 0, sizeof(*o));
 	*result = o;
+	if (index <= l->floor)
+		return 0; /* applied before raft restarted */
 	if (ent_decode(l, buf->base, buf->len, &e) < 0) {
 		/* Only this file appends entries: nothing to apply. */
 		rft_err("node %d: entry %llu is malformed, skipped", l->self,
@@ -1831,6 +1895,11 @@ static int rfsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
 	for (i = 0; i < ng; i++, p += GEN_REC_LEN)
 		if (rft_get_le32(p) >= (uint32_t)l->nodes)
 			goto bad;
+	if (index && index <= l->floor) {
+		/* Raft restarted: this state machine is past it already. */
+		raft_free(buf->base);
+		return 0;
+	}
 	rc = l->fsm.restore(l->fsm.ctx, index, h + need, ulen);
 	if (rc < 0) {
 		rft_err("node %d: state machine restore failed: %s", l->self,
@@ -2036,8 +2105,9 @@ static bool status_equal(const struct nslog_status *a,
 static void refresh_status(struct nslog *l)
 {
 	struct nslog_status s;
-	raft_id lid = 0;
+	raft_id lid = 0, ids[GRP_MAX_NODES];
 	const char *addr = NULL;
+	int nids = 0;
 
 	memset(&s, 0, sizeof(s));
 	s.leader = -1;
@@ -2057,11 +2127,15 @@ static void refresh_status(struct nslog *l)
 			if (sv->role != RAFT_VOTER)
 				continue;
 			s.voters++;
+			if (nids < GRP_MAX_NODES)
+				ids[nids++] = sv->id;
 			if (sv->id == l->raft.id)
 				s.self_voter = true;
 		}
 	}
 	pthread_mutex_lock(&l->lock);
+	memcpy(l->voter_ids, ids, sizeof(ids[0]) * (size_t)nids);
+	l->nvoter_ids = nids;
 	if (!status_equal(&s, &l->st)) {
 		l->st = s;
 		pthread_cond_broadcast(&l->cond);
@@ -2170,14 +2244,24 @@ static void loop_close_handles(struct nslog *l)
 	uv_close((uv_handle_t *)&l->wake, NULL);
 }
 
+static int wipe_raft_files(struct nslog *l);
+
 static void raft_closed(struct raft *r)
 {
 	struct nslog *l = r->data;
+	struct op *op = l->closing_op;
 
 	raft_uv_close(&l->io);
 	l->raft_up = false;
 	l->raft_closing = false;
+	l->closing_op = NULL;
 	refresh_status(l);
+	if (op)
+		op_finish(l, op,
+			  l->stop_seen ? -ESHUTDOWN
+			  : op->flag   ? wipe_raft_files(l)
+				       : 0,
+			  0);
 	if (l->stop_seen)
 		loop_close_handles(l);
 }
@@ -2202,8 +2286,12 @@ static unsigned install_ms(const struct nslog *l)
 	return clampu(4 * l->election_ms, 2000, 10000);
 }
 
-/* raft_init with @id, bootstrap the static configuration if asked, start. */
-static int raft_go(struct nslog *l, raft_id id, bool bootstrap)
+/*
+ * raft_init with @id, bootstrap the static configuration if asked (or,
+ * @recover, force a configuration of @id alone: nslog_force_remove),
+ * start.
+ */
+static int raft_go(struct nslog *l, raft_id id, bool bootstrap, bool recover)
 {
 	struct raft_configuration conf;
 	unsigned trailing = l->snapshot_every / 2;
@@ -2265,6 +2353,20 @@ static int raft_go(struct nslog *l, raft_id id, bool bootstrap)
 			return -EIO;
 		}
 	}
+	if (recover) {
+		raft_configuration_init(&conf);
+		raft_label(id, label, sizeof(label));
+		rv = raft_configuration_add(&conf, id, label, RAFT_VOTER);
+		if (rv == 0)
+			rv = raft_recover(&l->raft, &conf);
+		raft_configuration_close(&conf);
+		if (rv != 0) {
+			rft_err("node %d: raft_recover: %s", l->self,
+				raft_strerror(rv));
+			raft_shut(l);
+			return -EIO;
+		}
+	}
 	rv = raft_start(&l->raft);
 	if (rv != 0) {
 		rft_err("node %d: raft_start: %s", l->self,
@@ -2272,9 +2374,23 @@ static int raft_go(struct nslog *l, raft_id id, bool bootstrap)
 		raft_shut(l);
 		return -EIO;
 	}
+	l->restarting = false;
+	l->join.active = false;
 	rft_info("node %d: raft started as id %llu%s", l->self,
-		 (unsigned long long)id, bootstrap ? " (bootstrapped)" : "");
+		 (unsigned long long)id,
+		 bootstrap ? " (bootstrapped)"
+		 : recover ? " (recovered: the only voter)"
+			   : "");
 	return 0;
+}
+
+/* A request raft dropped because it restarts: asked again, not failed. */
+static int restart_errno(const struct nslog *l, int status)
+{
+	if (l->restarting &&
+	    (status == RAFT_SHUTDOWN || status == RAFT_CANCELED))
+		return -EAGAIN;
+	return raft_errno(status);
 }
 
 static void apply_cb(struct raft_apply *req, int status, void *result)
@@ -2283,7 +2399,7 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
 	const struct apply_out *o = result;
 
 	if (status != 0)
-		op_finish(op->l, op, raft_errno(status), 0);
+		op_finish(op->l, op, restart_errno(op->l, status), 0);
 	else
 		op_finish(op->l, op, 0, o && o->value ? o->value : req->index);
 }
@@ -2292,7 +2408,8 @@ static void barrier_cb(struct raft_barrier *req, int status)
 {
 	struct op *op = req->data;
 
-	op_finish(op->l, op, raft_errno(status), status ? 0 : req->index);
+	op_finish(op->l, op, restart_errno(op->l, status),
+		  status ? 0 : req->index);
 }
 
 /* True when @id is node's only id in the configuration, and a voter. */
@@ -2443,7 +2560,19 @@ static void run_op(struct nslog *l, struct op *op)
 		return op_finish(l, op, -ESHUTDOWN, 0);
 	switch (op->kind) {
 	case OP_START:
-		op_finish(l, op, raft_go(l, op->id, op->flag), 0);
+		op_finish(l, op, raft_go(l, op->id, op->flag, op->recover), 0);
+		break;
+	case OP_CLOSE:
+		if (l->raft_closing || l->closing_op)
+			return op_finish(l, op, -EBUSY, 0);
+		if (!l->raft_up)
+			return op_finish(l, op, op->flag ? wipe_raft_files(l) : 0,
+					 0);
+		if (raft_last_applied(&l->raft) > l->floor)
+			l->floor = raft_last_applied(&l->raft);
+		l->restarting = true;
+		l->closing_op = op;
+		raft_shut(l);
 		break;
 	case OP_APPLY:
 		if (!raft_ready(l))
@@ -2552,6 +2681,57 @@ static int rx_probe(struct nslog *l, int node, const struct peer_frame *f)
 	return 0;
 }
 
+static int rx_state(struct nslog *l, int node, const struct peer_frame *f)
+{
+	struct job *j;
+
+	if (f->bulk_len || f->meta_len)
+		return -EPROTO;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return 0; /* it asks again */
+	j->state = true;
+	j->node = node;
+	j->type = f->type;
+	j->rid = f->rid;
+	queue_job(l, j);
+	return 0;
+}
+
+static void *rejoin_main(void *arg);
+
+/*
+ * @node forced the log to itself alone (nslog_force_remove) and tells
+ * this survivor to join it again.  Taken only while this node knows no
+ * leader (its log has no majority), once.
+ */
+static int rx_rejoin(struct nslog *l, int node, const struct peer_frame *f)
+{
+	int rc = 0;
+
+	if (f->bulk_len || f->meta_len)
+		return -EPROTO;
+	pthread_mutex_lock(&l->lock);
+	if (l->stopping || l->ps.state != PS_ACTIVE)
+		rc = -EAGAIN;
+	else if (l->rejoin_made)
+		rc = -EALREADY;
+	else if (l->st.leader >= 0 && l->st.leader != node)
+		rc = -EBUSY; /* this log has a leader: not ours to leave */
+	if (rc == 0) {
+		l->rejoin_hint = node;
+		rc = -pthread_create(&l->rejoin_thread, NULL, rejoin_main, l);
+		l->rejoin_made = rc == 0;
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (rc == 0)
+		rft_warn("node %d: node %d forced the namespace log after a "
+			 "lost majority: joining it again as a new raft id",
+			 l->self, node);
+	answer(l, node, f->type, f->rid, rc, NULL, 0);
+	return 0;
+}
+
 /*
  * A request from @node (transport thread: no waiting here).  Proposals,
  * barriers and joins go to the loop, which answers through the worker.
@@ -2570,6 +2750,10 @@ static int rx_deliver(void *ctx, int node, const struct peer_frame *f,
 	switch (f->type) {
 	case NSLOG_T_PROBE:
 		return rx_probe(l, node, f);
+	case NSLOG_T_STATE:
+		return rx_state(l, node, f);
+	case NSLOG_T_REJOIN:
+		return rx_rejoin(l, node, f);
 	case NSLOG_T_SUBMIT:
 		if (f->meta_len != ENT_HDR_LEN || f->bulk_len > NSLOG_ENTRY_MAX)
 			return -EPROTO;
@@ -2678,6 +2862,14 @@ static void run_job(struct nslog *l, struct job *j)
 
 	if (j->probe) {
 		probe_answer(l, j, meta);
+		rep.meta = meta;
+		rep.meta_len = sizeof(meta);
+	} else if (j->state) {
+		pthread_mutex_lock(&l->lock);
+		rft_put_le64(meta, l->st.term);
+		rft_put_le64(meta + 8, l->st.last_index);
+		rft_put_le64(meta + 16, l->st.applied_index);
+		pthread_mutex_unlock(&l->lock);
 		rep.meta = meta;
 		rep.meta_len = sizeof(meta);
 	} else if (j->rc) {
@@ -3007,6 +3199,56 @@ static void *ctl_main(void *arg)
 	return NULL;
 }
 
+/*
+ * A survivor of a forced log (rx_rejoin): ask its new leader for a new
+ * generation, close raft, empty its dir, become "active" under the new
+ * id, start raft with an empty log and join as a replacement would.  The
+ * state machine keeps what it holds: raft brings the entries after it
+ * (l->floor).  The daemon and its mount stay up meanwhile; calls that
+ * need the log wait or fail as without a majority.
+ */
+static void *rejoin_main(void *arg)
+{
+	struct nslog *l = arg;
+	struct probe_round r;
+	struct op *op;
+	raft_id id;
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	r.some_active = -1;
+	pthread_mutex_lock(&l->lock);
+	r.hint = l->rejoin_hint;
+	pthread_mutex_unlock(&l->lock);
+	id = ctl_new_gen(l, &r);
+	if (!id)
+		return NULL; /* stopping */
+	op = op_new(OP_CLOSE, true);
+	if (!op)
+		return NULL;
+	op->flag = true; /* wipe */
+	rc = run_local(l, op, 0, NULL);
+	if (rc == 0)
+		rc = ctl_activate(l, id, false, NULL);
+	if (rc == 0) {
+		op = op_new(OP_START, true);
+		if (!op)
+			return NULL;
+		op->id = id;
+		rc = run_local(l, op, 0, NULL);
+	}
+	if (rc < 0) {
+		if (rc != -ESHUTDOWN)
+			rft_err("node %d: cannot join the forced namespace log "
+				"again: %s (restart this daemon on an emptied "
+				"state dir)",
+				l->self, strerror(-rc));
+		return NULL;
+	}
+	ctl_join(l, id);
+	return NULL;
+}
+
 /* --- the API ------------------------------------------------------------ */
 
 static bool group_name_ok(const char *g)
@@ -3300,6 +3542,11 @@ void nslog_stop(struct nslog *l)
 	if (l->ctl_made) {
 		pthread_join(l->ctl_thread, NULL);
 		l->ctl_made = false;
+	}
+	/* No new one: rx_rejoin refuses once stopping. */
+	if (l->rejoin_made) {
+		pthread_join(l->rejoin_thread, NULL);
+		l->rejoin_made = false;
 	}
 	if (l->loop_made) {
 		pthread_mutex_lock(&l->lock);
@@ -3659,4 +3906,225 @@ int nslog_set_addr(struct nslog *l, int node, const char *addr)
 	if (post_op(l, op) < 0)
 		op_free(op);
 	return 0;
+}
+
+/* --- forced recovery ------------------------------------------------------ */
+
+static int say(char *msg, size_t len, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int say(char *msg, size_t len, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* Append a generation entry for @node (nslog_force_remove): its old raft
+ * ids are refused from then on (tr_check_peer). */
+static int bump_gen(struct nslog *l, int node, uint64_t until)
+{
+	struct op *op = op_new(OP_APPLY, true);
+	uint64_t rid;
+
+	if (!op)
+		return -ENOMEM;
+	op->buf.len = ENT_HDR_LEN;
+	op->buf.base = raft_malloc(op->buf.len);
+	if (!op->buf.base) {
+		free(op);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&l->lock);
+	rid = ++l->next_rid;
+	pthread_mutex_unlock(&l->lock);
+	ent_hdr(op->buf.base, ENT_GEN, node, l->inc, rid, 0);
+	return run_local(l, op, until, NULL);
+}
+
+int nslog_force_remove(struct nslog *l, const int *gone, int ngone,
+		       const bool *up, char *msg, size_t len)
+{
+	struct nslog_status me;
+	raft_id ids[GRP_MAX_NODES];
+	int nids, survivors[GRP_MAX_NODES], ns = 0, i, k, rc;
+	bool named[GRP_MAX_NODES] = { false };
+	uint64_t until;
+	struct op *op;
+	char told[256] = "";
+	size_t tl = 0;
+
+	rc = enter(l);
+	if (rc < 0)
+		return say(msg, len, rc, "the namespace log is not running");
+	pthread_mutex_lock(&l->lock);
+	me = l->st;
+	nids = l->nvoter_ids;
+	memcpy(ids, l->voter_ids, sizeof(ids[0]) * (size_t)nids);
+	pthread_mutex_unlock(&l->lock);
+	if (!me.raft_id || !me.self_voter) {
+		rc = say(msg, len, -EAGAIN,
+			 "this node is no voter of the namespace log (yet): "
+			 "run it on a survivor that is");
+		goto out;
+	}
+	for (i = 0; i < ngone; i++) {
+		int n = gone[i];
+		bool voter = false;
+
+		for (k = 0; k < nids; k++)
+			voter |= node_of(l, ids[k]) == n;
+		if (n == l->self) {
+			rc = say(msg, len, -EINVAL,
+				 "node %d is this node: run it on a survivor",
+				 n);
+			goto out;
+		}
+		if (!voter) {
+			rc = say(msg, len, -EINVAL,
+				 "node %d has no vote in the namespace log",
+				 n);
+			goto out;
+		}
+		if (up[n]) {
+			rc = say(msg, len, -EBUSY,
+				 "node %d is up: force-remove is for nodes "
+				 "lost for good (stop it first)",
+				 n);
+			goto out;
+		}
+		named[n] = true;
+	}
+	for (k = 0; k < nids; k++) {
+		int n = node_of(l, ids[k]);
+
+		if (n < 0 || named[n])
+			continue;
+		if (n != l->self && !up[n]) {
+			rc = say(msg, len, -EINVAL,
+				 "node %d has a vote and is neither named nor "
+				 "up: name it too, or start it",
+				 n);
+			goto out;
+		}
+		survivors[ns++] = n;
+	}
+	if (2 * ns > nids || me.leader >= 0) {
+		rc = say(msg, len, -EEXIST,
+			 "a majority of the namespace log's voters is alive "
+			 "(%d of %d): nothing to force; a lost node's "
+			 "replacement, started on an empty state dir, joins "
+			 "by itself",
+			 ns, nids);
+		goto out;
+	}
+	/*
+	 * raft_recover's contract (raft.h): run once, on the survivor with
+	 * the highest term and the longest log.  Entries a survivor applied
+	 * are committed, so they are in that log at the same index.
+	 */
+	for (i = 0; i < ns; i++) {
+		struct peer_frame req = { .type = NSLOG_T_STATE };
+		uint8_t rm[24];
+		struct peer_reply rep = { .meta = rm, .meta_cap = sizeof(rm) };
+		uint64_t term, last, applied;
+		int n = survivors[i];
+
+		if (n == l->self)
+			continue;
+		rc = peer_call(l->x, n, &req, &rep, (int)probe_ms(l) * 4);
+		if (rc == 0 && rep.meta_len != sizeof(rm))
+			rc = -EPROTO;
+		if (rc < 0) {
+			rc = say(msg, len, rc,
+				 "survivor node %d does not say where its log "
+				 "is (%s): every survivor must answer",
+				 n, strerror(-rc));
+			goto out;
+		}
+		term = rft_get_le64(rm);
+		last = rft_get_le64(rm + 8);
+		applied = rft_get_le64(rm + 16);
+		if (term > me.term || (term == me.term && last > me.last_index)) {
+			rc = say(msg, len, -EAGAIN,
+				 "node %d's log is further along (term %llu, "
+				 "last index %llu; here %llu, %llu): run "
+				 "force-remove on node %d",
+				 n, (unsigned long long)term,
+				 (unsigned long long)last,
+				 (unsigned long long)me.term,
+				 (unsigned long long)me.last_index, n);
+			goto out;
+		}
+		if (applied > me.last_index) {
+			rc = say(msg, len, -EIO,
+				 "node %d applied index %llu, past this log's "
+				 "last %llu: not forced",
+				 n, (unsigned long long)applied,
+				 (unsigned long long)me.last_index);
+			goto out;
+		}
+	}
+	rft_warn("node %d: forcing the namespace log after a lost majority: "
+		 "this node the only voter (term %llu, last index %llu)",
+		 l->self, (unsigned long long)me.term,
+		 (unsigned long long)me.last_index);
+	op = op_new(OP_CLOSE, true);
+	rc = op ? run_local(l, op, 0, NULL) : -ENOMEM;
+	if (rc == 0) {
+		op = op_new(OP_START, true);
+		if (op) {
+			op->id = me.raft_id;
+			op->recover = true;
+		}
+		rc = op ? run_local(l, op, 0, NULL) : -ENOMEM;
+	}
+	if (rc < 0) {
+		rc = say(msg, len, rc,
+			 "raft could not restart with the forced "
+			 "configuration (%s): see the daemon's log",
+			 strerror(-rc));
+		goto out;
+	}
+	/* Alone, it leads at its first election. */
+	until = rft_now_ms() + 10000;
+	pthread_mutex_lock(&l->lock);
+	while (!l->st.is_leader && !l->stopping && rft_now_ms() < until)
+		wait_until(l, &l->cond, until);
+	rc = l->st.is_leader ? 0 : -ETIMEDOUT;
+	pthread_mutex_unlock(&l->lock);
+	for (i = 0; i < ngone && rc == 0; i++)
+		rc = bump_gen(l, gone[i], until);
+	if (rc < 0) {
+		rc = say(msg, len, rc,
+			 "the forced log did not take its first entries (%s)",
+			 strerror(-rc));
+		goto out;
+	}
+	for (i = 0; i < ns; i++) {
+		struct peer_frame req = { .type = NSLOG_T_REJOIN };
+		struct peer_reply rep = { 0 };
+		int n = survivors[i], r;
+
+		if (n == l->self)
+			continue;
+		r = peer_call(l->x, n, &req, &rep, (int)probe_ms(l) * 4);
+		if (tl < sizeof(told))
+			tl += (size_t)snprintf(told + tl, sizeof(told) - tl,
+					       "; node %d %s", n,
+					       r == 0 ? "joins it again"
+						      : strerror(-r));
+	}
+	rc = say(msg, len, 0,
+		 "the namespace log now has node %d as its only voter; "
+		 "removed: the lost nodes' old ids (their replacements join "
+		 "on empty state dirs)%s",
+		 l->self, told);
+	rft_warn("node %d: %s", l->self, msg);
+out:
+	leave(l);
+	return rc;
 }

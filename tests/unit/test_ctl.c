@@ -90,6 +90,22 @@ const char *grp_member_state_name(enum grp_member_state st)
 	return (unsigned)st < 5 ? n[st] : "?";
 }
 
+/* What the last "group force-remove" asked for (fake_force_remove). */
+static int fake_removed[8], fake_nremoved;
+
+int grp_force_remove(struct grp *g, const int *nodes, int n, char *msg,
+		     size_t len)
+{
+	fake_nremoved = n < 8 ? n : 8;
+	memcpy(fake_removed, nodes, sizeof(int) * (size_t)fake_nremoved);
+	if (nodes[0] == 1) {
+		snprintf(msg, len, "node 1 is this node");
+		return -EINVAL;
+	}
+	snprintf(msg, len, "forced");
+	return 0;
+}
+
 int grp_get_info(struct grp *g, struct grp_info *info,
 		 struct grp_member_info *m, int max)
 {
@@ -746,8 +762,9 @@ static void test_group(void **state)
 	a = ask(*state, "group --json\n");
 	assert_int_equal(frame_check(a), 0);
 	assert_non_null(strstr(a, "\"group\":{\"enabled\":true,\"name\":\"g0\""));
-	assert_non_null(strstr(a, "{\"node\":\"2\",\"address\":"
-				  "\"127.0.0.1:7072\",\"state\":\"dead\""));
+	assert_non_null(strstr(a, "{\"node\":\"2\",\"role\":\"data\","
+				  "\"address\":\"127.0.0.1:7072\","
+				  "\"state\":\"dead\""));
 	assert_non_null(strstr(a, "\"log\":true"));
 	assert_non_null(strstr(a, "\"log_role\":\"follower\""));
 	assert_non_null(strstr(a, "\"log_term\":4"));
@@ -774,6 +791,36 @@ static void test_group(void **state)
 	assert_non_null(strstr(a, "reftfs_peer_copies_there_bytes{peer=\"0\"} 5242880\n"));
 	assert_non_null(strstr(a, "reftfs_peer_copies_here_bytes{peer=\"2\"} 2097152\n"));
 	free(a);
+}
+
+/* group force-remove NODE...: the ids reach the group; bad ones do not. */
+static void test_group_force_remove(void **state)
+{
+	char *a;
+
+	a = ask(*state, "group force-remove 2 0\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "group force-remove: forced"));
+	assert_int_equal(fake_nremoved, 2);
+	assert_int_equal(fake_removed[0], 2);
+	assert_int_equal(fake_removed[1], 0);
+	free(a);
+	a = ask(*state, "group force-remove 1\n");
+	assert_non_null(strstr(a, "refused: node 1 is this node"));
+	assert_int_equal(frame_check(a), 1);
+	free(a);
+	fake_nremoved = 0;
+	for (int i = 0; i < 3; i++) {
+		static const char *const bad[] = {
+			"group force-remove\n", "group force-remove x\n",
+			"group forget 2\n",
+		};
+
+		a = ask(*state, bad[i]);
+		assert_int_equal(frame_check(a), 2);
+		free(a);
+	}
+	assert_int_equal(fake_nremoved, 0);
 }
 
 /* A daemon whose node was taken over says so everywhere. */
@@ -1430,6 +1477,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_group_log_waiting,
 						setup_group, teardown),
 		cmocka_unit_test_setup_teardown(test_group_log_registry_waiting,
+						setup_group, teardown),
+		cmocka_unit_test_setup_teardown(test_group_force_remove,
 						setup_group, teardown),
 		cmocka_unit_test_setup_teardown(test_group_taken_over,
 						setup_group, teardown),
