@@ -34,7 +34,12 @@
  * with an empty disk.  An id is never reused: a server that lost its disk
  * has forgotten its votes and which entries it acknowledged, and coming
  * back under the same id could let it vote twice in a term or let a
- * committed entry vanish.
+ * committed entry vanish.  A raft link from an id older than its node's
+ * generation in the log (a node replaced or removed since, restarted on
+ * its old disk) is refused at the handshake (tr_check_peer).
+ *
+ * Voters.  Every member of the group votes: the data nodes and the
+ * witnesses (group.h), nodes 0 to o->nodes - 1 here alike.
  *
  * First start and replacement.  The data dir holds raft's files and our
  * own small file, nslog.state (written atomically before raft may use an
@@ -47,15 +52,15 @@
  *    "unknown" (with this daemon's incarnation) and ask every peer over
  *    o->x (PEER_T_NSLOG_PROBE): "do you have the group's log?".  A peer
  *    without one answers "empty" (and we remember that we saw it empty, in
- *    that incarnation: a "witness").  Then:
+ *    that incarnation: "seen empty").  Then:
  *      . every peer answered "empty": this is the group's first start; we
  *        bootstrap raft with the static configuration (ids 1..N, all
  *        voters), identical on every node, and become "active";
- *      . a peer with a log says it witnessed us empty in one of the
+ *      . a peer with a log says it saw us empty in one of the
  *        incarnations this disk has run as "unknown": we are a node of the
  *        first start that was slow (or restarted before it began), whose
  *        generation-0 id has never been used: we bootstrap the same way;
- *      . a peer has a log and none witnessed us (after every peer answered,
+ *      . a peer has a log and none saw us empty (after every peer answered,
  *        or after a grace period with some unreachable): this node ran
  *        before on a disk it lost, so it is a replacement.  It asks the
  *        leader for a new generation (an entry in the log, so every node
@@ -69,8 +74,39 @@
  *      . no peer has a log and some did not answer: keep asking.  A group's
  *        first start needs every node up once.
  *    A wrong decision for "replacement" costs a generation and is safe; the
- *    "witness" rule keeps the unsafe one (reusing a used id) from happening
+ *    "seen empty" rule keeps the unsafe one (reusing a used id) from happening
  *    as long as daemons use a new incarnation at every start.
+ *
+ * Forced recovery (nslog_force_remove, the operator's step when a majority
+ * of the voters is lost for good: no change can commit, no replacement can
+ * join).  libraft's raft_recover appends a configuration to a closed
+ * server's log; its contract is that it runs once, on the survivor with
+ * the highest term and the longest log, and that the other survivors get
+ * that log.  Here the daemons and their mounts stay up:
+ *  - the operator names the lost nodes on a survivor.  Refused while a
+ *    majority of the voters lives, while a named node is up, while a
+ *    voter is neither named nor up, and on any survivor but the one whose
+ *    (term, last index) is highest (ties: the lowest node id): every
+ *    survivor is asked (NSLOG_T_STATE), and the refusal names the one;
+ *  - that one closes raft, reopens its log with raft_recover(itself the
+ *    only voter), starts, and leads at once; it appends a generation for
+ *    each lost node, so that their old ids are refused from then on: a
+ *    lost node restarted on its old disk never joins, and never forms a
+ *    second group with the others' old ids;
+ *  - it tells every other survivor (NSLOG_T_REJOIN), which asks it for a
+ *    new generation, closes raft, empties its dir but nslog.state, and
+ *    joins as a replacement does (rejoin_main).  That is the "copy of the
+ *    log": raft sends it the chosen log (snapshot and entries).
+ * A survivor's state machine is not emptied: the entries it applied are
+ * committed, so the chosen log holds them at the same indices (a leader's
+ * log holds every committed entry, and the chosen log, highest in term and
+ * length, agrees with the last leader's up to its end).  Raft applies its
+ * log again from its last snapshot after the restart; l->floor, the index
+ * applied before, makes apply and restore skip what the state machine
+ * holds, and no snapshot is taken below it.  Entries the chosen log held
+ * uncommitted are committed by the new configuration: a call that timed
+ * out waiting for one may have happened after all, as after any leader
+ * change.  The lost ids are then free for replacements on new machines.
  *
  * One daemon per data dir.  Two raft instances with one id on one set of
  * files (a second daemon started for a node whose daemon still runs)
@@ -184,10 +220,10 @@
  *
  *   NSLOG_T_PROBE    meta: the incarnations this disk ran as "unknown"
  *                    (u64 each, 1..MAX_INCS).  Answer, 24 bytes: active
- *                    u8, witnessed u8 (active and saw the asker empty in
+ *                    u8, seen empty u8 (active and saw the asker empty in
  *                    one of them), leader node i16 (-1), zero u32, raft id
  *                    u64 (0 before "active"), incarnation u64 (the
- *                    answerer's; what an asker remembers as a witness).
+ *                    answerer's; what an asker remembers as seen empty).
  *   NSLOG_T_SUBMIT   meta: entry header (kind 1, node = the sender); bulk:
  *                    the entry (at most NSLOG_ENTRY_MAX).  Answered once
  *                    committed: u64 index.
@@ -197,6 +233,12 @@
  *   NSLOG_T_JOIN     meta: u64 raft id.  Answered at once: u8 1 when that
  *                    id is its node's only one and a voter, else 0 (the
  *                    leader works on it; the node asks again).
+ *   NSLOG_T_STATE    no meta.  Answer, 24 bytes: term u64, last index
+ *                    u64, applied index u64 (forced recovery's choice).
+ *   NSLOG_T_REJOIN   no meta.  The sender forced the log to itself alone:
+ *                    join it again under a new id.  Taken only while this
+ *                    node knows no leader or knows the sender as one,
+ *                    once per daemon; answered at once (0, -EBUSY, ...).
  *
  * A frame that breaks these rules (sizes, a header in another node's name,
  * flags) is refused with -EPROTO: the transport counts it and closes the
@@ -209,7 +251,8 @@
  * FIFO list of at most JOBS_MAX answers), sends what the loop and the
  * transport's receive callbacks must not wait for (answers to peers);
  * answers not yet sent at the stop are dropped.  A control thread runs
- * the first start or the replacement (it waits on peers) and ends.
+ * the first start or the replacement (it waits on peers) and ends; a
+ * rejoin thread the same after a forced recovery (rx_rejoin).
  * Callers of nslog_submit/nslog_barrier wait on l->cond.
  * The loop thread blocks SIGPIPE: a raft link closed under a write fails
  * that write (EPIPE) instead of killing the daemon.
@@ -338,7 +381,8 @@ struct pstate {
 	bool started;		/* raft ran on this disk under raft_id */
 	int nincs;
 	uint64_t incs[MAX_INCS]; /* incarnations that ran while "unknown" */
-	uint64_t witness[GRP_MAX_NODES]; /* seen empty in this incarnation */
+	uint64_t seen_empty[GRP_MAX_NODES]; /* seen empty in this incarnation
+					     ("witness" in the file) */
 };
 
 /* Work for the loop thread. */
@@ -793,9 +837,9 @@ static int ps_save(struct nslog *l, const struct pstate *ps)
 		fprintf(f, " %llx", (unsigned long long)ps->incs[i]);
 	fprintf(f, "\nwitness");
 	for (i = 0; i < l->nodes; i++)
-		if (ps->witness[i])
+		if (ps->seen_empty[i])
 			fprintf(f, " %d:%llx", i,
-				(unsigned long long)ps->witness[i]);
+				(unsigned long long)ps->seen_empty[i]);
 	fprintf(f, "\n");
 	if (fflush(f) != 0 || fsync(fileno(f)) < 0)
 		rc = -errno;
@@ -878,7 +922,7 @@ static int ps_line(struct nslog *l, struct pstate *ps, char *line)
 			if (sscanf(tok, "%d:%llx%n", &d, &v, &n) != 2 ||
 			    tok[n] || d < 0 || d >= l->nodes)
 				return -EINVAL;
-			ps->witness[d] = v;
+			ps->seen_empty[d] = v;
 		}
 		return 0;
 	}
@@ -1736,6 +1780,13 @@ static int rfsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
 	uint8_t *h, *p;
 	int node, i, rc;
 
+	/*
+	 * Raft restarted and is applying again what this state machine
+	 * holds already (l->floor): a snapshot now would be of a later state
+	 * than its index says.  Raft takes one at a later entry instead.
+	 */
+	if (raft_last_applied(&l->raft) < l->floor)
+		return RAFT_BUSY;
 	rc = l->fsm.snapshot(l->fsm.ctx, &ubuf, &ulen);
 	if (rc < 0) {
 		rft_err("node %d: state machine snapshot failed: %s", l->self,
@@ -2835,19 +2886,19 @@ static void probe_answer(struct nslog *l, const struct job *j,
 {
 	enum ps_state state;
 	uint64_t w, id;
-	bool witnessed = false;
+	bool saw_empty = false;
 	int leader;
 
 	pthread_mutex_lock(&l->lock);
 	state = l->ps.state;
-	w = l->ps.witness[j->node];
+	w = l->ps.seen_empty[j->node];
 	id = l->ps.raft_id;
 	leader = l->st.leader;
 	pthread_mutex_unlock(&l->lock);
 	for (int i = 0; w && i < j->nincs; i++)
-		witnessed |= j->incs[i] == w;
+		saw_empty |= j->incs[i] == w;
 	meta[0] = state == PS_ACTIVE;
-	meta[1] = state == PS_ACTIVE && witnessed;
+	meta[1] = state == PS_ACTIVE && saw_empty;
 	rft_put_le16(meta + 2, (uint16_t)(int16_t)leader);
 	rft_put_le32(meta + 4, 0);
 	rft_put_le64(meta + 8, id);
@@ -2921,7 +2972,7 @@ static bool stopping(struct nslog *l)
 
 struct probe_round {
 	int answered, active;
-	bool witnessed;		/* an active peer saw this disk empty */
+	bool saw_us_empty;	/* an active peer saw this disk empty */
 	int hint;		/* a leader named by an active peer */
 	int some_active;
 	uint64_t empty[GRP_MAX_NODES]; /* incarnations seen empty */
@@ -2975,7 +3026,7 @@ static void probe_all(struct nslog *l, struct probe_round *r)
 			continue;
 		}
 		r->active++;
-		r->witnessed |= rm[1];
+		r->saw_us_empty |= rm[1];
 		if (r->some_active < 0)
 			r->some_active = p;
 		leader = (int16_t)rft_get_le16(rm + 2);
@@ -3002,7 +3053,7 @@ static int ctl_activate(struct nslog *l, raft_id id, bool bootstrap,
 	ps.joined = bootstrap;
 	for (int i = 0; empty && i < l->nodes; i++)
 		if (empty[i])
-			ps.witness[i] = empty[i];
+			ps.seen_empty[i] = empty[i];
 	rc = ps_save(l, &ps);
 	if (rc < 0)
 		return rc;
@@ -3108,12 +3159,12 @@ static int ctl_first_start(struct nslog *l)
 		probe_all(l, &r);
 		if (stopping(l))
 			return -ESHUTDOWN;
-		/* Witnesses: the last incarnation each peer was seen empty. */
+		/* The last incarnation each peer was seen empty in. */
 		for (int p = 0; p < l->nodes; p++)
 			if (r.empty[p])
 				seen[p] = r.empty[p];
 		found = (r.answered == l->nodes - 1 && r.active == 0) ||
-			r.witnessed;
+			r.saw_us_empty;
 		pthread_mutex_lock(&l->lock);
 		unknown = l->unknown;
 		pthread_mutex_unlock(&l->lock);
@@ -3121,7 +3172,7 @@ static int ctl_first_start(struct nslog *l)
 		if (found && unknown == 0) {
 			rft_info("node %d: %s: founding the group's log",
 				 l->self,
-				 r.witnessed ? "seen empty by a peer" :
+				 r.saw_us_empty ? "seen empty by a peer" :
 					       "every peer is empty");
 			return ctl_activate(l, make_id(l->self, 0), true,
 					    seen);
@@ -4048,10 +4099,14 @@ int nslog_force_remove(struct nslog *l, const int *gone, int ngone,
 		term = rft_get_le64(rm);
 		last = rft_get_le64(rm + 8);
 		applied = rft_get_le64(rm + 16);
-		if (term > me.term || (term == me.term && last > me.last_index)) {
+		/* One survivor is chosen: on a tie, the lowest node id. */
+		if (term > me.term ||
+		    (term == me.term && (last > me.last_index ||
+					 (last == me.last_index &&
+					  n < l->self)))) {
 			rc = say(msg, len, -EAGAIN,
-				 "node %d's log is further along (term %llu, "
-				 "last index %llu; here %llu, %llu): run "
+				 "node %d's log is at least as far along (term "
+				 "%llu, last index %llu; here %llu, %llu): run "
 				 "force-remove on node %d",
 				 n, (unsigned long long)term,
 				 (unsigned long long)last,
