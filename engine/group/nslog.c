@@ -1766,6 +1766,27 @@ static int rfsm_apply(struct raft_fsm *f, const struct raft_buffer *buf,
 }
 
 /*
+ * The term of the entry at @index of raft's log in memory (log.c's
+ * logTermOf, on struct raft_log of raft.h 0.15), 0 when it is not there.
+ */
+static raft_term term_at(const struct raft_log *lg, raft_index index)
+{
+	size_t n;
+
+	if (index && index == lg->snapshot.last_index)
+		return lg->snapshot.last_term;
+	if (!lg->size)
+		return 0;
+	n = lg->front <= lg->back ? lg->back - lg->front
+				  : lg->size - lg->front + lg->back;
+	if (index <= lg->offset || index > lg->offset + n)
+		return 0;
+	return lg->entries[(lg->front + (size_t)(index - 1 - lg->offset)) %
+			   lg->size]
+	    .term;
+}
+
+/*
  * Snapshot: our tables, then the caller's state.  Version 2 with
  * snapshot_finalize: the buffers are ours, freed in rfsm_finalize.
  */
@@ -1779,13 +1800,19 @@ static int rfsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[],
 	uint32_t nd = 0, ng = 0;
 	uint8_t *h, *p;
 	int node, i, rc;
+	raft_index at = raft_last_applied(&l->raft);
+	raft_term term = term_at(&l->raft.log, at);
 
 	/*
 	 * Raft restarted and is applying again what this state machine
 	 * holds already (l->floor): a snapshot now would be of a later state
-	 * than its index says.  Raft takes one at a later entry instead.
+	 * than its index says.  And raft_uv takes the snapshot of the highest
+	 * term for the newest: the entry raft_recover appends has term 1, so
+	 * a snapshot at it would pass for older than the one before it,
+	 * whose entries the log then no longer has (a follower sent it waits
+	 * for them for ever).  Either way raft takes one at a later entry.
 	 */
-	if (raft_last_applied(&l->raft) < l->floor)
+	if (at < l->floor || (term && term < l->raft.log.snapshot.last_term))
 		return RAFT_BUSY;
 	rc = l->fsm.snapshot(l->fsm.ctx, &ubuf, &ulen);
 	if (rc < 0) {
@@ -4063,7 +4090,15 @@ int nslog_force_remove(struct nslog *l, const int *gone, int ngone,
 		}
 		survivors[ns++] = n;
 	}
-	if (2 * ns > nids || me.leader >= 0) {
+	if (2 * ns <= nids && me.leader >= 0) {
+		rc = say(msg, len, -EAGAIN,
+			 "node %d still leads the namespace log (it has not "
+			 "seen its majority go yet): try again in a few "
+			 "seconds",
+			 me.leader);
+		goto out;
+	}
+	if (2 * ns > nids) {
 		rc = say(msg, len, -EEXIST,
 			 "a majority of the namespace log's voters is alive "
 			 "(%d of %d): nothing to force; a lost node's "

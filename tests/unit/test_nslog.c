@@ -915,6 +915,90 @@ static void test_replacement(void **state)
 	world_free(w);
 }
 
+/*
+ * Five nodes, three lost for good: no majority, no change commits.
+ * force-remove is refused while a voter is neither named nor up and while
+ * a named node is up; on a survivor it runs on the one whose log is
+ * furthest along (the other names it).  Then the log goes on: the other
+ * survivor joins again under a new raft id, keeping its state machine; no
+ * entry is applied twice or differently anywhere, and the chosen one
+ * restores no snapshot (what it holds is skipped); a lost node back on its
+ * old disk never joins; a replacement on an empty disk does.
+ */
+static void test_force_remove(void **state)
+{
+	struct world *w = world_new(5, 7, 8);
+	bool up[MAXN] = { true, true }, up1[MAXN] = { true };
+	int gone[3] = { 2, 3, 4 }, gone1[3] = { 1, 3, 4 };
+	int na = 0, rc, chosen, other, restores, result;
+	struct acked a[128];
+	size_t n;
+	char msg[512];
+	uint64_t id;
+
+	(void)state;
+	start_all(w);
+	burst_all(w, 6, -1, a, &na);
+	assert_int_equal(wait_converged(w, 30, 10000), 30);
+	for (int i = 2; i < 5; i++)
+		kill_node(w, i);
+	assert_int_not_equal(submit(w, 0, 1000, &id, &result), 0);
+	/* A leader among the survivors steps down once it sees no majority. */
+	for (int k = 0; k < 200 && (status(w, 0).leader >= 0 ||
+				    status(w, 1).leader >= 0); k++)
+		sleep_ms(20);
+
+	rc = nslog_force_remove(w->node[0].l, gone, 3, up1, msg, sizeof(msg));
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(msg, "node 1 has a vote and is neither named"));
+	rc = nslog_force_remove(w->node[0].l, gone1, 3, up, msg, sizeof(msg));
+	assert_int_equal(rc, -EBUSY);
+	assert_non_null(strstr(msg, "node 1 is up"));
+	rc = nslog_force_remove(w->node[0].l, gone, 3, up, msg, sizeof(msg));
+	chosen = 0;
+	if (rc == -EAGAIN) {
+		assert_non_null(strstr(msg, "run force-remove on node 1"));
+		chosen = 1;
+		rc = nslog_force_remove(w->node[1].l, gone, 3, up, msg,
+					sizeof(msg));
+	}
+	assert_int_equal(rc, 0);
+	other = 1 - chosen;
+	assert_non_null(strstr(msg, "joins it again"));
+	restores = fsm_get(w, chosen, F_RESTORES);
+	wait_voters(w, 2, 15000);
+	assert_int_equal(status(w, other).raft_id,
+			 (uint64_t)other + 1 + GRP_MAX_NODES);
+	burst_all(w, 4, -1, a, &na);
+	/*
+	 * The submit that timed out without a majority may sit uncommitted
+	 * in the chosen log: the forced configuration commits it.
+	 */
+	n = wait_converged(w, 38, 10000);
+	assert_true(n == 38 || n == 39);
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < na; j++)
+			assert_acked(w, i, a[j].id, a[j].result);
+	assert_int_equal(fsm_get(w, chosen, F_RESTORES), restores);
+	assert_no_divergence(w);
+
+	/* Node 2 on its old disk: its old id is refused, it never votes. */
+	start_node(w, 2);
+	assert_int_not_equal(submit(w, 2, 1500, &id, &result), 0);
+	assert_false(status(w, 2).leader >= 0 &&
+		     status(w, 2).leader != chosen);
+	assert_int_equal(status(w, chosen).voters, 2);
+	kill_node(w, 2);
+	/* On an empty disk it is a replacement, and joins. */
+	rm_rf(w->node[2].dir);
+	start_node(w, 2);
+	wait_voters(w, 3, 15000);
+	burst_all(w, 2, -1, a, &na);
+	assert_int_equal(wait_converged(w, n + 6, 10000), n + 6);
+	assert_no_divergence(w);
+	world_free(w);
+}
+
 /* Cut nodes in @side 0 from those in @side 1: raft links and peer links. */
 static void partition(struct world *w, const int *side, bool cut)
 {
@@ -1855,6 +1939,7 @@ int main(void)
 					  teardown),
 		cmocka_unit_test_teardown(test_retries_apply_once, teardown),
 		cmocka_unit_test_teardown(test_replacement, teardown),
+		cmocka_unit_test_teardown(test_force_remove, teardown),
 		cmocka_unit_test_teardown(test_minority_partition, teardown),
 		cmocka_unit_test_teardown(test_bad_raft_links, teardown),
 		cmocka_unit_test_teardown(test_bad_frames, teardown),
