@@ -930,7 +930,7 @@ static void test_force_remove(void **state)
 	struct world *w = world_new(5, 7, 8);
 	bool up[MAXN] = { true, true }, up1[MAXN] = { true };
 	int gone[3] = { 2, 3, 4 }, gone1[3] = { 1, 3, 4 };
-	int na = 0, rc, chosen, other, restores, result;
+	int na = 0, rc, chosen, other, restores[2], result;
 	struct acked a[128];
 	size_t n;
 	char msg[512];
@@ -954,6 +954,8 @@ static void test_force_remove(void **state)
 	rc = nslog_force_remove(w->node[0].l, gone1, 3, up, msg, sizeof(msg));
 	assert_int_equal(rc, -EBUSY);
 	assert_non_null(strstr(msg, "node 1 is up"));
+	restores[0] = fsm_get(w, 0, F_RESTORES);
+	restores[1] = fsm_get(w, 1, F_RESTORES);
 	rc = nslog_force_remove(w->node[0].l, gone, 3, up, msg, sizeof(msg));
 	chosen = 0;
 	if (rc == -EAGAIN) {
@@ -965,7 +967,6 @@ static void test_force_remove(void **state)
 	assert_int_equal(rc, 0);
 	other = 1 - chosen;
 	assert_non_null(strstr(msg, "joins it again"));
-	restores = fsm_get(w, chosen, F_RESTORES);
 	wait_voters(w, 2, 15000);
 	assert_int_equal(status(w, other).raft_id,
 			 (uint64_t)other + 1 + GRP_MAX_NODES);
@@ -979,7 +980,11 @@ static void test_force_remove(void **state)
 	for (int i = 0; i < 2; i++)
 		for (int j = 0; j < na; j++)
 			assert_acked(w, i, a[j].id, a[j].result);
-	assert_int_equal(fsm_get(w, chosen, F_RESTORES), restores);
+	/*
+	 * The chosen one's raft restarted from a snapshot below what it
+	 * held: not restored (the other one may be sent a later one).
+	 */
+	assert_int_equal(fsm_get(w, chosen, F_RESTORES), restores[chosen]);
 	assert_no_divergence(w);
 
 	/* Node 2 on its old disk: its old id is refused, it never votes. */
