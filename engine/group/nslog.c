@@ -2452,8 +2452,10 @@ static int raft_go(struct nslog *l, raft_id id, bool bootstrap, bool recover)
 		raft_shut(l);
 		return -EIO;
 	}
+	/* A restarted raft leads anew: its barrier is due again. */
 	l->restarting = false;
 	l->join.active = false;
+	l->lead_barrier_term = 0;
 	rft_info("node %d: raft started as id %llu%s", l->self,
 		 (unsigned long long)id,
 		 bootstrap ? " (bootstrapped)"

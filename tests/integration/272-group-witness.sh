@@ -59,15 +59,7 @@ print(g["tolerates"], g["tolerates_data"], g["tolerates_namespace"],
 }
 
 # check_all NODE...: every file of REF reads the same on each node.
-check_all() {
-	local n f
-	for n in "$@"; do
-		for f in "$REF"/*; do
-			cmp "$f" "${M[$n]}/ck/${f##*/}" ||
-				fail "ck/${f##*/} differs on node $n"
-		done
-	done
-}
+check_all() { same_files "$REF" ck "$@"; }
 
 group_witness "$W" --protect rs:2+2
 WLOG=$DAEMON_LOG

@@ -44,15 +44,7 @@ refused() {
 }
 
 # check_all NODE...: every file of REF reads the same on each node.
-check_all() {
-	local n f
-	for n in "$@"; do
-		for f in "$REF"/*; do
-			cmp "$f" "${M[$n]}/ck/${f##*/}" ||
-				fail "ck/${f##*/} differs on node $n"
-		done
-	done
-}
+check_all() { same_files "$REF" ck "$@"; }
 
 # write_files NODE...: files of a few sizes from each node, protected.
 write_files() {

@@ -901,6 +901,19 @@ group_witness() {
 		--dead-after 2 --state-dir "$T_TMP/state$i" "$@"
 }
 
+# same_files REF DIR NODE...: every file of directory REF reads the same
+# at ${M[NODE]}/DIR on each node.
+same_files() {
+	local ref=$1 dir=$2 n f
+	shift 2
+	for n in "$@"; do
+		for f in "$ref"/*; do
+			cmp "$f" "${M[$n]}/$dir/${f##*/}" ||
+				fail "$dir/${f##*/} differs on node $n"
+		done
+	done
+}
+
 # stop_witness I: SIGTERM; it must exit 0 within 30 s.
 stop_witness() {
 	local i=$1 pid=${PID[$1]} k rc=0
