@@ -289,7 +289,7 @@ full_tier() {
 			232-group-log-snapshot 240-group-data 243-group-writers \
 			252-group-erasure 254-group-parity-faults \
 			256-group-writers 258-group-lost 264-group-cache \
-			268-group-join 272-group-witness \
+			268-group-join 272-group-witness 274-group-force-remove \
 			045-truncate-race+io_uring 107-passthrough+passthrough \
 			105-mmap+direct; do
 			grep -q " / $t\$" <<<"$asan_list" && asan_tests+=("$t")
