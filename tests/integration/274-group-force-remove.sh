@@ -22,13 +22,19 @@ need_fuse
 REF=$(new_dir ref)
 
 # force OUTVAR MNT NODE...: run group force-remove; its exit status in
-# FORCE_RC, what it said in the variable OUTVAR.
+# FORCE_RC, what it said in the variable OUTVAR.  A leader that has not
+# yet seen its majority go is waited for (it steps down within an
+# election timeout or two), as an operator told "try again" would.
 force() {
 	local -n out=$1
-	local m=$2
+	local m=$2 k
 	shift 2
-	FORCE_RC=0
-	out=$(admin "$m" group force-remove "$@" 2>&1) || FORCE_RC=$?
+	for k in $(seq 1 20); do
+		FORCE_RC=0
+		out=$(admin "$m" group force-remove "$@" 2>&1) || FORCE_RC=$?
+		grep -q "try again in a few seconds" <<<"$out" || return 0
+		sleep 0.5
+	done
 }
 
 # refused MNT WANT NODE...: force-remove NODE... on MNT exits 1 saying WANT.
