@@ -1130,7 +1130,7 @@ static int run_witness(struct opts *o)
 	rc = eng_start(e);
 	if (rc < 0) {
 		rft_err("cannot start the engine: %s", strerror(-rc));
-		goto out;
+		goto out_stop; /* as a mount's daemon does */
 	}
 	if (grp_start(grp) < 0 || rfs_ctl_start(ctl) < 0)
 		goto out_stop; /* they said why */
