@@ -261,9 +261,8 @@ static int count_witnesses(const struct grp_config *c, int nodes, char *err,
 			    nodes, n, GRP_MAX_NODES);
 	if (c->witness && (c->node < nodes || c->node >= nodes + n))
 		return fail(err, errlen,
-			    "--witness: --node %d is not a witness's id "
-			    "(%s)",
-			    c->node, n ? "" : "no --witnesses");
+			    "--witness: --node %d is not a witness's id%s",
+			    c->node, n ? "" : " (no --witnesses)");
 	if (!c->witness && c->node >= nodes && c->node < nodes + n)
 		return fail(err, errlen,
 			    "--node %d is a witness in --witnesses: start it "
@@ -501,11 +500,6 @@ int grp_members(const struct grp *g)
 	return g->members;
 }
 
-bool grp_is_witness(const struct grp *g)
-{
-	return g->cfg.witness;
-}
-
 uint64_t grp_incarnation(const struct grp *g)
 {
 	return g->incarnation;
@@ -656,6 +650,23 @@ static void on_change(void *ctx, const struct memb_view *v, int node,
 	pthread_mutex_unlock(&g->lock);
 }
 
+/*
+ * Append the addresses of @list (checked: grp_config_check) to g->addrs,
+ * split in place in a copy kept in *@buf.  0 or -ENOMEM.
+ */
+static int add_addrs(struct grp *g, const char *list, char **buf)
+{
+	char *save = NULL, *tok;
+
+	*buf = strdup(list);
+	if (!*buf)
+		return -ENOMEM;
+	for (tok = strtok_r(*buf, ",;", &save); tok;
+	     tok = strtok_r(NULL, ",;", &save))
+		g->addrs[g->members++] = tok;
+	return 0;
+}
+
 int grp_new(const struct grp_config *c, struct grp **out)
 {
 	struct peer_tcp_opts to = { 0 };
@@ -684,27 +695,12 @@ int grp_new(const struct grp_config *c, struct grp **out)
 		goto fail;
 	}
 	if (c->peers) {
-		char *save = NULL, *tok;
-
-		g->addr_buf = strdup(c->peers);
-		if (!g->addr_buf) {
-			rc = -ENOMEM;
+		rc = add_addrs(g, c->peers, &g->addr_buf);
+		g->nodes = g->members;
+		if (rc == 0 && c->witnesses)
+			rc = add_addrs(g, c->witnesses, &g->wit_buf);
+		if (rc < 0)
 			goto fail;
-		}
-		for (tok = strtok_r(g->addr_buf, ",;", &save); tok;
-		     tok = strtok_r(NULL, ",;", &save))
-			g->addrs[g->nodes++] = tok;
-		g->members = g->nodes;
-		if (c->witnesses) {
-			g->wit_buf = strdup(c->witnesses);
-			if (!g->wit_buf) {
-				rc = -ENOMEM;
-				goto fail;
-			}
-			for (tok = strtok_r(g->wit_buf, ",;", &save); tok;
-			     tok = strtok_r(NULL, ",;", &save))
-				g->addrs[g->members++] = tok;
-		}
 	} else {
 		unsigned w = 0;
 

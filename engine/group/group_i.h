@@ -819,7 +819,6 @@ struct nslog *grp_log(struct grp *g);
 int grp_self(const struct grp *g);
 int grp_nodes(const struct grp *g);	/* data nodes: ids 0 to N - 1 */
 int grp_members(const struct grp *g);	/* and witnesses after them */
-bool grp_is_witness(const struct grp *g);
 uint64_t grp_incarnation(const struct grp *g);
 unsigned grp_dead_after_ms(const struct grp *g);
 struct ers_scheme;

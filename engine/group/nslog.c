@@ -2032,17 +2032,27 @@ static void queue_job(struct nslog *l, struct job *j)
 		free(j); /* its asker times out and asks again */
 }
 
+/* A job answering request (@type, @rid) of @node; NULL without memory. */
+static struct job *job_new(int node, uint16_t type, uint64_t rid)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (j) {
+		j->node = node;
+		j->type = type;
+		j->rid = rid;
+	}
+	return j;
+}
+
 /* Answer request (@type, @rid) of @node: @rc, or 0 with @meta. */
 static void answer(struct nslog *l, int node, uint16_t type, uint64_t rid,
 		   int rc, const void *meta, uint32_t len)
 {
-	struct job *j = calloc(1, sizeof(*j));
+	struct job *j = job_new(node, type, rid);
 
 	if (!j)
 		return; /* the peer times out and asks again */
-	j->node = node;
-	j->type = type;
-	j->rid = rid;
 	j->rc = rc;
 	if (rc == 0 && len) {
 		memcpy(j->meta, meta, len);
@@ -2747,13 +2757,10 @@ static int rx_probe(struct nslog *l, int node, const struct peer_frame *f)
 	if (f->bulk_len || f->meta_len == 0 || f->meta_len % 8 ||
 	    f->meta_len / 8 > MAX_INCS)
 		return -EPROTO;
-	j = calloc(1, sizeof(*j));
+	j = job_new(node, f->type, f->rid);
 	if (!j)
 		return 0; /* it asks again */
 	j->probe = true;
-	j->node = node;
-	j->type = f->type;
-	j->rid = f->rid;
 	j->nincs = (int)(f->meta_len / 8);
 	for (int i = 0; i < j->nincs; i++)
 		j->incs[i] = rft_get_le64(m + 8 * i);
@@ -2767,13 +2774,10 @@ static int rx_state(struct nslog *l, int node, const struct peer_frame *f)
 
 	if (f->bulk_len || f->meta_len)
 		return -EPROTO;
-	j = calloc(1, sizeof(*j));
+	j = job_new(node, f->type, f->rid);
 	if (!j)
 		return 0; /* it asks again */
 	j->state = true;
-	j->node = node;
-	j->type = f->type;
-	j->rid = f->rid;
 	queue_job(l, j);
 	return 0;
 }

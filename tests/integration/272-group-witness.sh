@@ -122,10 +122,7 @@ log "two data nodes lost: the other two read every file, names change"
 # Replacements on new machines (empty state dirs): they join as new raft
 # ids and rebuild, with nobody's help.
 for n in 2 3; do start_node "$n" --join-timeout 60; done
-for n in 2 3; do
-	out=$(admin "${M[$n]}" rebuild --wait 2>&1) ||
-		fail "rebuild --wait on node $n: $out"
-done
+rebuild_wait 2 3
 wait_states "${M[0]}" "self up up up up" 30
 MIN_COMMIT=1
 wait_agree 30 0 1 2 3 "$W"
@@ -183,7 +180,7 @@ rm -rf "$T_TMP/state1"
 wait_states "${M[0]}" "self dead up" 30
 check_all 0
 reg_node 1
-out=$(admin "${M[1]}" rebuild --wait 2>&1) || fail "rebuild --wait on node 1: $out"
+rebuild_wait 1
 MIN_COMMIT=1
 wait_agree 30 0 1 2
 check_all 0 1

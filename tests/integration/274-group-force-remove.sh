@@ -113,7 +113,7 @@ log "node 1 on its old disk: refused, exit 1; node 0 leads on alone"
 
 # Its replacement on an empty disk joins and rebuilds.
 start_node 1
-out=$(admin "${M[1]}" rebuild --wait 2>&1) || fail "rebuild --wait on node 1: $out"
+rebuild_wait 1
 MIN_COMMIT=1
 wait_agree 30 0 1
 expect_eq "$(group_log "${M[1]}" log_voters)" 2 "voters with the replacement"
@@ -159,10 +159,7 @@ mkdir "${M[1]}/after" || fail "mkdir on node 1 after force-remove"
 [ -d "${M[0]}/after" ] || fail "node 0 does not see ck/after"
 check_all 0 1
 for n in 2 3; do start_node "$n" --join-timeout 60; done
-for n in 2 3; do
-	out=$(admin "${M[$n]}" rebuild --wait 2>&1) ||
-		fail "rebuild --wait on node $n: $out"
-done
+rebuild_wait 2 3
 wait_states "${M[0]}" "self up up up" 30
 wait_agree 30 0 1 2 3
 expect_eq "$(group_log "${M[0]}" log_voters)" 4 "voters with both replacements"

@@ -914,6 +914,16 @@ same_files() {
 	done
 }
 
+# rebuild_wait NODE...: reftfs-admin rebuild --wait on each node must
+# exit 0 (its rebuild done, nothing lost).
+rebuild_wait() {
+	local n out
+	for n in "$@"; do
+		out=$(admin "${M[$n]}" rebuild --wait 2>&1) ||
+			fail "rebuild --wait on node $n: $out"
+	done
+}
+
 # stop_witness I: SIGTERM; it must exit 0 within 30 s.
 stop_witness() {
 	local i=$1 pid=${PID[$1]} k rc=0
