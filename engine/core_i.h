@@ -137,5 +137,12 @@ int file_load_ahead(struct eng *e, struct inode *in, uint32_t i,
 		    const struct timespec *deadline);
 /* Bound on re-tries when an evicted piece is evicted again before use. */
 #define LOAD_TRIES 8
+/*
+ * A writer's read-in of piece @i of @in, whose old bytes it changes in
+ * part: file_load, counted in *@tries; past LOAD_TRIES (the piece keeps
+ * changing under it) -EIO, logged.  No lock held; sleeps.
+ */
+int file_load_write(struct eng *e, struct inode *in, uint32_t i,
+		    unsigned *tries);
 
 #endif

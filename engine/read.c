@@ -156,10 +156,11 @@ static void loads_end(struct eng *e, const struct inode *in, uint32_t i)
  * Piece @i of @in could not be fetched from the nodes holding it (@rc):
  * said once per seal, so that the EIO a reader or writer gets has its
  * reason in the log.  @theirs: the node that sealed a newer version since
- * this node's draft began, or -1.  No lock held.
+ * this node's draft began, or -1; with @lost, the node whose memory alone
+ * held the seal, gone.  No lock held.
  */
 static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
-			     int rc, int theirs)
+			     int rc, int theirs, bool lost)
 {
 	char path[PATH_MAX];
 
@@ -168,7 +169,11 @@ static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
 		snprintf(path, sizeof(path), "inode %llu",
 			 (unsigned long long)in->ino);
 	ns_unlock(e);
-	if (theirs >= 0)
+	if (lost)
+		rft_warn("%s: piece %u cannot be read: the seal it belongs to "
+			 "was only in the memory of node %d, which is gone",
+			 path, i, theirs);
+	else if (theirs >= 0)
 		rft_warn("%s: piece %u of the version this node's writers "
 			 "changed cannot be read (%s): node %d sealed another "
 			 "version since and its holders dropped this one; "
@@ -212,7 +217,7 @@ static int load_piece(struct eng *e, struct inode *in,
 	rc = loads_begin(e, in, i, deadline, ahead);
 	if (rc != 0)
 		return rc;
-	file_rdlock(f);
+	file_wrlock(f);
 	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
 	    (f->slots[i].where == PIECE_PERSIST && !loc)) {
 		file_unlock(f);
@@ -220,9 +225,18 @@ static int load_piece(struct eng *e, struct inode *in,
 		return 1; /* the load before ours brought it */
 	}
 	if (f->slots[i].where == PIECE_PEER && file_lost(f)) {
-		/* No holder is left to ask (file_apply_lost): EIO now. */
+		/*
+		 * No holder is left to ask (file_apply_lost): EIO now, said
+		 * once per seal as a failed fetch is (the LOST's apply names
+		 * a lost seal of the group's, not a draft's lost base).
+		 */
+		say = !ahead && !f->fetch_said;
+		f->fetch_said = true;
+		theirs = f->owner;
 		file_unlock(f);
 		loads_end(e, in, i);
+		if (say)
+			say_fetch_failed(e, in, i, -EIO, theirs, true);
 		return -EIO;
 	}
 	want = f->slots[i];
@@ -272,8 +286,13 @@ static int load_piece(struct eng *e, struct inode *in,
 		f->crc_bad = true;
 		atomic_fetch_add(&e->cnt.crc_errors, 1);
 	}
-	if (rc < 0 && want.where == PIECE_PEER && !ahead && !f->fetch_said &&
-	    f->gseal == gseal) {
+	/*
+	 * The seal this fetch was for is no longer the file's (its holders
+	 * may well have dropped it): not an error, the caller looks again.
+	 */
+	if (rc < 0 && want.where == PIECE_PEER && f->gseal != gseal)
+		rc = 1;
+	if (rc < 0 && want.where == PIECE_PEER && !ahead && !f->fetch_said) {
 		f->fetch_said = true;
 		say = true;
 		theirs = f->sealed && f->sealed->index != f->gseal
@@ -313,7 +332,7 @@ static int load_piece(struct eng *e, struct inode *in,
 	if (id != RFT_NO_CHUNK)
 		store_put(&e->store, id); /* failed, or changed meanwhile */
 	if (say)
-		say_fetch_failed(e, in, i, rc, theirs);
+		say_fetch_failed(e, in, i, rc, theirs, false);
 	return rc;
 }
 
@@ -377,6 +396,24 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last,
 	      const struct timespec *deadline)
 {
 	return load_range(e, in, first, last, deadline, LOAD_WAIT);
+}
+
+int file_load_write(struct eng *e, struct inode *in, uint32_t i,
+		    unsigned *tries)
+{
+	char path[PATH_MAX];
+
+	if ((*tries)++ < LOAD_TRIES)
+		return file_load(e, in, i, i, NULL);
+	ns_rdlock(e);
+	if (ns_path(&e->ns, in, path, sizeof(path)) < 0)
+		snprintf(path, sizeof(path), "inode %llu",
+			 (unsigned long long)in->ino);
+	ns_unlock(e);
+	rft_warn("%s: piece %u changed %u times in a row while this node's "
+		 "writer read it in: the write fails (EIO)",
+		 path, i, LOAD_TRIES);
+	return -EIO;
 }
 
 int file_load_ahead(struct eng *e, struct inode *in, uint32_t i,

@@ -278,7 +278,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 	bool waited = false, timed_out = false;
 	size_t reserved = 0;
 	uint32_t need = 0;
-	int loads = 0;
+	unsigned loads = 0;
 	uint64_t pos, size_now = 0;
 	bool filled = false;
 	int rc = 0;
@@ -315,11 +315,7 @@ static ssize_t write_common(struct eng *e, struct eng_file *fp,
 				free(job);
 				return -EAGAIN;
 			}
-			if (loads++ == LOAD_TRIES) {
-				free(job);
-				return -EIO;
-			}
-			rc = file_load(e, in, idx, idx, NULL);
+			rc = file_load_write(e, in, idx, &loads);
 			if (rc < 0) {
 				free(job);
 				return rc;
@@ -551,7 +547,7 @@ int file_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 	bool waited = false, timed_out = false;
 	uint32_t load, need = 0;
 	uint64_t end;
-	int loads = 0;
+	unsigned loads = 0;
 	int rc;
 
 	if (flags & ~(ENG_FALLOC_KEEP_SIZE | ENG_FALLOC_PUNCH_HOLE))
@@ -598,9 +594,7 @@ int file_fallocate(struct eng *e, struct eng_file *fp, unsigned flags,
 		if (rc == 0 && load != UINT32_MAX) {
 			/* Read the piece in with no lock held, then again. */
 			file_unlock(f);
-			if (loads++ == LOAD_TRIES)
-				return -EIO;
-			rc = file_load(e, in, load, load, NULL);
+			rc = file_load_write(e, in, load, &loads);
 			if (rc < 0)
 				return rc;
 			continue;

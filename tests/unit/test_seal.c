@@ -11,8 +11,9 @@
  * "node 2" are applied through ns_apply as the log would, and fetches are
  * served from the versions sealed so far, an older one's pieces gone once
  * a newer one is sealed (its holders took the newer one).  Random events
- * (another node's seal, writes, closes, reads, a recorded checksum
- * flipped and verify --repair) are checked against a model after each;
+ * (another node's seal, also while a write's fetch is in flight, writes,
+ * closes, reads, a recorded checksum flipped and verify --repair) are
+ * checked against a model after each;
  * the seed is printed, SEAL_SEED replays it, SEAL_STEPS sets the length.
  */
 #include <stdarg.h>
@@ -39,9 +40,13 @@ struct stub {
 	uint64_t size;
 	unsigned seals; /* EV_SEALED for the group: a close with something to
 			   seal */
+	unsigned *race; /* set: the next fetch draws another node's seal made
+			   while it is in flight (ev_seal_there) */
 };
 
 static struct stub S;
+
+static void ev_seal_there(unsigned *rng);
 
 /* The group hears of a RELEASE's seal as gns.c does: by the event. */
 static void stub_on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
@@ -59,6 +64,13 @@ static int stub_fetch(void *ctx, const struct eng_piece *p, uint8_t *buf,
 
 	(void)ctx;
 	(void)deadline;
+	if (S.race) {
+		/* Its holders take the newer seal before they answer. */
+		unsigned *rng = S.race;
+
+		S.race = NULL;
+		ev_seal_there(rng);
+	}
 	if (p->gseal != S.index)
 		return -EIO;
 	have = S.size > off ? S.size - off : 0;
@@ -298,7 +310,15 @@ static void ev_write(unsigned *rng)
 		assert_int_equal(eng_open(E, INO, O_WRONLY, &W, NULL), 0);
 	data = malloc(len);
 	fx_fill(data, len, (unsigned)rand_r(rng));
+	/*
+	 * Now and then another node seals while a piece this write needs is
+	 * being fetched: with no draft here the write goes on the newer
+	 * seal, never EIO.
+	 */
+	if (rand_r(rng) % 3 == 0)
+		S.race = rng;
 	got = eng_write(E, W, data, len, (off_t)off);
+	S.race = NULL;
 	if (got == -EIO && M.base_gone) {
 		free(data); /* a piece of the base it needs is gone */
 		return;
