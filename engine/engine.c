@@ -185,10 +185,19 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 	e->cfg.persist_dir = e->persist_dir;
 
 	rc = store_init(&e->store, cfg->mem_bytes, cfg->chunk_size,
-			cfg->prefault == ENG_PREFAULT_START);
+			(cfg->prefault == ENG_PREFAULT_START ? STORE_PREFAULT
+							     : 0) |
+				(cfg->lock_memory ? STORE_LOCK : 0));
 	if (rc < 0) {
-		rft_err("cannot set up a %llu-byte arena: %s",
-			(unsigned long long)cfg->mem_bytes, strerror(-rc));
+		rft_err("cannot set up a %llu-byte arena%s: %s%s",
+			(unsigned long long)cfg->mem_bytes,
+			cfg->lock_memory ? " locked in RAM" : "",
+			strerror(-rc),
+			cfg->lock_memory && (rc == -ENOMEM || rc == -EPERM)
+				? " (RLIMIT_MEMLOCK, ulimit -l, must allow "
+				  "the whole budget, or the daemon needs "
+				  "CAP_IPC_LOCK)"
+				: "");
 		goto fail;
 	}
 	e->store.pressure = evict_pressure;
@@ -388,6 +397,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->mem_budget = e->store.bytes;
 	s->mem_used = s->chunks_used * s->chunk_size;
 	s->mem_prefaulted = store_faulted_bytes(&e->store);
+	s->mem_locked = store_locked_bytes(&e->store);
 	s->bytes_resident = s->mem_used;
 	ns_rdlock(e);
 	s->files = e->ns.nfiles;

@@ -102,6 +102,8 @@ struct eng_config {
 	unsigned enospc_wait_ms; /* how long a writer waits for free space */
 	unsigned retry_ms;	 /* write-back retry period after an error */
 	enum eng_prefault prefault; /* when the arena is faulted in */
+	bool lock_memory;	 /* lock the arena, and passthrough's backing
+				    tmpfs, in RAM: never swapped */
 	unsigned fetch_threads;	 /* threads for reads that fetch data */
 	unsigned fetch_timeout_ms; /* such a read fails ETIMEDOUT after this */
 	int node;		 /* in a group, this node's id (its own lock
@@ -550,6 +552,7 @@ const char *eng_crc_state_name(enum eng_crc_state s);
 struct eng_stats {
 	uint64_t mem_budget, mem_used; /* bytes of arena */
 	uint64_t mem_prefaulted;       /* bytes faulted in ahead of use */
+	uint64_t mem_locked;	       /* bytes locked in RAM (lock_memory) */
 	/* What the used chunks hold (their sum may be below mem_used:
 	   pieces pinned by write-back or protection, chunks in flight). */
 	uint64_t mem_own;	/* this node's files */

@@ -1204,6 +1204,17 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 					"backing files, need root" : "");
 		return rc;
 	}
+	/* --lock-memory: the copies stay in RAM as the arena does. */
+	if (e->cfg.lock_memory &&
+	    fsconfig(fs, FSCONFIG_SET_FLAG, "noswap", NULL, 0) < 0) {
+		int rc = -errno;
+
+		rft_info("passthrough: off: --lock-memory needs a backing "
+			 "tmpfs that never swaps (noswap, Linux 6.4+): %s",
+			 strerror(-rc));
+		close(fs);
+		return rc;
+	}
 	/* The budget caps what writers passing through can add. */
 	snprintf(size, sizeof(size), "%" PRIu64, e->cfg.mem_bytes);
 	if (fsconfig(fs, FSCONFIG_SET_STRING, "huge", "always", 0) < 0 ||
@@ -1239,9 +1250,10 @@ int eng_pass_enable(struct eng *e, uint64_t min_size, bool early,
 	atomic_store(&e->pass->mnt, mnt);
 	rft_info("passthrough: on, for sealed files over %" PRIu64
 		 " bytes opened when nothing else has them open (backing "
-		 "tmpfs huge=always, size %s); copied once the writes stop "
-		 "for %u ms%s",
-		 min_size, size, quiet_ms,
+		 "tmpfs huge=always%s, size %s); copied once the writes "
+		 "stop for %u ms%s",
+		 min_size, e->cfg.lock_memory ? ", noswap" : "", size,
+		 quiet_ms,
 		 early && e->pass->copier_on
 			 ? "; files also copied while written (--early-copy)"
 			 : "");

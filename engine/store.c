@@ -6,6 +6,12 @@
  * speed of huge pages (../docs/benchmarks.md).  Free chunks sit on a LIFO
  * stack, so the chunks reused first are the ones already faulted in.
  *
+ * With STORE_LOCK (--lock-memory) the mapping is locked on fault
+ * (mlock2 MLOCK_ONFAULT): each page is locked in RAM when first touched,
+ * so checkpoints never go to swap, and a budget larger than what is used
+ * costs only what is used.  Pages given back are unlocked for the
+ * MADV_DONTNEED and locked again, on fault.
+ *
  * Small pieces (a 4 KiB file, the tail of a checkpoint's metadata) take a
  * block of a slab rather than a whole chunk: per class (4 KiB << cls) a
  * list of slabs with free blocks; a slab's chunk goes back to the stack
@@ -13,6 +19,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,7 +34,7 @@ _Static_assert((1u << (STORE_UNIT_SHIFT + STORE_CLASSES)) == RFT_CHUNK_MAX,
 	       "a class for every block up to half the largest chunk");
 
 int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
-	       bool prefault)
+	       unsigned flags)
 {
 	uint64_t n;
 	int rc;
@@ -52,6 +59,17 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 		s->base = NULL;
 		return rc;
 	}
+	/*
+	 * Locked as it is faulted in: what the arena holds never goes to
+	 * swap, and what it has not touched costs nothing.  The kernel
+	 * counts the whole range against RLIMIT_MEMLOCK at once.
+	 */
+	if ((flags & STORE_LOCK) &&
+	    mlock2(s->base, s->bytes, MLOCK_ONFAULT) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	s->locked = flags & STORE_LOCK;
 	/* Best effort: without THP the arena still works, only slower. */
 	if (madvise(s->base, s->bytes, MADV_HUGEPAGE) < 0)
 		rft_info("no transparent huge pages for the arena: %s",
@@ -74,7 +92,7 @@ int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
 	/* A block id names a 4 KiB unit in 31 bits: arenas up to 8 TiB. */
 	if ((n << (s->chunk_shift - STORE_UNIT_SHIFT)) < STORE_SMALL)
 		s->small_max = chunk_size / 2;
-	if (prefault) {
+	if (flags & STORE_PREFAULT) {
 		if (madvise(s->base, s->bytes, MADV_POPULATE_WRITE) < 0) {
 			rft_warn("prefault of %llu bytes failed: %s",
 				 (unsigned long long)s->bytes, strerror(errno));
@@ -111,6 +129,42 @@ uint64_t store_faulted_bytes(struct store *s)
 	n = s->nfaulted;
 	store_unlock(s);
 	return n << s->chunk_shift;
+}
+
+uint64_t store_locked_bytes(const struct store *s)
+{
+	char line[128];
+	unsigned long long kib = 0;
+	FILE *f;
+
+	/*
+	 * Not VmLck: that counts the whole locked range, touched or not.
+	 * smaps' Locked is what is in RAM of it.
+	 */
+	if (!s->locked || !(f = fopen("/proc/self/smaps_rollup", "re")))
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Locked: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kib << 10;
+}
+
+/*
+ * Give back the pages of free chunk @id.  The kernel refuses
+ * MADV_DONTNEED on locked pages: a locked arena unlocks the chunk first
+ * and locks it again, on fault, after.
+ */
+static void drop_pages(struct store *s, uint32_t id)
+{
+	uint8_t *p = store_arena_ptr(s, id);
+
+	if (s->locked)
+		munlock(p, s->chunk_size);
+	madvise(p, s->chunk_size, MADV_DONTNEED);
+	if (s->locked && mlock2(p, s->chunk_size, MLOCK_ONFAULT) < 0)
+		rft_warn("store: chunk %#x is no longer locked in RAM: %s", id,
+			 strerror(errno));
 }
 
 /* Fault in up to @max free chunks, those handed out next first. */
@@ -169,8 +223,7 @@ static uint32_t give_back(struct store *s, uint32_t max)
 	s->nfree = k;
 	store_unlock(s);
 	for (uint32_t i = 0; i < n; i++)
-		madvise(store_arena_ptr(s, ids[i]), s->chunk_size,
-			MADV_DONTNEED);
+		drop_pages(s, ids[i]);
 	store_lock(s);
 	memmove(s->free_stack + n, s->free_stack,
 		(size_t)s->nfree * sizeof(*s->free_stack));
@@ -543,8 +596,7 @@ uint32_t store_take_cold(struct store *s, uint32_t *ids, uint32_t n)
 	store_unlock(s);
 	/* Ours now: no one else touches their pages. */
 	for (uint32_t i = 0; i < ndrop; i++)
-		madvise(store_arena_ptr(s, ids[i]), s->chunk_size,
-			MADV_DONTNEED);
+		drop_pages(s, ids[i]);
 	return n;
 }
 

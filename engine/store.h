@@ -75,6 +75,7 @@ struct store_lent {
 struct store {
 	uint8_t *base;
 	uint64_t bytes;
+	bool locked;		/* STORE_LOCK: pages locked as faulted */
 	uint32_t chunk_size;
 	unsigned chunk_shift;
 	uint32_t nchunks;
@@ -118,8 +119,20 @@ struct store {
 	uint32_t nslabs;	/* protected by lock */
 };
 
+/* store_init's flags. */
+enum {
+	STORE_PREFAULT = 1 << 0, /* fault the whole arena in now */
+	STORE_LOCK = 1 << 1,	 /* lock its pages in RAM as they are faulted
+				    (mlock2 MLOCK_ONFAULT): never swapped */
+};
+
+/*
+ * An arena of @bytes in chunks of @chunk_size.  0, -EINVAL (sizes),
+ * -ENOMEM, or with STORE_LOCK what mlock2 said (-ENOMEM past
+ * RLIMIT_MEMLOCK without CAP_IPC_LOCK, -EPERM, -EAGAIN).
+ */
 int store_init(struct store *s, uint64_t bytes, uint32_t chunk_size,
-	       bool prefault);
+	       unsigned flags);
 void store_fini(struct store *s);
 /*
  * Start the balancer, a low-priority thread that every STORE_BALANCE_MS
@@ -130,6 +143,8 @@ int store_balance_start(struct store *s);
 void store_balance_stop(struct store *s);
 /* Bytes of the arena faulted in (in use or ready for use). */
 uint64_t store_faulted_bytes(struct store *s);
+/* Bytes of the locked arena in RAM (smaps' Locked) with STORE_LOCK, else 0. */
+uint64_t store_locked_bytes(const struct store *s);
 /*
  * Take a free chunk (refs = 1), waiting up to @wait_ms; -ENOSPC if none.
  * Sleeps: call it with no namespace or file lock held.

@@ -24,6 +24,7 @@ enum {
 	MEM_BUDGET,
 	MEM_USED,
 	MEM_PREFAULTED,
+	MEM_LOCKED,
 	MEM_PERCENT,
 	MEM_CHUNK,
 	MEM_CHUNKS,
@@ -46,6 +47,9 @@ static const struct rep_field mem_fields[MEM_N] = {
 	[MEM_PREFAULTED] = REP_EXPORT("prefaulted_bytes", REP_BYTES, REP_GAUGE,
 		"reftfs_memory_prefaulted_bytes",
 		"Arena memory faulted in ahead of use."),
+	[MEM_LOCKED] = REP_EXPORT("locked_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_memory_locked_bytes",
+		"Memory locked in RAM, never swapped (--lock-memory)."),
 	[MEM_PERCENT] = REP_FIELD("used_percent", REP_PERCENT),
 	[MEM_CHUNK] = REP_EXPORT("chunk_size_bytes", REP_BYTES, REP_GAUGE,
 		"reftfs_chunk_size_bytes", "Size of one arena chunk."),
@@ -424,6 +428,8 @@ static const struct rep_text status_text[] = {
 	/* Until the arena is faulted in, first writes run slower. */
 	TXT("memory.prefaulted_bytes<memory.budget_bytes", "",
 	    "{memory.prefaulted_bytes} of the budget faulted in ahead of use"),
+	TXT("memory.locked_bytes", "",
+	    "{memory.locked_bytes} locked in RAM (--lock-memory)"),
 	TXT(NULL, "chunks",
 	    "{memory.chunk_size_bytes} each; {memory.chunks_used} of "
 	    "{memory.chunks_total} in use, {memory.chunks_evictable} "
@@ -595,6 +601,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, MEM_BUDGET, st.mem_budget);
 	rep_set_u64(g, MEM_USED, st.mem_used);
 	rep_set_u64(g, MEM_PREFAULTED, st.mem_prefaulted);
+	rep_set_u64(g, MEM_LOCKED, st.mem_locked);
 	rep_set_pct(g, MEM_PERCENT,
 		    st.mem_budget ? 100.0 * (double)st.mem_used /
 					    (double)st.mem_budget

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -89,6 +91,10 @@ static void usage(FILE *out)
 		"                        (default 2000)\n"
 		"  --retry MS            write-back retry period after an error (default 5000)\n"
 		"  --ctl PATH            control socket (default: derived from MOUNTPOINT)\n"
+		"  --lock-memory         lock the memory budget in RAM as it is used\n"
+		"                        (mlock): checkpoints never go to swap; needs\n"
+		"                        RLIMIT_MEMLOCK (ulimit -l) of the whole budget\n"
+		"                        or CAP_IPC_LOCK\n"
 		"\n"
 		"sharding group (several daemons protecting each other's checkpoints):\n"
 		"  --node ID             this node's id in the group, from 0\n"
@@ -309,6 +315,8 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 		o->cfg.prefault = ENG_PREFAULT_START;
 	} else if (!strcmp(key, "no-prefault")) {
 		o->cfg.prefault = ENG_PREFAULT_NONE;
+	} else if (!strcmp(key, "lock-memory")) {
+		o->cfg.lock_memory = true;
 	} else if (!strcmp(key, "direct-read")) {
 		o->direct_read = true;
 	} else if (!strcmp(key, "io-uring")) {
@@ -477,6 +485,7 @@ enum {
 	OPT_JOIN_TIMEOUT,
 	OPT_WITNESSES,
 	OPT_WITNESS,
+	OPT_LOCK_MEMORY,
 };
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -513,6 +522,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "join-timeout", required_argument, NULL, OPT_JOIN_TIMEOUT },
 		{ "witnesses", required_argument, NULL, OPT_WITNESSES },
 		{ "witness", no_argument, NULL, OPT_WITNESS },
+		{ "lock-memory", no_argument, NULL, OPT_LOCK_MEMORY },
 		{ "codec", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -594,6 +604,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_JOIN_TIMEOUT: name = "join-timeout"; break;
 		case OPT_WITNESSES: name = "witnesses"; break;
 		case OPT_WITNESS: name = "witness"; break;
+		case OPT_LOCK_MEMORY: name = "lock-memory"; break;
 		case 'G': name = "codec"; break;
 		default:
 			return bad("cannot parse the options");
@@ -613,9 +624,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		if (npos)
 			return bad("--witness: a witness mounts nothing (no "
 				   "MOUNTPOINT)");
-		if (o->mem_given || o->persist_dir)
+		if (o->mem_given || o->persist_dir || o->cfg.lock_memory)
 			return bad("--witness: a witness holds no data (no "
-				   "--mem, no --persist)");
+				   "--mem, --persist or --lock-memory)");
 		return 0;
 	}
 	if (npos == 0)
@@ -854,6 +865,48 @@ static int check_mem(struct opts *o)
 			fmt_size(b[0], sizeof(b[0]), o->cfg.mem_bytes),
 			fmt_size(b[1], sizeof(b[1]), m.avail));
 	return 0;
+}
+
+/* Has this process capability @cap in its effective set? */
+static bool has_cap(unsigned cap)
+{
+	char line[256];
+	unsigned long long eff = 0;
+	bool found = false;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "CapEff: %llx", &eff) == 1;
+	fclose(f);
+	return found && cap < 64 && (eff >> cap & 1);
+}
+
+/*
+ * --lock-memory: the kernel counts the whole budget against
+ * RLIMIT_MEMLOCK when the arena is locked, though pages are locked only as
+ * they are used.  Refuse now, with the numbers, when the limit is lower
+ * and CAP_IPC_LOCK (which lifts it) is missing.  A cgroup's memory limit
+ * is check_mem's: locked pages count in it as any other.
+ */
+static int check_lock(const struct opts *o)
+{
+	struct rlimit rl;
+	char b[2][32];
+
+	if (!o->cfg.lock_memory || has_cap(CAP_IPC_LOCK) ||
+	    getrlimit(RLIMIT_MEMLOCK, &rl) < 0 ||
+	    rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= o->cfg.mem_bytes)
+		return 0;
+	fprintf(stderr,
+		"%s: --lock-memory: the memory budget %s is more than "
+		"RLIMIT_MEMLOCK allows (%s; raise it with ulimit -l, "
+		"LimitMEMLOCK= in a systemd unit or memlock in "
+		"limits.conf), and this process lacks CAP_IPC_LOCK\n",
+		prog, fmt_size(b[0], sizeof(b[0]), o->cfg.mem_bytes),
+		fmt_size(b[1], sizeof(b[1]), (uint64_t)rl.rlim_cur));
+	return -1;
 }
 
 /* Is @path a mount point already?  (FUSE would happily stack on it.) */
@@ -1181,7 +1234,7 @@ int main(int argc, char **argv)
 	eng_config_defaults(&o.cfg);
 	grp_config_defaults(&o.grp);
 	if (parse_args(argc, argv, &o) < 0 ||
-	    (!o.grp.witness && check_mem(&o) < 0))
+	    (!o.grp.witness && (check_mem(&o) < 0 || check_lock(&o) < 0)))
 		goto out;
 	if (grp_config_check(&o.grp, err, sizeof(err)) < 0) {
 		bad("%s", err);

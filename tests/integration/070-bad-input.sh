@@ -144,6 +144,36 @@ else
 	log "cgroup case not run: cannot make a memory cgroup here (uid $(id -u))"
 fi
 
+# --lock-memory past RLIMIT_MEMLOCK, without CAP_IPC_LOCK (which lifts
+# it): refused at once, with the limit and how to raise it; within the
+# limit, it mounts.  The limit is lowered (to 8 MiB at most: raising it
+# needs a privilege a container may lack).
+if is_root && command -v setpriv >/dev/null && command -v prlimit >/dev/null; then
+	LIM=$(ulimit -H -l)
+	[ "$LIM" = unlimited ] || [ "$LIM" -gt 8192 ] && LIM=8192
+	LOWLOCK=$T_TMP/low-memlock
+	printf '#!/bin/sh\nexec prlimit --memlock=%s:%s setpriv --bounding-set -ipc_lock "%s" "$@"\n' \
+		$((LIM << 10)) $((LIM << 10)) "$REFTFSD" >"$LOWLOCK"
+	chmod +x "$LOWLOCK"
+	REAL_REFTFSD=$REFTFSD
+	REFTFSD=$LOWLOCK
+	expect_bad RLIMIT_MEMLOCK --one-line -- "$MNT" -f --mem 128M --lock-memory
+	grep -q "ulimit -l" "$T_TMP/err" || fail "the --lock-memory refusal does not say how to raise the limit"
+	[ "$LIM" -lt 1024 ] || grep -q "($((LIM >> 10)) MiB;" "$T_TMP/err" ||
+		fail "the --lock-memory refusal does not name the limit: $(cat "$T_TMP/err")"
+	if [ "$LIM" -ge 2048 ]; then
+		start_daemon "$MNT" --mem $((LIM >> 10))M --lock-memory --no-passthrough
+		echo data >"$MNT/f"
+		expect_eq "$(cat "$MNT/f")" data "a file on a --lock-memory mount within RLIMIT_MEMLOCK"
+		stop_daemon "$MNT" "$DAEMON_PID"
+	fi
+	REFTFSD=$REAL_REFTFSD
+else
+	log "--lock-memory refusal not run: needs root, setpriv and prlimit"
+fi
+expect_bad "no --mem, --persist or --lock-memory" --usage -- --witness --node 1 \
+	--peers 127.0.0.1:1 --witnesses 127.0.0.1:2 --lock-memory
+
 # Bad paths: exit 2, one clear line naming the path.  Also in the default
 # background mode: the error must reach the caller's exit status.
 for fg in -f ""; do

@@ -34,10 +34,10 @@ static void test_bad_sizes(void **state)
 {
 	struct store s;
 
-	assert_int_equal(store_init(&s, 8 * MiB, 3 * MiB, false), -EINVAL);
-	assert_int_equal(store_init(&s, 8 * MiB, 512 * 1024, false), -EINVAL);
-	assert_int_equal(store_init(&s, 8 * MiB, 8 * MiB + 1, false), -EINVAL);
-	assert_int_equal(store_init(&s, MiB - 1, MiB, false), -EINVAL);
+	assert_int_equal(store_init(&s, 8 * MiB, 3 * MiB, 0), -EINVAL);
+	assert_int_equal(store_init(&s, 8 * MiB, 512 * 1024, 0), -EINVAL);
+	assert_int_equal(store_init(&s, 8 * MiB, 8 * MiB + 1, 0), -EINVAL);
+	assert_int_equal(store_init(&s, MiB - 1, MiB, 0), -EINVAL);
 }
 
 static void test_alloc_all_then_enospc(void **state)
@@ -46,7 +46,7 @@ static void test_alloc_all_then_enospc(void **state)
 	uint32_t ids[8], extra;
 	double t0;
 
-	assert_int_equal(store_init(&s, 8 * MiB + 123, MiB, true), 0);
+	assert_int_equal(store_init(&s, 8 * MiB + 123, MiB, STORE_PREFAULT), 0);
 	assert_int_equal(s.nchunks, 8);
 	assert_int_equal(s.bytes, 8 * MiB);
 	for (int i = 0; i < 8; i++) {
@@ -77,7 +77,7 @@ static void test_refs(void **state)
 	struct store s;
 	uint32_t id;
 
-	assert_int_equal(store_init(&s, 2 * MiB, MiB, false), 0);
+	assert_int_equal(store_init(&s, 2 * MiB, MiB, 0), 0);
 	assert_int_equal(store_alloc(&s, 0, &id), 0);
 	assert_int_equal(store_refs(&s, id), 1);
 	store_get(&s, id);
@@ -101,7 +101,7 @@ static void misuse(int what)
 
 	if (freopen("/dev/null", "w", stderr) == NULL)
 		_exit(3);
-	if (store_init(&s, 4 * MiB, MiB, false) < 0)
+	if (store_init(&s, 4 * MiB, MiB, 0) < 0)
 		_exit(3);
 	switch (what) {
 	case 0: /* a chunk put twice */
@@ -139,7 +139,7 @@ static void test_cold(void **state)
 	uint32_t ids[8], again[3], id;
 
 	(void)state;
-	assert_int_equal(store_init(&s, 8 * MiB, MiB, true), 0);
+	assert_int_equal(store_init(&s, 8 * MiB, MiB, STORE_PREFAULT), 0);
 	assert_int_equal(store_faulted_bytes(&s), 8 * MiB);
 	assert_int_equal(store_take_cold(&s, ids, 3), 3);
 	assert_int_equal(store_faulted_bytes(&s), 5 * MiB); /* pages gone */
@@ -170,6 +170,55 @@ static void test_cold(void **state)
 	store_put_cold(&s, again, 3);
 	store_put(&s, id);
 	assert_int_equal(store_free_count(&s), 8);
+	store_fini(&s);
+}
+
+/*
+ * STORE_LOCK: pages are locked as they are touched (VmLck grows with
+ * use, not with the budget), given back when the chunk goes cold (the
+ * kernel refuses MADV_DONTNEED on locked pages: the store unlocks them
+ * first), and locked again when touched again.
+ */
+static void test_locked(void **state)
+{
+	struct store s;
+	uint32_t ids[16], id;
+	uint64_t before, used, cold;
+	int rc;
+
+	(void)state;
+	rc = store_init(&s, 16 * MiB, MiB, STORE_LOCK);
+	if (rc == -ENOMEM || rc == -EPERM) {
+		printf("test_locked: skipped: mlock2 of 16 MiB: %s (needs "
+		       "RLIMIT_MEMLOCK of 16 MiB or CAP_IPC_LOCK)\n",
+		       strerror(-rc));
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	before = store_locked_bytes(&s);
+	assert_true(before < 4 * MiB); /* nothing touched yet */
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(store_try_alloc(&s, &ids[i]), 0);
+		memset(store_ptr(&s, ids[i]), 0xa5, MiB);
+	}
+	used = store_locked_bytes(&s);
+	assert_true(used >= before + 8 * MiB);
+	for (int i = 0; i < 8; i++)
+		store_put(&s, ids[i]);
+	/* Every free chunk cold: the eight give their pages back. */
+	assert_int_equal(store_take_cold(&s, ids, 16), 16);
+	cold = store_locked_bytes(&s);
+	assert_true(cold + 8 * MiB <= used);
+	store_put_cold(&s, ids, 16);
+	/* Touched again: locked again. */
+	assert_int_equal(store_try_alloc(&s, &id), 0);
+	memset(store_ptr(&s, id), 0x5a, MiB);
+	assert_true(store_locked_bytes(&s) >= cold + MiB);
+	store_put(&s, id);
+	store_fini(&s);
+	/* Without STORE_LOCK nothing is said locked. */
+	assert_int_equal(store_init(&s, 2 * MiB, MiB, STORE_PREFAULT), 0);
+	assert_int_equal(store_locked_bytes(&s), 0);
 	store_fini(&s);
 }
 
@@ -219,7 +268,7 @@ static void test_waiter_is_woken(void **state)
 	uint32_t got;
 	double t0;
 
-	assert_int_equal(store_init(&s, MiB, MiB, false), 0);
+	assert_int_equal(store_init(&s, MiB, MiB, 0), 0);
 	s.pressure = on_pressure;
 	s.pressure_ctx = &w;
 	assert_int_equal(store_alloc(&s, 0, &w.id), 0);
@@ -284,7 +333,7 @@ static void test_balancer(void **state)
 	uint32_t id;
 	uint64_t b;
 
-	assert_int_equal(store_init(&s, 256 * MiB, MiB, false), 0);
+	assert_int_equal(store_init(&s, 256 * MiB, MiB, 0), 0);
 	s.target = target_of;
 	s.target_ctx = (void *)&target;
 	assert_int_equal(store_faulted_bytes(&s), 0);
@@ -363,7 +412,7 @@ static void test_small_random(void **state)
 	struct store s;
 
 	srandom((unsigned)seed);
-	assert_int_equal(store_init(&s, nchunks * MiB, MiB, false), 0);
+	assert_int_equal(store_init(&s, nchunks * MiB, MiB, 0), 0);
 	assert_int_equal(s.small_max, MiB / 2);
 	for (int op = 0; op < 20000; op++) {
 		int what = (int)(random() % 10);
@@ -446,7 +495,7 @@ static void test_small_budget(void **state)
 	uint64_t small;
 	struct store s;
 
-	assert_int_equal(store_init(&s, 8 * MiB, MiB, false), 0);
+	assert_int_equal(store_init(&s, 8 * MiB, MiB, 0), 0);
 	for (uint32_t i = 0; i < 8 * 256; i++)
 		assert_int_equal(store_try_alloc_len(&s, 4096, &ids[i]), 0);
 	assert_int_equal(store_free_count(&s), 0);
@@ -507,7 +556,7 @@ static void test_small_threads(void **state)
 	pthread_t t[4];
 	struct store s;
 
-	assert_int_equal(store_init(&s, 8 * MiB, MiB, false), 0);
+	assert_int_equal(store_init(&s, 8 * MiB, MiB, 0), 0);
 	for (int i = 0; i < 4; i++) {
 		c[i] = (struct churn){ &s, (unsigned)(i + 1) * 7919u, 0 };
 		assert_int_equal(pthread_create(&t[i], NULL, churn_main, &c[i]),
@@ -603,7 +652,7 @@ static void test_home_random(void **state)
 	srandom((unsigned)seed);
 	for (uint32_t p = 0; p < HOME_PAGES; p++)
 		m.page_id[p] = HOME_NONE;
-	assert_int_equal(store_init(&s, nchunks * MiB, MiB, false), 0);
+	assert_int_equal(store_init(&s, nchunks * MiB, MiB, 0), 0);
 	assert_int_equal(store_home_init(&h, map, HOME_PAGES), 0);
 	for (int op = 0; op < 20000; op++) {
 		uint32_t p = (uint32_t)random() % HOME_PAGES, id, k;
@@ -760,7 +809,7 @@ static void test_home_threads(void **state)
 	struct store s;
 
 	(void)state;
-	assert_int_equal(store_init(&s, 16 * MiB, MiB, false), 0);
+	assert_int_equal(store_init(&s, 16 * MiB, MiB, 0), 0);
 	/* Room on back for every round's chunk: collected at the end. */
 	assert_int_equal(store_home_init(&h, map, 4 * 2000), 0);
 	for (uint32_t i = 0; i < 4; i++) {
@@ -790,6 +839,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_all_then_enospc),
 		cmocka_unit_test(test_refs),
 		cmocka_unit_test(test_cold),
+		cmocka_unit_test(test_locked),
 		cmocka_unit_test(test_refs_misuse_stops),
 		cmocka_unit_test(test_waiter_is_woken),
 		cmocka_unit_test(test_balancer),
