@@ -440,6 +440,28 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	persist_get_stats(e, s);
 }
 
+/* Count regular file @in in @ci; ns->lock held. */
+static void ckpt_file(struct eng *e, struct inode *in,
+		      struct eng_ckpt_info *ci)
+{
+	struct file *f = &in->file;
+	enum eng_state st;
+
+	file_rdlock(f);
+	st = file_state(f);
+	ci->bytes += f->size;
+	ci->bytes_resident += file_ram_bytes(e, f);
+	file_unlock(f);
+	if (st < ci->state)
+		ci->state = st;
+	ci->files++;
+	ci->files_lost += st == ENG_STATE_LOST;
+	ci->files_writing += st == ENG_STATE_WRITING;
+	ci->files_sealed += st >= ENG_STATE_SEALED;
+	ci->files_protected += st >= ENG_STATE_PROTECTED;
+	ci->files_persisted += st == ENG_STATE_PERSISTED;
+}
+
 /* Weakest state and totals of the files below @dir; ns->lock held. */
 static void ckpt_tree(struct eng *e, struct inode *dir,
 		      struct eng_ckpt_info *ci)
@@ -447,21 +469,10 @@ static void ckpt_tree(struct eng *e, struct inode *dir,
 	for (struct dentry *de = dir->dir.first; de; de = de->next) {
 		struct inode *in = de->inode;
 
-		if (S_ISDIR(in->mode)) {
+		if (S_ISDIR(in->mode))
 			ckpt_tree(e, in, ci);
-		} else if (S_ISREG(in->mode)) {
-			struct file *f = &in->file;
-
-			file_rdlock(f);
-			if (file_state(f) < ci->state)
-				ci->state = file_state(f);
-			if (file_state(f) == ENG_STATE_LOST)
-				ci->files_lost++;
-			ci->files++;
-			ci->bytes += f->size;
-			ci->bytes_resident += file_ram_bytes(e, f);
-			file_unlock(f);
-		}
+		else if (S_ISREG(in->mode))
+			ckpt_file(e, in, ci);
 	}
 }
 
@@ -598,6 +609,32 @@ static int find_path(struct eng *e, const char *path, struct inode **out)
 	}
 	*out = in;
 	return 0;
+}
+
+int eng_path_state(struct eng *e, const char *path,
+		   struct eng_ckpt_info *ci)
+{
+	struct inode *in;
+	int rc;
+
+	*ci = (struct eng_ckpt_info){ .name = path,
+				      .state = ENG_STATE_PERSISTED };
+	ns_rdlock(e);
+	rc = find_path(e, path, &in);
+	if (rc == 0 && S_ISDIR(in->mode)) {
+		ckpt_tree(e, in, ci);
+		if (in->parent == e->ns.root && in != e->ns.root) {
+			ci->seq = in->ckpt_seq;
+			ci->in_keep_window = ns_in_keep_window(e, in->ckpt_seq);
+			ci->persist_selected =
+				e->cfg.persist_every > 0 &&
+				in->ckpt_seq % e->cfg.persist_every == 0;
+		}
+	} else if (rc == 0 && S_ISREG(in->mode)) {
+		ckpt_file(e, in, ci);
+	}
+	ns_unlock(e);
+	return rc;
 }
 
 int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn, void *ctx)

@@ -601,18 +601,37 @@ struct eng_stats {
 };
 void eng_get_stats(struct eng *e, struct eng_stats *s);
 
+/*
+ * A checkpoint, or any file or tree (eng_path_state).  The file counts go
+ * up the states, each counting the files at that state or a stronger one:
+ * protected counts the files that survive the loss of a node (protected
+ * by the group, or persisted), persisted those in the persist dir.
+ */
 struct eng_ckpt_info {
-	const char *name; /* top-level directory name */
-	uint64_t seq;	  /* creation order, from 1 */
-	enum eng_state state; /* weakest state of its files */
+	const char *name; /* top-level directory name; eng_path_state: the
+			     path as given */
+	uint64_t seq;	  /* creation order, from 1; 0: not a checkpoint */
+	enum eng_state state; /* weakest state of its files (persisted with
+				 none) */
 	uint64_t files, bytes, bytes_resident;
-	uint64_t files_lost;	/* of them, in state lost */
+	uint64_t files_lost;	  /* of them, in state lost */
+	uint64_t files_writing;	  /* ... writing */
+	uint64_t files_sealed;	  /* ... sealed or stronger */
+	uint64_t files_protected; /* ... protected or persisted */
+	uint64_t files_persisted; /* ... persisted */
 	bool in_keep_window;	/* among the newest cfg->keep */
 	bool persist_selected;	/* chosen by --persist-every */
 };
 typedef int (*eng_ckpt_fn)(void *ctx, const struct eng_ckpt_info *ci);
 /* Report every checkpoint, oldest first; stops when @fn returns nonzero. */
 int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx);
+/*
+ * The same of @path (relative to the mount root, "" or "/" for the root):
+ * a file alone, a directory every file below it.  @ci->name is @path.
+ * 0, or -ENOENT, -ENOTDIR as a lookup gives.
+ */
+int eng_path_state(struct eng *e, const char *path,
+		   struct eng_ckpt_info *ci);
 
 struct eng_entry_info {
 	const char *path; /* relative to the mount root, "" for the root */

@@ -387,6 +387,16 @@ static const struct ctl_cmd ctl_cmds[] = {
 	  "bringing back this node's files after a start with empty "
 	  "memory; --wait until done",
 	  rfs_ctl_cmd_rebuild },
+	{ "checkpoints", CMD_JSON, "[--json]",
+	  "each checkpoint's files by state; the newest wholly protected "
+	  "and wholly persisted",
+	  rfs_ctl_cmd_checkpoints },
+	{ "wait", CMD_JSON | CMD_PATH | CMD_STATE,
+	  "PATH --sealed|--protected|--persisted [--timeout SECONDS] "
+	  "[--json]",
+	  "until every file under PATH is so: exit 0, 1 once one is lost, "
+	  "3 at the timeout",
+	  rfs_ctl_cmd_wait },
 	{ "metrics", CMD_JSON, "[--json]", "Prometheus text exposition",
 	  rfs_ctl_cmd_metrics },
 	{ "version", CMD_JSON, "[--json]", "daemon version",
@@ -423,6 +433,22 @@ static int usage_error(struct rep_out *o, const struct ctl_cmd *cmd,
 	return CTL_EXIT_USAGE;
 }
 
+/* "30", "2.5": seconds, more than 0 and at most a day, into *@ms. */
+static int parse_seconds(const char *a, unsigned *ms)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(a, &end);
+	if (errno || end == a || *end || !(v > 0) || v > 86400)
+		return -1;
+	*ms = (unsigned)(v * 1000 + 0.5);
+	if (!*ms)
+		*ms = 1;
+	return 0;
+}
+
 static int parse_args(struct ctl_req *r, int argc, char **argv,
 		      struct rep_out *o)
 {
@@ -443,7 +469,23 @@ static int parse_args(struct ctl_req *r, int argc, char **argv,
 			else if (!strcmp(a, "--repair") &&
 				 (cmd->opts & CMD_REPAIR))
 				r->repair = true;
-			else
+			else if ((cmd->opts & CMD_STATE) &&
+				 !strcmp(a, "--sealed"))
+				r->want = ENG_STATE_SEALED;
+			else if ((cmd->opts & CMD_STATE) &&
+				 !strcmp(a, "--protected"))
+				r->want = ENG_STATE_PROTECTED;
+			else if ((cmd->opts & CMD_STATE) &&
+				 !strcmp(a, "--persisted"))
+				r->want = ENG_STATE_PERSISTED;
+			else if ((cmd->opts & CMD_STATE) &&
+				 !strcmp(a, "--timeout")) {
+				if (++i == argc ||
+				    parse_seconds(argv[i], &r->timeout_ms) < 0)
+					return usage_error(
+						o, cmd, "bad --timeout",
+						i < argc ? argv[i] : "");
+			} else
 				return usage_error(o, cmd, "unknown option", a);
 		} else if ((cmd->opts & CMD_PATH) && !r->path) {
 			r->path = a;
@@ -486,6 +528,7 @@ static int ctl_run(struct ctl_req *r, char *line, struct rep_out *o)
 		return CTL_EXIT_USAGE;
 	}
 	r->cmd = &ctl_cmds[i];
+	r->want = -1;
 	code = parse_args(r, argc, argv, o);
 	if (code != CTL_EXIT_OK)
 		return code;

@@ -7,7 +7,8 @@
  * and the table of commands; each command family has a file of its own
  * that ctl.c's table names: ctl_status.c (status, metrics, version),
  * ctl_group.c (group), ctl_list.c (ls, placement), ctl_verify.c (verify),
- * ctl_flush.c (flush), ctl_protect.c (protect, rebuild).
+ * ctl_flush.c (flush), ctl_protect.c (protect, rebuild), ctl_ckpt.c
+ * (checkpoints, wait).
  *
  * Each command fills a report (report.h) once from the engine's reporting
  * calls and renders it in the format asked for; the schemas and text
@@ -36,6 +37,7 @@ enum {
 	CTL_EXIT_OK = 0,
 	CTL_EXIT_FAIL = 1,  /* the command ran and failed */
 	CTL_EXIT_USAGE = 2, /* unknown command, bad arguments, bad request */
+	CTL_EXIT_TIMEOUT = 3, /* wait: not there by --timeout */
 };
 
 /* --- requests ----------------------------------------------------------- */
@@ -45,6 +47,8 @@ enum {
 #define CMD_REPAIR (1u << 3) /* takes --repair */
 #define CMD_PATH (1u << 2) /* takes one optional PATH */
 #define CMD_WORDS (1u << 4) /* takes words after it (a subcommand) */
+#define CMD_STATE (1u << 5) /* takes --sealed, --protected or --persisted,
+			       and --timeout SECONDS */
 #define CTL_MAX_WORDS 16
 
 struct ctl_req;
@@ -73,6 +77,8 @@ struct ctl_req {
 	bool eof; /* the client shut its side: stop polling it for input */
 	const struct ctl_cmd *cmd;
 	bool json, wait, repair;
+	int want;	   /* CMD_STATE: the enum eng_state asked for, -1 */
+	unsigned timeout_ms; /* CMD_STATE: --timeout; 0: none */
 	const char *path; /* ls: NULL for the root */
 	const char *words[CTL_MAX_WORDS]; /* CMD_WORDS: the words after it */
 	int nwords;
@@ -123,6 +129,14 @@ const char *rfs_ctl_err_name(int err);
 
 /* The name of enum eng_state @s, "unknown" for none (REP_ENUM name_of). */
 const char *rfs_ctl_state_of(unsigned s);
+/* The same of a checkpoint's: "incomplete" for a lost file's. */
+const char *rfs_ctl_ckpt_state_of(unsigned s);
+
+/* A checkpoint, in "status", "checkpoints" and "wait" (ctl_status.c). */
+enum { CK_NAME, CK_SEQ, CK_STATE, CK_FILES, CK_BYTES, CK_RESIDENT, CK_FLAGS,
+       CK_LOST, CK_WRITING, CK_SEALED, CK_PROTECTED, CK_PERSISTED, CK_N };
+extern const struct rep_field rfs_ctl_ckpt_fields[CK_N];
+void rfs_ctl_ckpt_fill(struct rep_obj *row, const struct eng_ckpt_info *ci);
 
 /* --- commands (ctl.c's table names them) -------------------------------- */
 
@@ -143,6 +157,9 @@ int rfs_ctl_cmd_flush(struct ctl_req *r, struct rep_out *o);
 /* ctl_protect.c */
 int rfs_ctl_cmd_protect(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_rebuild(struct ctl_req *r, struct rep_out *o);
+/* ctl_ckpt.c */
+int rfs_ctl_cmd_checkpoints(struct ctl_req *r, struct rep_out *o);
+int rfs_ctl_cmd_wait(struct ctl_req *r, struct rep_out *o);
 
 /* --- the group, in "group" and in "status" (ctl_group.c) ---------------- */
 

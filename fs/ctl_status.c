@@ -283,14 +283,17 @@ static const struct rep_field persist_fields[PER_N] = {
 	[PER_EVERY] = REP_FIELD("persist_every", REP_COUNT),
 };
 
-enum { CK_NAME, CK_SEQ, CK_STATE, CK_FILES, CK_BYTES, CK_RESIDENT, CK_FLAGS,
-       CK_LOST, CK_N };
 enum { CK_FLAG_KEEP = 1 << 0, CK_FLAG_PERSIST = 1 << 1 };
 
 static const char *const ck_flag_names[] = { "keep", "persist" };
 static const char *const ck_flag_keys[] = { "keep", "persist_selected" };
 
-static const struct rep_field ck_fields[CK_N] = {
+const char *rfs_ctl_ckpt_state_of(unsigned s)
+{
+	return s == ENG_STATE_LOST ? "incomplete" : rfs_ctl_state_of(s);
+}
+
+const struct rep_field rfs_ctl_ckpt_fields[CK_N] = {
 	[CK_NAME] = REP_FIELD("name", REP_STRING),
 	[CK_SEQ] = REP_EXPORT("seq", REP_COUNT, REP_GAUGE,
 		"reftfs_checkpoint_seq",
@@ -301,10 +304,10 @@ static const struct rep_field ck_fields[CK_N] = {
 		.metric = REP_GAUGE,
 		.prom = "reftfs_checkpoint_state",
 		.help = "1 for the checkpoint's state (the weakest of its "
-			"files).",
+			"files; incomplete: one is lost).",
 		.label = "state",
 		.n = NSTATES,
-		.name_of = rfs_ctl_state_of,
+		.name_of = rfs_ctl_ckpt_state_of,
 	},
 	[CK_FILES] = REP_EXPORT("files", REP_COUNT, REP_GAUGE,
 		"reftfs_checkpoint_files", "Files in the checkpoint."),
@@ -330,7 +333,38 @@ static const struct rep_field ck_fields[CK_N] = {
 	[CK_LOST] = REP_EXPORT("lost_files", REP_COUNT, REP_GAUGE,
 		"reftfs_checkpoint_lost_files",
 		"Files of the checkpoint whose data is gone for good."),
+	[CK_WRITING] = REP_EXPORT("writing_files", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_writing_files",
+		"Files of the checkpoint open for writing."),
+	[CK_SEALED] = REP_EXPORT("sealed_files", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_sealed_files",
+		"Files of the checkpoint sealed (or protected, or persisted)."),
+	[CK_PROTECTED] = REP_EXPORT("protected_files", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_protected_files",
+		"Files of the checkpoint that survive a node's loss: protected "
+		"across the group, or persisted."),
+	[CK_PERSISTED] = REP_EXPORT("persisted_files", REP_COUNT, REP_GAUGE,
+		"reftfs_checkpoint_persisted_files",
+		"Files of the checkpoint in the persist dir."),
 };
+
+void rfs_ctl_ckpt_fill(struct rep_obj *row, const struct eng_ckpt_info *ci)
+{
+	rep_set_str(row, CK_NAME, ci->name ? ci->name : "");
+	rep_set_u64(row, CK_SEQ, ci->seq);
+	rep_set_u64(row, CK_STATE, ci->state);
+	rep_set_u64(row, CK_FILES, ci->files);
+	rep_set_u64(row, CK_LOST, ci->files_lost);
+	rep_set_u64(row, CK_BYTES, ci->bytes);
+	rep_set_u64(row, CK_RESIDENT, ci->bytes_resident);
+	rep_set_u64(row, CK_FLAGS,
+		    (ci->in_keep_window ? CK_FLAG_KEEP : 0) |
+			    (ci->persist_selected ? CK_FLAG_PERSIST : 0));
+	rep_set_u64(row, CK_WRITING, ci->files_writing);
+	rep_set_u64(row, CK_SEALED, ci->files_sealed);
+	rep_set_u64(row, CK_PROTECTED, ci->files_protected);
+	rep_set_u64(row, CK_PERSISTED, ci->files_persisted);
+}
 
 enum {
 	ST_MOUNT,
@@ -380,7 +414,7 @@ static const struct rep_field status_fields[ST_N] = {
 		.key = "checkpoints",
 		.type = REP_TABLE,
 		.label = "checkpoint",
-		.fields = ck_fields,
+		.fields = rfs_ctl_ckpt_fields,
 		.n = CK_N,
 	},
 	[ST_MEMBERS] = {
@@ -532,16 +566,7 @@ static int ck_row(void *ctx, const struct eng_ckpt_info *ci)
 
 	if (!row)
 		return 1;
-	rep_set_str(row, CK_NAME, ci->name ? ci->name : "");
-	rep_set_u64(row, CK_SEQ, ci->seq);
-	rep_set_u64(row, CK_STATE, ci->state);
-	rep_set_u64(row, CK_FILES, ci->files);
-	rep_set_u64(row, CK_LOST, ci->files_lost);
-	rep_set_u64(row, CK_BYTES, ci->bytes);
-	rep_set_u64(row, CK_RESIDENT, ci->bytes_resident);
-	rep_set_u64(row, CK_FLAGS,
-		    (ci->in_keep_window ? CK_FLAG_KEEP : 0) |
-			    (ci->persist_selected ? CK_FLAG_PERSIST : 0));
+	rfs_ctl_ckpt_fill(row, ci);
 	return 0;
 }
 

@@ -97,6 +97,16 @@ static void usage(FILE *f)
 		"                           a replacement bringing back its "
 		"node's files;\n"
 		"                           --wait until it is done\n"
+		"  checkpoints [--json]     each checkpoint's files by state; "
+		"the newest\n"
+		"                           wholly protected and wholly "
+		"persisted\n"
+		"  wait PATH --sealed|--protected|--persisted [--timeout S]\n"
+		"                           until every file under PATH (in "
+		"the mount,\n"
+		"                           or from its root) is so; exit 0, "
+		"1 once one\n"
+		"                           is lost, 3 at the timeout\n"
 		"  metrics [--json]         Prometheus text exposition\n"
 		"  version [--json]         versions of %s and reftfsd\n"
 		"\n"
@@ -487,7 +497,10 @@ static void progress_plain(struct progress *pg)
 		return;
 	}
 	memcpy(pg->shown_v, v, sizeof(v));
-	if (pg->bt)
+	if (!pg->bt && !pg->bd) /* wait: files only */
+		printf("%s: %" PRIu64 "/%" PRIu64 " files\n", pg->what,
+		       pg->fd, pg->ft);
+	else if (pg->bt)
 		printf("%s: %" PRIu64 "/%" PRIu64 " files, %s/%s\n", pg->what,
 		       pg->fd, pg->ft, fmt_bytes(b1, sizeof(b1), pg->bd),
 		       fmt_bytes(b2, sizeof(b2), pg->bt));
@@ -516,9 +529,14 @@ static void progress_bar(struct progress *pg)
 	for (i = 0; i < ADM_BAR; i++)
 		bar[i] = i < fill ? '#' : '-';
 	bar[ADM_BAR] = '\0';
-	printf("\r%s %3u%% [%s] %s/%s, %" PRIu64 "/%" PRIu64 " files\033[K",
-	       pg->what, pct, bar, fmt_bytes(b1, sizeof(b1), pg->bd),
-	       fmt_bytes(b2, sizeof(b2), pg->bt), pg->fd, pg->ft);
+	if (!pg->bt && !pg->bd) /* wait: files only */
+		printf("\r%s %3u%% [%s] %" PRIu64 "/%" PRIu64 " files\033[K",
+		       pg->what, pct, bar, pg->fd, pg->ft);
+	else
+		printf("\r%s %3u%% [%s] %s/%s, %" PRIu64 "/%" PRIu64
+		       " files\033[K",
+		       pg->what, pct, bar, fmt_bytes(b1, sizeof(b1), pg->bd),
+		       fmt_bytes(b2, sizeof(b2), pg->bt), pg->fd, pg->ft);
 	fflush(stdout);
 	pg->drawn = true;
 }

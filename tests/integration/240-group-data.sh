@@ -135,18 +135,14 @@ log "rank 0's rename moved every rank's files on every node"
 
 # --- every file protected ------------------------------------------------
 # wait_protected MNT [SECONDS]: until every file under /checkpoint-1 is
-# protected as MNT's daemon sees it.
+# protected as MNT's daemon sees it (reftfs-admin wait, given the path in
+# the mount as a job script would).
 wait_protected() {
-	local m=$1 secs=${2:-60} i got=""
-	for i in $(seq 1 $((secs * 10))); do
-		got=$(admin "$m" ls /checkpoint-1 --json | "$PY" -c '
-import json, sys
-print(" ".join(sorted({f["state"] for f in json.load(sys.stdin) if f["type"] == "file"})))') || got=""
-		[ "$got" = protected ] && return 0
-		sleep 0.1
-	done
+	local m=$1 secs=${2:-60} out rc=0
+	out=$(admin "$m" wait "$m/checkpoint-1" --protected --timeout "$secs" 2>&1) || rc=$?
+	[ "$rc" = 0 ] && return 0
 	admin "$m" ls /checkpoint-1 | grep -v '^protected' >&2
-	fail "files under /checkpoint-1 on $m: states '$got' after ${secs}s, want protected"
+	fail "files under /checkpoint-1 on $m: wait --protected exited $rc: $out"
 }
 for n in 0 1 2; do
 	out=$(admin "${M[$n]}" protect --wait) || fail "protect --wait on node $n: $out"
@@ -154,6 +150,11 @@ for n in 0 1 2; do
 		fail "protect --wait on node $n: $out"
 done
 for n in 0 1 2; do wait_protected "${M[$n]}" 5; done
+expect_eq "$(admin "${M[1]}" checkpoints --json | "$PY" -c 'import json, sys
+c = json.load(sys.stdin)
+print(c["newest_protected"], c["newest_persisted"],
+      [(k["state"], k["files"] == k["protected_files"] >= 15) for k in c["checkpoints"] if k["name"] == "checkpoint-1"])')" \
+	"checkpoint-1 None [('protected', True)]" "checkpoints on node 1 (no persist dir)"
 out=$(admin "${M[0]}" metrics)
 for f in "reftfs_protect_unprotected_files 0" "reftfs_rebuild_files_not_back 0"; do
 	grep -Fx "$f" <<<"$out" >/dev/null || fail "metrics: no '$f'"
@@ -233,6 +234,11 @@ for n in 0 1 2; do
 	admin "${M[$n]}" protect --wait >/dev/null || fail "protect --wait on node $n after the rebuild"
 done
 for n in 0 1 2; do wait_protected "${M[$n]}" 5; done
+expect_eq "$(admin "${M[1]}" checkpoints --json | "$PY" -c 'import json, sys
+c = json.load(sys.stdin)
+print(c["newest_protected"], c["newest_persisted"],
+      [(k["state"], k["files"] == k["protected_files"] >= 15) for k in c["checkpoints"] if k["name"] == "checkpoint-1"])')" \
+	"checkpoint-1 None [('protected', True)]" "checkpoints on node 1 (no persist dir)"
 check_all "after rebuild" 1 0 2
 for n in 0 1 2; do
 	cmp "$REF/after" "${M[$n]}/$DIR/after" || fail "after differs on node $n"

@@ -101,8 +101,13 @@ for n in 0 1 2; do
 		"status: lost files on node $n"
 	expect_eq "$(status_get "${M[$n]}" \
 		'[(c["state"], c["lost_files"]) for c in s["checkpoints"] if c["name"] == "ck"][0]')" \
-		"('lost', 2)" "status: checkpoint ck on node $n"
+		"('incomplete', 2)" "status: checkpoint ck on node $n"
 done
+# A job script's wait for it ends at once, exit 1, saying why.
+rc=0
+out=$(admin "${M[2]}" wait /ck --protected --timeout 30 2>&1) || rc=$?
+expect_eq "$rc" 1 "wait /ck --protected with 2 files lost: exit status"
+grep -q "incomplete: 2 files lost" <<<"$out" || fail "wait /ck --protected: $out"
 admin "${M[2]}" metrics >"$T_TMP/metrics"
 expect_metric "$T_TMP/metrics" reftfs_files_lost -eq 2
 # Told once each as the record's writer changed them (EV_LOST,

@@ -310,6 +310,39 @@ int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx)
 	return 0;
 }
 
+/*
+ * "wait": "step_100" is writing at the first look, sealed at the second,
+ * protected from the third on; "stuck" stays sealed, "gone" has a lost
+ * file, "nope" is absent.
+ */
+static unsigned fake_path_calls;
+
+int eng_path_state(struct eng *e, const char *path, struct eng_ckpt_info *ci)
+{
+	unsigned n = fake_path_calls++;
+
+	(void)e;
+	snprintf(fake_last_path, sizeof(fake_last_path), "%s", path);
+	*ci = (struct eng_ckpt_info){ .name = path, .files = 2,
+				      .bytes = 2 << 20 };
+	if (!strcmp(path, "nope"))
+		return -ENOENT;
+	if (!strcmp(path, "gone")) {
+		ci->state = ENG_STATE_LOST;
+		ci->files_lost = ci->files_sealed = 1;
+	} else if (!strcmp(path, "stuck") || n == 1) {
+		ci->state = ENG_STATE_SEALED;
+		ci->files_sealed = 2;
+	} else if (n == 0) {
+		ci->state = ENG_STATE_WRITING;
+		ci->files_writing = 2;
+	} else {
+		ci->state = ENG_STATE_PROTECTED;
+		ci->files_sealed = ci->files_protected = 2;
+	}
+	return 0;
+}
+
 int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn,
 		  void *ctx)
 {
@@ -693,6 +726,76 @@ static void test_ls(void **state)
 	a = ask(*state, "ls ../../..\n");
 	assert_int_equal(frame_check(a), 0);
 	assert_string_equal(fake_last_path, "");
+	free(a);
+}
+
+static void test_checkpoints(void **state)
+{
+	char *a = ask(*state, "checkpoints\n");
+
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "PROTECTED"));
+	assert_non_null(strstr(a, "o step_100 "));
+	/* The oldest writing, the newest persisted (fake_list_checkpoints). */
+	assert_non_null(strstr(a, "o newest wholly protected: \\x1b[31mred\n"));
+	assert_non_null(strstr(a, "o newest wholly persisted: \\x1b[31mred\n"));
+	free(a);
+	a = ask(*state, "checkpoints --json\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_non_null(strstr(a, "\"protected_files\":"));
+	assert_non_null(strstr(a, "\"newest_protected\":\"\\u001b[31mred\""));
+	free(a);
+}
+
+static void test_wait(void **state)
+{
+	char *a;
+
+	/* Writing, sealed, then protected: three looks, exit 0. */
+	fake_path_calls = 0;
+	a = ask(*state, "wait /step_100 --protected\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_int_equal(fake_path_calls, 3);
+	assert_non_null(strstr(a, "o /step_100: protected: 2 files (2.0 MiB) after "));
+	free(a);
+	/* A path under the mount point is taken relative to its root. */
+	fake_path_calls = 0;
+	a = ask(*state, "wait /mnt/ckpt/step_100 --sealed --json\n");
+	assert_int_equal(frame_check(a), 0);
+	assert_string_equal(fake_last_path, "step_100");
+	assert_non_null(strstr(a, "\"want\":\"sealed\",\"reached\":true"));
+	free(a);
+	/* Never persisted: exit 3 at the timeout, saying where it stands. */
+	a = ask(*state, "wait stuck --persisted --timeout 0.3\n");
+	assert_int_equal(frame_check(a), 3);
+	assert_non_null(strstr(a, "o /stuck: not persisted after "));
+	assert_non_null(strstr(a, "2 sealed, 0 protected"));
+	free(a);
+	/* A lost file: exit 1 at once, never a wait. */
+	a = ask(*state, "wait gone --protected\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "e wait: /gone: incomplete: 1 file lost"));
+	free(a);
+	a = ask(*state, "wait nope --protected\n");
+	assert_int_equal(frame_check(a), 1);
+	assert_non_null(strstr(a, "e wait: /nope: No such file"));
+	free(a);
+	/* Usage: a state to wait for, a path, a timeout that is one. */
+	a = ask(*state, "wait step_100\n");
+	assert_int_equal(frame_check(a), 2);
+	free(a);
+	a = ask(*state, "wait --protected\n");
+	assert_int_equal(frame_check(a), 2);
+	free(a);
+	a = ask(*state, "wait x --protected --timeout soon\n");
+	assert_int_equal(frame_check(a), 2);
+	assert_non_null(strstr(a, "bad --timeout 'soon'"));
+	free(a);
+	a = ask(*state, "wait x --protected --timeout\n");
+	assert_int_equal(frame_check(a), 2);
+	free(a);
+	a = ask(*state, "status --protected\n");
+	assert_int_equal(frame_check(a), 2);
 	free(a);
 }
 
@@ -1469,6 +1572,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status_error_shown,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_checkpoints, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_wait, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ls_missing, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),

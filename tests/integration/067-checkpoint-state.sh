@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Checkpoint state for job scripts (issue 28, item 2), one node with a
+# persist dir: reftfs-admin checkpoints counts each checkpoint's files by
+# state and names the newest wholly persisted one (a checkpoint with a file
+# still open is not it); reftfs-admin wait PATH --persisted waits for a
+# checkpoint, exit 3 at its --timeout while a writer holds a file open
+# (or while it has no file yet), exit 0 once it is closed and written back.  The group's side (protected,
+# incomplete) is in 240-group-data and 258-group-lost.
+. "$(dirname "$0")/lib.sh"
+need_fuse
+
+MNT=$(new_dir mnt)
+PERSIST=$(new_dir persist)
+start_daemon "$MNT" --mem 256M --persist "$PERSIST"
+
+# ckpts EXPR: a Python expression over checkpoints --json (as c).
+ckpts() {
+	admin "$MNT" checkpoints --json | "$PY" -c '
+import json, sys
+c = json.load(sys.stdin)
+k = {x["name"]: x for x in c["checkpoints"]}
+print(eval(sys.argv[1]))' "$1"
+}
+
+mkdir "$MNT/step_1"
+head -c 3000000 /dev/urandom >"$MNT/step_1/model.pt"
+echo meta >"$MNT/step_1/meta.json"
+admin "$MNT" wait "$MNT/step_1" --persisted --timeout 30 ||
+	fail "wait $MNT/step_1 --persisted"
+expect_eq "$(ckpts 'c["newest_persisted"], c["newest_protected"]')" \
+	"('step_1', 'step_1')" "newest wholly persisted and protected (a persisted file is safe from a node's loss)"
+
+# step_2: one file written and closed, one held open by a writer.
+mkdir "$MNT/step_2"
+head -c 2000000 /dev/urandom >"$MNT/step_2/a.pt"
+exec 7>"$MNT/step_2/b.pt"
+echo partial >&7
+rc=0
+out=$(admin "$MNT" wait /step_2 --persisted --timeout 1.5 2>&1) || rc=$?
+expect_eq "$rc" 3 "wait /step_2 --persisted with a writer open: exit status"
+grep -q "not persisted after" <<<"$out" || fail "wait at its timeout: $out"
+grep -q "1 writing" <<<"$out" || fail "wait at its timeout does not count the writer: $out"
+expect_eq "$(ckpts '(k["step_2"]["state"], k["step_2"]["files"], k["step_2"]["writing_files"], c["newest_persisted"])')" \
+	"('writing', 2, 1, 'step_1')" "checkpoints with step_2 open"
+admin "$MNT" checkpoints | grep -q "^newest wholly persisted: step_1$" ||
+	fail "checkpoints text: $(admin "$MNT" checkpoints)"
+
+# Closed: the same wait, now without a timeout, ends with exit 0.
+admin "$MNT" wait /step_2 --persisted >"$T_TMP/wait.out" 2>&1 7>&- &
+WAITER=$!
+sleep 0.5
+pid_alive "$WAITER" || fail "wait ended while b.pt was open: $(cat "$T_TMP/wait.out")"
+exec 7>&-
+rc=0
+wait "$WAITER" || rc=$?
+expect_eq "$rc" 0 "wait /step_2 --persisted once b.pt was closed ($(cat "$T_TMP/wait.out"))"
+grep -q "^/step_2: persisted: 2 files" "$T_TMP/wait.out" ||
+	fail "wait's line: $(cat "$T_TMP/wait.out")"
+expect_eq "$(ckpts '(k["step_2"]["state"], k["step_2"]["persisted_files"], c["newest_persisted"])')" \
+	"('persisted', 2, 'step_2')" "checkpoints once step_2 is written back"
+admin "$MNT" metrics | grep -q '^reftfs_checkpoint_persisted_files{checkpoint="step_2"} 2$' ||
+	fail "metrics: no reftfs_checkpoint_persisted_files for step_2"
+
+# An empty checkpoint (made, nothing written yet) is no loader's choice.
+mkdir "$MNT/step_3"
+expect_eq "$(ckpts 'c["newest_persisted"]')" step_2 "newest wholly persisted beside an empty step_3"
+rc=0
+admin "$MNT" wait /step_3 --sealed --timeout 0.5 >/dev/null 2>&1 || rc=$?
+expect_eq "$rc" 3 "wait for an empty checkpoint"
+
+# A file alone, and a path that is not there.
+admin "$MNT" wait /step_1/meta.json --sealed --timeout 5 >/dev/null ||
+	fail "wait for a file"
+rc=0
+admin "$MNT" wait /step_9 --sealed --timeout 5 >/dev/null 2>&1 || rc=$?
+expect_eq "$rc" 1 "wait for a path that is not there"
+stop_daemon "$MNT" "$DAEMON_PID"
+log "PASS"
