@@ -346,6 +346,13 @@ struct eng_group_ops {
 	 */
 	int (*seal)(void *ctx, struct inode *in, struct eng_call *c);
 	/*
+	 * fsync of a writer's handle of @in under --sync protect: seal
+	 * what this node has if the group has not seen it, and finish @c
+	 * once that version is protected or persisted (EIO at a deadline,
+	 * or when it cannot be).  ENG_LATER, 0 or -errno.
+	 */
+	int (*sync)(void *ctx, struct inode *in, struct eng_call *c);
+	/*
 	 * Read piece @p->idx (@p->len bytes, CRC32C @p->crc) of a file's
 	 * sealed version @p->gseal from one of @p->holders into @buf,
 	 * checked; when none has it and the seal is erasure-coded, rebuilt
@@ -431,6 +438,17 @@ bool eng_inval_idle(struct eng *e);
  * again meanwhile; -errno.  No lock held; sleeps.
  */
 int file_seal_build(struct eng *e, struct inode *in, struct nsop *op);
+/*
+ * fsync under --sync protect (gns.c): where @in stands for a writer of
+ * this node that wants its data as fsync found it (*@version; 0: the
+ * current version, and *@version set to it) safe from a node's loss.
+ * FILE_SYNC_SEAL: this node has changes the group has not seen: seal
+ * them; FILE_SYNC_WAIT: not yet protected nor persisted; FILE_SYNC_DONE:
+ * that version or a later one is protected or persisted; -EIO: the file
+ * is lost.  Takes the file's lock.
+ */
+enum { FILE_SYNC_DONE, FILE_SYNC_WAIT, FILE_SYNC_SEAL };
+int file_sync_state(struct eng *e, struct inode *in, uint64_t *version);
 /*
  * A seal built (file_seal_build) whose entry the log did not take, to go
  * again as it is: 0 when @in is still at @op's version and no seal of

@@ -84,6 +84,17 @@ enum eng_unmount_flush {
  * (docs/benchmarks.md): by default a low-priority thread does it after
  * mounting, in the order chunks are handed out.
  */
+/*
+ * What fsync and fdatasync of a writer's handle wait for: its data
+ * written (none: the arena is the tier), or protected across the group
+ * as --protect says (protect: sealed, as a close would, and protected or
+ * persisted; EIO when it cannot be, within 30 s).
+ */
+enum eng_sync {
+	ENG_SYNC_NONE,
+	ENG_SYNC_PROTECT,
+};
+
 enum eng_prefault {
 	ENG_PREFAULT_BACKGROUND,
 	ENG_PREFAULT_START,	/* all of it before eng_new returns */
@@ -104,6 +115,7 @@ struct eng_config {
 	enum eng_prefault prefault; /* when the arena is faulted in */
 	bool lock_memory;	 /* lock the arena, and passthrough's backing
 				    tmpfs, in RAM: never swapped */
+	enum eng_sync sync;	 /* what fsync waits for */
 	unsigned fetch_threads;	 /* threads for reads that fetch data */
 	unsigned fetch_timeout_ms; /* such a read fails ETIMEDOUT after this */
 	int node;		 /* in a group, this node's id (its own lock
@@ -335,8 +347,8 @@ int eng_read(struct eng *e, struct eng_file *fp, size_t size, off_t off,
  */
 int eng_write_kill_setid(struct eng *e, struct eng_file *fp, gid_t gid);
 
-/* Flush (a close(2)) is an eng_call(), ENG_CALL_FLUSH, below. */
-int eng_fsync(struct eng *e, struct eng_file *fp, bool datasync);
+/* Flush (a close(2)) and fsync are eng_call()s, ENG_CALL_FLUSH and
+ * ENG_CALL_FSYNC, below. */
 /*
  * Close; the last writer's close seals the file.  Returns a backing id
  * the caller closes (passthrough: the last open of it), or 0.
@@ -367,6 +379,7 @@ enum eng_call_kind {
 				   -> st, fp, info */
 	ENG_CALL_OPEN,		/* ino, flags -> fp, info */
 	ENG_CALL_FLUSH,		/* fp: a writer's close seals the file */
+	ENG_CALL_FSYNC,		/* fp: fsync, fdatasync (cfg->sync) */
 };
 
 struct eng_call {
@@ -380,7 +393,7 @@ struct eng_call {
 	gid_t gid;
 	int flags;		/* open(2) flags, or ENG_RENAME_* */
 	struct eng_setattr sa;
-	struct eng_file *fp;	/* SETATTR (may be NULL), FLUSH */
+	struct eng_file *fp;	/* SETATTR (may be NULL), FLUSH, FSYNC */
 	/* Out, valid when the call succeeded. */
 	struct stat st;
 	struct eng_file *newfp;	/* CREATE, OPEN */

@@ -1038,6 +1038,12 @@ int file_apply_open(struct eng *e, const struct nsop *op, uint64_t index,
  * ENG_LATER.  Else 0 or -errno at once.
  */
 int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c);
+/*
+ * fsync (and fdatasync) of handle @fp: its queued copies land; in a group
+ * with --sync protect a writer's data is then protected (eng_group_ops
+ * .sync) before @c finishes.  0, ENG_LATER or -errno.  Sleeps.
+ */
+int file_fsync(struct eng *e, struct eng_file *fp, struct eng_call *c);
 /* Off the list of open handles, and freed (nscall.c). */
 void eng_handle_free(struct eng *e, struct eng_file *h);
 

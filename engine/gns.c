@@ -88,6 +88,27 @@ enum {
 #define GNS_TICK_MS 100		/* the ticker's period */
 #define GNS_STALE_MIN_MS 250	/* a gap in the ticks at least this long
 				   (and half of --dead-after) is a freeze */
+#define GNS_SYNC_MS 30000	/* an fsync's data not protected by then:
+				   EIO */
+
+/*
+ * An fsync under --sync protect (gns_sync), waiting for its file's data
+ * (as the fsync found it: @version) to be protected or persisted.  On
+ * g->syncs while it waits; an event about its file (EV_PROTECTED,
+ * EV_PERSISTED, EV_LOST) takes it off and queues it on the submitters to
+ * look again (sync_check_fn), so that no listener finishes a FUSE
+ * request under the engine's locks; the ticker fails it at @until_ms.
+ * Whoever takes it off the list finishes it, or puts it back.
+ */
+struct gns_sync {
+	struct rft_wq_item w;	/* the submitters' (first: cast from it) */
+	struct gns *g;
+	struct gns_sync *next;	/* on g->syncs; lock */
+	struct eng_call *call;
+	struct inode *in;	/* held */
+	uint64_t version;
+	uint64_t until_ms;
+};
 
 /* One of this node's proposals. */
 struct gns_req {
@@ -98,6 +119,8 @@ struct gns_req {
 	struct eng_call *call;	/* finished from the apply; NULL for a seal
 				   nobody waits for */
 	struct inode *in;	/* a seal: the file, held (in->holds) */
+	struct gns_sync *sync;	/* a seal for an fsync: it waits for the
+				   seal's protection once finished */
 	/* Set by the apply on this node, under g->lock. */
 	bool listed;		/* on g->pending: the apply may find it */
 	bool applying;		/* the apply is filling out */
@@ -141,6 +164,7 @@ struct gns {
 	uint64_t next_tag;	/* lock */
 	struct gns_job *j_head, *j_tail; /* peers' requests; lock */
 	struct gns_job *waits;	/* parked GNS_T_WAITs; lock */
+	struct gns_sync *syncs;	/* fsyncs waiting for protection; lock */
 	bool stop;		/* lock */
 	_Atomic uint64_t applied; /* last index applied here */
 
@@ -207,6 +231,10 @@ static void finish(struct gns *g, struct gns_req *r, int rc);
 
 static void submit_fn(struct rft_wq_item *w, bool cancel);
 
+static void sync_park(struct gns *g, struct gns_sync *s);
+static void sync_done(struct gns *g, struct gns_sync *s, int rc,
+		      const char *why);
+
 /*
  * Hand @r to the submitters.  After gns_stop none is left to take it (the
  * last write-back at unmount still tells of what it persisted): it fails
@@ -262,12 +290,157 @@ static int gns_seal(void *ctx, struct inode *in, struct eng_call *c)
 	return c ? ENG_LATER : 0;
 }
 
-/* A file this node sealed at its last writer's close (EV_SEALED). */
+/* --- fsync: protected before it returns -------------------------------- */
+
+/* Finish @s with @rc (@why: the reason, logged, when it is an error). */
+static void sync_done(struct gns *g, struct gns_sync *s, int rc,
+		      const char *why)
+{
+	char name[PATH_MAX];
+
+	if (rc < 0) {
+		eng_inode_name(g->e, s->in, name, sizeof(name));
+		rft_warn("fsync of %s: %s; EIO (the data is kept here as it "
+			 "is)", name, why);
+		rc = -EIO;
+	}
+	s->call->done(s->call, rc);
+	ns_unhold(g->e, s->in);
+	free(s);
+}
+
+/* Take @s off g->syncs: true when it was there.  g->lock held. */
+static bool sync_claim_locked(struct gns *g, struct gns_sync *s)
+{
+	for (struct gns_sync **pp = &g->syncs; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			return true;
+		}
+	return false;
+}
+
+/*
+ * Wait for @s's data to be protected: on g->syncs first, then a look, so
+ * that an event between the two finds it.  No lock held.
+ */
+static void sync_park(struct gns *g, struct gns_sync *s)
+{
+	bool mine;
+	int st;
+
+	leaf_lock(&g->lock, ENG_RANK_GNS);
+	if (g->stop) {
+		leaf_unlock(&g->lock, ENG_RANK_GNS);
+		sync_done(g, s, -EIO, "reftfsd is stopping");
+		return;
+	}
+	s->next = g->syncs;
+	g->syncs = s;
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
+	st = file_sync_state(g->e, s->in, &s->version);
+	if (st == FILE_SYNC_WAIT || st == FILE_SYNC_SEAL)
+		return;
+	leaf_lock(&g->lock, ENG_RANK_GNS);
+	mine = sync_claim_locked(g, s);
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
+	if (mine)
+		sync_done(g, s, st, "the file is lost");
+}
+
+/* An event about its file took @s off the list: look again. */
+static void sync_check_fn(struct rft_wq_item *w, bool cancel)
+{
+	struct gns_sync *s = (struct gns_sync *)w;
+
+	if (cancel)
+		sync_done(s->g, s, -EIO, "reftfsd is stopping");
+	else
+		sync_park(s->g, s);
+}
+
+/* Every fsync waiting on @in looks again (from a listener: leaf locks). */
+static void sync_wake(struct gns *g, const struct inode *in)
+{
+	leaf_lock(&g->lock, ENG_RANK_GNS);
+	for (struct gns_sync **pp = &g->syncs; *pp;) {
+		struct gns_sync *s = *pp;
+
+		if (s->in == in &&
+		    rft_wq_queue(g->subq, &s->w, RFT_WQ_HIGH) == 0)
+			*pp = s->next;
+		else
+			pp = &s->next;
+	}
+	leaf_unlock(&g->lock, ENG_RANK_GNS);
+}
+
+/*
+ * fsync of a writer's handle under --sync protect: seal what this node
+ * has (as a last close does, the writer kept) unless the group has it,
+ * and finish @c once that version is protected or persisted; EIO at
+ * GNS_SYNC_MS, or when the seal cannot reach the log, or the file is
+ * lost.  ENG_LATER, 0 (nothing to wait for) or -errno.
+ */
+static int gns_sync(void *ctx, struct inode *in, struct eng_call *c)
+{
+	struct gns *g = ctx;
+	struct gns_sync *s;
+	struct gns_req *r;
+	uint64_t version = 0;
+	int st;
+
+	if (!g->prot)
+		return 0; /* --protect none: nothing will protect it */
+	st = file_sync_state(g->e, in, &version);
+	if (st == FILE_SYNC_DONE)
+		return 0;
+	if (st < 0) {
+		char name[PATH_MAX];
+
+		eng_inode_name(g->e, in, name, sizeof(name));
+		rft_warn("fsync of %s: the file is lost; EIO", name);
+		return st;
+	}
+	s = calloc(1, sizeof(*s));
+	r = st == FILE_SYNC_SEAL ? calloc(1, sizeof(*r)) : NULL;
+	if (!s || (st == FILE_SYNC_SEAL && !r)) {
+		free(s);
+		free(r);
+		return -ENOMEM;
+	}
+	s->w.fn = sync_check_fn;
+	s->g = g;
+	s->call = c;
+	s->in = in;
+	eng_hold(g->e, in);
+	s->version = version;
+	s->until_ms = rft_now_ms() + GNS_SYNC_MS;
+	if (!r) {
+		sync_park(g, s);
+		return ENG_LATER;
+	}
+	nsop_init(&r->op, NSOP_SEAL);
+	r->op.ino = eng_inode_ino(in);
+	eng_hold(g->e, in);
+	r->in = in;
+	r->sync = s;
+	enqueue(g, r);
+	return ENG_LATER;
+}
+
+/*
+ * A file this node sealed at its last writer's close (EV_SEALED); a
+ * file's protection, persistence or loss for the fsyncs waiting on it.
+ */
 static void gns_on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 {
 	(void)e;
 	if (ev->kind == EV_SEALED && ev->tell)
 		gns_seal(ctx, ev->in, NULL);
+	else if (ev->kind == EV_PROTECTED || ev->kind == EV_PERSISTED ||
+		 ev->kind == EV_LOST)
+		sync_wake(ctx, ev->in);
 }
 
 static void gns_persisted(void *ctx, struct inode *in, uint64_t gseal)
@@ -380,6 +553,18 @@ static int submit(struct gns *g, struct gns_req *r, uint64_t *index)
 static void finish(struct gns *g, struct gns_req *r, int rc)
 {
 	struct eng_call *c = r->call;
+
+	/* An fsync's seal: now the wait for its protection. */
+	if (r->sync) {
+		struct gns_sync *s = r->sync;
+
+		r->sync = NULL;
+		if (rc == 0)
+			sync_park(g, s);
+		else
+			sync_done(g, s, -EIO,
+				  "its seal did not reach the group's log");
+	}
 
 	if (c) {
 		if (rc == 0)
@@ -1238,6 +1423,22 @@ static void *ticker_main(void *arg)
 				 (unsigned long long)(now - prev));
 		}
 		atomic_store(&g->tick_ms, now);
+		/* fsyncs past their deadline fail (outside the lock). */
+		for (struct gns_sync **pp = &g->syncs; *pp;) {
+			struct gns_sync *s = *pp;
+
+			if (s->until_ms > now) {
+				pp = &s->next;
+				continue;
+			}
+			*pp = s->next;
+			leaf_unlock(&g->lock, ENG_RANK_GNS);
+			sync_done(g, s, -ETIMEDOUT,
+				  "not protected within 30 s (a holder "
+				  "down? reftfs-admin protect says)");
+			leaf_lock(&g->lock, ENG_RANK_GNS);
+			pp = &g->syncs; /* it may have changed meanwhile */
+		}
 		/* Seals due for another try go to the submitters. */
 		for (struct gns_req **pp = &g->retry; *pp;) {
 			struct gns_req *r = *pp;
@@ -1312,6 +1513,7 @@ static void gns_free(void *ctx);
 static const struct eng_group_ops gns_ops = {
 	.propose = gns_propose,
 	.seal = gns_seal,
+	.sync = gns_sync,
 	.fetch = gns_fetch,
 	.persisted = gns_persisted,
 	.fresh = gns_fresh,
@@ -1363,6 +1565,13 @@ static void gns_stop(void *ctx)
 	for (int i = 0; i < GNS_SERVERS; i++)
 		pthread_join(g->servers[i], NULL);
 	pthread_join(g->ticker, NULL);
+	/* fsyncs still waiting fail. */
+	while (g->syncs) {
+		struct gns_sync *s = g->syncs;
+
+		g->syncs = s->next;
+		sync_done(g, s, -ESHUTDOWN, "reftfsd is stopping");
+	}
 	/* Seals waiting to go again fail as at the stop. */
 	while (g->retry) {
 		struct gns_req *r = g->retry;

@@ -901,7 +901,8 @@ static int prepare(struct eng *e, struct eng_call *c, struct nsop *op,
 		[ENG_CALL_OPEN] = NSOP_OPEN,
 	};
 
-	/* FLUSH is no op of its own (a group's seal is proposed by gns.c). */
+	/* FLUSH and FSYNC are no ops of their own (a group's seal is
+	 * proposed by gns.c). */
 	nsop_init(op, (size_t)c->kind < sizeof(kinds) / sizeof(kinds[0])
 			      ? kinds[c->kind]
 			      : 0);
@@ -956,6 +957,9 @@ static int prepare(struct eng *e, struct eng_call *c, struct nsop *op,
 		*rc = pass_take(e, c->fp);
 		if (*rc == 0)
 			*rc = file_flush(e, c->fp, c);
+		return 1;
+	case ENG_CALL_FSYNC:
+		*rc = file_fsync(e, c->fp, c);
 		return 1;
 	}
 	if (*rc < 0)

@@ -94,6 +94,27 @@ int file_seal_build(struct eng *e, struct inode *in, struct nsop *op)
 	return 0;
 }
 
+int file_sync_state(struct eng *e, struct inode *in, uint64_t *version)
+{
+	struct file *f = &in->file;
+	int st;
+
+	file_rdlock(f);
+	if (!*version)
+		*version = f->version;
+	if (file_lost(f))
+		st = -EIO;
+	else if (f->dur.protected_data >= *version ||
+		 f->dur.persisted_data >= *version)
+		st = FILE_SYNC_DONE;
+	else if (file_to_seal(e, f) && f->seal_sent < *version)
+		st = FILE_SYNC_SEAL;
+	else
+		st = FILE_SYNC_WAIT;
+	file_unlock(f);
+	return st;
+}
+
 int file_seal_again(struct eng *e, struct inode *in, const struct nsop *op)
 {
 	struct file *f = &in->file;

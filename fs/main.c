@@ -54,6 +54,8 @@ struct opts {
 	bool single_thread;
 	bool direct_read;
 	bool io_uring;	/* --io-uring */
+	enum eng_sync sync;	/* --sync */
+	bool sync_given;
 	/* 1 asked for, 0 turned off (--no-...), -1 the default */
 	int passthrough; /* on (-1) or --no-passthrough (0) */
 	bool early_copy; /* --early-copy */
@@ -118,6 +120,10 @@ static void usage(FILE *out)
 		"                        one is usable, else ISA-L; same bytes)\n"
 		"  --protect-bw SIZE     bytes per second protection may send (default\n"
 		"                        0: no limit)\n"
+		"  --sync protect|none   what fsync of a written file waits for: its\n"
+		"                        data protected as --protect says (default in a\n"
+		"                        group with --protect; EIO after 30 s when it\n"
+		"                        cannot be), or nothing (default otherwise)\n"
 		"  --stop-wait SECONDS   at a stop (unmount, SIGTERM, SIGINT), wait this\n"
 		"                        long at most for this node's sealed files to be\n"
 		"                        protected (default 30; 0: no wait); each one left\n"
@@ -375,6 +381,15 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 				   "rs:K+M");
 		if (!(o->grp.protect = keep_str(o, val)))
 			return bad("out of memory");
+	} else if (!strcmp(key, "sync")) {
+		if (val && !strcmp(val, "protect"))
+			o->sync = ENG_SYNC_PROTECT;
+		else if (val && !strcmp(val, "none"))
+			o->sync = ENG_SYNC_NONE;
+		else
+			return bad("bad --sync '%s': want protect or none",
+				   val ? val : "");
+		o->sync_given = true;
 	} else if (!strcmp(key, "codec")) {
 		if (!val || (strcmp(val, "auto") && strcmp(val, "isal") &&
 			     strcmp(val, "gpu")))
@@ -486,6 +501,7 @@ enum {
 	OPT_WITNESSES,
 	OPT_WITNESS,
 	OPT_LOCK_MEMORY,
+	OPT_SYNC,
 };
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -523,6 +539,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "witnesses", required_argument, NULL, OPT_WITNESSES },
 		{ "witness", no_argument, NULL, OPT_WITNESS },
 		{ "lock-memory", no_argument, NULL, OPT_LOCK_MEMORY },
+		{ "sync", required_argument, NULL, OPT_SYNC },
 		{ "codec", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -605,6 +622,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_WITNESSES: name = "witnesses"; break;
 		case OPT_WITNESS: name = "witness"; break;
 		case OPT_LOCK_MEMORY: name = "lock-memory"; break;
+		case OPT_SYNC: name = "sync"; break;
 		case 'G': name = "codec"; break;
 		default:
 			return bad("cannot parse the options");
@@ -864,6 +882,28 @@ static int check_mem(struct opts *o)
 			"reclaimed or swapped\n", prog,
 			fmt_size(b[0], sizeof(b[0]), o->cfg.mem_bytes),
 			fmt_size(b[1], sizeof(b[1]), m.avail));
+	return 0;
+}
+
+/*
+ * --sync: what fsync waits for.  By default a writer's fsync waits for
+ * its data to be protected where something protects it (a group with a
+ * --protect scheme), and for nothing alone.
+ */
+static int check_sync(struct opts *o)
+{
+	bool protects = grp_wanted(&o->grp) && o->grp.protect &&
+			strcmp(o->grp.protect, "none");
+
+	if (!o->sync_given) {
+		o->cfg.sync = protects ? ENG_SYNC_PROTECT : ENG_SYNC_NONE;
+		return 0;
+	}
+	if (o->sync == ENG_SYNC_PROTECT && !protects)
+		return bad("--sync protect: nothing protects this node's files "
+			   "(it needs a group with --protect other than "
+			   "none)");
+	o->cfg.sync = o->sync;
 	return 0;
 }
 
@@ -1240,6 +1280,8 @@ int main(int argc, char **argv)
 		bad("%s", err);
 		goto out;
 	}
+	if (check_sync(&o) < 0)
+		goto out;
 	if (o.join_timeout_ms && !grp_wanted(&o.grp)) {
 		bad("--join-timeout: a single node has no group to join (give "
 		    "--node and --peers or --registry)");

@@ -220,6 +220,7 @@ static void call_finish(struct eng_call *c, int rc)
 	case ENG_CALL_RMDIR:
 	case ENG_CALL_RENAME:
 	case ENG_CALL_FLUSH:
+	case ENG_CALL_FSYNC:
 		fuse_reply_err(req, -rc);
 		break;
 	case ENG_CALL_SETATTR:
@@ -776,8 +777,13 @@ static void rfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 static void rfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		      struct fuse_file_info *fi)
 {
-	fuse_reply_err(req,
-		       -eng_fsync(rfs_of(req)->eng, fh_of(fi), datasync != 0));
+	struct rfs_call *c = call_new(req, ENG_CALL_FSYNC);
+
+	(void)datasync; /* the same: size and data go together */
+	if (!c)
+		return;
+	c->c.fp = fh_of(fi);
+	call_start(c);
 }
 
 static void rfs_opendir(fuse_req_t req, fuse_ino_t ino,

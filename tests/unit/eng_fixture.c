@@ -168,3 +168,10 @@ int eng_flush(struct eng *e, struct eng_file *fp)
 
 	return fx_call_wait(e, &c);
 }
+
+int eng_fsync(struct eng *e, struct eng_file *fp)
+{
+	struct eng_call c = { .kind = ENG_CALL_FSYNC, .fp = fp };
+
+	return fx_call_wait(e, &c);
+}

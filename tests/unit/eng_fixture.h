@@ -45,6 +45,7 @@ int eng_create(struct eng *e, uint64_t parent, const char *name, mode_t mode,
 	       uid_t uid, gid_t gid, int flags, struct stat *st,
 	       struct eng_file **fp, struct eng_open_info *info);
 int eng_flush(struct eng *e, struct eng_file *fp);
+int eng_fsync(struct eng *e, struct eng_file *fp);
 
 struct fixture {
 	char tmp[PATH_MAX];

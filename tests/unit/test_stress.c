@@ -972,7 +972,7 @@ static void op_fsync(struct worker *w)
 	note(w, "fsync f%d", i);
 	rc = eng_flush(weng(w), m->fp);
 	if (rc == 0)
-		rc = eng_fsync(weng(w), m->fp, rnd_below(&w->rng, 2));
+		rc = eng_fsync(weng(w), m->fp);
 	if (rc < 0)
 		wfail(w, "flush/fsync f%d: %s", i, strerror(-rc));
 }
