@@ -1410,3 +1410,22 @@ int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c)
 	file_unlock(f);
 	return tell ? e->gops->seal(e->gctx, fp->inode, c) : 0;
 }
+
+int file_fsync(struct eng *e, struct eng_file *fp, struct eng_call *c)
+{
+	int rc = pass_take(e, fp); /* a writer passing through */
+
+	if (rc < 0)
+		return rc;
+	file_wait_writes(e, &fp->inode->file);
+	/*
+	 * The data is in the arena now.  Alone, or with --sync none, that is
+	 * as durable as this tier gets: write-back to the persist dir is
+	 * asynchronous by design (reftfs-admin flush --wait, or wait
+	 * --persisted, is the barrier for that).  In a group with --sync
+	 * protect, a writer's fsync waits for its data to be protected.
+	 */
+	if (!fp->writer || !e->gops || e->cfg.sync != ENG_SYNC_PROTECT)
+		return 0;
+	return e->gops->sync(e->gctx, fp->inode, c);
+}
