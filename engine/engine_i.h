@@ -1006,7 +1006,7 @@ int file_apply_persist(struct eng *e, const struct nsop *op, uint64_t index);
 /* Apply LOST (see ns_apply): node op->node holds none of its old pieces. */
 int file_apply_lost(struct eng *e, const struct nsop *op);
 
-/* nscall.c: namespace calls, opens, ns_apply */
+/* nscall.c: namespace calls, opens, flush and fsync, ns_apply */
 /*
  * Make the entry op->parent/op->name of type @mode (op's owner, uid, gid
  * and time) and return it in *@out; ns->lock held for writing.
@@ -1047,7 +1047,7 @@ int file_fsync(struct eng *e, struct eng_file *fp, struct eng_call *c);
 /* Off the list of open handles, and freed (nscall.c). */
 void eng_handle_free(struct eng *e, struct eng_file *h);
 
-/* handle.c: release, fsync, fallocate */
+/* handle.c: release, fallocate */
 /* Free handles the kernel never released; at eng_free, threads stopped. */
 void eng_free_handles(struct eng *e);
 
