@@ -7,12 +7,15 @@
 #   with a reference copy kept outside the mount; then save step_200, flush,
 #   SIGKILL the daemon, mount again and load step_200.  Then a sharding
 #   group on this machine: three daemons on loopback ports with
-#   --protect xor (each node holds XOR parity for the other two), a
-#   torch.save on each node, one daemon SIGKILLed (its memory gone), the
-#   lost rank's checkpoint loaded on another node, decoded from the others'
-#   pieces and parity, a replacement started with its id that decodes its
-#   files back, and the checkpoint loaded byte-identical there.  Prints
-#   PASS or FAIL.
+#   --protect xor (each node holds XOR parity for the other two) and a
+#   shared persist dir; two checkpoints, each rank saving on its own node,
+#   seen going writing -> protected -> persisted (reftfs-admin checkpoints,
+#   wait --protected); one daemon SIGKILLed (its memory gone), the newest
+#   wholly protected checkpoint named by the survivors and the lost rank's
+#   file loaded from it on another node, decoded from the others' pieces
+#   and parity; a replacement started with its id that decodes its files
+#   back, and the checkpoint loaded byte-identical there.  Prints PASS or
+#   FAIL.
 # Everything lives in a temp dir and is cleaned up, whatever happens.
 #
 # usage: bash tools/demo.sh
@@ -31,9 +34,11 @@ MNT=$WORK/ckpt         # what training code writes to
 PERSIST=$WORK/nfs      # stands in for shared storage (NFS, Lustre, ...)
 REF=$WORK/ref          # reference copies, outside reftfs
 REF2=$WORK/ref200
-REFG=$WORK/refgroup
+REFG=$WORK/refgroup     # the group's step_300
+REFG4=$WORK/refgroup400 # ... and step_400
+PERSISTG=$WORK/nfsgroup # the group's shared persist dir
 G=("$WORK/node0" "$WORK/node1" "$WORK/node2") # the group's mounts
-mkdir -p "$MNT" "$PERSIST" "$REF" "$REF2" "$REFG" "${G[@]}"
+mkdir -p "$MNT" "$PERSIST" "$REF" "$REF2" "$REFG" "$REFG4" "$PERSISTG" "${G[@]}"
 
 daemon_pid() { # daemon_pid [MNT]: the reftfsd serving MNT (default $MNT)
 	local p arg m=${1:-$MNT}
@@ -157,47 +162,67 @@ SECRET=$WORK/secret
 (umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$SECRET")
 start_node() { # start_node N
 	run reftfsd "${G[$1]}" --node "$1" --peers "$PEERS" --secret-file "$SECRET" \
-		--state-dir "$WORK/state$1" --protect xor --mem 1G --dead-after 2
+		--state-dir "$WORK/state$1" --protect xor --mem 1G --dead-after 2 \
+		--persist "$PERSISTG" --persist-every 0
 }
 
-step "12. a sharding group: three daemons on loopback ports, each node's files protected by XOR parity on the others (--protect xor: half the memory of a copy)"
+step "12. a sharding group: three daemons on loopback ports, each node's files protected by XOR parity on the others (--protect xor: half the memory of a copy), written back to a shared persist dir when asked (--persist-every 0)"
 for n in 0 1 2; do start_node "$n" & done
 wait
 
-step "13. each rank saves its own checkpoint on its own node; every node sees the whole tree"
+step "13. each rank saves checkpoint step_300 on its own node; every node sees the whole tree; the job waits for it to be protected, then writes it back"
 for n in 0 1 2; do
 	run "$PY" tools/demo_torch.py save "${G[$n]}/step_300/rank$n.pt" "$REFG" "$n"
 done
-for n in 0 1 2; do run reftfs-admin -m "${G[$n]}" protect --wait; done
-run reftfs-admin -m "${G[0]}" group
-run reftfs-admin -m "${G[0]}" ls /step_300
-# Each piece of rank 1's file: its stripe, the other data node, the parity node.
-echo "$ reftfs-admin -m ${G[0]} placement /step_300/rank1.pt | head -4"
-reftfs-admin -m "${G[0]}" placement /step_300/rank1.pt | sed -n 1,4p
+run reftfs-admin -m "${G[0]}" wait "${G[0]}/step_300" --protected
+run reftfs-admin -m "${G[0]}" checkpoints
+for n in 0 1 2; do run reftfs-admin -m "${G[$n]}" flush --wait; done
+run reftfs-admin -m "${G[0]}" checkpoints
 
-step "14. node 1 fails: its daemon is SIGKILLed, its memory is gone; node 2 loads its checkpoint, decoded"
+step "14. the next checkpoint, step_400: writing (a file still open), then protected; step_300 stays the newest persisted"
+for n in 0 1 2; do
+	run "$PY" tools/demo_torch.py save "${G[$n]}/step_400/rank$n.pt" "$REFG4" "$n"
+done
+exec 3>"${G[0]}/step_400/trainer_state.json"
+echo '{"step": 400}' >&3
+run reftfs-admin -m "${G[0]}" checkpoints
+exec 3>&-
+run reftfs-admin -m "${G[0]}" wait "${G[0]}/step_400" --protected
+run reftfs-admin -m "${G[0]}" checkpoints
+run reftfs-admin -m "${G[0]}" group
+run reftfs-admin -m "${G[0]}" ls /step_400
+# Each piece of rank 1's file: its stripe, the other data node, the parity node.
+echo "$ reftfs-admin -m ${G[0]} placement /step_400/rank1.pt | head -4"
+reftfs-admin -m "${G[0]}" placement /step_400/rank1.pt | sed -n 1,4p
+
+step "15. node 1 fails: its daemon is SIGKILLed, its memory is gone; the job resumes from the newest wholly protected checkpoint, rank 1's file loaded on node 2, decoded"
 pid=$(daemon_pid "${G[1]}")
 run kill -KILL "$pid"
 wait_exit "$pid" 30 || { echo "reftfsd survived SIGKILL" >&2; exit 1; }
 run fusermount3 -uz "${G[1]}"
 sleep 3   # --dead-after 2: the others declare it dead
-run reftfs-admin -m "${G[0]}" group
+run reftfs-admin -m "${G[2]}" checkpoints
+CKPT=$(reftfs-admin -m "${G[2]}" checkpoints --json |
+	"$PY" -c 'import json, sys; print(json.load(sys.stdin)["newest_protected"])')
+echo "newest wholly protected checkpoint: $CKPT"
+[ "$CKPT" = step_400 ] || result=FAIL
 # Node 2 never read it: each piece is decoded from node 0's piece and the row.
-run "$PY" tools/demo_torch.py load "${G[2]}/step_300/rank1.pt" "$REFG" || result=FAIL
+run "$PY" tools/demo_torch.py load "${G[2]}/$CKPT/rank1.pt" "$REFG4" || result=FAIL
 
-step "15. a replacement starts with node 1's id and empty memory, and decodes its files back from its peers"
+step "16. a replacement starts with node 1's id and empty memory, and decodes its files back from its peers"
 start_node 1
 run reftfs-admin -m "${G[1]}" rebuild --wait
-run reftfs-admin -m "${G[1]}" ls /step_300
+run reftfs-admin -m "${G[1]}" ls /step_400
 
-step "16. the lost rank's checkpoint, loaded on its new node and on another, is byte-identical"
+step "17. the lost rank's checkpoints, loaded on its new node and on another, are byte-identical"
+run "$PY" tools/demo_torch.py load "${G[1]}/step_400/rank1.pt" "$REFG4" || result=FAIL
+run "$PY" tools/demo_torch.py load "${G[2]}/step_400/rank1.pt" "$REFG4" || result=FAIL
 run "$PY" tools/demo_torch.py load "${G[1]}/step_300/rank1.pt" "$REFG" || result=FAIL
-run "$PY" tools/demo_torch.py load "${G[2]}/step_300/rank1.pt" "$REFG" || result=FAIL
 run reftfs-admin -m "${G[1]}" protect --wait || result=FAIL
 # Every piece's checksums where it is, every parity row against its stripe.
-run reftfs-admin -m "${G[1]}" verify /step_300 || result=FAIL
+run reftfs-admin -m "${G[1]}" verify /step_400 || result=FAIL
 
-step "17. unmount the group"
+step "18. unmount the group"
 for n in 0 1 2; do
 	pid=$(daemon_pid "${G[$n]}")
 	run fusermount3 -u "${G[$n]}"
