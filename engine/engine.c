@@ -611,6 +611,24 @@ static int find_path(struct eng *e, const char *path, struct inode **out)
 	return 0;
 }
 
+/* @in's files counted into @ci (a file alone, a directory's tree). */
+static void tree_state(struct eng *e, struct inode *in,
+		       struct eng_ckpt_info *ci)
+{
+	if (S_ISDIR(in->mode)) {
+		ckpt_tree(e, in, ci);
+		if (in->parent == e->ns.root && in != e->ns.root) {
+			ci->seq = in->ckpt_seq;
+			ci->in_keep_window = ns_in_keep_window(e, in->ckpt_seq);
+			ci->persist_selected =
+				e->cfg.persist_every > 0 &&
+				in->ckpt_seq % e->cfg.persist_every == 0;
+		}
+	} else if (S_ISREG(in->mode)) {
+		ckpt_file(e, in, ci);
+	}
+}
+
 int eng_path_state(struct eng *e, const char *path,
 		   struct eng_ckpt_info *ci)
 {
@@ -621,18 +639,28 @@ int eng_path_state(struct eng *e, const char *path,
 				      .state = ENG_STATE_PERSISTED };
 	ns_rdlock(e);
 	rc = find_path(e, path, &in);
-	if (rc == 0 && S_ISDIR(in->mode)) {
-		ckpt_tree(e, in, ci);
-		if (in->parent == e->ns.root && in != e->ns.root) {
-			ci->seq = in->ckpt_seq;
-			ci->in_keep_window = ns_in_keep_window(e, in->ckpt_seq);
-			ci->persist_selected =
-				e->cfg.persist_every > 0 &&
-				in->ckpt_seq % e->cfg.persist_every == 0;
-		}
-	} else if (rc == 0 && S_ISREG(in->mode)) {
-		ckpt_file(e, in, ci);
-	}
+	if (rc == 0)
+		tree_state(e, in, ci);
+	ns_unlock(e);
+	return rc;
+}
+
+int eng_ino_state(struct eng *e, uint64_t ino, struct eng_ckpt_info *ci)
+{
+	struct inode *in;
+	int rc = eng_fresh(e);
+
+	*ci = (struct eng_ckpt_info){ .state = ENG_STATE_PERSISTED };
+	if (rc < 0)
+		return rc;
+	ns_rdlock(e);
+	in = ns_find(&e->ns, ino);
+	if (!in)
+		rc = -ENOENT;
+	else if (!S_ISDIR(in->mode) && !S_ISREG(in->mode))
+		rc = -ENODATA;
+	else
+		tree_state(e, in, ci);
 	ns_unlock(e);
 	return rc;
 }

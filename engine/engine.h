@@ -645,6 +645,12 @@ int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx);
  */
 int eng_path_state(struct eng *e, const char *path,
 		   struct eng_ckpt_info *ci);
+/*
+ * The same of inode @ino (the FUSE getxattr of user.reftfs.state; name
+ * NULL).  0, -ENOENT, -ENODATA (neither a file nor a directory), or
+ * eng_fresh's -EIO.
+ */
+int eng_ino_state(struct eng *e, uint64_t ino, struct eng_ckpt_info *ci);
 
 struct eng_entry_info {
 	const char *path; /* relative to the mount root, "" for the root */

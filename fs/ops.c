@@ -859,6 +859,74 @@ static void rfs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/*
+ * The one extended attribute: user.reftfs.state, on files and directories,
+ * what reftfs-admin checkpoints says of them as JSON, so that a loader can
+ * check a checkpoint with getxattr alone.  Nothing can be set.
+ *
+ * Only where every open is direct I/O (mmap_direct): a write through the
+ * page cache makes the kernel ask for security.capability first, a
+ * GETXATTR round trip per write(2) (measured: 1064 for 1064 writes with
+ * libfuse 3.14), unless the first answer is ENOSYS, which ends the
+ * kernel's asking for the mount.  There the mount has no extended
+ * attributes.
+ */
+#define RFS_XATTR_STATE "user.reftfs.state"
+
+static void rfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			 size_t size)
+{
+	struct eng_ckpt_info ci;
+	const char *st;
+	char buf[512];
+	int rc, n;
+
+	if (!rfs_of(req)->mmap_direct)
+		return (void)fuse_reply_err(req, ENOSYS);
+	if (strcmp(name, RFS_XATTR_STATE))
+		return (void)fuse_reply_err(req, ENODATA);
+	rc = eng_ino_state(rfs_of(req)->eng, ino, &ci);
+	if (rc < 0)
+		return (void)fuse_reply_err(req, -rc);
+	st = ci.state == ENG_STATE_LOST && ci.seq ? "incomplete"
+						  : eng_state_name(ci.state);
+	n = snprintf(buf, sizeof(buf),
+		     "{\"state\":\"%s\",\"files\":%llu,\"bytes\":%llu,"
+		     "\"writing\":%llu,\"sealed\":%llu,\"protected\":%llu,"
+		     "\"persisted\":%llu,\"lost\":%llu}",
+		     st ? st : "unknown", (unsigned long long)ci.files,
+		     (unsigned long long)ci.bytes,
+		     (unsigned long long)ci.files_writing,
+		     (unsigned long long)ci.files_sealed,
+		     (unsigned long long)ci.files_protected,
+		     (unsigned long long)ci.files_persisted,
+		     (unsigned long long)ci.files_lost);
+	if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else if ((size_t)n > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void rfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct eng_ckpt_info ci;
+	int rc = rfs_of(req)->mmap_direct
+			 ? eng_ino_state(rfs_of(req)->eng, ino, &ci)
+			 : -ENOSYS;
+	size_t n = rc == 0 ? sizeof(RFS_XATTR_STATE) : 0;
+
+	if (rc < 0 && rc != -ENODATA)
+		fuse_reply_err(req, -rc);
+	else if (size == 0)
+		fuse_reply_xattr(req, n);
+	else if (n > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, RFS_XATTR_STATE, n);
+}
+
 const struct fuse_lowlevel_ops rfs_oper = {
 	.init = rfs_init,
 	.lookup = rfs_lookup,
@@ -887,4 +955,6 @@ const struct fuse_lowlevel_ops rfs_oper = {
 	.releasedir = rfs_releasedir,
 	.fsyncdir = rfs_fsyncdir,
 	.statfs = rfs_statfs,
+	.getxattr = rfs_getxattr,
+	.listxattr = rfs_listxattr,
 };
