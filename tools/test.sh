@@ -290,6 +290,7 @@ full_tier() {
 			252-group-erasure 254-group-parity-faults \
 			256-group-writers 258-group-lost 264-group-cache \
 			268-group-join 272-group-witness 274-group-force-remove \
+			276-group-fsync \
 			045-truncate-race+io_uring 107-passthrough+passthrough \
 			105-mmap+direct; do
 			grep -q " / $t\$" <<<"$asan_list" && asan_tests+=("$t")
