@@ -255,7 +255,7 @@ full_tier() {
 	# correct.  Where the system's is 3.16+ this runs the fast path again.
 	if prepare build-fuse-system -Dlibfuse=system -Dcuda=disabled; then
 		# Half the differential trials of build/: the same engine.
-		DIFF_TRIALS=${DIFF_TRIALS:-30} \
+		DIFF_TRIALS=${DIFF_TRIALS:-20} \
 			run_suite build-fuse-system --suite integration "$@"
 	else
 		echo "test: build-fuse-system: configure or build failed" >&2

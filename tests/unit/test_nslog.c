@@ -1728,8 +1728,8 @@ static bool wait_all_hold(struct world *w, int n, int ms)
  * A commit reaches the followers within a round trip, not at the next
  * heartbeat (libraft sends leader_commit only in AppendEntries; the
  * leader's commit push is a barrier appended once all is applied).  The
- * heartbeat is long here (800 ms): without the push, a follower's submit
- * and the other nodes' applies would take 800 ms at least (raft's
+ * heartbeat is long here (500 ms): without the push, a follower's submit
+ * and the other nodes' applies would take 500 ms at least (raft's
  * heartbeat waits a whole heartbeat after the entry's message).  Medians
  * of several submits, from followers and from the leader, must stay under
  * half a heartbeat; a loaded machine adds milliseconds, not hundreds.
@@ -1737,7 +1737,7 @@ static bool wait_all_hold(struct world *w, int n, int ms)
  */
 static void test_commit_push(void **state)
 {
-	enum { HB = 800, ROUNDS = 5 };
+	enum { HB = 500, ROUNDS = 5 };
 	struct world *w = world_new(3, 12, 0);
 	uint64_t sub[ROUNDS], all[2 * ROUNDS], id;
 	struct nslog_status s0, s1;
