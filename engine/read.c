@@ -164,11 +164,7 @@ static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
 {
 	char path[PATH_MAX];
 
-	ns_rdlock(e);
-	if (ns_path(&e->ns, in, path, sizeof(path)) < 0)
-		snprintf(path, sizeof(path), "inode %llu",
-			 (unsigned long long)in->ino);
-	ns_unlock(e);
+	eng_inode_name(e, in, path, sizeof(path));
 	if (lost)
 		rft_warn("%s: piece %u cannot be read: the seal it belongs to "
 			 "was only in the memory of node %d, which is gone",
@@ -217,7 +213,7 @@ static int load_piece(struct eng *e, struct inode *in,
 	rc = loads_begin(e, in, i, deadline, ahead);
 	if (rc != 0)
 		return rc;
-	file_wrlock(f);
+	file_rdlock(f);
 	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
 	    (f->slots[i].where == PIECE_PERSIST && !loc)) {
 		file_unlock(f);
@@ -228,8 +224,18 @@ static int load_piece(struct eng *e, struct inode *in,
 		/*
 		 * No holder is left to ask (file_apply_lost): EIO now, said
 		 * once per seal as a failed fetch is (the LOST's apply names
-		 * a lost seal of the group's, not a draft's lost base).
+		 * a lost seal of the group's, not a draft's lost base).  The
+		 * mark wants the lock for writing: taken on this rare path
+		 * only.
 		 */
+		file_unlock(f);
+		file_wrlock(f);
+		if (!file_lost(f)) {
+			/* Written again meanwhile: look again. */
+			file_unlock(f);
+			loads_end(e, in, i);
+			return 1;
+		}
 		say = !ahead && !f->fetch_said;
 		f->fetch_said = true;
 		theirs = f->owner;
@@ -405,11 +411,7 @@ int file_load_write(struct eng *e, struct inode *in, uint32_t i,
 
 	if ((*tries)++ < LOAD_TRIES)
 		return file_load(e, in, i, i, NULL);
-	ns_rdlock(e);
-	if (ns_path(&e->ns, in, path, sizeof(path)) < 0)
-		snprintf(path, sizeof(path), "inode %llu",
-			 (unsigned long long)in->ino);
-	ns_unlock(e);
+	eng_inode_name(e, in, path, sizeof(path));
 	rft_warn("%s: piece %u changed %u times in a row while this node's "
 		 "writer read it in: the write fails (EIO)",
 		 path, i, LOAD_TRIES);

@@ -297,6 +297,17 @@ int rfs_ctl_norm_path(const char *in, char *out, size_t size)
 	return 0;
 }
 
+const char *rfs_ctl_in_mount(const struct ctl_req *r)
+{
+	const char *mnt = eng_get_config(r->e)->mountpoint;
+	size_t n = mnt ? strlen(mnt) : 0;
+
+	if (n > 1 && r->path && !strncmp(r->path, mnt, n) &&
+	    (r->path[n] == '/' || !r->path[n]))
+		return r->path + n;
+	return NULL;
+}
+
 int rfs_ctl_list_failed(struct rep_out *o, struct rep *rep, int rc,
 			const char *cmd, const char *rel)
 {

@@ -193,24 +193,10 @@ static void wt_report(struct ctl_req *r, struct rep_out *o, const char *rel,
 	rep_free(rep);
 }
 
-/*
- * A path under the mount point, as a job script has it, is taken as the
- * same path relative to the mount root.
- */
-static const char *under_mount(struct ctl_req *r)
-{
-	const char *mnt = eng_get_config(r->e)->mountpoint;
-	size_t n = mnt ? strlen(mnt) : 0;
-
-	if (n > 1 && !strncmp(r->path, mnt, n) &&
-	    (r->path[n] == '/' || !r->path[n]))
-		return r->path[n] ? r->path + n : "/";
-	return r->path;
-}
-
 int rfs_ctl_cmd_wait(struct ctl_req *r, struct rep_out *o)
 {
 	struct eng_ckpt_info ci;
+	const char *in_mount;
 	char rel[PATH_MAX];
 	uint64_t start = rft_now_ms(), now, there, sent_at = 0;
 	uint64_t last[2] = { UINT64_MAX, 0 };
@@ -220,7 +206,11 @@ int rfs_ctl_cmd_wait(struct ctl_req *r, struct rep_out *o)
 		rep_out_line(o, 'e', "usage: wait %s", r->cmd->usage);
 		return CTL_EXIT_USAGE;
 	}
-	r->path = under_mount(r);
+	/* A path under the mount point, as a job script has it, is the
+	 * same path from the mount root. */
+	in_mount = rfs_ctl_in_mount(r);
+	if (in_mount)
+		r->path = *in_mount ? in_mount : "/";
 	rc = rfs_ctl_path_ready(r, o, "wait", rel, sizeof(rel));
 	if (rc != CTL_EXIT_OK)
 		return rc;

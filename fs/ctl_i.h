@@ -101,6 +101,13 @@ int rfs_ctl_nap(struct ctl_req *r, int ms);
 int rfs_ctl_norm_path(const char *in, char *out, size_t size);
 
 /*
+ * @r's PATH when it is under the daemon's mount point, as a job script
+ * has it: the rest after the mount point ("" for the mount point itself);
+ * else NULL.
+ */
+const char *rfs_ctl_in_mount(const struct ctl_req *r);
+
+/*
  * The PATH argument of @cmd ("" for none) normalised into @rel, once this
  * node caught up with the group's namespace.  CTL_EXIT_OK, or the exit
  * code with the reason said.

@@ -180,10 +180,9 @@ static int ls_row(void *ctx, const struct eng_entry_info *ei)
 
 int rfs_ctl_cmd_ls(struct ctl_req *r, struct rep_out *o)
 {
-	const char *mnt = eng_get_config(r->e)->mountpoint;
 	char rel[RFS_CTL_MAX_LINE + 1];
+	const char *in_mount;
 	struct rep *rep;
-	size_t n;
 	int rc;
 
 	rc = rfs_ctl_path_ready(r, o, "ls", rel, sizeof(rel));
@@ -197,15 +196,11 @@ int rfs_ctl_cmd_ls(struct ctl_req *r, struct rep_out *o)
 	rc = eng_list_path(r->e, rel, ls_row, rep);
 	if (rfs_ctl_list_failed(o, rep, rc, "ls", rel)) {
 		/* "ls /mnt/ckpt/step_1" for "ls /step_1": say so. */
-		n = mnt ? strlen(mnt) : 0;
-		if (rc == -ENOENT && n > 1 && r->path &&
-		    !strncmp(r->path, mnt, n) &&
-		    (r->path[n] == '/' || !r->path[n])) {
+		if (rc == -ENOENT && (in_mount = rfs_ctl_in_mount(r))) {
 			rep_out_begin(o, 'e');
 			rep_out_str(o, "paths are relative to the mount root: "
 				       "try 'ls /");
-			if (rfs_ctl_norm_path(r->path + n, rel,
-					      sizeof(rel)) == 0)
+			if (rfs_ctl_norm_path(in_mount, rel, sizeof(rel)) == 0)
 				rep_out_text(o, rel);
 			rep_out_str(o, "'");
 			rep_out_end(o);
