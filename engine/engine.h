@@ -510,6 +510,12 @@ struct eng_protect_stats {
 	uint64_t parity_folds, parity_unfolds, parity_refused;
 	uint64_t pieces_rebuilt, bytes_rebuilt; /* reconstructed reads */
 	uint64_t rebuilds_failed;
+	/*
+	 * Pieces of a node that lost its memory, in rows here, whose seal is
+	 * no longer current: the row counts bytes nobody has until they are
+	 * taken out here (encoded anew from the other members).
+	 */
+	uint64_t parity_stale, parity_orphans_dropped;
 };
 
 /* Fill @st; zeros (copies 0) without a group or protection. */

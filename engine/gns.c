@@ -1120,7 +1120,7 @@ static int gns_fetch(void *ctx, const struct eng_piece *pc, uint8_t *buf,
 		return rc;
 	d.tv_sec = (time_t)(until / 1000);
 	d.tv_nsec = (long)(until % 1000) * 1000000L;
-	prc = protect_reconstruct(g->prot, pc, buf, &d, get_member, g);
+	prc = protect_reconstruct(g->prot, pc, buf, &d);
 	return prc == 0 || prc == -ETIMEDOUT ? prc : rc;
 }
 
@@ -1129,7 +1129,7 @@ static void gns_scrub(void *ctx, const struct eng_piece *pc, uint32_t npieces,
 {
 	struct gns *g = ctx;
 
-	protect_scrub(g->prot, pc, npieces, get_member, g, vi);
+	protect_scrub(g->prot, pc, npieces, vi);
 }
 
 /*
@@ -1670,7 +1670,7 @@ int eng_join_group(struct eng *e, struct grp *grp)
 	if (rc == 0)
 		rc = peer_register(g->x, PEER_T_GNS_FIRST, PEER_T_GNS_LAST, &r);
 	if (rc == 0)
-		rc = protect_new(e, grp, &g->prot);
+		rc = protect_new(e, grp, get_member, g, &g->prot);
 	if (rc == 0)
 		rc = eng_listen(e, gns_on_event, g);
 	if (rc < 0) {

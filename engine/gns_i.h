@@ -72,11 +72,23 @@ struct eng_protect_stats;
 struct eng_piece;
 
 /*
+ * A stripe member's piece from @node (this node too), checked against
+ * @crc: for reconstructing reads, verify's scrub, and rows encoded anew
+ * (parity.c).  0, -EIO, -ETIMEDOUT past @deadline.
+ */
+struct timespec;
+typedef int parity_get_fn(void *ctx, int node, uint64_t ino, uint64_t gseal,
+			  uint32_t idx, uint32_t len, uint32_t crc,
+			  uint8_t *buf, const struct timespec *deadline);
+
+/*
  * Protection of this node's sealed files on peers (protect.c), as --protect
  * asks: NULL for none.  Registers its frame types on the group's transport,
- * so call before grp_start().  0 or -errno.
+ * so call before grp_start().  Stripe members come from @get.  0 or
+ * -errno.
  */
-int protect_new(struct eng *e, struct grp *g, struct protect **out);
+int protect_new(struct eng *e, struct grp *g, parity_get_fn *get,
+		void *get_ctx, struct protect **out);
 int protect_start(struct protect *p);
 void protect_stop(struct protect *p);
 /* After protect_stop() and once the transport is stopped; NULL is fine. */
@@ -100,7 +112,9 @@ int protect_leave(struct protect *p, uint64_t until_ms);
 
 /*
  * Node @node (another) started with empty memory (its LOST applied here):
- * send it again the copies it held of this node's files.  No lock held.
+ * send it again the copies it held of this node's files; xor, rs: its
+ * members in the rows here are orphans (parity.c), those no longer
+ * current taken out.  No lock held.
  */
 void protect_node_lost(struct protect *p, int node);
 /*
@@ -125,17 +139,12 @@ void protect_get_stats(struct protect *p, struct eng_protect_stats *s);
  * stripe when the seal is erasure-coded (parity.c), into @buf, checked.
  * 0, -EIO, -ETIMEDOUT; -EOPNOTSUPP when there is no parity to use.
  */
-typedef int parity_get_fn(void *ctx, int node, uint64_t ino, uint64_t gseal,
-			  uint32_t idx, uint32_t len, uint32_t crc,
-			  uint8_t *buf, const struct timespec *deadline);
 int protect_reconstruct(struct protect *p, const struct eng_piece *pc,
-			uint8_t *buf, const struct timespec *deadline,
-			parity_get_fn *get, void *get_ctx);
+			uint8_t *buf, const struct timespec *deadline);
 /* verify's scrub of an erasure-coded seal's stripes (parity_scrub). */
 struct eng_verify_info;
 void protect_scrub(struct protect *p, const struct eng_piece *pc,
-		   uint32_t npieces, parity_get_fn *get, void *get_ctx,
-		   struct eng_verify_info *vi);
+		   uint32_t npieces, struct eng_verify_info *vi);
 /* The scheme a SEAL proposed here carries (nsop flags): 0 for none. */
 uint32_t protect_seal_code(const struct protect *p);
 /*
@@ -237,5 +246,31 @@ struct eng_verify_info;
 void parity_scrub(struct parity *par, const struct eng_piece *pc,
 		  uint32_t npieces, parity_get_fn *get, void *get_ctx,
 		  struct eng_verify_info *vi);
+
+/*
+ * Node @node lost its memory: its members in the rows here become
+ * orphans.  Never sleeps.
+ */
+void parity_node_lost(struct parity *par, int node);
+/* An orphan member: @stale when its seal is no longer current. */
+struct par_orphan {
+	uint64_t ckpt, stripe, ino, gseal;
+	int slot;
+	bool stale;
+};
+/*
+ * The orphans here, into *@out (malloc()ed, a stripe's together): how
+ * many, or -ENOMEM.
+ */
+long parity_orphans(struct parity *par, struct par_orphan **out);
+/*
+ * Take the stale ones of @o[0..n) out of their rows, each row encoded
+ * anew from its other members (@get); *@dropped counts them.  0 or the
+ * first -errno (a member not fetched, a row changed meanwhile: try
+ * again).  Sleeps (the members).
+ */
+int parity_drop_orphans(struct parity *par, const struct par_orphan *o,
+			size_t n, parity_get_fn *get, void *get_ctx,
+			uint64_t *dropped);
 
 #endif /* RFT_GNS_I_H */

@@ -20,6 +20,18 @@
  * replaced (a rewrite) or unlinked is taken out again by the same bytes
  * (PAR_T_UNFOLD), which the owner keeps pinned until then.
  *
+ * Orphans.  An owner that loses its memory (a LOST: a restart, a
+ * replacement) loses the bytes it kept to take its members out again.
+ * Its members in the rows here become orphans (parity_node_lost): one
+ * whose seal is no longer its file's (rewritten or unlinked while its
+ * owner was down, or later by a node that never had its bytes) would
+ * count bytes nobody has, and a decode of any other member of its stripe
+ * would fail for good.  The holder takes it out itself: its row encoded
+ * anew from the other members (fetched from their owners, checked)
+ * replaces the old one (parity_drop_orphans, on protect.c's sender).  An
+ * orphan its owner asks about again (the DONE after its rebuild) is its
+ * owner's again.
+ *
  * Reconstructing reads.  A piece whose owner is gone is rebuilt from its
  * stripe: the holders' rows (PAR_T_GET gives a row and the members folded
  * into it) and the other members' pieces from their owners, decoded
@@ -77,6 +89,7 @@ struct pstripe {
 	struct {
 		uint64_t ino;
 		uint32_t piece;
+		bool orphan;	/* its owner lost its bytes */
 	} who[ERS_MAX_K];
 };
 
@@ -95,6 +108,7 @@ struct parity {
 	struct pstripe **tab;	/* lock */
 	uint64_t rows;		/* lock */
 	uint64_t row_bytes;	/* lock: the bytes of every row */
+	uint64_t orphans;	/* lock: members with who[].orphan */
 	/*
 	 * Decode and scrub buffers, (1 + k + m) chunks each, kept for the
 	 * next one: a fresh one costs page faults worth more than the
@@ -129,7 +143,7 @@ struct parity {
 	} refused_by[GRP_MAX_NODES];
 
 	_Atomic uint64_t folds, unfolds, refused, rebuilt, rebuilt_bytes;
-	_Atomic uint64_t rebuild_failed;
+	_Atomic uint64_t rebuild_failed, orphans_dropped;
 };
 
 /* A receive buffer of one chunk: a kept one, or a new one. */
@@ -440,6 +454,7 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 		if (rc == 0) {
 			ps->who[slot].ino = rft_get_le64(m + 16);
 			ps->who[slot].piece = rft_get_le32(m + 40);
+			ps->who[slot].orphan = false;
 			atomic_fetch_add(&par->folds, 1);
 		}
 	} else {
@@ -452,6 +467,9 @@ int parity_rx_fold(struct parity *par, int node, const struct peer_frame *f,
 			     : -ENOENT;
 		if (rc == 0) {
 			atomic_fetch_add(&par->unfolds, 1);
+			if (ps->who[slot].orphan)
+				par->orphans--;
+			ps->who[slot].orphan = false;
 			drop_if_empty(par, ps);
 		}
 	}
@@ -519,6 +537,11 @@ int parity_rx_done(struct parity *par, int node, const struct peer_frame *f,
 		in = ps && ps->st.member[slot].in &&
 		     ps->st.member[slot].id == gseal &&
 		     ps->who[slot].ino == ino;
+		if (in && !gone && ps->who[slot].orphan) {
+			/* Its owner has its bytes again (a rebuild). */
+			ps->who[slot].orphan = false;
+			par->orphans--;
+		}
 		if (in != gone)
 			continue;
 		missing++;
@@ -778,6 +801,19 @@ static int get_row(struct parity *par, int h, uint64_t ckpt, uint64_t stripe,
 	return rc;
 }
 
+/* @ps's members as a row's answer names them; par->lock held. */
+static void members_of(const struct parity *par, const struct pstripe *ps,
+		       struct member_info *mi)
+{
+	for (int x = 0; x < par->l.k; x++)
+		mi[x] = (struct member_info){ ps->who[x].ino,
+					      ps->st.member[x].id,
+					      ps->who[x].piece,
+					      ps->st.member[x].len,
+					      ps->st.member[x].crc,
+					      ps->st.member[x].in };
+}
+
 static bool same_members(const struct member_info *a,
 			 const struct member_info *b, int k)
 {
@@ -1005,14 +1041,7 @@ static void scrub_stripe(struct parity *par, const struct eng_piece *pc,
 			ps = find(par, pc->stripe_ckpt, stripe);
 			if (ps) {
 				row_copy(par, ps, row);
-				for (int x = 0; x < k; x++)
-					mi[x] = (struct member_info){
-						ps->who[x].ino,
-						ps->st.member[x].id,
-						ps->who[x].piece,
-						ps->st.member[x].len,
-						ps->st.member[x].crc,
-						ps->st.member[x].in };
+				members_of(par, ps, mi);
 			}
 			leaf_unlock(&par->lock, ENG_RANK_PAR);
 			rc = ps ? 0 : -ENOENT;
@@ -1141,6 +1170,176 @@ int parity_rebuild_piece(struct parity *par, const struct eng_piece *pc,
 	return rc;
 }
 
+/* --- orphans ----------------------------------------------------------------- */
+
+void parity_node_lost(struct parity *par, int node)
+{
+	uint64_t n = 0;
+
+	leaf_lock(&par->lock, ENG_RANK_PAR);
+	for (size_t b = 0; b < PAR_BUCKETS; b++)
+		for (struct pstripe *ps = par->tab[b]; ps; ps = ps->next)
+			for (int x = 0; x < par->l.k; x++) {
+				uint64_t chunk;
+				int owner;
+
+				if (!ps->st.member[x].in || ps->who[x].orphan ||
+				    ers_layout_chunk(&par->l, ps->stripe, x,
+						     &owner, &chunk) < 0 ||
+				    owner != node)
+					continue;
+				ps->who[x].orphan = true;
+				par->orphans++;
+				n++;
+			}
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
+	if (n)
+		rft_info("parity: node %d lost its memory: %llu of its pieces "
+			 "in the rows here can no longer be taken out by it; "
+			 "those of seals no longer current are taken out here",
+			 node, (unsigned long long)n);
+}
+
+long parity_orphans(struct parity *par, struct par_orphan **out)
+{
+	struct par_orphan *v = NULL;
+	long n = 0;
+
+	*out = NULL;
+	leaf_lock(&par->lock, ENG_RANK_PAR);
+	if (par->orphans) {
+		v = calloc(par->orphans, sizeof(*v));
+		if (!v)
+			n = -ENOMEM;
+	}
+	for (size_t b = 0; v && b < PAR_BUCKETS; b++)
+		for (struct pstripe *ps = par->tab[b]; ps; ps = ps->next)
+			for (int x = 0; x < par->l.k; x++)
+				if (ps->who[x].orphan &&
+				    n < (long)par->orphans)
+					v[n++] = (struct par_orphan){
+						ps->ckpt, ps->stripe,
+						ps->who[x].ino,
+						ps->st.member[x].id, x,
+						false };
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
+	if (n > 0)
+		*out = v;
+	else
+		free(v);
+	return n;
+}
+
+/*
+ * Take the stale orphans @o[0..n) of one stripe out of its row here: the
+ * row encoded anew from the other members.  0 (or out already), -EAGAIN
+ * when the row changed meanwhile, -errno from a member's fetch.
+ */
+static int drop_stripe(struct parity *par, const struct par_orphan *o,
+		       size_t n, parity_get_fn *get, void *get_ctx,
+		       uint64_t *dropped)
+{
+	int k = par->l.k, r = my_row(par, o->stripe), rc = 0;
+	uint32_t clen = par->st->chunk_size, drop = 0;
+	struct member_info mi[ERS_MAX_K], now[ERS_MAX_K];
+	uint8_t *mem, *data[ERS_MAX_K], *enc[ERS_MAX_M];
+	struct timespec deadline;
+	struct pstripe *ps;
+
+	if (r < 0)
+		return 0;
+	mem = scratch_get(par);
+	if (!mem)
+		return -ENOMEM;
+	for (int x = 0; x < k; x++)
+		data[x] = mem + (size_t)(1 + x) * clen;
+	for (int y = 0; y < par->l.m; y++)
+		enc[y] = mem + (size_t)(1 + k + y) * clen;
+	leaf_lock(&par->lock, ENG_RANK_PAR);
+	ps = find(par, o->ckpt, o->stripe);
+	if (ps)
+		members_of(par, ps, mi);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
+	for (size_t i = 0; ps && i < n; i++)
+		if (o[i].stale && mi[o[i].slot].in &&
+		    mi[o[i].slot].ino == o[i].ino &&
+		    mi[o[i].slot].gseal == o[i].gseal)
+			drop |= 1u << o[i].slot;
+	if (!drop) {
+		scratch_put(par, mem);
+		return 0;
+	}
+	rft_deadline_ts(&deadline, PAR_SEND_MS);
+	for (int x = 0; x < k && rc == 0; x++) {
+		uint64_t chunk;
+		int node;
+
+		memset(data[x], 0, clen);
+		if (drop & (1u << x) || !mi[x].in || !mi[x].len)
+			continue;
+		rc = ers_layout_chunk(&par->l, o->stripe, x, &node, &chunk);
+		if (rc == 0)
+			rc = get(get_ctx, node, mi[x].ino, mi[x].gseal,
+				 mi[x].piece, mi[x].len, mi[x].crc, data[x],
+				 &deadline);
+		if (rc == 0)
+			memset(data[x] + mi[x].len, 0, clen - mi[x].len);
+	}
+	if (rc == 0 &&
+	    ers_encode(par->c, clen, (const uint8_t *const *)data, enc) < 0)
+		rc = -EIO;
+	if (rc < 0) {
+		scratch_put(par, mem);
+		return rc;
+	}
+	leaf_lock(&par->lock, ENG_RANK_PAR);
+	ps = find(par, o->ckpt, o->stripe);
+	if (ps)
+		members_of(par, ps, now);
+	/* A fold or an unfold meanwhile: look again. */
+	rc = ps && same_members(mi, now, k) ? 0 : -EAGAIN;
+	for (int x = 0; x < k && rc == 0; x++) {
+		if (!(drop & (1u << x)))
+			continue;
+		rc = ers_stripe_drop(&ps->st, x, mi[x].gseal, enc[r],
+				     ps->st.len < clen ? ps->st.len : clen);
+		if (rc < 0)
+			break;
+		ps->who[x].ino = 0;
+		ps->who[x].piece = 0;
+		ps->who[x].orphan = false;
+		par->orphans--;
+		(*dropped)++;
+		atomic_fetch_add(&par->orphans_dropped, 1);
+	}
+	if (ps && rc == 0)
+		drop_if_empty(par, ps);
+	leaf_unlock(&par->lock, ENG_RANK_PAR);
+	scratch_put(par, mem);
+	return rc;
+}
+
+int parity_drop_orphans(struct parity *par, const struct par_orphan *o,
+			size_t n, parity_get_fn *get, void *get_ctx,
+			uint64_t *dropped)
+{
+	int first_err = 0;
+
+	*dropped = 0;
+	for (size_t i = 0, j; i < n; i = j) {
+		int rc;
+
+		for (j = i + 1; j < n && o[j].ckpt == o[i].ckpt &&
+				o[j].stripe == o[i].stripe;
+		     j++)
+			;
+		rc = drop_stripe(par, o + i, j - i, get, get_ctx, dropped);
+		if (rc < 0 && !first_err)
+			first_err = rc;
+	}
+	return first_err;
+}
+
 /* --- the module ---------------------------------------------------------------- */
 
 int parity_new(struct eng *e, struct peer_xport *x, struct memb *memb,
@@ -1235,4 +1434,5 @@ void parity_get_stats(struct parity *par, struct eng_protect_stats *s)
 	s->pieces_rebuilt = atomic_load(&par->rebuilt);
 	s->bytes_rebuilt = atomic_load(&par->rebuilt_bytes);
 	s->rebuilds_failed = atomic_load(&par->rebuild_failed);
+	s->parity_orphans_dropped = atomic_load(&par->orphans_dropped);
 }

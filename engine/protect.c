@@ -111,6 +111,8 @@ struct protect {
 	int holders[64];	/* replicate: R - 1; xor, rs: every other */
 	int nholders;
 	struct parity *par;	/* xor, rs; NULL for replicate:R */
+	parity_get_fn *get;	/* a stripe member's piece */
+	void *get_ctx;
 	char scheme[32];
 	struct folded **folded;	/* by ino; lock */
 	struct folded *evicted;	/* their pieces evicted: to take out; lock */
@@ -129,6 +131,13 @@ struct protect {
 				   retries soon, no rebuild; lock */
 	bool started;
 	pthread_t sender;
+	/*
+	 * xor, rs: orphans may be in the rows here (a node lost its
+	 * memory): the sender looks at @clean_at_ms, and every second
+	 * while some are left (lock).
+	 */
+	bool orphans;
+	uint64_t clean_at_ms;
 
 	_Atomic uint64_t files_protected, pieces_sent, bytes_sent;
 	_Atomic uint64_t pieces_held, bytes_held, pieces_refused;
@@ -753,6 +762,66 @@ static void job_free(struct protect *p, struct prot_job *j)
 	free(j);
 }
 
+/*
+ * Is @ino at seal @gseal still?  Then its orphan stays: its owner's
+ * rebuild brings its bytes back, or a later seal makes it stale.
+ */
+static bool seal_current(struct protect *p, uint64_t ino, uint64_t gseal)
+{
+	struct inode *in = eng_find_hold(p->e, ino);
+	struct seal_view v;
+	bool cur;
+
+	if (!in)
+		return false;
+	cur = eng_inode_is_file(in) && file_seal_view(p->e, in, &v) == 0 &&
+	      v.linked && v.gseal == gseal;
+	ns_unhold(p->e, in);
+	return cur;
+}
+
+/* The orphans in the rows here, each marked stale or not; -ENOMEM. */
+static long list_orphans(struct protect *p, struct par_orphan **o,
+			 uint64_t *stale)
+{
+	long n = parity_orphans(p->par, o);
+
+	*stale = 0;
+	for (long i = 0; i < n; i++) {
+		(*o)[i].stale = !seal_current(p, (*o)[i].ino, (*o)[i].gseal);
+		*stale += (*o)[i].stale;
+	}
+	return n;
+}
+
+/*
+ * Take the stale orphans out of the rows here (parity.c, "Orphans").
+ * True while orphans are left, stale or not.
+ */
+static bool clean_orphans(struct protect *p)
+{
+	struct par_orphan *o;
+	uint64_t stale, dropped = 0;
+	long n = list_orphans(p, &o, &stale);
+	int rc = 0;
+
+	if (n < 0)
+		return true;
+	if (stale)
+		rc = parity_drop_orphans(p->par, o, (size_t)n, p->get,
+					 p->get_ctx, &dropped);
+	free(o);
+	if (dropped)
+		rft_info("parity: %llu piece%s that a node lost with its "
+			 "memory, of seals no longer current, taken out of the "
+			 "rows here (encoded anew from the other members)",
+			 (unsigned long long)dropped, dropped == 1 ? "" : "s");
+	if (rc < 0)
+		rft_dbg("parity: %llu orphans not taken out yet: %s",
+			(unsigned long long)(stale - dropped), strerror(-rc));
+	return (uint64_t)n > dropped;
+}
+
 static void *sender_main(void *arg)
 {
 	struct protect *p = arg;
@@ -779,6 +848,18 @@ static void *sender_main(void *arg)
 				pp = &j->next;
 			}
 		}
+		if (p->orphans && p->clean_at_ms <= now) {
+			bool left;
+
+			leaf_unlock(&p->lock, ENG_RANK_PROTECT);
+			left = clean_orphans(p);
+			leaf_lock(&p->lock, ENG_RANK_PROTECT);
+			p->orphans = left;
+			p->clean_at_ms = rft_now_ms() + 1000;
+			continue;
+		}
+		if (p->orphans && p->clean_at_ms < next)
+			next = p->clean_at_ms;
 		if (p->evicted) {
 			struct folded *fo = p->evicted;
 
@@ -895,6 +976,14 @@ void protect_node_lost(struct protect *p, int node)
 
 	if (!p || node == p->self || !holds_for(p, node, p->self))
 		return;
+	if (p->par) {
+		parity_node_lost(p->par, node);
+		leaf_lock(&p->lock, ENG_RANK_PROTECT);
+		p->orphans = true;
+		p->clean_at_ms = 0;
+		pthread_cond_broadcast(&p->cv);
+		leaf_unlock(&p->lock, ENG_RANK_PROTECT);
+	}
 	walk_owned(p, &w);
 	for (size_t i = 0; i < w.n; i++) {
 		struct seal_view v;
@@ -1223,20 +1312,19 @@ void protect_changed(struct protect *p, uint64_t ino)
 }
 
 int protect_reconstruct(struct protect *p, const struct eng_piece *pc,
-			uint8_t *buf, const struct timespec *deadline,
-			parity_get_fn *get, void *get_ctx)
+			uint8_t *buf, const struct timespec *deadline)
 {
 	if (!p || !p->par || !pc->scheme)
 		return -EOPNOTSUPP;
-	return parity_rebuild_piece(p->par, pc, buf, deadline, get, get_ctx);
+	return parity_rebuild_piece(p->par, pc, buf, deadline, p->get,
+				    p->get_ctx);
 }
 
 void protect_scrub(struct protect *p, const struct eng_piece *pc,
-		   uint32_t npieces, parity_get_fn *get, void *get_ctx,
-		   struct eng_verify_info *vi)
+		   uint32_t npieces, struct eng_verify_info *vi)
 {
 	if (p && p->par)
-		parity_scrub(p->par, pc, npieces, get, get_ctx, vi);
+		parity_scrub(p->par, pc, npieces, p->get, p->get_ctx, vi);
 }
 
 uint32_t protect_seal_code(const struct protect *p)
@@ -1244,7 +1332,8 @@ uint32_t protect_seal_code(const struct protect *p)
 	return p ? parity_seal_code(p->par) : 0;
 }
 
-int protect_new(struct eng *e, struct grp *g, struct protect **out)
+int protect_new(struct eng *e, struct grp *g, parity_get_fn *get,
+		void *get_ctx, struct protect **out)
 {
 	const struct peer_rx rx = { .bulk_dest = rx_bulk_dest,
 				    .deliver = rx_deliver };
@@ -1261,6 +1350,8 @@ int protect_new(struct eng *e, struct grp *g, struct protect **out)
 	if (!p)
 		return -ENOMEM;
 	p->e = e;
+	p->get = get;
+	p->get_ctx = get_ctx;
 	p->x = grp_xport(g);
 	p->memb = grp_memb(g);
 	p->log = grp_log(g);
@@ -1387,9 +1478,19 @@ void protect_free(struct protect *p)
 void protect_get_stats(struct protect *p, struct eng_protect_stats *s)
 {
 	struct memb_view v;
+	bool orphans;
 
 	if (!p)
 		return;
+	leaf_lock(&p->lock, ENG_RANK_PROTECT);
+	orphans = p->orphans;
+	leaf_unlock(&p->lock, ENG_RANK_PROTECT);
+	if (orphans) {
+		struct par_orphan *o;
+
+		if (list_orphans(p, &o, &s->parity_stale) > 0)
+			free(o);
+	}
 	s->copies = p->par ? 0 : (unsigned)p->r;
 	if (p->par)
 		snprintf(s->scheme, sizeof(s->scheme), "%s", p->scheme);

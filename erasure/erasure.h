@@ -383,6 +383,15 @@ int ers_stripe_replace(struct ers_stripe *st, int slot, uint64_t old_id,
 		       uint64_t id, uint32_t crc, const uint8_t *delta,
 		       size_t dlen);
 
+/*
+ * Member @id leaves @slot without its bytes (its owner lost them with its
+ * memory, so it can never be unfolded): @row, @rlen <= len bytes (zeros
+ * past them), the row encoded anew from the other members, becomes the
+ * parity.  0; -ENOENT when the slot does not hold that member; -EINVAL.
+ */
+int ers_stripe_drop(struct ers_stripe *st, int slot, uint64_t id,
+		    const uint8_t *row, size_t rlen);
+
 /* Does @slot hold member @id with CRC @crc? */
 bool ers_stripe_holds(const struct ers_stripe *st, int slot, uint64_t id,
 		      uint32_t crc);

@@ -7,8 +7,9 @@
  * so the row is the same whatever the order).  Which member sits in which
  * data slot is kept beside the row, so that a chunk that arrives twice is
  * folded once, a slot taken by another member is refused until that one is
- * unfolded, and an overwrite folds one delta (old XOR new).  A slot with no
- * member reads as zeros.  Pure bookkeeping over the caller's buffers: no
+ * unfolded, and an overwrite folds one delta (old XOR new).  A member
+ * whose bytes are gone leaves with the row its holder encoded anew from
+ * the others (ers_stripe_drop).  A slot with no member reads as zeros.  Pure bookkeeping over the caller's buffers: no
  * locks, no allocation, no I/O.
  */
 #include <errno.h>
@@ -119,6 +120,26 @@ int ers_stripe_replace(struct ers_stripe *st, int slot, uint64_t old_id,
 	if (rc)
 		return rc;
 	*mb = (struct ers_stripe_member){ id, crc, (uint32_t)dlen, true };
+	return 0;
+}
+
+int ers_stripe_drop(struct ers_stripe *st, int slot, uint64_t id,
+		    const uint8_t *row, size_t rlen)
+{
+	struct ers_stripe_member *mb;
+	int rc = check(st, slot, row, rlen);
+
+	if (rc)
+		return rc;
+	mb = &st->member[slot];
+	if (!mb->in || mb->id != id) {
+		ers_set_error("stripe: slot %d does not hold that member", slot);
+		return -ENOENT;
+	}
+	memcpy(st->parity, row, rlen);
+	memset(st->parity + rlen, 0, st->len - rlen);
+	memset(mb, 0, sizeof(*mb));
+	st->members--;
 	return 0;
 }
 

@@ -134,6 +134,8 @@ enum {
 	GR_PAR_REBUILT,
 	GR_PAR_REBUILT_BYTES,
 	GR_PAR_REBUILD_FAILED,
+	GR_PAR_STALE,
+	GR_PAR_ORPHANS_DROPPED,
 	GR_PROT_UNPROT,
 	GR_PROT_PENDING,
 	GR_PROT_FILES,
@@ -249,6 +251,15 @@ const struct rep_field rfs_ctl_group_fields[CTL_GROUP_NFIELDS] = {
 		REP_COUNT, REP_COUNTER,
 		"reftfs_parity_rebuild_failures_total",
 		"Stripe decodes that failed (too many losses, wrong bytes)."),
+	[GR_PAR_STALE] = REP_EXPORT("parity_stale", REP_COUNT, REP_GAUGE,
+		"reftfs_parity_stale_pieces",
+		"Pieces in rows here that their owner lost with its memory, "
+		"of seals no longer current: to be taken out here."),
+	[GR_PAR_ORPHANS_DROPPED] = REP_EXPORT("parity_orphans_dropped",
+		REP_COUNT, REP_COUNTER,
+		"reftfs_parity_orphans_dropped_total",
+		"Such pieces taken out, each row encoded anew from its other "
+		"members."),
 	[GR_PROT_UNPROT] = REP_EXPORT("protect_unprotected", REP_COUNT,
 		REP_GAUGE, "reftfs_protect_unprotected_files",
 		"Files this node owns, sealed, without current copies on "
@@ -359,6 +370,9 @@ void rfs_ctl_fill_group(const struct ctl_req *r, struct rep *rep,
 		rep_set_u64(gobj, GR_PAR_REBUILT, ps.pieces_rebuilt);
 		rep_set_u64(gobj, GR_PAR_REBUILT_BYTES, ps.bytes_rebuilt);
 		rep_set_u64(gobj, GR_PAR_REBUILD_FAILED, ps.rebuilds_failed);
+		rep_set_u64(gobj, GR_PAR_STALE, ps.parity_stale);
+		rep_set_u64(gobj, GR_PAR_ORPHANS_DROPPED,
+			    ps.parity_orphans_dropped);
 	}
 	if (ps.scheme[0]) {
 		rep_set_u64(gobj, GR_PROT_UNPROT, ps.files_unprotected);
@@ -539,6 +553,10 @@ static const struct rep_text group_text[] = {
 	    "{group.parity_rows?row|rows} held for the group, "
 	    "{group.parity_rebuilt_bytes} read by decoding stripes, "
 	    "{group.parity_rebuild_failed} decodes failed"),
+	TXT("group.protect_on&group.parity_stale", "",
+	    "{group.parity_stale} {group.parity_stale?piece|pieces} that a "
+	    "node lost with its memory still counted in rows here: being "
+	    "taken out"),
 	TXT("group.protect_on&group.rebuild_running", "rebuild",
 	    "running: {group.rebuild_done}/{group.rebuild_files} files, "
 	    "{group.rebuild_bytes} back, {group.rebuild_failed} not back "

@@ -113,6 +113,12 @@ static enum group_wait_state group_wait_state(struct rep_out *o,
 			*total = left;
 		*done = *total - left;
 		*bytes = 0;
+		/*
+		 * Rows here that count pieces a node lost with its memory
+		 * leave other nodes' files short of their protection.
+		 */
+		if (left == 0 && ps->parity_stale && ps->holder_dead < 0)
+			return GW_WAIT;
 		if (left == 0 && ps->files_lost) {
 			say_lost(o, e, "protect", ps->files_lost);
 			return GW_FAIL;
@@ -152,7 +158,7 @@ static enum group_wait_state group_wait_state(struct rep_out *o,
 
 enum { PW_COPIES, PW_SCHEME, PW_UNPROT, PW_PENDING, PW_PROTECTED,
        PW_HOLDER_DEAD, PW_FINISHED, PW_CAUGHT_UP, PW_LOST, PW_STALLED,
-       PW_N };
+       PW_STALE, PW_N };
 
 static const struct rep_field pw_fields[PW_N] = {
 	[PW_COPIES] = REP_FIELD("copies", REP_COUNT),
@@ -166,6 +172,8 @@ static const struct rep_field pw_fields[PW_N] = {
 	[PW_CAUGHT_UP] = REP_FIELD("caught_up", REP_BOOL),
 	[PW_LOST] = REP_FIELD("lost", REP_COUNT),
 	[PW_STALLED] = REP_FIELD("stalled", REP_COUNT),
+	/* xor, rs: pieces a node lost, still in rows here (to take out) */
+	[PW_STALE] = REP_FIELD("parity_stale", REP_COUNT),
 };
 
 enum { RB_RUNNING, RB_FILES, RB_DONE, RB_NOT_BACK, RB_BYTES, RB_FINISHED,
@@ -194,6 +202,10 @@ static const struct rep_text protect_text[] = {
 	TXT("caught_up", NULL,
 	    "protect: {scheme}, {unprotected} files of this node "
 	    "not protected, {protected_since_start} protected since start"),
+	TXT("caught_up&parity_stale", NULL,
+	    "protect: {parity_stale} {parity_stale?piece|pieces} that a "
+	    "node lost with its memory still counted in parity rows here: "
+	    "being taken out"),
 };
 
 static const struct rep_text rebuild_text[] = {
@@ -237,6 +249,7 @@ static void group_wait_report(struct rep_out *o, bool json,
 		rep_set_bool(top, PW_CAUGHT_UP, caught_up);
 		rep_set_u64(top, PW_LOST, ps->files_lost);
 		rep_set_u64(top, PW_STALLED, ps->files_stalled);
+		rep_set_u64(top, PW_STALE, ps->parity_stale);
 	} else {
 		rep_set_bool(top, RB_RUNNING, ps->rebuilding);
 		rep_set_u64(top, RB_FILES, ps->rebuild_files);
@@ -252,7 +265,7 @@ static void group_wait_report(struct rep_out *o, bool json,
 	else if (json)
 		rep_json(o, rep);
 	else if (k == WAIT_PROTECT)
-		rep_text(o, rep, protect_text, 2, 0);
+		rep_text(o, rep, protect_text, 3, 0);
 	else
 		rep_text(o, rep, rebuild_text, 5, 0);
 	rep_free(rep);

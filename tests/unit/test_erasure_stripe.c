@@ -1,7 +1,7 @@
 /*
  * test_erasure_stripe.c - the parity holder's stripe (erasure/stripe.c)
- * against a model: random folds, repeats, unfolds, replacements and
- * refused moves on the m rows of a stripe held apart, each row compared
+ * against a model: random folds, repeats, unfolds, drops, replacements
+ * and refused moves on the m rows of a stripe held apart, each row compared
  * after every step with a full encode of the model's members, and the
  * stripe decoded from the rows after losing up to m members.  The seed is
  * printed; STRIPE_SEED=N replays it.
@@ -183,6 +183,35 @@ static void run_scheme(const char *name, uint64_t seed, int steps)
 								  buf, dlen),
 						-ENOENT);
 			}
+		} else if (op < 85) {
+			/* Drop: the member's bytes are gone; the row comes
+			 * encoded anew from the others. */
+			const uint8_t *d[ERS_MAX_K];
+
+			if (!md.in[j]) {
+				for (int r = 0; r < md.m; r++)
+					assert_int_equal(
+						ers_stripe_drop(&st[r], j, id,
+								buf, md.len),
+						-ENOENT);
+				continue;
+			}
+			memset(md.data[j], 0, md.len);
+			for (int x = 0; x < md.k; x++)
+				d[x] = md.data[x];
+			assert_int_equal(ers_encode(c, md.len, d, scratch), 0);
+			for (int r = 0; r < md.m; r++) {
+				assert_int_equal(ers_stripe_drop(&st[r], j,
+								 id, scratch[r],
+								 md.len),
+						 -ENOENT);
+				assert_int_equal(ers_stripe_drop(&st[r], j,
+								 md.id[j],
+								 scratch[r],
+								 md.len),
+						 0);
+			}
+			md.in[j] = false;
 		} else {
 			/* Replace: one fold of old XOR new. */
 			if (!md.in[j])
@@ -264,6 +293,9 @@ static void test_bad_arguments(void **state)
 	/* A replacement's delta must cover the old bytes. */
 	assert_int_equal(ers_stripe_replace(&st, 0, 1, 2, 9, data, 4), -EINVAL);
 	assert_int_equal(ers_stripe_unfold(&st, 0, 1, data, 9), -ENOENT);
+	/* A dropped member's new row is no longer than the row. */
+	assert_int_equal(ers_stripe_drop(&st, 0, 1, data, 65), -EINVAL);
+	assert_int_equal(ers_stripe_drop(&st, 0, 1, NULL, 8), -EINVAL);
 	assert_int_equal(ers_stripe_unfold(&st, 0, 1, data, 8), 0);
 	assert_int_equal(st.members, 0);
 	for (size_t b = 0; b < sizeof(row); b++)

@@ -42,6 +42,9 @@
  *    store;
  *  - with drops and delays on the fake net, rewrites fold and unlinks
  *    unfold after retrying as protect.c does, and the rows still match;
+ *  - a node lost while some of its files were unlinked: after its
+ *    replacement, the holders take those members (orphans) out
+ *    themselves (parity_drop_orphans), and only those;
  *  - a corrupt row makes a rebuild fail its CRC (-EIO, counted), never
  *    give wrong bytes, and scrub finds it.
  *
@@ -153,6 +156,8 @@ struct pfile {
 				   the owner's arena */
 	bool present;		/* its chunks are in the owner's arena */
 	bool folded;		/* the model: in its stripes' rows */
+	bool stale;		/* unlinked while its owner was lost: its
+				   bytes are gone, its members orphans */
 };
 
 struct ans {
@@ -1426,7 +1431,7 @@ static void refold(struct world *w, uint64_t mask, uint64_t skip)
 	for (int j = 0; j < w->nf; j++) {
 		struct pfile *f = &w->f[j];
 
-		if (!f->folded || (skip & (1ULL << f->owner)))
+		if (!f->folded || f->stale || (skip & (1ULL << f->owner)))
 			continue;
 		for (int h = 0; h < w->n; h++) {
 			struct par_seal ps = seal_of(f);
@@ -2009,6 +2014,93 @@ static void check_corrupt_rows(struct world *w)
 	w->lost[f->owner] = false;
 }
 
+/* --- orphans -------------------------------------------------------------- */
+
+static struct pfile *version_of(struct world *w, uint64_t ino, uint64_t gseal)
+{
+	for (int j = 0; j < w->nf; j++)
+		if (w->f[j].ino == ino && w->f[j].gseal == gseal)
+			return &w->f[j];
+	return NULL;
+}
+
+/*
+ * A node lost with its memory, some of its files unlinked meanwhile (it
+ * could not take them out of the rows: their bytes went with it).  After
+ * its replacement, each holder marks its members orphans
+ * (parity_node_lost); the refold's DONE from the replacement makes its
+ * current files its own again; what is left must be exactly the stale
+ * ones, which parity_drop_orphans takes out (each row encoded anew from
+ * the other members): the rows then match the model without them, and a
+ * loss after this decodes the other members of their stripes.
+ */
+static void check_orphans(struct world *w)
+{
+	int a = (int)rnd(w, (uint64_t)w->n), nstale = 0;
+
+	w->phase = "orphans";
+	node_kill(w, a);
+	for (int j = 0; j < w->nf; j++) {
+		struct pfile *f = &w->f[j];
+
+		if (f->owner != a || !f->folded || !f->npieces || rnd(w, 2))
+			continue;
+		f->exists = false;
+		f->stale = true;
+		nstale++;
+	}
+	node_start(w, a);
+	for (int j = 0; j < w->nf; j++)
+		if (w->f[j].owner == a && w->f[j].exists)
+			pf_load(w, &w->f[j]);
+	assert_true(WAIT_FOR(all_up(w), WAIT_MS));
+	for (int h = 0; h < w->n; h++)
+		if (h != a)
+			parity_node_lost(w->node[h].par, a);
+	refold(w, 1ULL << a, 0);
+	for (int h = 0; h < w->n; h++) {
+		struct par_orphan *o = NULL;
+		uint64_t dropped = 0;
+		long n;
+
+		if (h == a)
+			continue;
+		n = parity_orphans(w->node[h].par, &o);
+		assert_true(n >= 0);
+		for (long i = 0; i < n; i++) {
+			struct pfile *f = version_of(w, o[i].ino, o[i].gseal);
+
+			if (!f || !f->stale || f->owner != a)
+				fail_msg("%s: node %d holds inode %" PRIu64
+					 " seal %" PRIu64 " as an orphan: "
+					 "%s (PARITY_SEED=%" PRIu64 ")",
+					 w->name, h, o[i].ino, o[i].gseal,
+					 !f ? "no such version"
+					 : f->stale ? "of another owner"
+						    : "its owner has it",
+					 base_seed);
+			o[i].stale = true;
+		}
+		assert_int_equal(parity_drop_orphans(w->node[h].par, o,
+						     (size_t)n, model_get, w,
+						     &dropped),
+				 0);
+		assert_int_equal(dropped, (uint64_t)n);
+		free(o);
+		assert_int_equal(parity_orphans(w->node[h].par, &o), 0);
+	}
+	for (int j = 0; j < w->nf; j++)
+		if (w->f[j].stale) {
+			w->f[j].stale = false;
+			w->f[j].folded = false;
+		}
+	if (getenv("PARITY_VERBOSE"))
+		fprintf(stderr, "%s: node %d lost with %d files unlinked: "
+			"their orphans taken out\n", w->name, a, nstale);
+	check_rows(w, "after orphans were taken out");
+	check_scrub(w, "scrub after orphans");
+}
+
 /* --- one world, start to end ---------------------------------------------- */
 
 /* Lose sets of nodes: every m-set when there are few, else some; m + 1. */
@@ -2242,6 +2334,8 @@ static void run_world(const char *name, const char *scheme, int n,
 	assert_true(WAIT_FOR(all_up(w), WAIT_MS));
 	check_rows(w, "after folding with faults");
 	check_scrub(w, "scrub after faults");
+
+	check_orphans(w);
 
 	/* A loss after all that, then a corrupt row. */
 	{
