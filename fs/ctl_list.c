@@ -1,7 +1,9 @@
 /*
  * ctl_list.c - "ls" and "placement": what the engine lists under a path,
- * the files (state, size, tier, checksum, the nodes with their data) and
- * the pieces of one file (where each is, here and in the group).
+ * the files (state, size, tier, checksum, the nodes with their data), the
+ * directories (the files below each, counted by state as "checkpoints"
+ * counts them) and the pieces of one file (where each is, here and in the
+ * group).
  */
 #include <errno.h>
 #include <limits.h>
@@ -44,6 +46,7 @@ enum {
 	LS_IN_PERSIST,
 	LS_OWNER,
 	LS_HOLDERS,
+	LS_TREE,
 	LS_N
 };
 
@@ -75,6 +78,8 @@ static const struct rep_field ls_fields[LS_N] = {
 	/* In a group: the owner node, and "0,2": the nodes with its data. */
 	[LS_OWNER] = REP_FIELD("owner", REP_INT),
 	[LS_HOLDERS] = REP_FIELD("holders", REP_STRING),
+	/* A directory's: the files below it, as "checkpoints" has them. */
+	[LS_TREE] = REP_GROUP("tree", rfs_ctl_ckpt_fields, CK_N),
 };
 
 static const struct rep_field ls_root = {
@@ -101,15 +106,20 @@ static const struct rep_row_text ls_rows[] = {
 					  "{checksum}",
 					  "{chunks_resident}/{chunks}", "-",
 					  "{path}" } },
+	/* A directory: the weakest state of the files below it, and their
+	   bytes; "dir" when there are none. */
+	{ "type=dir&tree.files",
+	  (const char *const[]){ "{tree.state}", "{tree.bytes:n}", "-", "-",
+				 "-", "-", "{path}/" } },
 	{ "type=dir",
-	  (const char *const[]){ "dir", "-", "-", "-", "-", "-", "{path}" } },
+	  (const char *const[]){ "dir", "-", "-", "-", "-", "-", "{path}/" } },
 	{ NULL,
 	  (const char *const[]){ "{type}", "{size:n}", "-", "-", "-", "-",
 				 "{path}" } },
 };
 
 static const struct rep_table_text ls_table = { NULL, ls_cols, 7, ls_rows,
-						4 };
+						5 };
 
 static const struct rep_text ls_text[] = {
 	TABLE(NULL, &ls_table),
@@ -147,10 +157,17 @@ static void ls_set_nodes(struct rep_obj *row, const struct eng_entry_info *ei)
 	rep_set_str(row, LS_HOLDERS, buf);
 }
 
+struct ls_walk {
+	struct eng *e;
+	struct rep *rep;
+};
+
 static int ls_row(void *ctx, const struct eng_entry_info *ei)
 {
-	struct rep *rep = ctx;
+	struct ls_walk *w = ctx;
+	struct rep *rep = w->rep;
 	struct rep_obj *row = rep_row(rep, NULL, 0);
+	struct eng_ckpt_info ci;
 	char buf[PATH_MAX + 2];
 
 	if (!row)
@@ -174,6 +191,10 @@ static int ls_row(void *ctx, const struct eng_entry_info *ei)
 		rep_set_bool(row, LS_IN_PERSIST, ei->in_persist);
 		if (ei->owner >= 0)
 			ls_set_nodes(row, ei);
+	} else if (S_ISDIR(ei->mode) && eng_ino_state(w->e, ei->ino, &ci) == 0) {
+		/* Gone meanwhile: a directory without its tree. */
+		ci.name = ei->path;
+		rfs_ctl_ckpt_fill(rep_obj(row, LS_TREE), &ci);
 	}
 	return rep_err(rep) ? 1 : 0;
 }
@@ -182,6 +203,7 @@ int rfs_ctl_cmd_ls(struct ctl_req *r, struct rep_out *o)
 {
 	char rel[RFS_CTL_MAX_LINE + 1];
 	const char *in_mount;
+	struct ls_walk w = { r->e, NULL };
 	struct rep *rep;
 	int rc;
 
@@ -193,7 +215,8 @@ int rfs_ctl_cmd_ls(struct ctl_req *r, struct rep_out *o)
 		o->err = -ENOMEM;
 		return CTL_EXIT_FAIL;
 	}
-	rc = eng_list_path(r->e, rel, ls_row, rep);
+	w.rep = rep;
+	rc = eng_list_path(r->e, rel, ls_row, &w);
 	if (rfs_ctl_list_failed(o, rep, rc, "ls", rel)) {
 		/* "ls /mnt/ckpt/step_1" for "ls /step_1": say so. */
 		if (rc == -ENOENT && (in_mount = rfs_ctl_in_mount(r))) {

@@ -23,6 +23,15 @@ e = find_entry(json.load(open(sys.argv[1])), sys.argv[2])
 print("MISSING" if e is None else e.get(sys.argv[3], "NOKEY"))
 PYEOF
 }
+# tree_get FILE NAME KEY: KEY of the tree below the directory entry NAME.
+tree_get() {
+	"$PY" - "$@" <<'PYEOF'
+import json, sys
+from rftest import find_entry
+e = find_entry(json.load(open(sys.argv[1])), sys.argv[2])
+print("MISSING" if e is None else (e.get("tree") or {}).get(sys.argv[3]))
+PYEOF
+}
 
 # --- status
 admin "$MNT" status >"$T_TMP/status.txt" || fail "status"
@@ -65,6 +74,12 @@ for i in $(seq 1 100); do [ -e "$T_TMP/ready" ] && break; sleep 0.1; done
 admin "$MNT" --json ls /step_1 >"$T_TMP/ls_open.json" || fail "ls with an open file"
 state=$(json_get "$T_TMP/ls_open.json" open.bin state)
 [ "${state,,}" = writing ] || fail "state of a file open for writing: $state, want writing"
+# A directory: the weakest state of the files below it.
+admin "$MNT" --json ls >"$T_TMP/ls_root_open.json" || fail "ls --json of the root"
+expect_eq "$(tree_get "$T_TMP/ls_root_open.json" step_1 state)" writing \
+	"ls: the state of /step_1 with a file open for writing"
+expect_eq "$(tree_get "$T_TMP/ls_root_open.json" step_1 writing_files)" 1 \
+	"ls: files of /step_1 being written"
 # verify: every piece's CRC32C recomputed; a file being written is named,
 # not checked, and fails nothing.
 out=$(admin "$MNT" verify /step_1) || fail "verify /step_1: exit $?: $out"
@@ -112,6 +127,14 @@ state=$(json_get "$T_TMP/ls2.json" a.bin state)
 [ "${state,,}" = persisted ] || fail "state after flush --wait: $state, want persisted"
 tier=$(json_get "$T_TMP/ls2.json" a.bin tier)
 expect_eq "$tier" ram+persist "tier after flush --wait"
+admin "$MNT" --json ls >"$T_TMP/ls_root2.json" || fail "ls --json of the root"
+expect_eq "$(tree_get "$T_TMP/ls_root2.json" step_1 state)" persisted \
+	"ls: the state of /step_1 after flush --wait"
+expect_eq "$(tree_get "$T_TMP/ls_root2.json" step_1 files)" 4 \
+	"ls: files below /step_1"
+admin "$MNT" ls >"$T_TMP/ls_root2.txt" || fail "ls"
+grep -Eq '^persisted +[0-9]+  - .*  /step_1/$' "$T_TMP/ls_root2.txt" ||
+	fail "ls of the root: /step_1 not shown persisted: $(cat "$T_TMP/ls_root2.txt")"
 admin "$MNT" flush >/dev/null || fail "flush without --wait"
 admin "$MNT" --json flush --wait >"$T_TMP/flush.json" || fail "flush --wait --json"
 "$PY" -m json.tool "$T_TMP/flush.json" >/dev/null || fail "flush --json is not JSON: $(head -c 300 "$T_TMP/flush.json")"

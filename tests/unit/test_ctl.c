@@ -346,6 +346,26 @@ int eng_path_state(struct eng *e, const char *path, struct eng_ckpt_info *ci)
 	return 0;
 }
 
+/* "ls" of a directory: /step_100 (inode 2) with fake_tree_files files. */
+static unsigned fake_tree_files = 2;
+
+int eng_ino_state(struct eng *e, uint64_t ino, struct eng_ckpt_info *ci)
+{
+	(void)e;
+	if (ino != 2)
+		return -ENOENT;
+	*ci = (struct eng_ckpt_info){
+		.seq = 1,
+		.state = fake_tree_files ? ENG_STATE_PROTECTED
+					 : ENG_STATE_PERSISTED,
+		.files = fake_tree_files,
+		.bytes = (uint64_t)fake_tree_files << 20,
+		.files_sealed = fake_tree_files,
+		.files_protected = fake_tree_files,
+	};
+	return 0;
+}
+
 int eng_list_path(struct eng *e, const char *path, eng_entry_fn fn,
 		  void *ctx)
 {
@@ -704,9 +724,22 @@ static void test_ls(void **state)
 
 	assert_int_equal(frame_check(a), 0);
 	assert_string_equal(fake_last_path, "");
-	assert_non_null(strstr(a, "o dir "));
-	assert_non_null(strstr(a, " /step_100\n"));
+	/* A directory: the weakest state of the files below it. */
+	assert_non_null(strstr(a, "o protected        2097152  -"));
+	assert_non_null(strstr(a, " /step_100/\n"));
 	free(a);
+	a = ask(*state, "ls --json\n");
+	assert_non_null(strstr(a, "\"tree\":{\"name\":\"step_100\",\"seq\":1,"
+				  "\"state\":\"protected\",\"files\":2,"));
+	assert_non_null(strstr(a, "\"protected_files\":2,"));
+	free(a);
+	/* With no file below it, just a directory. */
+	fake_tree_files = 0;
+	a = ask(*state, "ls\n");
+	assert_non_null(strstr(a, "o dir "));
+	assert_non_null(strstr(a, " /step_100/\n"));
+	free(a);
+	fake_tree_files = 2;
 
 	a = ask(*state, "ls //step_100/./x/..\n");
 	assert_int_equal(frame_check(a), 0);
@@ -1021,7 +1054,8 @@ static void test_protect_rebuild(void **state)
 	assert_non_null(strstr(a, " 3/3  1+2    /step_100/"));
 	free(a);
 	a = ask(*state, "ls /step_100 --json\n");
-	assert_non_null(strstr(a, "\"owner\":1,\"holders\":\"1+2\"}"));
+	assert_non_null(strstr(a, "\"owner\":1,\"holders\":\"1+2\","
+				  "\"tree\":{\"name\":null,"));
 	free(a);
 
 	/* placement: each piece, here and on the group's nodes. */
