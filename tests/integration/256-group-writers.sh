@@ -8,7 +8,8 @@
 # and must give way to the writers.  group_writers.py runs rounds where 1
 # to 3 nodes write each of a few files at once (pwrite without O_TRUNC,
 # overlapping ranges, across pieces and past EOF, ftruncate, truncate(2),
-# now and then O_TRUNC), some rounds with a barrier between the writes
+# now and then O_TRUNC, in free rounds an fsync midway: a seal of its own
+# under --sync protect), some rounds with a barrier between the writes
 # and the closes, readers of the other files meanwhile.  After each
 # round's quiet point (every writer closed, protect --wait on each node)
 # every node must read the same bytes of every file, one of the

@@ -30,6 +30,16 @@ so every writer's base is the content before the round: the candidates
 are each writer's changes on that content alone.  Then `reftfs-admin
 verify` must exit 0 on every node.
 
+A writer may fsync in the middle of its changes (free rounds; one writer
+per file at most).  Under --sync protect (a group with --protect) an
+fsync that returns 0 has sealed that node's version as it stood, through
+the log, and protected it: so the writer's changes are two seals, the
+ones before the fsync (sure) and the ones after it (sealed by the close,
+as for any writer), each a member of the sequences above on its own; the
+second never comes first, since its base is the first's seal or a later
+one.  Under --protect none fsync seals nothing (--sync none): one seal,
+at the close.
+
 Each round (its operations drawn from the seed and the round's number,
 so that a replay does the same):
   - sometimes a file is replaced first (unlinked, another created whole);
@@ -104,9 +114,12 @@ def ename(e):
 
 
 def apply_ops(content, ops):
-    """content with ops applied: ("pwrite", off, bytes), ("trunc", size)."""
+    """content with ops applied: ("pwrite", off, bytes), ("trunc", size);
+    ("fsync",) changes nothing."""
     b = bytearray(content)
     for op in ops:
+        if op[0] == "fsync":
+            continue
         if op[0] == "trunc":
             size = op[1]
             if size < len(b):
@@ -122,6 +135,8 @@ def apply_ops(content, ops):
 
 
 def op_str(op):
+    if op[0] == "fsync":
+        return "fsync"
     if op[0] == "trunc":
         return "truncate to %d" % op[1]
     return "pwrite %d+%d" % (op[1], len(op[2]))
@@ -195,7 +210,8 @@ class Actor:
         self.name = name
         self.kind = kind      # "write" or "truncate(2)"
         self.otrunc = otrunc
-        self.ops = ops        # [("pwrite", off, data) | ("trunc", size)]
+        self.ops = ops        # [("pwrite", off, data) | ("trunc", size)
+                              #  | ("fsync",)]
         self.pauses = pauses  # seconds before each op, and before close
         self.done = []
         self.errors = []      # (call, errno)
@@ -246,7 +262,9 @@ class Actor:
                 if i and self.pauses[i]:
                     time.sleep(self.pauses[i])
                 try:
-                    if op[0] == "trunc":
+                    if op[0] == "fsync":
+                        os.fsync(fd)
+                    elif op[0] == "trunc":
                         os.ftruncate(fd, op[1])
                     else:
                         view = memoryview(op[2])
@@ -256,8 +274,8 @@ class Actor:
                             view = view[n:]
                             off += n
                 except OSError as e:
-                    self.err("ftruncate" if op[0] == "trunc" else
-                             "pwrite", e)
+                    self.err({"fsync": "fsync", "trunc": "ftruncate"}.get(
+                        op[0], "pwrite"), e)
                     # A short run of pwrites: what went in is a change.
                     if op[0] == "pwrite" and off > op[1]:
                         self.done.append(("pwrite", op[1],
@@ -285,6 +303,22 @@ class Actor:
         if not self.done:
             return "none"
         return "sure" if self.closed else "maybe"
+
+    def seals(self, fsync_seals):
+        """Its changes as the seals they make, [(ops, "sure" | "maybe")]:
+        with fsync_seals (--sync protect) split at each fsync that
+        returned 0, whose seal is sure; the changes after the last one
+        are sealed as its close says."""
+        segs, cur = [], []
+        for op in self.done:
+            if op[0] != "fsync":
+                cur.append(op)
+            elif fsync_seals and cur:
+                segs.append((cur, "sure"))
+                cur = []
+        if cur:
+            segs.append((cur, "sure" if self.closed else "maybe"))
+        return segs
 
 
 class Reader:
@@ -372,7 +406,7 @@ class Fuzz:
             off = rng.randrange(0, size + 300000)
         return max(0, min(off, MAX_SIZE - 1))
 
-    def draw_writer(self, rng, node, name, hot, size):
+    def draw_writer(self, rng, node, name, hot, size, fsync=False):
         otrunc = rng.random() < 0.07
         ops = [("trunc", 0)] if otrunc else []
         est = 0 if otrunc else size
@@ -405,6 +439,9 @@ class Fuzz:
             est = max(est, off + n)
             if budget <= 0:
                 break
+        if fsync:
+            # After a change: the writer's version so far is sealed.
+            ops.insert(rng.randrange(1, len(ops) + 1), ("fsync",))
         pauses = [rng.random() * 0.08] + [
             rng.random() * 0.03 if rng.random() < 0.5 else 0
             for _ in ops] + [rng.random() * 0.05]
@@ -422,7 +459,10 @@ class Fuzz:
             hot = rng.randrange(0, max(size, 1) + 200000)
             nw = min(len(self.live), self.a.writers,
                      rng.choice([1, 2, 2, 2, 3, 3]))
-            for node in rng.sample(self.live, nw):
+            # One writer of the file may fsync midway (free rounds).
+            fsyncer = rng.randrange(nw) if not barrier and \
+                rng.random() < 0.5 else -1
+            for i, node in enumerate(rng.sample(self.live, nw)):
                 if not barrier and rng.random() < 0.1:
                     new = rng.randrange(0, size + CHUNK)
                     actors.append(Actor(node, name, "truncate(2)", False,
@@ -430,7 +470,7 @@ class Fuzz:
                                         [rng.random() * 0.15]))
                 else:
                     actors.append(self.draw_writer(rng, node, name, hot,
-                                                   size))
+                                                   size, i == fsyncer))
         readers = []
         calm = [nm for nm in names if nm not in touched]
         heavy = [nm for nm in sorted(self.st.files)
@@ -452,23 +492,29 @@ class Fuzz:
 
     def candidates(self, before, acts, barrier):
         """{sha: (label, bytes)} of what the file may hold after the round."""
-        sure = [a for a in acts if a.sealed() == "sure"]
-        maybe = [a for a in acts if a.sealed() == "maybe"]
+        fsync_seals = self.a.protect != "none"
+        # The seals: (actor, its nth, ops, "sure" | "maybe").
+        pool = [(a, j, ops, how) for a in acts
+                for j, (ops, how) in enumerate(a.seals(fsync_seals))]
         cands = {}
-        if not sure:
+        if not any(how == "sure" for _, _, _, how in pool):
             cands[sha(before)] = ("the content before the round", before)
-        pool = sure + maybe
         if barrier:
-            seqs = [(a,) for a in pool]
+            seqs = [(u,) for u in pool]
         else:
             seqs = [s for k in range(1, len(pool) + 1)
-                    for s in itertools.permutations(pool, k)]
+                    for s in itertools.permutations(pool, k)
+                    if s[0][1] == 0 and all(
+                        s[x][1] < s[y][1] for x in range(len(s))
+                        for y in range(x + 1, len(s))
+                        if s[x][0] is s[y][0])]
         for s in seqs:
             c = before
-            for a in s:
-                c = apply_ops(c, a.done)
+            for _, _, ops, _ in s:
+                c = apply_ops(c, ops)
             cands.setdefault(sha(c), (" then ".join(
-                "node %d's" % a.node for a in s) + " changes", c))
+                "node %d's%s" % (a.node, " after its fsync" if j else
+                                 "") for a, j, _, _ in s) + " changes", c))
         return cands
 
     # --- checks -----------------------------------------------------------
@@ -930,8 +976,10 @@ class Fuzz:
         self.memory(self.live)
         nsure = sum(a.sealed() == "sure" for a in actors)
         nerr = sum(bool(a.errors) for a in actors)
+        nsync = sum(("fsync",) in a.done for a in actors)
         self.note("quiet point: every node reads one candidate (%d "
-                  "writers closed, %d with errors)" % (nsure, nerr))
+                  "writers closed, %d with errors, %d fsynced midway)" % (
+                      nsure, nerr, nsync))
         if kill_after is not None:
             if self.a.protect == "none":
                 for name in self.pieces_on(kill_after,
@@ -943,7 +991,7 @@ class Fuzz:
             self.st.dead = kill_after
             self.note("node %d SIGKILLed after the quiet point" %
                       kill_after)
-        return nsure, nerr
+        return nsure, nerr, nsync
 
     def kill_plan(self):
         """Rounds with a kill, and which: (round, node, mid) drawn once
@@ -957,15 +1005,16 @@ class Fuzz:
 
     def run(self):
         plan = self.kill_plan()
-        stats = [0, 0, 0]
+        stats = [0, 0, 0, 0]
         t0 = time.monotonic()
         while self.st.round < self.a.rounds:
             node, mid = plan.get(self.st.round, (None, False))
-            nsure, nerr = self.round(node if mid else None,
-                                     None if mid else node)
+            nsure, nerr, nsync = self.round(node if mid else None,
+                                            None if mid else node)
             stats[0] += 1
             stats[1] += nsure
             stats[2] += nerr
+            stats[3] += nsync
             self.st.history.append(self.lines)
             self.st.round += 1
             if node is not None:
@@ -975,17 +1024,18 @@ class Fuzz:
                 self.st.kills.append(what)
                 self.st.save()
                 self.say("%d rounds in %.0f s (%d writers closed, %d "
-                         "with errors); %s" % (
+                         "with errors, %d fsynced midway); %s" % (
                              stats[0], time.monotonic() - t0, stats[1],
-                             stats[2], what))
+                             stats[2], stats[3], what))
                 self.say("memory: " + self.memory_report())
                 print("killed %d" % node, flush=True)
                 return 3
         self.st.save()
-        self.say("%d rounds in %.0f s (%d writers closed, %d with errors), "
-                 "%d files: every node reads the same candidate, verify "
-                 "agrees" % (stats[0], time.monotonic() - t0, stats[1],
-                             stats[2], len(self.st.files)))
+        self.say("%d rounds in %.0f s (%d writers closed, %d with errors, "
+                 "%d fsynced midway), %d files: every node reads the same "
+                 "candidate, verify agrees" % (
+                     stats[0], time.monotonic() - t0, stats[1], stats[2],
+                     stats[3], len(self.st.files)))
         self.say("memory: " + self.memory_report())
         return 0
 
