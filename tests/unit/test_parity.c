@@ -2025,21 +2025,30 @@ static struct pfile *version_of(struct world *w, uint64_t ino, uint64_t gseal)
 }
 
 /*
- * A node lost with its memory, some of its files unlinked meanwhile (it
- * could not take them out of the rows: their bytes went with it).  After
- * its replacement, each holder marks its members orphans
- * (parity_node_lost); the refold's DONE from the replacement makes its
- * current files its own again; what is left must be exactly the stale
- * ones, which parity_drop_orphans takes out (each row encoded anew from
- * the other members): the rows then match the model without them, and a
- * loss after this decodes the other members of their stripes.
+ * A node lost with its memory (after all the folding with faults: its
+ * pieces are rebuilt from their stripes on the survivors), some of its
+ * files unlinked meanwhile (it could not take them out of the rows: their
+ * bytes went with it).  After its replacement, each holder marks its
+ * members orphans (parity_node_lost); the refold's DONE from the
+ * replacement makes its current files its own again; what is left must be
+ * exactly the stale ones, which parity_drop_orphans takes out (each row
+ * encoded anew from the other members): the rows then match the model
+ * without them, and the scrub and the corrupt rows after this decode the
+ * other members of their stripes.
  */
 static void check_orphans(struct world *w)
 {
 	int a = (int)rnd(w, (uint64_t)w->n), nstale = 0;
+	bool lost[MAXN] = { false };
 
-	w->phase = "orphans";
+	w->phase = "a loss after all that";
 	node_kill(w, a);
+	lost[a] = true;
+	memcpy(w->lost, lost, sizeof(w->lost));
+	assert_int_equal(check_rebuilds(w, lost, 0, "a loss after all that"),
+			 0);
+	memset(w->lost, 0, sizeof(w->lost));
+	w->phase = "orphans";
 	for (int j = 0; j < w->nf; j++) {
 		struct pfile *f = &w->f[j];
 
@@ -2335,16 +2344,8 @@ static void run_world(const char *name, const char *scheme, int n,
 	check_rows(w, "after folding with faults");
 	check_scrub(w, "scrub after faults");
 
+	/* A loss after all that (leaving orphans), then a corrupt row. */
 	check_orphans(w);
-
-	/* A loss after all that, then a corrupt row. */
-	{
-		bool lost[MAXN] = { false };
-
-		lost[rnd(w, (uint64_t)n)] = true;
-		lose(w, lost, false, 0);
-		check_rows(w, "at the end");
-	}
 	check_corrupt_rows(w);
 
 	print_message("%s: %d files (%d pieces) first, %d versions in all; "
