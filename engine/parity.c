@@ -827,6 +827,43 @@ static bool same_members(const struct member_info *a,
 	return true;
 }
 
+/*
+ * The m rows of @stripe encoded anew into @enc from the members @mi names,
+ * each fetched from its owner (checked against its CRC32C) into @data (k
+ * chunks); the slots in @skip, and empty ones, read as zeros.  0 or
+ * -errno.  No lock held; sleeps.
+ */
+static int encode_members(struct parity *par, uint64_t stripe,
+			  const struct member_info *mi, uint32_t skip,
+			  uint8_t **data, uint8_t **enc,
+			  const struct timespec *deadline, parity_get_fn *get,
+			  void *get_ctx)
+{
+	uint32_t clen = par->st->chunk_size;
+	int rc = 0;
+
+	for (int x = 0; x < par->l.k && rc == 0; x++) {
+		uint64_t chunk;
+		int node;
+
+		if (skip & (1u << x) || !mi[x].in || !mi[x].len) {
+			memset(data[x], 0, clen);
+			continue;
+		}
+		rc = ers_layout_chunk(&par->l, stripe, x, &node, &chunk);
+		if (rc == 0)
+			rc = get(get_ctx, node, mi[x].ino, mi[x].gseal,
+				 mi[x].piece, mi[x].len, mi[x].crc, data[x],
+				 deadline);
+		if (rc == 0)
+			memset(data[x] + mi[x].len, 0, clen - mi[x].len);
+	}
+	if (rc == 0 &&
+	    ers_encode(par->c, clen, (const uint8_t *const *)data, enc) < 0)
+		rc = -EIO;
+	return rc;
+}
+
 static int decode_piece(struct parity *par, const struct eng_piece *pc,
 			uint8_t *buf, const struct timespec *deadline,
 			parity_get_fn *get, void *get_ctx)
@@ -883,14 +920,7 @@ static int decode_piece(struct parity *par, const struct eng_piece *pc,
 			ps = find(par, pc->stripe_ckpt, stripe);
 			if (ps) {
 				row_copy(par, ps, chunks[k + r]);
-				for (int s = 0; s < k; s++)
-					other[s] = (struct member_info){
-						ps->who[s].ino,
-						ps->st.member[s].id,
-						ps->who[s].piece,
-						ps->st.member[s].len,
-						ps->st.member[s].crc,
-						ps->st.member[s].in };
+				members_of(par, ps, other);
 			}
 			leaf_unlock(&par->lock, ENG_RANK_PAR);
 			rc = ps ? 0 : -ENOENT;
@@ -1069,28 +1099,9 @@ static void scrub_stripe(struct parity *par, const struct eng_piece *pc,
 			vi->rows_unchecked++; /* changing under us */
 			continue;
 		}
-		for (int x = 0; x < k && !encoded; x++) {
-			int node;
-			uint64_t chunk;
-
-			if (!mi[x].in || !mi[x].len) {
-				memset(data[x], 0, clen);
-				continue;
-			}
-			rc = ers_layout_chunk(&par->l, stripe, x, &node,
-					      &chunk);
-			if (rc == 0)
-				rc = get(get_ctx, node, mi[x].ino, mi[x].gseal,
-					 mi[x].piece, mi[x].len, mi[x].crc,
-					 data[x], deadline);
-			if (rc < 0)
-				break;
-			memset(data[x] + mi[x].len, 0, clen - mi[x].len);
-		}
 		if (!encoded) {
-			if (rc < 0 || ers_encode(par->c, clen,
-						 (const uint8_t *const *)data,
-						 enc) < 0) {
+			if (encode_members(par, stripe, mi, 0, data, enc,
+					   deadline, get, get_ctx) < 0) {
 				vi->rows_unchecked++;
 				continue;
 			}
@@ -1270,24 +1281,8 @@ static int drop_stripe(struct parity *par, const struct par_orphan *o,
 		return 0;
 	}
 	rft_deadline_ts(&deadline, PAR_SEND_MS);
-	for (int x = 0; x < k && rc == 0; x++) {
-		uint64_t chunk;
-		int node;
-
-		memset(data[x], 0, clen);
-		if (drop & (1u << x) || !mi[x].in || !mi[x].len)
-			continue;
-		rc = ers_layout_chunk(&par->l, o->stripe, x, &node, &chunk);
-		if (rc == 0)
-			rc = get(get_ctx, node, mi[x].ino, mi[x].gseal,
-				 mi[x].piece, mi[x].len, mi[x].crc, data[x],
-				 &deadline);
-		if (rc == 0)
-			memset(data[x] + mi[x].len, 0, clen - mi[x].len);
-	}
-	if (rc == 0 &&
-	    ers_encode(par->c, clen, (const uint8_t *const *)data, enc) < 0)
-		rc = -EIO;
+	rc = encode_members(par, o->stripe, mi, drop, data, enc, &deadline,
+			    get, get_ctx);
 	if (rc < 0) {
 		scratch_put(par, mem);
 		return rc;
