@@ -9,8 +9,9 @@
  * folded once, a slot taken by another member is refused until that one is
  * unfolded, and an overwrite folds one delta (old XOR new).  A member
  * whose bytes are gone leaves with the row its holder encoded anew from
- * the others (ers_stripe_drop).  A slot with no member reads as zeros.  Pure bookkeeping over the caller's buffers: no
- * locks, no allocation, no I/O.
+ * the others (ers_stripe_drop).  A slot with no member reads as zeros.
+ * Pure bookkeeping over the caller's buffers: no locks, no allocation, no
+ * I/O.
  */
 #include <errno.h>
 #include <string.h>

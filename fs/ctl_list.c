@@ -192,7 +192,7 @@ static int ls_row(void *ctx, const struct eng_entry_info *ei)
 		if (ei->owner >= 0)
 			ls_set_nodes(row, ei);
 	} else if (S_ISDIR(ei->mode) && eng_ino_state(w->e, ei->ino, &ci) == 0) {
-		/* Gone meanwhile: a directory without its tree. */
+		/* The files below it (none shown if it went meanwhile). */
 		ci.name = ei->path;
 		rfs_ctl_ckpt_fill(rep_obj(row, LS_TREE), &ci);
 	}

@@ -2058,15 +2058,11 @@ static void check_orphans(struct world *w)
 		f->stale = true;
 		nstale++;
 	}
-	node_start(w, a);
-	for (int j = 0; j < w->nf; j++)
-		if (w->f[j].owner == a && w->f[j].exists)
-			pf_load(w, &w->f[j]);
-	assert_true(WAIT_FOR(all_up(w), WAIT_MS));
+	/* Its LOST, then its replacement and the refold (its DONEs). */
 	for (int h = 0; h < w->n; h++)
 		if (h != a)
 			parity_node_lost(w->node[h].par, a);
-	refold(w, 1ULL << a, 0);
+	replace(w, 1ULL << a, 1ULL << a, 0);
 	for (int h = 0; h < w->n; h++) {
 		struct par_orphan *o = NULL;
 		uint64_t dropped = 0;
