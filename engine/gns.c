@@ -745,6 +745,22 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 	pthread_cond_broadcast(&g->applied_cv);
 	if (g->waits)
 		pthread_cond_broadcast(&g->jobs);
+	/*
+	 * Another node's seal of a file whose seal here waits to go again:
+	 * it goes now.  A seal whose base this one replaced cannot be built
+	 * any more, and its changes give way at once (file_revert), not a
+	 * retry later, while reads here meet a base nobody holds.
+	 */
+	if (op.kind == NSOP_SEAL && !(op.node == g->self && op.inc == g->inc))
+		for (struct gns_req **pp = &g->retry; *pp;) {
+			struct gns_req *q = *pp;
+
+			if (q->op.kind == NSOP_SEAL && q->op.ino == op.ino &&
+			    rft_wq_queue(g->subq, &q->w, RFT_WQ_HIGH) == 0)
+				*pp = q->next;
+			else
+				pp = &q->next;
+		}
 	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	/* A node back with empty memory gets its copies again. */
 	if (op.kind == NSOP_LOST && rc == 0 &&
