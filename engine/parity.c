@@ -1291,8 +1291,14 @@ static int drop_stripe(struct parity *par, const struct par_orphan *o,
 	ps = find(par, o->ckpt, o->stripe);
 	if (ps)
 		members_of(par, ps, now);
-	/* A fold or an unfold meanwhile: look again. */
+	/*
+	 * A fold or an unfold meanwhile, or an orphan its owner took back
+	 * (its DONE): look again.
+	 */
 	rc = ps && same_members(mi, now, k) ? 0 : -EAGAIN;
+	for (int x = 0; x < k && rc == 0; x++)
+		if (drop & (1u << x) && !ps->who[x].orphan)
+			rc = -EAGAIN;
 	for (int x = 0; x < k && rc == 0; x++) {
 		if (!(drop & (1u << x)))
 			continue;
