@@ -86,13 +86,16 @@ enum eng_unmount_flush {
  */
 /*
  * What fsync and fdatasync of a writer's handle wait for: its data
- * written (none: the arena is the tier), or protected across the group
- * as --protect says (protect: sealed, as a close would, and protected or
- * persisted; EIO when it cannot be, within 30 s).
+ * written (none: the arena is the tier), protected across the group as
+ * --protect says (protect: sealed, as a close would, and protected or
+ * persisted; EIO when it cannot be, within 30 s), or written back to the
+ * persist dir (persist: in a group sealed first; EIO when the write-back
+ * fails).
  */
 enum eng_sync {
 	ENG_SYNC_NONE,
 	ENG_SYNC_PROTECT,
+	ENG_SYNC_PERSIST,
 };
 
 enum eng_prefault {

@@ -326,6 +326,8 @@ struct file {
 	uint32_t wb_failures;	/* lock */
 	uint64_t wb_next_ms;	/* not before this CLOCK_MONOTONIC ms; lock */
 	int wb_error;		/* last failure, -errno, 0 if none; lock */
+	uint64_t wb_sync;	/* an fsync under --sync persist waits for
+				   this version in the persist dir; lock */
 	bool crc_unverified;	/* came from persist without sums; lock */
 	bool crc_bad;		/* a chunk failed its check; lock */
 	uint32_t resident;	/* slots holding an arena chunk; lock */

@@ -19,6 +19,7 @@
 
 #include "engine_i.h"
 #include "pass.h"
+#include "persist.h"
 
 /* Remove @de from @dir; the inode is freed if nothing else holds it. */
 static void unlink_dentry(struct eng *e, struct inode *dir, struct dentry *de,
@@ -1411,6 +1412,73 @@ int file_flush(struct eng *e, struct eng_file *fp, struct eng_call *c)
 	return tell ? e->gops->seal(e->gctx, fp->inode, c) : 0;
 }
 
+/*
+ * fsync under --sync persist in a group: this node's changes go round the
+ * log first (the seal a last close sends, the writer kept), then the wait
+ * for the version sealed to be written back (persist_sync).
+ */
+struct sync_seal {
+	struct eng_call seal;	/* first: cast from it */
+	struct eng *e;
+	struct inode *in;	/* held */
+	uint64_t version;
+	struct eng_call *fsync;
+};
+
+static void sync_sealed(struct eng_call *sc, int rc)
+{
+	struct sync_seal *s = (struct sync_seal *)sc;
+	struct eng_call *c = s->fsync;
+
+	if (rc == 0) {
+		rc = persist_sync(s->e, s->in, s->version, c);
+	} else {
+		char name[PATH_MAX];
+
+		eng_inode_name(s->e, s->in, name, sizeof(name));
+		rft_warn("fsync of %s: its seal did not reach the group's log "
+			 "(%s); EIO (the data is kept here as it is)", name,
+			 strerror(-rc));
+		rc = -EIO;
+	}
+	ns_unhold(s->e, s->in);
+	free(s);
+	if (rc != ENG_LATER)
+		c->done(c, rc);
+}
+
+static int sync_persist(struct eng *e, struct inode *in, struct eng_call *c)
+{
+	struct file *f = &in->file;
+	struct sync_seal *s;
+	uint64_t version;
+	bool seal;
+	int rc;
+
+	file_rdlock(f);
+	version = f->version;
+	seal = file_to_seal(e, f);
+	file_unlock(f);
+	if (!seal)
+		return persist_sync(e, in, version, c);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->seal.kind = ENG_CALL_FLUSH;
+	s->seal.done = sync_sealed;
+	s->e = e;
+	s->in = in;
+	s->version = version;
+	s->fsync = c;
+	eng_hold(e, in);
+	rc = e->gops->seal(e->gctx, in, &s->seal);
+	if (rc != ENG_LATER) {
+		ns_unhold(e, in);
+		free(s);
+	}
+	return rc == ENG_LATER || rc < 0 ? rc : -EIO;
+}
+
 int file_fsync(struct eng *e, struct eng_file *fp, struct eng_call *c)
 {
 	int rc = pass_take(e, fp); /* a writer passing through */
@@ -1419,13 +1487,16 @@ int file_fsync(struct eng *e, struct eng_file *fp, struct eng_call *c)
 		return rc;
 	file_wait_writes(e, &fp->inode->file);
 	/*
-	 * The data is in the arena now.  Alone, or with --sync none, that is
-	 * as durable as this tier gets: write-back to the persist dir is
+	 * The data is in the arena now.  With --sync none, that is as
+	 * durable as this tier gets: write-back to the persist dir is
 	 * asynchronous by design (reftfs-admin flush --wait, or wait
-	 * --persisted, is the barrier for that).  In a group with --sync
-	 * protect, a writer's fsync waits for its data to be protected.
+	 * --persisted, is the barrier for that).  A writer's fsync waits for
+	 * its data to be protected (--sync protect, a group) or written back
+	 * (--sync persist).
 	 */
-	if (!fp->writer || !e->gops || e->cfg.sync != ENG_SYNC_PROTECT)
+	if (!fp->writer || e->cfg.sync == ENG_SYNC_NONE)
 		return 0;
-	return e->gops->sync(e->gctx, fp->inode, c);
+	if (e->cfg.sync == ENG_SYNC_PERSIST)
+		return sync_persist(e, fp->inode, c);
+	return e->gops ? e->gops->sync(e->gctx, fp->inode, c) : 0;
 }

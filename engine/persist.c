@@ -50,6 +50,9 @@
 #define CHECK_DELAY_MS 2000
 /* Tries of a step whose parent another node's mirror may move away. */
 #define PARENT_TRIES 3
+/* An fsync under --sync persist that a whole pass after it could not
+ * write back (in a group: changed here since its seal) fails then. */
+#define SYNC_MS 30000
 
 /*
  * Sidecar: little-endian, as the daemon that wrote it (x86-64 and arm64
@@ -103,6 +106,25 @@ struct copy_check {
 	char from[];		/* the copy's path before the change */
 };
 
+/*
+ * An fsync under --sync persist (persist_sync), waiting for its file's
+ * @version, or a later one, to be in the persist dir.  On p->syncs; the
+ * worker finishes it after a pass (finish_syncs), so that no FUSE reply
+ * is sent under a lock: 0 once that version is written back, -EIO when a
+ * write-back of the file failed meanwhile (@rc, set by note_outcome), the
+ * file is lost, or SYNC_MS went by and a pass begun after it came did not
+ * write it back.
+ */
+struct persist_sync {
+	struct persist_sync *next;
+	struct eng_call *call;
+	struct inode *in;	/* held */
+	uint64_t version;
+	uint64_t pass;		/* p->passes when it came */
+	uint64_t until_ms;	/* CLOCK_MONOTONIC */
+	int rc;			/* a write-back of its file failed: -errno */
+};
+
 struct persist {
 	struct eng *e;
 	int dirfd;
@@ -128,6 +150,9 @@ struct persist {
 	struct flush_ticket fl[FLUSH_TICKETS];
 
 	struct pending_op *ops;	/* failed removals to retry; lock */
+	struct persist_sync *syncs; /* fsyncs waiting; lock (the worker's
+				       own while it finishes them) */
+	uint64_t passes;	/* write-back passes begun; lock */
 	struct copy_check *checks; /* copies to look for; lock */
 	struct inode *wb_head, *wb_tail; /* write-back queue; lock */
 	size_t wb_len;		/* protected by lock */
@@ -654,9 +679,23 @@ struct snap {
 };
 
 /*
+ * Does an fsync wait for @f's version in the persist dir, and may that
+ * version be written back now, its writer open or not?  Alone, yes; in a
+ * group, once this node's seal of it applied (so that the copy is the
+ * group's version, gseal's).  f->lock held.
+ */
+static bool sync_wants(const struct eng *e, const struct file *f)
+{
+	return f->wb_sync > f->dur.persisted_data && f->wb_sync <= f->version &&
+	       (!e->gops ||
+		(f->dur.sealed == f->version && !file_draft(e, f)));
+}
+
+/*
  * Copy what write-back needs of @in and pin its chunks; 1 if there is
  * nothing to do.  @final (the last pass at unmount) takes files still open
- * for writing too, as they are now.
+ * for writing too, as they are now, and so does an fsync's (sync_wants)
+ * while no copy is queued for the file (its bytes all in).
  */
 static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
 			 bool final)
@@ -676,7 +715,9 @@ static int take_snapshot(struct eng *e, struct inode *in, struct snap *s,
 	s->uid = in->uid;
 	s->gid = in->gid;
 	file_rdlock(f);
-	if ((file_sealed(f) && !file_persisted(f)) || final) {
+	if ((file_sealed(f) && !file_persisted(f)) || final ||
+	    (sync_wants(e, f) &&
+	     atomic_load_explicit(&f->pending, memory_order_acquire) == 0)) {
 		if (persist_copy_path(e, in, s->copy_rel,
 				      sizeof(s->copy_rel)) < 0)
 			s->copy_rel[0] = '\0';
@@ -1017,6 +1058,8 @@ static int persist_file(struct eng *e, struct inode *in, uint8_t *bounce,
 	int fd = -1, rc;
 
 	memset(&s, 0, sizeof(s));
+	/* An fsync's file may be open for writing: its copies in first. */
+	file_wait_writes(e, &in->file);
 	rc = take_snapshot(e, in, &s, final);
 	if (rc < 0)
 		set_error(p, rc, "cannot write back", s.rel[0] ? s.rel : "a file");
@@ -1260,7 +1303,7 @@ enum due { DUE_NOTHING, DUE_NOW, DUE_LATER };
 static enum due writeback_due(struct eng *e, struct inode *in,
 			      const struct wb_pass *ps, uint64_t *bytes)
 {
-	bool need, wait = false;
+	bool need, wait = false, sync = false, synced = false;
 
 	*bytes = 0;
 	if (!in->parent || in->nlink == 0)
@@ -1271,17 +1314,26 @@ static enum due writeback_due(struct eng *e, struct inode *in,
 		struct file *f = &in->file;
 
 		file_rdlock(f);
+		/*
+		 * An fsync waits for it: now, whatever --persist-every and a
+		 * backoff say; in a group a seal not yet applied here comes
+		 * first, so it waits (sync_wants).
+		 */
+		sync = sync_wants(e, f);
+		synced = f->wb_sync > f->dur.persisted_data &&
+			 f->owner == e->node;
 		/* In a group each node writes back the files it owns. */
-		need = !file_persisted(f) && (file_sealed(f) || ps->final) &&
+		need = !file_persisted(f) &&
+		       (file_sealed(f) || ps->final || sync) &&
 		       f->owner == e->node;
-		wait =
-		    !ps->now && f->wb_failures && rft_now_ms() < f->wb_next_ms;
+		wait = !ps->now && !sync && f->wb_failures &&
+		       rft_now_ms() < f->wb_next_ms;
 		*bytes = f->size;
 		file_unlock(f);
 	}
 	if (!need)
-		return DUE_NOTHING;
-	if (wait || !(ps->all || policy_selects(e, in)))
+		return synced ? DUE_LATER : DUE_NOTHING;
+	if (wait || !(ps->all || sync || policy_selects(e, in)))
 		return DUE_LATER;
 	return DUE_NOW;
 }
@@ -1350,6 +1402,15 @@ static void note_outcome(struct eng *e, struct inode *in, int rc)
 		    (delay < BACKOFF_MAX_MS ? delay : BACKOFF_MAX_MS);
 	}
 	file_unlock(f);
+	if (rc < 0) {
+		struct persist *p = e->persist;
+
+		leaf_lock(&p->lock, ENG_RANK_PERSIST);
+		for (struct persist_sync *s = p->syncs; s; s = s->next)
+			if (s->in == in)
+				s->rc = rc;
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+	}
 }
 
 /* Count what a pass like @ps would write back of the queue now. */
@@ -1845,6 +1906,118 @@ static int writeback_pass(struct eng *e, const struct wb_pass *ps,
 	return first;
 }
 
+/* --- fsync under --sync persist ----------------------------------------- */
+
+int persist_sync(struct eng *e, struct inode *in, uint64_t version,
+		 struct eng_call *c)
+{
+	struct persist *p = e->persist;
+	struct file *f = &in->file;
+	struct persist_sync *s;
+	bool lost, done;
+
+	if (!p)
+		return 0;
+	file_wrlock(f);
+	lost = file_lost(f);
+	done = f->dur.persisted_data >= version;
+	if (!lost && !done && f->wb_sync < version)
+		f->wb_sync = version;
+	file_unlock(f);
+	if (lost || done)
+		return lost ? -EIO : 0;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->call = c;
+	s->in = in;
+	s->version = version;
+	s->until_ms = rft_now_ms() + SYNC_MS;
+	eng_hold(e, in);
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
+	if (p->stopping) {
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+		ns_unhold(e, in);
+		free(s);
+		return -EIO;
+	}
+	s->pass = p->passes;
+	s->next = p->syncs;
+	p->syncs = s;
+	queue_locked(p, in);
+	p->kicked = true;
+	pthread_cond_signal(&p->wake);
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+	return ENG_LATER;
+}
+
+/*
+ * Finish the fsyncs whose file is written back, or cannot be (above);
+ * @stopping: all of them, the rest with EIO.  The worker's (or, stopped,
+ * persist_stop's): no lock held.
+ */
+static void finish_syncs(struct eng *e, bool stopping)
+{
+	struct persist *p = e->persist;
+	struct persist_sync *all, *keep = NULL;
+	uint64_t passes, now = rft_now_ms();
+
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
+	all = p->syncs;
+	p->syncs = NULL;
+	passes = p->passes;
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+	while (all) {
+		struct persist_sync *s = all;
+		struct file *f = &s->in->file;
+		char name[PATH_MAX], why[96];
+		bool done, lost;
+
+		all = s->next;
+		file_rdlock(f);
+		done = f->dur.persisted_data >= s->version;
+		lost = file_lost(f);
+		file_unlock(f);
+		why[0] = '\0';
+		if (done)
+			;
+		else if (lost)
+			snprintf(why, sizeof(why), "the file is lost");
+		else if (s->rc < 0)
+			snprintf(why, sizeof(why), "its write-back failed (%s)",
+				 strerror(-s->rc));
+		else if (stopping)
+			snprintf(why, sizeof(why), "reftfsd is stopping");
+		else if (passes > s->pass && now >= s->until_ms)
+			snprintf(why, sizeof(why),
+				 "not written back within %d s", SYNC_MS / 1000);
+		else {
+			s->next = keep;
+			keep = s;
+			continue;
+		}
+		if (!done) {
+			eng_inode_name(e, s->in, name, sizeof(name));
+			rft_warn("fsync of %s: %s; EIO (the data is kept here "
+				 "as it is)", name, why);
+		}
+		s->call->done(s->call, done ? 0 : -EIO);
+		ns_unhold(e, s->in);
+		free(s);
+	}
+	if (!keep)
+		return;
+	leaf_lock(&p->lock, ENG_RANK_PERSIST);
+	while (keep) {
+		struct persist_sync *s = keep;
+
+		keep = s->next;
+		s->next = p->syncs;
+		p->syncs = s;
+	}
+	leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+}
+
 /* --- the worker --------------------------------------------------------- */
 
 static void *worker(void *arg)
@@ -1866,11 +2039,13 @@ static void *worker(void *arg)
 		int rc;
 
 		p->kicked = false;
+		p->passes++;
 		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
 
 		evict_run(e, false);
 		rc = bounce ? writeback_pass(e, &ps, bounce, &failed, false)
 			    : -ENOMEM;
+		finish_syncs(e, false);
 
 		leaf_lock(&p->lock, ENG_RANK_PERSIST);
 		if (all) {
@@ -2473,10 +2648,20 @@ static void persist_on_event(struct eng *e, const struct eng_ev *ev,
 	case EV_FREED:
 		persist_forget(e, ev->in);
 		break;
-	case EV_EVICTED:
-	case EV_PROTECTED:
 	case EV_PERSISTED:
 	case EV_LOST:
+		/* Its fsyncs (another node's write-back, in a group). */
+		leaf_lock(&p->lock, ENG_RANK_PERSIST);
+		for (struct persist_sync *s = p->syncs; s; s = s->next)
+			if (s->in == ev->in) {
+				p->kicked = true;
+				pthread_cond_signal(&p->wake);
+				break;
+			}
+		leaf_unlock(&p->lock, ENG_RANK_PERSIST);
+		break;
+	case EV_EVICTED:
+	case EV_PROTECTED:
 		break;
 	}
 }
@@ -2954,11 +3139,14 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 	if (mode == ENG_UNMOUNT_FLUSH_NONE) {
 		/* Nothing is written: a copy left behind stays there. */
 		drop_checks(p, e);
+		finish_syncs(e, true);
 		return 0;
 	}
 	bounce = malloc(e->store.chunk_size);
-	if (!bounce)
+	if (!bounce) {
+		finish_syncs(e, true);
 		return -ENOMEM;
+	}
 	/*
 	 * Files still open for writing count too, as they are now: the
 	 * kernel may not have sent their last RELEASE before the unmount.
@@ -2977,6 +3165,7 @@ int persist_stop(struct eng *e, enum eng_unmount_flush mode)
 		}
 	}
 	free(bounce);
+	finish_syncs(e, true);
 	/* No file is open any more: parked copies and temporaries go. */
 	retry_ops_locked(e);
 	clean_tmp(p);

@@ -24,5 +24,15 @@ void persist_get_stats(struct eng *e, struct eng_stats *s);
 int persist_flush_request(struct eng *e, uint64_t *ticket);
 int persist_flush_progress(struct eng *e, uint64_t ticket,
 			   struct eng_flush_progress *p);
+/*
+ * fsync under --sync persist: finish @c (ENG_LATER) once @version of
+ * @in's data, or a later one, is in the persist dir, written back now
+ * whatever --persist-every says, its writer open or not (in a group once
+ * this node's seal of it applied); EIO when its write-back fails, the
+ * file is lost, or it cannot be written back within 30 s.  0 when it is
+ * there already (or there is no persist dir), -errno.
+ */
+int persist_sync(struct eng *e, struct inode *in, uint64_t version,
+		 struct eng_call *c);
 
 #endif

@@ -120,10 +120,13 @@ static void usage(FILE *out)
 		"                        one is usable, else ISA-L; same bytes)\n"
 		"  --protect-bw SIZE     bytes per second protection may send (default\n"
 		"                        0: no limit)\n"
-		"  --sync protect|none   what fsync of a written file waits for: its\n"
+		"  --sync protect|persist|none\n"
+		"                        what fsync of a written file waits for: its\n"
 		"                        data protected as --protect says (default in a\n"
 		"                        group with --protect; EIO after 30 s when it\n"
-		"                        cannot be), or nothing (default otherwise)\n"
+		"                        cannot be), written back to the persist dir\n"
+		"                        (EIO when that fails), or nothing (default\n"
+		"                        otherwise)\n"
 		"  --stop-wait SECONDS   at a stop (unmount, SIGTERM, SIGINT), wait this\n"
 		"                        long at most for this node's sealed files to be\n"
 		"                        protected (default 30; 0: no wait); each one left\n"
@@ -384,11 +387,13 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 	} else if (!strcmp(key, "sync")) {
 		if (val && !strcmp(val, "protect"))
 			o->sync = ENG_SYNC_PROTECT;
+		else if (val && !strcmp(val, "persist"))
+			o->sync = ENG_SYNC_PERSIST;
 		else if (val && !strcmp(val, "none"))
 			o->sync = ENG_SYNC_NONE;
 		else
-			return bad("bad --sync '%s': want protect or none",
-				   val ? val : "");
+			return bad("bad --sync '%s': want protect, persist or "
+				   "none", val ? val : "");
 		o->sync_given = true;
 	} else if (!strcmp(key, "codec")) {
 		if (!val || (strcmp(val, "auto") && strcmp(val, "isal") &&
@@ -903,6 +908,9 @@ static int check_sync(struct opts *o)
 		return bad("--sync protect: nothing protects this node's files "
 			   "(it needs a group with --protect other than "
 			   "none)");
+	if (o->sync == ENG_SYNC_PERSIST && !o->persist_dir)
+		return bad("--sync persist: there is no persist dir to write "
+			   "back to (it needs --persist DIR)");
 	o->cfg.sync = o->sync;
 	return 0;
 }

@@ -67,6 +67,9 @@ expect_bad keep --usage -- "$MNT" -f --keep x
 expect_bad unmount-flush --usage -- "$MNT" -f --unmount-flush sometimes
 expect_bad enospc --usage -- "$MNT" -f --enospc-wait -5
 expect_bad persist-every --usage -- "$MNT" -f --persist-every -1
+expect_bad "want protect, persist or none" -- "$MNT" -f --sync sometimes
+expect_bad "no persist dir" -- "$MNT" -f --sync persist
+expect_bad "nothing protects" -- "$MNT" -f --sync protect
 expect_bad mem -- "$MNT" -f -o mem=garbage
 expect_bad bogusopt -- "$MNT" -f -o bogusopt=1
 expect_bad argument --usage -- "$MNT" "$T_TMP/extra" "$T_TMP/more" -f

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Persist in a group (issue 8): three daemons share one persist dir.  Each
-# writes back the files it owns, under its own lock and staging dir; name
+# writes back the files it owns, under its own lock and staging dir; a
+# writer's fsync returns once its file is there (--sync persist); name
 # changes are mirrored once, by the node that made them (a rename or a
 # removal that overtakes the owner's write-back ends with the copy under
 # its new name, or gone, all the same); a lost node's files read back on
@@ -12,7 +13,7 @@ need_fuse
 group_init 3
 REF=$(new_dir ref)
 P=$(new_dir persist)
-start_node() { group_node "$1" --mem 128M --persist "$P" --persist-every 0; }
+start_node() { group_node "$1" --mem 128M --persist "$P" --persist-every 0 --sync persist; }
 
 for n in 0 1 2; do start_node "$n"; done
 wait_states "${M[0]}" "self up up"
@@ -116,11 +117,25 @@ check_all() {
 	done
 }
 
+# --- fsync on node 1 means persisted (--sync persist) ---------------------
+# --persist-every 0: nothing else writes back.  Each file is in the shared
+# persist dir the moment its fsync returned, .metadata with its writer
+# still open; node 1 then dies (below) with it open.
+mkdir -p "$T_TMP/dcp"
+fsync_writer "${M[1]}/ckpt" "$T_TMP/dcp" "$P/ckpt"
+cp "$T_TMP/dcp"/* "$REF/"
+
 # --- node 1 lost: the others read its files from the persist dir --------
 kill_daemon "${M[1]}" "${PID[1]}"
+kill "$WRITER" 2>/dev/null || true
+wait "$WRITER" 2>/dev/null || true
 wait_states "${M[0]}" "self dead up" 30
 check_all "node 1 dead" 0 2
-log "node 1 SIGKILLed: its files read back on nodes 0 and 2 from the persist dir"
+for n in 0 2; do
+	cmp "$T_TMP/dcp/.metadata" "${M[$n]}/ckpt/.metadata" ||
+		fail "ckpt/.metadata (open on node 1 when it died) differs on node $n"
+done
+log "node 1 SIGKILLed (.metadata open, fsynced): its files read back on nodes 0 and 2 from the persist dir"
 
 # --- a replacement: its own files from the persist dir too ---------------
 start_node 1

@@ -24,43 +24,9 @@ for n in 0 1 2; do start_node "$n"; done
 wait_states "${M[0]}" "self up up" 30
 mkdir "${M[0]}/step_1"
 
-# The writer on node 0: a DCP-style save and an atomic-rename save, each
-# fsync timed; it says "synced" and keeps .metadata open until killed.
-cat >"$T_TMP/writer.py" <<'PYEOF'
-import os, sys, time
-mnt, ref = sys.argv[1], sys.argv[2]
-d = os.path.join(mnt, "step_1")
-times = []
-def put(name, data, keep=False):
-    with open(os.path.join(ref, name.replace("/", "_")), "wb") as f:
-        f.write(data)
-    fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.write(fd, data)
-    t = time.monotonic()
-    os.fsync(fd)
-    times.append(time.monotonic() - t)
-    if keep:
-        return fd
-    os.close(fd)
-for r in range(3):
-    put("__%d_0.distcp" % r, os.urandom(3 * 1048576 + 4321 * r))
-# Atomic rename: temp, fsync, close, rename.
-put("model.pt.tmp", os.urandom(2 * 1048576 + 7))
-os.rename(os.path.join(d, "model.pt.tmp"), os.path.join(d, "model.pt"))
-os.rename(os.path.join(ref, "model.pt.tmp"), os.path.join(ref, "model.pt"))
-fd = put(".metadata", os.urandom(20000), keep=True)
-print("synced: fsync took %s ms" % " ".join("%.1f" % (t * 1000) for t in times), flush=True)
-time.sleep(600)
-PYEOF
-"$PY" "$T_TMP/writer.py" "${M[0]}" "$REF" >"$T_TMP/writer.out" 2>&1 &
-WRITER=$!
-for i in $(seq 1 300); do
-	grep -q '^synced' "$T_TMP/writer.out" && break
-	pid_alive "$WRITER" || fail "the writer ended: $(cat "$T_TMP/writer.out")"
-	sleep 0.1
-done
-grep -q '^synced' "$T_TMP/writer.out" || fail "the writer did not finish in 30 s: $(cat "$T_TMP/writer.out")"
-log "node 0: $(cat "$T_TMP/writer.out")"
+# The writers on node 0 (fsync_writer.py): a DCP-style save and an
+# atomic-rename save, each fsync timed; .metadata kept open until killed.
+fsync_writer "${M[0]}/step_1" "$REF"
 # The instant fsync returned: node 0 dies, .metadata still open.
 kill_daemon "${M[0]}" "${PID[0]}"
 kill "$WRITER" 2>/dev/null || true

@@ -417,6 +417,24 @@ version_ge() {
 # The running kernel's version, dotted numbers only (6.18.44).
 KERNEL_VERSION=$(uname -r | sed 's/[^0-9.].*//')
 
+# fsync_writer DIR REF [PERSIST]: run fsync_writer.py (checkpoint writers,
+# every file fsynced; with PERSIST each one checked there as its fsync
+# returns) in the background until it says "synced", then log what it said.
+# Sets WRITER (its pid: it keeps .metadata open until killed).
+fsync_writer() {
+	local out=$T_TMP/writer.$$.$RANDOM i
+	"$PY" "$SRCDIR/tests/integration/fsync_writer.py" "$@" >"$out" 2>&1 &
+	WRITER=$!
+	_T_PIDS+=("$WRITER")
+	for i in $(seq 1 300); do
+		grep -q '^synced' "$out" && break
+		pid_alive "$WRITER" || fail "the writer ended: $(cat "$out")"
+		sleep 0.1
+	done
+	grep -q '^synced' "$out" || fail "the writer did not finish in 30 s: $(cat "$out")"
+	log "writer: $(cat "$out")"
+}
+
 # --- daemons -------------------------------------------------------------
 
 # new_dir NAME: make $T_TMP/NAME and print it.

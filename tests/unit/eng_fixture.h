@@ -51,6 +51,7 @@ struct fixture {
 	char tmp[PATH_MAX];
 	char persist[PATH_MAX + 16];
 	bool no_policy;	/* --persist-every 0: write back only when asked */
+	enum eng_sync sync;	/* --sync (ENG_SYNC_NONE: the default alone) */
 	unsigned fetch_threads;	/* 0: the default */
 	struct eng *e;
 };
@@ -82,6 +83,7 @@ static inline int fx_start(struct fixture *fx, uint64_t mem, bool persist,
 	cfg.prefault = ENG_PREFAULT_NONE; /* small arenas; keep tests quick */
 	if (fx->no_policy)
 		cfg.persist_every = 0;
+	cfg.sync = fx->sync;
 	if (fx->fetch_threads)
 		cfg.fetch_threads = fx->fetch_threads;
 	rc = eng_new(&cfg, &fx->e);

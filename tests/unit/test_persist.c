@@ -325,6 +325,94 @@ static void test_error_then_retry(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 }
 
+/* @path's bytes are @len of @data. */
+static void assert_host_file(const char *path, const uint8_t *data, size_t len)
+{
+	size_t got = 0;
+	uint8_t *buf = read_host_file(path, &got);
+
+	assert_non_null(buf);
+	assert_int_equal(got, len);
+	assert_memory_equal(buf, data, len);
+	free(buf);
+}
+
+/*
+ * --sync persist: a writer's fsync returns once the file is in the persist
+ * dir as it was then (with --persist-every 0 nothing else writes it back),
+ * the writer still open; a write-back that fails is the fsync's EIO, and
+ * the next fsync writes it back again.
+ */
+static void test_fsync_persists(void **state)
+{
+	struct fixture *fx = *state;
+	const size_t more = MiB + 3;
+	uint8_t *data = malloc(FILE_SIZE + 2 * more);
+	char path[PATH_MAX + 64], sum[PATH_MAX + 64], tmp[PATH_MAX + 64],
+	    aside[PATH_MAX + 64];
+	struct eng_file *fp, *rd;
+	struct stat st;
+	time_t t0;
+	FILE *f;
+
+	fx_fill(data, FILE_SIZE + 2 * more, 7);
+	fx->no_policy = true;
+	fx->sync = ENG_SYNC_PERSIST;
+	assert_int_equal(fx_start(fx, 32 * MiB, true, 2), 0);
+	assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "step_1", 0755, 0, 0,
+				   &st), 0);
+	assert_int_equal(eng_create(fx->e, st.st_ino, "model.pt", 0644,
+				    getuid(), getgid(),
+				    O_CREAT | O_WRONLY | O_TRUNC, &st, &fp,
+				    NULL), 0);
+	snprintf(path, sizeof(path), "%s/step_1/model.pt", fx->persist);
+	snprintf(sum, sizeof(sum), "%s/step_1/.model.pt.rftsum", fx->persist);
+	assert_int_equal(eng_write(fx->e, fp, data, FILE_SIZE, 0), FILE_SIZE);
+	assert_int_not_equal(access(path, F_OK), 0);
+	assert_int_equal(eng_fsync(fx->e, fp), 0);
+	assert_host_file(path, data, FILE_SIZE);
+	assert_int_equal(access(sum, F_OK), 0);
+	/* Still open: writing, for all that it is in the persist dir. */
+	assert_int_equal(entry(fx->e, "step_1/model.pt").state,
+			 ENG_STATE_WRITING);
+
+	/* More, and fsync again: the copy is the new version. */
+	assert_int_equal(eng_write(fx->e, fp, data + FILE_SIZE, more,
+				   FILE_SIZE), (ssize_t)more);
+	assert_int_equal(eng_fsync(fx->e, fp), 0);
+	assert_host_file(path, data, FILE_SIZE + more);
+
+	/* The persist dir fails (its staging dir a file): EIO, kept here. */
+	snprintf(tmp, sizeof(tmp), "%s/.reftfs-tmp", fx->persist);
+	snprintf(aside, sizeof(aside), "%s/tmp.aside", fx->persist);
+	assert_int_equal(rename(tmp, aside), 0);
+	f = fopen(tmp, "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(eng_write(fx->e, fp, data + FILE_SIZE + more, more,
+				   FILE_SIZE + more), (ssize_t)more);
+	t0 = time(NULL);
+	assert_int_equal(eng_fsync(fx->e, fp), -EIO);
+	/* At the failure, not at the deadline (30 s) for one never tried. */
+	assert_true(time(NULL) - t0 < 15);
+	assert_host_file(path, data, FILE_SIZE + more);
+	/* Back: the next fsync writes it back (no backoff for an fsync). */
+	assert_int_equal(unlink(tmp), 0);
+	assert_int_equal(rename(aside, tmp), 0);
+	assert_int_equal(eng_fsync(fx->e, fp), 0);
+	assert_host_file(path, data, FILE_SIZE + 2 * more);
+
+	/* A reader's fsync waits for nothing. */
+	assert_int_equal(eng_open(fx->e, st.st_ino, O_RDONLY, &rd, NULL), 0);
+	assert_int_equal(eng_fsync(fx->e, rd), 0);
+	eng_release(fx->e, rd);
+	eng_release(fx->e, fp);
+	assert_int_equal(flush_wait(fx->e), 0);
+	assert_int_equal(entry(fx->e, "step_1/model.pt").state,
+			 ENG_STATE_PERSISTED);
+	free(data);
+}
+
 /*
  * A directory whose name a file holds in the persist dir is not written
  * back over it: that flush fails and the tier says unhealthy, whatever
@@ -1056,6 +1144,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_sidecar_left_behind, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_over_a_file, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fsync_persists, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_error_then_retry, setup,
 						teardown),
