@@ -138,25 +138,7 @@ wait_exit "$pid" 120 || result=FAIL
 
 # --- a sharding group on this machine ----------------------------------
 # Three free loopback ports (each daemon's raft takes the port above too).
-read -r P0 P1 P2 <<<"$("$PY" -c '
-import random, socket
-# Below the ephemeral range: a node restarted on its port finds it free.
-lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-pool = range(10000, lo - 1) if lo > 11000 else range(hi + 1, 65000)
-out, socks = [], []
-while len(out) < 3:
-    s, t = socket.socket(), socket.socket()
-    p = random.choice(pool)
-    try:
-        s.bind(("127.0.0.1", p))
-        t.bind(("127.0.0.1", p + 1))
-    except OSError:
-        s.close()
-        t.close()
-        continue
-    socks += [s, t]
-    out.append(p)
-print(*out)')"
+read -r P0 P1 P2 <<<"$("$PY" "$ROOT/tools/free_ports.py" 3)"
 PEERS=127.0.0.1:$P0,127.0.0.1:$P1,127.0.0.1:$P2
 SECRET=$WORK/secret
 (umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$SECRET")

@@ -45,27 +45,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-ports() { # N free loopback ports whose port + 1 is free too
-	"$PY" -c '
-import random, socket, sys
-# Below the ephemeral range: a node restarted on its port finds it free.
-lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-pool = range(10000, lo - 1) if lo > 11000 else range(hi + 1, 65000)
-out, socks = [], []
-while len(out) < int(sys.argv[1]):
-    s, t = socket.socket(), socket.socket()
-    p = random.choice(pool)
-    try:
-        s.bind(("127.0.0.1", p))
-        t.bind(("127.0.0.1", p + 1))
-    except OSError:
-        s.close()
-        t.close()
-        continue
-    socks += [s, t]
-    out.append(p)
-print(*out)' "$1"
-}
+ports() { "$PY" "$SRCDIR/tools/free_ports.py" "$1"; }
 SECRET=$WORK/secret
 (umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$SECRET")
 
