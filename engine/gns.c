@@ -762,11 +762,14 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 				pp = &q->next;
 		}
 	leaf_unlock(&g->lock, ENG_RANK_GNS);
-	/* A node back with empty memory gets its copies again. */
+	/*
+	 * A node back with empty memory gets its copies again; one that
+	 * stopped can no longer take its members out of the rows here.
+	 */
 	if (op.kind == NSOP_LOST && rc == 0 &&
-	    !(op.node == g->self && op.inc == g->inc) &&
-	    !(op.flags & NSOP_LOST_STOP))
-		protect_node_lost(g->prot, op.node);
+	    !(op.node == g->self && op.inc == g->inc))
+		protect_node_lost(g->prot, op.node,
+				  op.flags & NSOP_LOST_STOP);
 	/* A file sealed or taken over by another node: its old parity goes. */
 	if ((op.kind == NSOP_SEAL || op.kind == NSOP_OPEN) &&
 	    !(op.node == g->self && op.inc == g->inc))

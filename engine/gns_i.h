@@ -114,9 +114,11 @@ int protect_leave(struct protect *p, uint64_t until_ms);
  * Node @node (another) started with empty memory (its LOST applied here):
  * send it again the copies it held of this node's files; xor, rs: its
  * members in the rows here are orphans (parity.c), those no longer
- * current taken out.  No lock held.
+ * current taken out.  @stopped: it stopped and took its memory with it
+ * (LOST_STOP): its members are orphans from now on, and the copies wait
+ * for its start.  No lock held.
  */
-void protect_node_lost(struct protect *p, int node);
+void protect_node_lost(struct protect *p, int node, bool stopped);
 /*
  * This daemon started with empty memory: bring back the files this node
  * owns from their copies, in the background.  0 or -errno.

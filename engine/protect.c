@@ -970,7 +970,7 @@ static void walk_owned(struct protect *p, struct walk *w)
 		rft_err("protect: no memory to list this node's files");
 }
 
-void protect_node_lost(struct protect *p, int node)
+void protect_node_lost(struct protect *p, int node, bool stopped)
 {
 	struct walk w = { p, node, NULL, 0, 0 };
 
@@ -984,6 +984,9 @@ void protect_node_lost(struct protect *p, int node)
 		pthread_cond_broadcast(&p->cv);
 		leaf_unlock(&p->lock, ENG_RANK_PROTECT);
 	}
+	/* Stopped: its copies go to it when it starts again (its LOST). */
+	if (stopped)
+		return;
 	walk_owned(p, &w);
 	for (size_t i = 0; i < w.n; i++) {
 		struct seal_view v;

@@ -8,7 +8,9 @@
 # arena: pieces of a checkpoint that was written back and fell out of the
 # --keep window leave the parity rows, so that their memory goes and new
 # checkpoints fit.  And small files: 900 of 4 KiB cost rows of 4 KiB, not a
-# chunk each, and a lost node's read back decoded.
+# chunk each; the members of a node stopped gracefully leave the rows when
+# its files are removed while it is down; and a lost node's read back
+# decoded.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_root "poke_mem.py writes a daemon's memory"
@@ -186,6 +188,32 @@ print(g["parity_bytes"], g["parity_rows"])')
 	log "node $n: parity rows for 900 small files: ${pb#* } rows, ${pb% *} bytes"
 	[ "${pb% *}" -le $((2 << 20)) ] || fail "node $n holds ${pb% *} bytes of parity for 900 files of 4 KiB"
 	[ "${pb#* }" -ge 100 ] || fail "node $n holds ${pb#* } rows for 900 small files"
+done
+# Node 1 stopped gracefully (its memory goes with it, LOST_STOP): its
+# members in the rows of nodes 0 and 2 are orphans at once, so when its
+# files are removed while it is down, the holders take those members out
+# themselves, before it comes back; otherwise each stripe would count
+# bytes nobody has, and the other member could not be decoded.
+stop_daemon "${M[1]}" "${PID[1]}"
+wait_states "${M[0]}" "self dead up" 30
+for i in $(seq 10 29); do
+	rm "${M[0]}/ck/n1-$i" "$REF/small1/n1-$i"
+done
+dropped() {
+	local n sum=0 v
+	for n in 0 2; do
+		v=$(admin "${M[$n]}" metrics | awk '$1 == "reftfs_parity_orphans_dropped_total" { print $2 }')
+		sum=$((sum + ${v:-0}))
+	done
+	echo "$sum"
+}
+_t_wait_output 20 20 dropped ||
+	fail "node 1 stopped, 20 of its files removed: the holders took $(dropped) of their members out of the rows, want 20"
+log "node 1 stopped, 20 of its files removed meanwhile: their 20 members taken out of the rows by their holders"
+start_node 1
+admin "${M[1]}" rebuild --wait >/dev/null || fail "rebuild --wait on node 1 after its stop"
+for n in 0 1 2; do
+	admin "${M[$n]}" protect --wait >/dev/null || fail "protect --wait on node $n after node 1's return"
 done
 # Node 1 lost with its memory: its small files read decoded on node 0.
 kill_daemon "${M[1]}" "${PID[1]}"
