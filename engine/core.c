@@ -44,6 +44,11 @@ void eng_piece_source(struct eng *e, const struct piece_source *src)
 	e->src = src;
 }
 
+void eng_spill_source(struct eng *e, const struct spill_source *src)
+{
+	e->spill_src = src;
+}
+
 void eng_placement(struct eng *e, const struct placement *pl)
 {
 	e->placement = pl;

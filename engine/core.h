@@ -88,6 +88,13 @@ struct snap_piece {
 struct file_snap;
 int file_snap_piece(const struct eng *e, const struct file_snap *fs,
 		    uint32_t idx, struct snap_piece *p);
+/*
+ * As file_snap_piece, and a piece in this node's spill dir is read into
+ * @buf (a chunk's size; checked: -EIO when it fails) and given as in
+ * memory.  No lock held; may read the disk.
+ */
+int file_snap_piece_read(struct eng *e, const struct file_snap *fs,
+			 uint32_t idx, uint8_t *buf, struct snap_piece *p);
 
 /* --- inodes as handles ---------------------------------------------------- */
 
@@ -180,7 +187,7 @@ struct eng_ev {
 
 typedef void (*eng_listener_fn)(struct eng *e, const struct eng_ev *ev,
 				void *ctx);
-#define ENG_MAX_LISTENERS 5
+#define ENG_MAX_LISTENERS 6
 
 /* Register a listener; before eng_start.  -ENOSPC past ENG_MAX_LISTENERS. */
 int eng_listen(struct eng *e, eng_listener_fn fn, void *ctx);
@@ -209,7 +216,8 @@ struct seal_view {
 	bool protected;		/* peers hold this version, as its scheme says */
 	bool persisted;		/* this version is in the persist dir */
 	bool lost;		/* the log says no copy of its seal is left */
-	bool all_here;		/* every piece in memory, or a hole */
+	bool all_here;		/* every piece in memory (or this node's
+				   spill dir), or a hole */
 	bool any_at_holders;	/* some piece only at its holders */
 	bool any_here;		/* some piece in memory here */
 	bool held_elsewhere;	/* a node other than its owner holds copies
@@ -228,12 +236,14 @@ struct file_snap {	/* read its pieces through file_snap_piece */
 	bool sealed;
 	uint32_t nslots;
 	struct slot *slots;
+	uint64_t file_id;	/* where its spilled pieces are */
 };
 /*
  * Pin @in's pieces if its seal is still @gseal, @owner's, unchanged, and
  * it has a name (and, @scheme nonzero, that scheme): 0, with *@v as it was
  * then; -ESTALE when not (a newer seal has work of its own); -EAGAIN when
- * some piece is not in memory (a rebuild brings it); -ENOMEM.
+ * some piece is not here, in memory or in this node's spill dir (a
+ * rebuild brings it); -ENOMEM.
  */
 int file_seal_snap(struct eng *e, struct inode *in, uint64_t gseal,
 		   int owner, uint32_t scheme, struct seal_view *v,
@@ -514,6 +524,7 @@ enum eng_rank {
 	ENG_RANK_PROTECT,	/* struct protect's lock (protect.c) */
 	ENG_RANK_GNS,		/* struct gns's lock (gns.c) */
 	ENG_RANK_PAR,		/* struct parity's lock (parity.c) */
+	ENG_RANK_SPILL,		/* struct spill's lock (spill.c) */
 	ENG_RANKS
 };
 
@@ -549,6 +560,7 @@ static const struct rft_rank eng_ranks[ENG_RANKS] = {
 	[ENG_RANK_PROTECT] = { "protect->lock", ENG_UNDER_LEAF },
 	[ENG_RANK_GNS] = { "gns->lock", ENG_UNDER_LEAF },
 	[ENG_RANK_PAR] = { "par->lock", 0 },
+	[ENG_RANK_SPILL] = { "spill->lock", ENG_UNDER_LEAF },
 };
 #undef ENG_R
 #undef ENG_UNDER_LEAF

@@ -14,6 +14,7 @@
 #include "evict.h"
 #include "pass.h"
 #include "persist.h"
+#include "spill.h"
 #include "erasure.h"
 
 void eng_config_defaults(struct eng_config *cfg)
@@ -177,12 +178,15 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 		e->id_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	e->mountpoint = strdup(cfg->mountpoint ? cfg->mountpoint : "");
 	e->persist_dir = cfg->persist_dir ? strdup(cfg->persist_dir) : NULL;
-	if (!e->mountpoint || (cfg->persist_dir && !e->persist_dir)) {
+	e->spill_dir = cfg->spill_dir ? strdup(cfg->spill_dir) : NULL;
+	if (!e->mountpoint || (cfg->persist_dir && !e->persist_dir) ||
+	    (cfg->spill_dir && !e->spill_dir)) {
 		rc = -ENOMEM;
 		goto fail;
 	}
 	e->cfg.mountpoint = e->mountpoint;
 	e->cfg.persist_dir = e->persist_dir;
+	e->cfg.spill_dir = e->spill_dir;
 
 	rc = store_init(&e->store, cfg->mem_bytes, cfg->chunk_size,
 			(cfg->prefault == ENG_PREFAULT_START ? STORE_PREFAULT
@@ -222,6 +226,9 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 		goto fail;
 	}
 
+	rc = spill_new(e);
+	if (rc < 0)
+		goto fail;
 	if (e->persist_dir) {
 		rc = persist_new(e, &e->persist);
 		if (rc < 0)
@@ -279,6 +286,7 @@ void eng_free(struct eng *e)
 	persist_free(e->persist);
 	if (e->ns.table)
 		ns_fini(e);
+	spill_free(e);
 	pass_homes_fini(e); /* the files pointed into them */
 	if (e->zeros)
 		munmap((void *)e->zeros, e->store.chunk_size);
@@ -286,6 +294,7 @@ void eng_free(struct eng *e)
 	evict_free(e);
 	core_io_free(e);
 	free(e->persist_dir);
+	free(e->spill_dir);
 	free(e->mountpoint);
 	pthread_mutex_destroy(&e->names_lock);
 	pthread_mutex_destroy(&e->handles_lock);
@@ -351,6 +360,7 @@ struct count {
 	uint64_t logical;
 	uint64_t own, copies, cached; /* arena bytes */
 	uint64_t lost;		/* files (named) in state lost */
+	uint64_t spilled;	/* pieces in the spill dir */
 };
 
 static int count_bytes(void *ctx, struct inode *in)
@@ -370,6 +380,7 @@ static int count_bytes(void *ctx, struct inode *in)
 
 		uint64_t n;
 
+		c->spilled += sl->where == PIECE_SPILL;
 		if (!slot_in_ram(sl))
 			continue;
 		n = store_cap(&c->e->store, sl->chunk);
@@ -412,6 +423,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->mem_own = c.own;
 	s->mem_copies = c.copies;
 	s->mem_cached = c.cached;
+	s->spill_pieces = c.spilled;
 	store_usage(&e->store, &s->small_slabs, &s->small_bytes);
 	eng_protect_stats(e, &ps);
 	s->mem_parity = ps.parity_bytes;
@@ -438,6 +450,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	s->pass_waiting = pass_waiting(e);
 	s->start_time = e->start_time;
 	persist_get_stats(e, s);
+	spill_get_stats(e, s);
 }
 
 /* Count regular file @in in @ci; ns->lock held. */
@@ -567,15 +580,19 @@ static int fill_entry(struct eng *e, struct inode *in, const char *path,
 		if (e->gops && f->owner >= 0 && f->owner < 64)
 			c->ei.holders = f->holders | 1ULL << f->owner;
 		c->ei.in_persist = f->copy == COPY_HOME && file_persisted(f);
-		if (f->copy != COPY_NONE && file_data_persisted(f)) {
-			uint32_t away = 0;
+		uint32_t away = 0, spilled = 0;
 
-			for (uint32_t i = 0; i < f->nslots; i++)
-				away += f->slots[i].where == PIECE_PERSIST;
+		for (uint32_t i = 0; i < f->nslots; i++) {
+			away += f->slots[i].where == PIECE_PERSIST;
+			spilled += f->slots[i].where == PIECE_SPILL;
+		}
+		if (spilled)
+			c->ei.tier = spilled == f->nslots ? "spill"
+							   : "ram+spill";
+		else if (f->copy != COPY_NONE && file_data_persisted(f))
 			c->ei.tier = away == 0	       ? "ram+persist"
 				     : away == f->nslots ? "persist"
 							 : "partial";
-		}
 		file_unlock(f);
 	} else if (S_ISLNK(in->mode)) {
 		c->ei.size = strlen(in->target);
@@ -769,6 +786,7 @@ int eng_list_pieces(struct eng *e, const char *path, eng_piece_fn fn,
 			v[i].here = !s || s->where == PIECE_HOLE ? "hole"
 				    : s->where == PIECE_PEER	  ? "peers"
 				    : s->where == PIECE_PERSIST	  ? "persist"
+				    : s->where == PIECE_SPILL	  ? "spill"
 				    : (s->flags & SLOT_FETCHED)
 					? "ram (fetched)"
 					: "ram";

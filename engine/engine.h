@@ -107,6 +107,9 @@ enum eng_prefault {
 struct eng_config {
 	const char *mountpoint;	 /* absolute path, for status and logs */
 	const char *persist_dir; /* NULL: no persist tier */
+	const char *spill_dir;	 /* NULL: no spill tier (local disk below
+				    RAM: engine/spill.c) */
+	uint64_t spill_bytes;	 /* its budget */
 	uint64_t mem_bytes;	 /* memory budget for file data */
 	uint32_t chunk_size;	 /* power of two, RFT_CHUNK_MIN..RFT_CHUNK_MAX */
 	unsigned keep;		 /* newest checkpoints that always stay in RAM */
@@ -612,6 +615,12 @@ struct eng_stats {
 	bool pass_in_place;
 	uint64_t pass_held_bytes;
 	uint32_t pass_waiting; /* sealed files waiting for the writes to stop */
+	/* spill tier: its budget and the bytes its files take on disk;
+	   pieces there now; since start, pieces written there, read back,
+	   failed their check when read (EIO), and failed writes */
+	bool spill_enabled;
+	uint64_t spill_budget, spill_used, spill_pieces;
+	uint64_t spill_written, spill_read, spill_crc_errors, spill_errors;
 	/* persist tier */
 	bool persist_enabled, persist_healthy;
 	/* written back since start */
@@ -693,7 +702,7 @@ struct eng_piece_info {
 	uint32_t crc;		/* CRC32C of those bytes, when crc_known */
 	bool crc_known;
 	const char *here;	/* this node: "ram", "ram (fetched)", "peers",
-				   "persist", "hole" */
+				   "persist", "spill", "hole" */
 	int owner;		/* in a group, the file's owner; else -1 */
 	uint64_t holders;	/* nodes with the sealed bytes (owner's bit
 				   included); 0 without a group */
@@ -727,7 +736,8 @@ struct eng_verify_copy {
 	uint32_t bad;		/* ... that did not match */
 	uint32_t first_bad;	/* the index of the first of those */
 	uint32_t absent;	/* pieces not in memory there (in the
-				   persist dir, or on peers) */
+				   persist dir, the spill dir, or on
+				   peers) */
 	uint64_t bytes;		/* bytes recomputed */
 	/*
 	 * With repair: bad pieces put right (this node's: dropped and read

@@ -148,6 +148,8 @@ enum piece_where {
 	PIECE_RAM,	/* in arena chunk slot->chunk */
 	PIECE_PERSIST,	/* only in the file's persisted copy */
 	PIECE_PEER,	/* on other nodes of the group: file->holders */
+	PIECE_SPILL,	/* only in the spill dir (spill.c), by file id and
+			   index; crc final */
 };
 
 /*
@@ -172,7 +174,8 @@ static inline bool slot_in_ram(const struct slot *s)
 /* Elsewhere: read into memory (file_load) before use. */
 static inline bool slot_remote(const struct slot *s)
 {
-	return s->where == PIECE_PERSIST || s->where == PIECE_PEER;
+	return s->where == PIECE_PERSIST || s->where == PIECE_PEER ||
+	       s->where == PIECE_SPILL;
 }
 
 #define SLOT_HOLE_INIT ((struct slot){ 0, 0, 0, 0, PIECE_HOLE, 0 })
@@ -591,6 +594,27 @@ struct piece_source {
 void eng_piece_source(struct eng *e, const struct piece_source *src);
 
 /*
+ * The spill tier (spill.c) lends core's read path its pieces: a slot that
+ * says PIECE_SPILL is read through here.  Registered before eng_start
+ * (eng_spill_source); core never calls the tier by name.
+ */
+struct spill_source {
+	/*
+	 * Read piece @idx of file @file_id into @buf as its slot says: the
+	 * @crc_len bytes spilled, checked against @crc, then zeros from
+	 * @fill up to @len (a truncate since the spill keeps its checksum,
+	 * as a piece on peers does; @buf holds the larger of @len and
+	 * @crc_len).  0, or -EIO when it cannot be read or fails its check
+	 * (never wrong bytes).  No lock held.
+	 */
+	int (*read)(struct eng *e, uint64_t file_id, uint32_t idx,
+		    uint32_t fill, uint32_t len, uint32_t crc,
+		    uint32_t crc_len, uint8_t *buf);
+};
+
+void eng_spill_source(struct eng *e, const struct spill_source *src);
+
+/*
  * Where a large file's new pieces go while it is written: a tier that
  * backs files (passthrough) lends the write path a page of a backing file
  * for each, and hears of each piece a write fills.  One at most,
@@ -633,11 +657,14 @@ struct eng {
 	struct eng_config cfg;
 	char *mountpoint;
 	char *persist_dir;
+	char *spill_dir;
 	time_t start_time;
 	struct store store;
 	struct ns ns;
 	struct persist *persist; /* NULL without a persist dir */
 	const struct piece_source *src; /* the persist dir's, or NULL */
+	struct spill *spill;	/* the spill tier's (spill.c), or NULL */
+	const struct spill_source *spill_src; /* its reads, or NULL */
 	const struct placement *placement; /* passthrough's, or NULL */
 	struct eng_counters cnt;
 	struct evictor *evictor; /* eviction's (evict.c) */
@@ -873,6 +900,31 @@ uint32_t file_evict_cache_locked(struct eng *e, struct file *f,
  */
 uint32_t file_evictable_locked(const struct eng *e, const struct file *f,
 			       bool caches);
+/* A piece the spill tier takes out of RAM (file_spill_pick_locked). */
+struct spill_pick {
+	uint64_t version;	/* the file's data version when picked */
+	uint32_t idx, chunk, len, crc;
+	uint32_t fill;		/* bytes of the chunk that are the piece's;
+				   zeros from there up to len */
+};
+/*
+ * Pieces of @f the spill tier may take (spill.c, eviction's third kind):
+ * of this node's own sealed file that is not erasure-coded (the owner
+ * keeps those pinned for the rows), in RAM, checksum final, and not the
+ * persisted copy's (evicted as PIECE_PERSIST with no write).  Up to @max
+ * into @v, each chunk pinned (store_get: the caller puts it); fresh ones
+ * as file_evict_locked.  f->lock held for writing.
+ */
+uint32_t file_spill_pick_locked(struct eng *e, struct file *f,
+				struct spill_pick *v, uint32_t max,
+				uint32_t *spared);
+/*
+ * Piece @p is in the spill dir now: its slot becomes PIECE_SPILL and its
+ * chunk goes, while the slot is still what was picked.  true if so.
+ * f->lock held for writing.
+ */
+bool file_spilled_locked(struct eng *e, struct file *f,
+			 const struct spill_pick *p);
 /* Take a snapshot; f->lock held (read is enough).  0 or -ENOMEM. */
 int file_snap_take_locked(struct eng *e, struct file *f,
 			  struct file_snap *fs);

@@ -12,6 +12,12 @@
  *  2. Clean pieces (same bytes as the persisted copy) of PERSISTED files
  *     in checkpoints outside the newest --keep, oldest checkpoint first;
  *     they become PIECE_PERSIST and are read through again on demand.
+ *  3. With a spill dir (--spill, spill.c), and still short: sealed pieces
+ *     of this node's files in checkpoints outside --keep, oldest first,
+ *     written there; they become PIECE_SPILL.  In three steps, so that no
+ *     lock is held across the disk: the walk picks them (their chunks
+ *     pinned), spill_write writes them with no lock held, and each file
+ *     (tried again) takes those that are still what was picked.
  *
  * A piece just read in (SLOT_FRESH) is skipped by one walk, which clears
  * the mark: a second chance, so its reader gets to it.  A run that someone
@@ -30,6 +36,12 @@
 #include "engine_i.h"
 #include "evict.h"
 #include "pass.h"
+#include "spill.h"
+
+/* Pieces a batch of the spill step takes at most, and its batches at most:
+ * a bound on a waiting writer's wait. */
+#define SPILL_BATCH 64
+#define SPILL_ROUNDS 8
 
 /*
  * What eviction remembers between runs (evict.c; its only writer): when a
@@ -42,18 +54,26 @@
 struct evictor {
 	_Atomic uint64_t barren_until, barren_loads;
 	_Atomic uint64_t log_next;
-	_Atomic uint32_t log_cached, log_persisted;
+	/* Held by the one run that spills (tried: others go on without
+	 * spilling, and wait for what it frees). */
+	pthread_mutex_t spilling;
+	_Atomic uint32_t log_cached, log_persisted, log_spilled;
 	_Atomic uint64_t log_uncached;
 };
 
 int evict_new(struct eng *e)
 {
 	e->evictor = calloc(1, sizeof(*e->evictor));
-	return e->evictor ? 0 : -ENOMEM;
+	if (!e->evictor)
+		return -ENOMEM;
+	pthread_mutex_init(&e->evictor->spilling, NULL);
+	return 0;
 }
 
 void evict_free(struct eng *e)
 {
+	if (e->evictor)
+		pthread_mutex_destroy(&e->evictor->spilling);
 	free(e->evictor);
 	e->evictor = NULL;
 }
@@ -66,16 +86,26 @@ void evict_free(struct eng *e)
 /* One log line at most this often, with what happened since the last. */
 #define EVICT_LOG_MS 10000
 
+/* A piece picked for the spill dir, and whose file it is. */
+struct spill_one {
+	uint64_t ino, file_id;
+	struct spill_pick p;
+};
+
 struct evict {
 	struct eng *e;
 	uint32_t target;	/* free chunks to reach */
 	uint32_t cached;	/* fetched copies evicted */
 	uint32_t persisted;	/* persisted pieces evicted */
+	uint32_t spilled;	/* pieces written to the spill dir */
 	uint32_t spared;	/* fresh pieces skipped by this walk */
 	uint32_t busy;		/* files skipped: locked by someone */
 	uint64_t evictable;	/* counting only */
 	bool count_only;
 	bool caches;		/* this walk: fetched copies, else persisted */
+	/* The spill walk: pieces picked, their chunks pinned. */
+	struct spill_one *picks;
+	uint32_t npicks, want;
 };
 
 /*
@@ -84,6 +114,8 @@ struct evict {
  */
 static bool enough(struct evict *ev)
 {
+	if (ev->picks)
+		return ev->npicks >= ev->want;
 	return !ev->count_only &&
 	       store_free_count(&ev->e->store) >= ev->target;
 }
@@ -105,6 +137,17 @@ static void evict_file(struct evict *ev, struct inode *in)
 	/* Never wait on a file someone is reading or writing. */
 	if (!file_trywrlock(f)) {
 		ev->busy++;
+		return;
+	}
+	if (ev->picks) {
+		struct spill_pick v[SPILL_BATCH];
+
+		n = file_spill_pick_locked(e, f, v, ev->want - ev->npicks,
+					   &ev->spared);
+		for (uint32_t i = 0; i < n; i++)
+			ev->picks[ev->npicks++] =
+				(struct spill_one){ in->ino, f->id, v[i] };
+		file_unlock(f);
 		return;
 	}
 	if (ev->caches) {
@@ -151,7 +194,7 @@ static void evict_walk(struct evict *ev)
 	struct eng *e = ev->e;
 	uint64_t done = 0;
 
-	if (ev->caches)
+	if (ev->caches && !ev->picks)
 		for (struct dentry *de = e->ns.root->dir.first;
 		     de && !enough(ev); de = de->next)
 			if (S_ISREG(de->inode->mode))
@@ -169,11 +212,82 @@ static void evict_walk(struct evict *ev)
 		}
 		if (!next || enough(ev))
 			return;
-		if (!ev->caches && ns_in_keep_window(e, next->ckpt_seq))
+		if ((!ev->caches || ev->picks) &&
+		    ns_in_keep_window(e, next->ckpt_seq))
 			return;
 		evict_tree(ev, next);
 		done = next->ckpt_seq;
 	}
+}
+
+/*
+ * The third kind (above), one batch: pick up to SPILL_BATCH pieces
+ * (ns->lock taken here), write them with no lock held, and let each file
+ * take those that are still what was picked.  Returns the pieces that
+ * became PIECE_SPILL (counted in ev->spilled too).  No lock held.
+ */
+static uint32_t spill_batch(struct evict *ev)
+{
+	struct eng *e = ev->e;
+	struct spill_one picks[SPILL_BATCH];
+	uint32_t nfree = store_free_count(&e->store), need, before;
+
+	if (nfree >= ev->target || !spill_room(e, e->store.chunk_size))
+		return 0;
+	need = ev->target - nfree;
+	before = ev->spilled;
+	ev->picks = picks;
+	ev->npicks = 0;
+	ev->want = need < SPILL_BATCH ? need : SPILL_BATCH;
+	ns_rdlock(e);
+	evict_walk(ev);
+	ns_unlock(e);
+	ev->picks = NULL;
+	for (uint32_t i = 0, j; i < ev->npicks; i = j) {
+		struct spill_pick v[SPILL_BATCH];
+		struct inode *in;
+		int n;
+
+		for (j = i; j < ev->npicks && picks[j].ino == picks[i].ino; j++)
+			v[j - i] = picks[j].p;
+		n = spill_write(e, picks[i].file_id, v, j - i);
+		ns_rdlock(e);
+		in = ns_find(&e->ns, picks[i].ino);
+		if (!in || !S_ISREG(in->mode) ||
+		    in->file.id != picks[i].file_id) {
+			spill_forget(e, picks[i].file_id); /* freed meanwhile */
+		} else if (n > 0 && file_trywrlock(&in->file)) {
+			for (int k = 0; k < n; k++)
+				ev->spilled +=
+					file_spilled_locked(e, &in->file, &v[k]);
+			file_unlock(&in->file);
+		}
+		ns_unlock(e);
+	}
+	for (uint32_t i = 0; i < ev->npicks; i++)
+		store_put(&e->store, picks[i].p.chunk);
+	return ev->spilled - before;
+}
+
+/*
+ * Batches until enough chunks are free: small pieces share chunks, so a
+ * batch may free fewer chunks than pieces.  At most SPILL_ROUNDS, each
+ * of which must take something.
+ */
+static void spill_step(struct evict *ev)
+{
+	struct evictor *v = ev->e->evictor;
+
+	/* Another run spills: its frees wake the waiters (and this run
+	 * found something busy, not nothing: no barren mark). */
+	if (pthread_mutex_trylock(&v->spilling) != 0) {
+		ev->busy++;
+		return;
+	}
+	for (int r = 0; r < SPILL_ROUNDS && !enough(ev); r++)
+		if (!spill_batch(ev))
+			break;
+	pthread_mutex_unlock(&v->spilling);
 }
 
 /* Caches, then persisted pieces if still short; ns->lock held (read). */
@@ -197,7 +311,7 @@ static void evict_log(struct eng *e)
 	struct evictor *v = e->evictor;
 	uint64_t now = rft_now_ms(), next = atomic_load(&v->log_next);
 	uint64_t uncached = atomic_load(&e->cnt.reads_uncached);
-	uint32_t c, p, u;
+	uint32_t c, p, sp, u;
 
 	if (now < next ||
 	    !atomic_compare_exchange_strong(&v->log_next, &next,
@@ -205,10 +319,11 @@ static void evict_log(struct eng *e)
 		return;
 	c = atomic_exchange(&v->log_cached, 0);
 	p = atomic_exchange(&v->log_persisted, 0);
+	sp = atomic_exchange(&v->log_spilled, 0);
 	u = (uint32_t)(uncached - atomic_exchange(&v->log_uncached, uncached));
-	if (c || p)
-		rft_info("evicted %u fetched copies and %u persisted pieces",
-			 c, p);
+	if (c || p || sp)
+		rft_info("evicted %u fetched copies and %u persisted pieces; "
+			 "%u pieces written to the spill dir", c, p, sp);
 	if (u)
 		rft_warn("memory full of what may not be evicted: %u reads "
 			 "served without keeping their copy (%u of %u chunks "
@@ -257,7 +372,9 @@ void evict_run(struct eng *e, bool pressure)
 		evict_both(&ev);
 	}
 	ns_unlock(e);
-	freed = ev.cached + ev.persisted;
+	if (e->spill && !enough(&ev))
+		spill_step(&ev);
+	freed = ev.cached + ev.persisted + ev.spilled;
 	if (pressure && !freed && !ev.spared && !ev.busy) {
 		atomic_store(&e->evictor->barren_loads, before);
 		atomic_store(&e->evictor->barren_until,
@@ -268,12 +385,14 @@ void evict_run(struct eng *e, bool pressure)
 	 * is its backing file's page, which the copy kept for readers holds.
 	 * Those copies, their pieces just put back, are given up now.
 	 */
-	if (ev.persisted && store_free_count(&e->store) < ev.target)
+	if ((ev.persisted || ev.spilled) &&
+	    store_free_count(&e->store) < ev.target)
 		pass_shed(e, ev.target - store_free_count(&e->store));
 	if (freed) {
 		atomic_fetch_add(&e->cnt.evicted_chunks, freed);
 		atomic_fetch_add(&e->evictor->log_cached, ev.cached);
 		atomic_fetch_add(&e->evictor->log_persisted, ev.persisted);
+		atomic_fetch_add(&e->evictor->log_spilled, ev.spilled);
 	}
 	if (freed || pressure)
 		evict_log(e);

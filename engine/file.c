@@ -278,6 +278,8 @@ void file_seal_locked(struct eng *e, struct file *f)
 			continue; /* stays unverified: not in memory */
 		case PIECE_PEER:
 			continue; /* its holders' bytes: the CRC is theirs */
+		case PIECE_SPILL:
+			continue; /* the bytes spilled: the CRC is theirs */
 		case PIECE_RAM: {
 			uint32_t n = s->fill < len ? s->fill : len;
 
@@ -311,10 +313,12 @@ int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
 			if (s->fill > len)
 				s->fill = len;
 			/*
-			 * A piece on peers keeps the checksum of the bytes
-			 * they hold: a fetch checks them, then keeps fill.
+			 * A piece on peers, or in the spill dir, keeps the
+			 * checksum of the bytes there: a read checks them,
+			 * then keeps fill.
 			 */
-			if (s->crc_len > len && s->where != PIECE_PEER)
+			if (s->crc_len > len && s->where != PIECE_PEER &&
+			    s->where != PIECE_SPILL)
 				s->crc_len = SLOT_CRC_UNKNOWN;
 			s->flags &= ~SLOT_CLEAN;
 		}
@@ -425,6 +429,50 @@ uint32_t file_evict_cache_locked(struct eng *e, struct file *f,
 	return freed;
 }
 
+uint32_t file_spill_pick_locked(struct eng *e, struct file *f,
+				struct spill_pick *v, uint32_t max,
+				uint32_t *spared)
+{
+	bool persisted = persisted_file(f);
+	uint32_t n = 0;
+
+	if (!file_sealed(f) || file_lost(f) || f->owner != e->node ||
+	    f->scheme)
+		return 0;
+	for (uint32_t i = 0; i < f->nslots && n < max; i++) {
+		struct slot *s = &f->slots[i];
+		uint32_t len = file_piece_len(e, f->size, i);
+
+		if (!slot_in_ram(s) || s->crc_len != len ||
+		    (s->flags & SLOT_FETCHED) ||
+		    (persisted && persisted_piece(f, i)) ||
+		    spare_fresh(s, spared))
+			continue;
+		store_get(&e->store, s->chunk);
+		v[n++] = (struct spill_pick){ f->version, i, s->chunk, len,
+					      s->crc,
+					      s->fill < len ? s->fill : len };
+	}
+	return n;
+}
+
+bool file_spilled_locked(struct eng *e, struct file *f,
+			 const struct spill_pick *p)
+{
+	struct slot *s = p->idx < f->nslots ? &f->slots[p->idx] : NULL;
+
+	if (f->version != p->version || !s || !slot_in_ram(s) ||
+	    s->chunk != p->chunk || s->crc != p->crc || s->crc_len != p->len)
+		return false;
+	store_put(&e->store, s->chunk);
+	s->chunk = 0;
+	s->where = PIECE_SPILL;
+	s->fill = p->len;
+	s->flags = 0;
+	f->resident--;
+	return true;
+}
+
 uint32_t file_evictable_locked(const struct eng *e, const struct file *f,
 			       bool caches)
 {
@@ -446,7 +494,7 @@ int file_snap_take_locked(struct eng *e, struct file *f,
 			  struct file_snap *fs)
 {
 	*fs = (struct file_snap){ f->version, f->meta_version, f->size,
-				  file_sealed(f), f->nslots, NULL };
+				  file_sealed(f), f->nslots, NULL, f->id };
 	fs->slots = malloc((size_t)(f->nslots ? f->nslots : 1) *
 			   sizeof(*fs->slots));
 	if (!fs->slots)
@@ -467,6 +515,23 @@ void file_snap_drop(struct eng *e, struct file_snap *fs)
 			store_put(&e->store, fs->slots[i].chunk);
 	free(fs->slots);
 	fs->slots = NULL;
+}
+
+int file_snap_piece_read(struct eng *e, const struct file_snap *fs,
+			 uint32_t idx, uint8_t *buf, struct snap_piece *p)
+{
+	const struct slot *s = idx < fs->nslots ? &fs->slots[idx] : NULL;
+	int rc = file_snap_piece(e, fs, idx, p);
+
+	if (rc != -EAGAIN || s->where != PIECE_SPILL)
+		return rc;
+	rc = e->spill_src->read(e, fs->file_id, idx, s->fill, p->len, s->crc,
+				s->crc_len, buf);
+	if (rc < 0)
+		return rc;
+	p->bytes = buf;
+	p->fill = p->len;
+	return 1;
 }
 
 uint32_t file_snap_npieces(const struct eng *e, const struct file_snap *fs)

@@ -764,6 +764,14 @@ static int write_data(struct eng *e, struct snap *s, int fd, uint32_t *crcs,
 				return rc;
 			data = bounce;
 			n = len;
+		} else if (sl && sl->where == PIECE_SPILL) {
+			/* Checked against its CRC there, as a read is. */
+			rc = e->spill_src->read(e, s->file_id, i, sl->fill, len,
+						sl->crc, sl->crc_len, bounce);
+			if (rc < 0)
+				return rc;
+			data = bounce;
+			n = len;
 		} else if (sl && sl->where == PIECE_PEER) {
 			/*
 			 * Only the owner writes a file back, and it keeps the

@@ -443,10 +443,14 @@ static int send_to(struct protect *p, int h, uint64_t ino, uint64_t gseal,
 		struct peer_frame f = { .type = PROT_T_PUT, .meta = meta,
 					.meta_len = sizeof(meta) };
 
-		if (file_snap_piece(e, fs, i, &sp) != 1 ||
-		    !prot_map_has(need, i))
-			continue; /* a hole (the holder has it from the
-				     seal), or there already */
+		if (!prot_map_has(need, i))
+			continue; /* there already */
+		/* A spilled piece is read into @bounce. */
+		rc = file_snap_piece_read(e, fs, i, bounce, &sp);
+		if (rc < 0)
+			goto out;
+		if (rc == 0)
+			continue; /* a hole: the holder has it from the seal */
 		len = sp.len;
 		f.bulk = sp.bytes;
 		if (sp.fill < len) {

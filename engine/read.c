@@ -197,8 +197,8 @@ static int load_piece(struct eng *e, struct inode *in,
 	struct file *f = &in->file;
 	struct eng_piece pc;
 	struct slot want;
-	uint64_t gseal;
-	uint32_t len, room, id;
+	uint64_t gseal, fid;
+	uint32_t len, room, id, new_crc = 0;
 	bool say = false;
 	int theirs = -1;
 	int rc;
@@ -248,6 +248,7 @@ static int load_piece(struct eng *e, struct inode *in,
 	want = f->slots[i];
 	len = file_piece_len(e, f->size, i);
 	gseal = f->gseal;
+	fid = f->id;
 	pc = (struct eng_piece){ .ino = in->ino, .gseal = f->gseal,
 				 .holders = f->holders, .idx = i,
 				 .owner = f->owner, .scheme = f->scheme,
@@ -265,7 +266,9 @@ static int load_piece(struct eng *e, struct inode *in,
 	 * of the file's length would be too small for what a fetch receives
 	 * when the file was truncated since its seal.
 	 */
-	room = want.where == PIECE_PEER ? fetch_room(len, want.crc_len) : len;
+	room = want.where == PIECE_PEER || want.where == PIECE_SPILL
+		       ? fetch_room(len, want.crc_len)
+		       : len;
 	rc = store_try_alloc_len(&e->store, room, &id);
 	if (rc < 0 && !ahead) {
 		/* Memory full: counted, whatever comes of it. */
@@ -283,12 +286,30 @@ static int load_piece(struct eng *e, struct inode *in,
 		rc = fetch_piece(e, in, &pc, want.fill, len, want.crc,
 				 want.crc_len, store_ptr(&e->store, id),
 				 deadline);
+	else if (want.where == PIECE_SPILL)
+		rc = e->spill_src->read(e, fid, i, want.fill, len, want.crc,
+					want.crc_len, store_ptr(&e->store, id));
 	else
 		rc = e->src->read(e, loc, (uint64_t)i << e->store.chunk_shift,
 				  want.fill, len, want.crc, want.crc_len,
 				  store_ptr(&e->store, id));
+	/*
+	 * A spilled piece cut or extended since (its bytes checked against
+	 * the CRC they were spilled with): its checksum as the file shows it
+	 * now, so that it stays final (a sealed file's piece may be spilled
+	 * again).
+	 */
+	if (rc == 0 && want.where == PIECE_SPILL &&
+	    (want.fill < len || want.crc_len != len))
+		new_crc = ers_crc32c(0, store_ptr(&e->store, id), len);
 	file_wrlock(f);
-	if (rc == -EIO && want.where == PIECE_PERSIST) {
+	/* Spilled again, or written, meanwhile: the caller looks again. */
+	if (rc < 0 && want.where == PIECE_SPILL &&
+	    (i >= f->nslots || f->slots[i].where != PIECE_SPILL ||
+	     f->slots[i].crc != want.crc))
+		rc = 1;
+	if (rc == -EIO && (want.where == PIECE_PERSIST ||
+			   want.where == PIECE_SPILL)) {
 		f->crc_bad = true;
 		atomic_fetch_add(&e->cnt.crc_errors, 1);
 	}
@@ -319,19 +340,27 @@ static int load_piece(struct eng *e, struct inode *in,
 		if (want.where == PIECE_PEER &&
 		    (want.fill < len || want.crc_len != len))
 			s->crc_len = SLOT_CRC_UNKNOWN;
+		if (want.where == PIECE_SPILL &&
+		    (want.fill < len || want.crc_len != len)) {
+			s->crc = new_crc;
+			s->crc_len = len;
+		}
 		s->flags |= SLOT_FRESH |
-			    (want.where == PIECE_PEER ? SLOT_FETCHED
-						      : SLOT_CLEAN);
+			    (want.where == PIECE_PEER	   ? SLOT_FETCHED
+			     : want.where == PIECE_PERSIST ? SLOT_CLEAN
+							   : 0);
 		f->resident++;
 		id = RFT_NO_CHUNK;
-		atomic_fetch_add(want.where == PIECE_PEER
-					 ? &e->cnt.peer_chunks
-					 : &e->cnt.readthrough_chunks,
-				 1);
-		atomic_fetch_add(want.where == PIECE_PEER
-					 ? &e->cnt.peer_bytes
-					 : &e->cnt.readthrough_bytes,
-				 len);
+		if (want.where != PIECE_SPILL) { /* spill.c counts its own */
+			atomic_fetch_add(want.where == PIECE_PEER
+						 ? &e->cnt.peer_chunks
+						 : &e->cnt.readthrough_chunks,
+					 1);
+			atomic_fetch_add(want.where == PIECE_PEER
+						 ? &e->cnt.peer_bytes
+						 : &e->cnt.readthrough_bytes,
+					 len);
+		}
 	}
 	file_unlock(f);
 	loads_end(e, in, i);
@@ -455,9 +484,10 @@ void file_ahead(struct eng *e, struct inode *in, uint32_t last)
 
 /*
  * Serve a read without caching: pieces in memory are copied out under the
- * lock, pieces only in the persist dir are read (and checked) into the same
- * bounce buffer afterwards, without the lock.  The bounce buffer is the
- * read's own (at most the request plus a piece), not the arena's.
+ * lock, pieces only in the persist dir, the spill dir or on peers are read
+ * (and checked) into the same bounce buffer afterwards, without the lock.
+ * The bounce buffer is the read's own (at most the request plus a piece),
+ * not the arena's.
  */
 static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 		       size_t size, eng_reply_fn reply, void *ctx,
@@ -470,7 +500,7 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 	bool located;
 	struct slot *want = NULL;
 	uint32_t first, last, n, nalloc = 0;
-	uint64_t end, base;
+	uint64_t end, base, fid = 0;
 	uint8_t *buf = NULL;
 	struct iovec iov;
 	int rc = 0, tries;
@@ -505,6 +535,7 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 					 .scheme = f->scheme,
 					 .stripe_ckpt = f->stripe_ckpt,
 					 .chunk_base = f->chunk_base };
+		fid = f->id;
 		located = false;
 		if (!buf || !want) {
 			rc = -ENOMEM;
@@ -550,6 +581,13 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 						 want[i].crc_len,
 						 buf + (size_t)i * cs,
 						 deadline);
+			} else if (want[i].where == PIECE_SPILL) {
+				rc = e->spill_src->read(e, fid, first + i,
+							want[i].fill,
+							want[i].chunk,
+							want[i].crc,
+							want[i].crc_len,
+							buf + (size_t)i * cs);
 			}
 		if (rc != -ENOENT)
 			break;

@@ -770,15 +770,16 @@ int file_piece_keep(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 }
 
 /*
- * Piece @idx (@len bytes) of @ino's seal @gseal, in memory here whole and
- * unchanged since that seal, with CRC32C *@crc (NULL: its checksum made
- * for @len bytes, whatever it is): its slot into *@out, its chunk pinned
- * (store_put when done).  0, or -ESTALE.  Takes ns->lock and the file's
- * lock (read) briefly.
+ * Piece @idx (@len bytes) of @ino's seal @gseal, here whole and unchanged
+ * since that seal, with CRC32C *@crc (NULL: its checksum made for @len
+ * bytes, whatever it is): its slot into *@out and 0, its chunk pinned
+ * (store_put when done); or, with @spilled, 1 when it is in this node's
+ * spill dir, the file's id into *@spilled.  -ESTALE when not here.  Takes
+ * ns->lock and the file's lock (read) briefly.
  */
 static int sealed_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal,
 			    uint32_t idx, uint32_t len, const uint32_t *crc,
-			    struct slot *out)
+			    struct slot *out, uint64_t *spilled)
 {
 	struct inode *in;
 	int rc = -ESTALE;
@@ -792,12 +793,18 @@ static int sealed_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal,
 		file_rdlock(f);
 		sl = idx < f->nslots ? &f->slots[idx] : NULL;
 		if (f->gseal == gseal && f->dur.sealed == f->version && sl &&
-		    slot_in_ram(sl) &&
+		    (slot_in_ram(sl) ||
+		     (spilled && sl->where == PIECE_SPILL)) &&
 		    (crc ? sl->crc == *crc : sl->crc_len == len) &&
 		    len == file_piece_len(e, f->size, idx)) {
 			*out = *sl;
-			store_get(&e->store, sl->chunk);
-			rc = 0;
+			if (slot_in_ram(sl)) {
+				store_get(&e->store, sl->chunk);
+				rc = 0;
+			} else {
+				*spilled = f->id;
+				rc = 1;
+			}
 		}
 		file_unlock(f);
 	}
@@ -810,7 +817,7 @@ int file_piece_pin(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 		   uint32_t *fill)
 {
 	struct slot s;
-	int rc = sealed_piece_pin(e, ino, gseal, idx, len, NULL, &s);
+	int rc = sealed_piece_pin(e, ino, gseal, idx, len, NULL, &s, NULL);
 
 	if (rc == 0) {
 		*chunk = s.chunk;
@@ -824,10 +831,18 @@ int file_piece_copy(struct eng *e, uint64_t ino, uint64_t gseal, uint32_t idx,
 		    uint32_t len, uint32_t crc, uint8_t *buf)
 {
 	uint32_t chunk, fill;
+	uint64_t spilled = 0;
 	struct slot s;
+	int rc = sealed_piece_pin(e, ino, gseal, idx, len, &crc, &s, &spilled);
 
-	if (sealed_piece_pin(e, ino, gseal, idx, len, &crc, &s) < 0)
+	if (rc < 0)
 		return -ENOENT;
+	/* In the spill dir: read there (checked), no lock held. */
+	if (rc == 1)
+		return s.crc_len == len
+			       ? e->spill_src->read(e, spilled, idx, s.fill,
+						    len, crc, s.crc_len, buf)
+			       : -ENOENT;
 	chunk = s.chunk;
 	fill = s.fill < len ? s.fill : len;
 	memcpy(buf, store_ptr(&e->store, chunk), fill);
@@ -1423,7 +1438,9 @@ static void view_locked(const struct eng *e, const struct inode *in,
 		.all_here = true,
 	};
 	for (uint32_t i = 0; i < f->nslots; i++) {
-		if (slot_remote(&f->slots[i]))
+		/* In this node's spill dir: here, on its disk. */
+		if (slot_remote(&f->slots[i]) &&
+		    f->slots[i].where != PIECE_SPILL)
 			v->all_here = false;
 		if (f->slots[i].where == PIECE_PEER)
 			v->any_at_holders = true;

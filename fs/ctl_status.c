@@ -283,6 +283,47 @@ static const struct rep_field persist_fields[PER_N] = {
 	[PER_EVERY] = REP_FIELD("persist_every", REP_COUNT),
 };
 
+/* The spill tier (--spill). */
+enum {
+	SP_ENABLED,
+	SP_DIR,
+	SP_BUDGET,
+	SP_USED,
+	SP_PIECES,
+	SP_WRITTEN,
+	SP_READ,
+	SP_CRC_ERRORS,
+	SP_ERRORS,
+	SP_N
+};
+
+static const struct rep_field spill_fields[SP_N] = {
+	[SP_ENABLED] = REP_EXPORT("enabled", REP_BOOL, REP_GAUGE,
+		"reftfs_spill_enabled", "1 if a spill dir is configured."),
+	[SP_DIR] = REP_FIELD("dir", REP_STRING),
+	[SP_BUDGET] = REP_EXPORT("budget_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_spill_budget_bytes",
+		"Bytes the spill dir may take on disk."),
+	[SP_USED] = REP_EXPORT("used_bytes", REP_BYTES, REP_GAUGE,
+		"reftfs_spill_bytes",
+		"Bytes the spill files take on disk."),
+	[SP_PIECES] = REP_EXPORT("pieces", REP_COUNT, REP_GAUGE,
+		"reftfs_spill_pieces",
+		"Pieces of files held in the spill dir only."),
+	[SP_WRITTEN] = REP_EXPORT("written_pieces", REP_COUNT, REP_COUNTER,
+		"reftfs_spill_written_pieces_total",
+		"Pieces written to the spill dir."),
+	[SP_READ] = REP_EXPORT("read_pieces", REP_COUNT, REP_COUNTER,
+		"reftfs_spill_read_pieces_total",
+		"Pieces read back from the spill dir."),
+	[SP_CRC_ERRORS] = REP_EXPORT("crc_errors", REP_COUNT, REP_COUNTER,
+		"reftfs_spill_crc_errors_total",
+		"Pieces of the spill dir that failed their check (EIO)."),
+	[SP_ERRORS] = REP_EXPORT("errors", REP_COUNT, REP_COUNTER,
+		"reftfs_spill_errors_total",
+		"Failed writes to the spill dir (the pieces stayed in RAM)."),
+};
+
 enum { CK_FLAG_KEEP = 1 << 0, CK_FLAG_PERSIST = 1 << 1 };
 
 static const char *const ck_flag_names[] = { "keep", "persist" };
@@ -380,6 +421,7 @@ enum {
 	ST_FUSE,
 	ST_COUNTERS,
 	ST_PERSIST,
+	ST_SPILL,
 	ST_GROUP,
 	ST_CKPTS,
 	ST_MEMBERS,
@@ -408,6 +450,7 @@ static const struct rep_field status_fields[ST_N] = {
 	[ST_FUSE] = REP_GROUP("fuse", fuse_fields, FU_N),
 	[ST_COUNTERS] = REP_GROUP("counters", cnt_fields, CNT_N),
 	[ST_PERSIST] = REP_GROUP("persist", persist_fields, PER_N),
+	[ST_SPILL] = REP_GROUP("spill", spill_fields, SP_N),
 	[ST_GROUP] = REP_GROUP("group", rfs_ctl_group_fields,
 			       CTL_GROUP_NFIELDS),
 	[ST_CKPTS] = {
@@ -524,6 +567,12 @@ static const struct rep_text status_text[] = {
 	TXT("persist.enabled&persist.last_error", "",
 	    "last error {persist.last_error_time} "
 	    "({persist.last_error_time:ago}): {persist.last_error}"),
+	TXT("spill.enabled", "spill",
+	    "{spill.dir}: {spill.pieces} pieces there now, "
+	    "{spill.used_bytes} of {spill.budget_bytes} taken; "
+	    "{spill.written_pieces} written, {spill.read_pieces} read back, "
+	    "{spill.crc_errors} failed their check, {spill.errors} write "
+	    "errors"),
 	TXT(NULL, "counters",
 	    "enospc {counters.enospc}, crc errors {counters.crc_errors}, "
 	    "evicted chunks {counters.evicted_chunks}, read-through "
@@ -701,6 +750,18 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_int(g, PER_LAST_OK_TIME, st.persist_last_ok_time);
 	rep_set_u64(g, PER_KEEP, cfg->keep);
 	rep_set_u64(g, PER_EVERY, cfg->persist_every);
+
+	g = rep_obj(top, ST_SPILL);
+	rep_set_bool(g, SP_ENABLED, st.spill_enabled);
+	if (st.spill_enabled && cfg->spill_dir)
+		rep_set_str(g, SP_DIR, cfg->spill_dir);
+	rep_set_u64(g, SP_BUDGET, st.spill_budget);
+	rep_set_u64(g, SP_USED, st.spill_used);
+	rep_set_u64(g, SP_PIECES, st.spill_pieces);
+	rep_set_u64(g, SP_WRITTEN, st.spill_written);
+	rep_set_u64(g, SP_READ, st.spill_read);
+	rep_set_u64(g, SP_CRC_ERRORS, st.spill_crc_errors);
+	rep_set_u64(g, SP_ERRORS, st.spill_errors);
 
 	rfs_ctl_fill_group(r, rep, rep_obj(top, ST_GROUP), top, ST_MEMBERS);
 

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -47,6 +48,7 @@ struct opts {
 	const char *source;
 	char *mountpoint;
 	char *persist_dir;
+	char *spill_dir;	/* --spill DIR[:SIZE] */
 	char *ctl_path;	/* from -o ctl= */
 	const char *ctl; /* control socket; NULL: rfs_ctl_default_path */
 	bool foreground;
@@ -85,6 +87,10 @@ static void usage(FILE *out)
 		"  --chunk-size SIZE     chunk size, a power of two from 1M to 4M (default 1M)\n"
 		"  --keep K              newest checkpoints always kept in RAM (default 2)\n"
 		"  --persist DIR         write checkpoints back to DIR (e.g. an NFS path)\n"
+		"  --spill DIR[:SIZE]    a local disk below RAM: when memory runs short,\n"
+		"                        sealed files of checkpoints outside --keep are\n"
+		"                        written to DIR (at most SIZE; default 90%% of\n"
+		"                        its free space) and read back from it, checked\n"
 		"  --persist-every N     write back every Nth checkpoint; 0: only on flush\n"
 		"                        and unmount (default 1)\n"
 		"  --unmount-flush MODE  what unmount writes back: all, policy or none\n"
@@ -293,6 +299,24 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 			return bad("--persist needs a directory");
 		free(o->persist_dir);
 		o->persist_dir = strdup(val);
+	} else if (!strcmp(key, "spill")) {
+		char *colon;
+
+		if (!val || !*val)
+			return bad("--spill needs a directory (DIR or DIR:SIZE)");
+		free(o->spill_dir);
+		o->spill_dir = strdup(val);
+		if (!o->spill_dir)
+			return bad("out of memory");
+		o->cfg.spill_bytes = 0;
+		colon = strrchr(o->spill_dir, ':');
+		if (colon && !strchr(colon, '/')) {
+			if (parse_size(colon + 1, &o->cfg.spill_bytes) < 0 ||
+			    !o->cfg.spill_bytes)
+				return bad("bad --spill '%s': want DIR or "
+					   "DIR:SIZE, SIZE like 100G", val);
+			*colon = '\0';
+		}
 	} else if (!strcmp(key, "persist-every")) {
 		if (parse_uint(val, 1000000, &o->cfg.persist_every) < 0)
 			return bad("bad --persist-every '%s': want a count >= 0",
@@ -507,6 +531,7 @@ enum {
 	OPT_WITNESS,
 	OPT_LOCK_MEMORY,
 	OPT_SYNC,
+	OPT_SPILL,
 };
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -545,6 +570,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "witness", no_argument, NULL, OPT_WITNESS },
 		{ "lock-memory", no_argument, NULL, OPT_LOCK_MEMORY },
 		{ "sync", required_argument, NULL, OPT_SYNC },
+		{ "spill", required_argument, NULL, OPT_SPILL },
 		{ "codec", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -628,6 +654,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_WITNESS: name = "witness"; break;
 		case OPT_LOCK_MEMORY: name = "lock-memory"; break;
 		case OPT_SYNC: name = "sync"; break;
+		case OPT_SPILL: name = "spill"; break;
 		case 'G': name = "codec"; break;
 		default:
 			return bad("cannot parse the options");
@@ -647,9 +674,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		if (npos)
 			return bad("--witness: a witness mounts nothing (no "
 				   "MOUNTPOINT)");
-		if (o->mem_given || o->persist_dir || o->cfg.lock_memory)
+		if (o->mem_given || o->persist_dir || o->spill_dir ||
+		    o->cfg.lock_memory)
 			return bad("--witness: a witness holds no data (no "
-				   "--mem, --persist or --lock-memory)");
+				   "--mem, --persist, --spill or "
+				   "--lock-memory)");
 		return 0;
 	}
 	if (npos == 0)
@@ -1012,41 +1041,77 @@ static int check_mountpoint(struct opts *o)
 	return o->mountpoint ? 0 : -1;
 }
 
-static int check_persist(struct opts *o)
+/*
+ * *@dir (@what: "persist dir", "spill dir"), if given: a writable
+ * directory outside the mount point, made absolute.
+ */
+static int check_dir(struct opts *o, const char *what, char **dir)
 {
 	char real[PATH_MAX];
 	struct stat st;
 
-	if (!o->persist_dir)
+	if (!*dir)
 		return 0;
-	if (stat(o->persist_dir, &st) < 0) {
-		fprintf(stderr, "%s: persist dir %s: %s\n", prog,
-			o->persist_dir, strerror(errno));
+	if (stat(*dir, &st) < 0) {
+		fprintf(stderr, "%s: %s %s: %s\n", prog, what, *dir,
+			strerror(errno));
 		return -1;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "%s: persist dir %s is not a directory\n", prog,
-			o->persist_dir);
+		fprintf(stderr, "%s: %s %s is not a directory\n", prog, what,
+			*dir);
 		return -1;
 	}
-	if (access(o->persist_dir, W_OK | X_OK) < 0) {
-		fprintf(stderr, "%s: persist dir %s is not writable: %s\n",
-			prog, o->persist_dir, strerror(errno));
+	if (access(*dir, W_OK | X_OK) < 0) {
+		fprintf(stderr, "%s: %s %s is not writable: %s\n", prog, what,
+			*dir, strerror(errno));
 		return -1;
 	}
-	if (!realpath(o->persist_dir, real))
+	if (!realpath(*dir, real))
 		return -1;
 	if (o->mountpoint && !strncmp(real, o->mountpoint,
 				      strlen(o->mountpoint)) &&
 	    (real[strlen(o->mountpoint)] == '/' ||
 	     real[strlen(o->mountpoint)] == '\0')) {
-		fprintf(stderr, "%s: persist dir %s is inside the mount point\n",
-			prog, real);
+		fprintf(stderr, "%s: %s %s is inside the mount point\n", prog,
+			what, real);
 		return -1;
 	}
-	free(o->persist_dir);
-	o->persist_dir = strdup(real);
-	return o->persist_dir ? 0 : -1;
+	free(*dir);
+	*dir = strdup(real);
+	return *dir ? 0 : -1;
+}
+
+/*
+ * --spill: the directory as check_dir wants it, not the persist dir nor
+ * inside it (write-back would see its files), and its budget: SIZE, or
+ * 90% of the free space of its filesystem now.
+ */
+static int check_spill(struct opts *o)
+{
+	size_t n = o->persist_dir ? strlen(o->persist_dir) : 0;
+	struct statvfs vfs;
+
+	if (!o->spill_dir)
+		return 0;
+	if (check_dir(o, "spill dir", &o->spill_dir) < 0)
+		return -1;
+	if (n && !strncmp(o->spill_dir, o->persist_dir, n) &&
+	    (o->spill_dir[n] == '/' || o->spill_dir[n] == '\0')) {
+		fprintf(stderr, "%s: spill dir %s is inside the persist dir\n",
+			prog, o->spill_dir);
+		return -1;
+	}
+	if (!o->cfg.spill_bytes) {
+		if (statvfs(o->spill_dir, &vfs) < 0) {
+			fprintf(stderr, "%s: spill dir %s: %s\n", prog,
+				o->spill_dir, strerror(errno));
+			return -1;
+		}
+		o->cfg.spill_bytes =
+			(uint64_t)vfs.f_bavail * vfs.f_frsize / 10 * 9;
+	}
+	return 0;
 }
 
 /* Raise the readahead of our mount's bdi: buffered READs are 128K else. */
@@ -1301,11 +1366,13 @@ int main(int argc, char **argv)
 		status = run_witness(&o);
 		goto out;
 	}
-	if (check_mountpoint(&o) < 0 || check_persist(&o) < 0 ||
-	    check_io_uring(&o, &rfs.io_uring) < 0)
+	if (check_mountpoint(&o) < 0 ||
+	    check_dir(&o, "persist dir", &o.persist_dir) < 0 ||
+	    check_spill(&o) < 0 || check_io_uring(&o, &rfs.io_uring) < 0)
 		goto out;
 	o.cfg.mountpoint = o.mountpoint;
 	o.cfg.persist_dir = o.persist_dir;
+	o.cfg.spill_dir = o.spill_dir;
 	o.cfg.node = grp_wanted(&o.grp) ? o.grp.node : -1;
 	fuse_set_log_func(fuse_log_to_rft);
 
@@ -1473,6 +1540,7 @@ out:
 	eng_free(e);
 	free(o.mountpoint);
 	free(o.persist_dir);
+	free(o.spill_dir);
 	free(o.ctl_path);
 	while (o.nowned > 0)
 		free(o.owned[--o.nowned]);

@@ -284,7 +284,8 @@ full_tier() {
 		local asan_tests=() asan_list t
 		asan_list=$(meson test -C build-asan --list 2>/dev/null)
 		for t in 010-basic-posix 045-truncate-race 065-persist-faults \
-			066-persist-read-full 070-bad-input 100-differential \
+			066-persist-read-full 068-spill 069-sync-persist \
+			070-bad-input 100-differential \
 			105-mmap 107-passthrough 112-io-uring 220-peer-fuzz \
 			232-group-log-snapshot 240-group-data 243-group-writers \
 			252-group-erasure 254-group-parity-faults \

@@ -174,8 +174,10 @@ if is_root && command -v setpriv >/dev/null && command -v prlimit >/dev/null; th
 else
 	log "--lock-memory refusal not run: needs root, setpriv and prlimit"
 fi
-expect_bad "no --mem, --persist or --lock-memory" --usage -- --witness --node 1 \
-	--peers 127.0.0.1:1 --witnesses 127.0.0.1:2 --lock-memory
+expect_bad "no --mem, --persist, --spill or --lock-memory" --usage -- --witness \
+	--node 1 --peers 127.0.0.1:1 --witnesses 127.0.0.1:2 --lock-memory
+expect_bad "a witness holds no data" --usage -- --witness --node 1 \
+	--peers 127.0.0.1:1 --witnesses 127.0.0.1:2 --spill "$T_TMP"
 
 # Bad paths: exit 2, one clear line naming the path.  Also in the default
 # background mode: the error must reach the caller's exit status.

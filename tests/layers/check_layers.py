@@ -8,9 +8,10 @@
   engine_i.h: the group (gns.c, protect.c, parity.c) reaches core through
   core.h.  Core's own private header, core_i.h, is included only by the
   files of core (CORE below) and core's white-box unit tests.
-- The tiers (passthrough, persist, eviction) are reached through their
-  own headers (pass.h, persist.h, evict.h), which no file of core
-  includes: core tells the tiers by events and hooks, never by name.
+- The tiers (passthrough, persist, eviction, spill) are reached through
+  their own headers (pass.h, persist.h, evict.h, spill.h), which no file
+  of core includes: core tells the tiers by events and hooks, never by
+  name.
   Each structure of a tier's or of core's own state is defined in one
   file only (OWNED below), so no other file sees inside it.
 - State with one writer stays so: no source file of engine/ but its
@@ -142,13 +143,13 @@ CORE = {"core.c", "file.c", "ns.c", "read.c", "record.c", "store.c",
 
 # Tiers' public headers: no file of core (nor a header core includes)
 # includes them.
-TIER_HEADERS = {"pass.h", "persist.h", "evict.h"}
+TIER_HEADERS = {"pass.h", "persist.h", "evict.h", "spill.h"}
 CORE_HEADERS = {"core.h", "core_i.h", "engine_i.h", "store.h", "nsop.h"}
 
 # Private state: struct NAME is defined in this one file.
 OWNED = {
     "pass_ctl": "pass.c", "pass": "pass.c", "early": "pass.c",
-    "evictor": "evict.c", "persist": "persist.c",
+    "evictor": "evict.c", "persist": "persist.c", "spill": "spill.c",
     "core_io": "core_i.h", "copier": "core_i.h", "fetcher": "core_i.h",
     "loads": "core_i.h", "wjob": "core_i.h",
 }

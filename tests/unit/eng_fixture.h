@@ -50,6 +50,9 @@ int eng_fsync(struct eng *e, struct eng_file *fp);
 struct fixture {
 	char tmp[PATH_MAX];
 	char persist[PATH_MAX + 16];
+	char spill[PATH_MAX + 16];
+	uint64_t spill_bytes;	/* a spill dir (fx->spill) of this budget;
+				   0: none */
 	bool no_policy;	/* --persist-every 0: write back only when asked */
 	enum eng_sync sync;	/* --sync (ENG_SYNC_NONE: the default alone) */
 	unsigned fetch_threads;	/* 0: the default */
@@ -64,6 +67,8 @@ static inline void fx_dirs(struct fixture *fx)
 		abort();
 	snprintf(fx->persist, sizeof(fx->persist), "%s/persist", fx->tmp);
 	mkdir(fx->persist, 0755);
+	snprintf(fx->spill, sizeof(fx->spill), "%s/spill", fx->tmp);
+	mkdir(fx->spill, 0755);
 }
 
 /* Start an engine; @persist: use fx->persist as the persist dir. */
@@ -84,6 +89,10 @@ static inline int fx_start(struct fixture *fx, uint64_t mem, bool persist,
 	if (fx->no_policy)
 		cfg.persist_every = 0;
 	cfg.sync = fx->sync;
+	if (fx->spill_bytes) {
+		cfg.spill_dir = fx->spill;
+		cfg.spill_bytes = fx->spill_bytes;
+	}
 	if (fx->fetch_threads)
 		cfg.fetch_threads = fx->fetch_threads;
 	rc = eng_new(&cfg, &fx->e);
