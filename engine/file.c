@@ -328,13 +328,20 @@ int file_truncate_locked(struct eng *e, struct file *f, uint64_t size)
 	return 0;
 }
 
-void file_slot_to_peer(struct eng *e, struct file *f, struct slot *s)
+/* @s's bytes are now only @where: its chunk goes.  f->lock held. */
+static void slot_leave_ram(struct eng *e, struct file *f, struct slot *s,
+			   enum piece_where where)
 {
 	store_put(&e->store, s->chunk);
 	s->chunk = 0;
-	s->where = PIECE_PEER;
+	s->where = where;
 	s->flags = 0;
 	f->resident--;
+}
+
+void file_slot_to_peer(struct eng *e, struct file *f, struct slot *s)
+{
+	slot_leave_ram(e, f, s, PIECE_PEER);
 }
 
 /*
@@ -464,12 +471,8 @@ bool file_spilled_locked(struct eng *e, struct file *f,
 	if (f->version != p->version || !s || !slot_in_ram(s) ||
 	    s->chunk != p->chunk || s->crc != p->crc || s->crc_len != p->len)
 		return false;
-	store_put(&e->store, s->chunk);
-	s->chunk = 0;
-	s->where = PIECE_SPILL;
+	slot_leave_ram(e, f, s, PIECE_SPILL);
 	s->fill = p->len;
-	s->flags = 0;
-	f->resident--;
 	return true;
 }
 
