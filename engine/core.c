@@ -49,6 +49,11 @@ void eng_spill_source(struct eng *e, const struct spill_source *src)
 	e->spill_src = src;
 }
 
+long eng_spill_found(struct eng *e)
+{
+	return e->spill_src ? e->spill_src->found(e) : 0;
+}
+
 void eng_placement(struct eng *e, const struct placement *pl)
 {
 	e->placement = pl;

@@ -95,6 +95,14 @@ int file_snap_piece(const struct eng *e, const struct file_snap *fs,
  */
 int file_snap_piece_read(struct eng *e, const struct file_snap *fs,
 			 uint32_t idx, uint8_t *buf, struct snap_piece *p);
+/*
+ * The pieces of this node's files that its spill dir held when it
+ * started, taken back (docs/design.md, the spill tier): once the
+ * namespace is known, before the rebuild, so that what is on the local
+ * disk is not fetched.  Pieces found, 0 without a spill dir, or -errno.
+ * No lock held; reads the disk.
+ */
+long eng_spill_found(struct eng *e);
 
 /* --- inodes as handles ---------------------------------------------------- */
 
@@ -222,6 +230,7 @@ struct seal_view {
 	bool any_here;		/* some piece in memory here */
 	bool held_elsewhere;	/* a node other than its owner holds copies
 				   or parity rows of it */
+	uint64_t bytes_away;	/* of the pieces that are not here */
 };
 /* @in's seal view; -EINVAL when @in is no regular file.  Takes its lock. */
 int file_seal_view(struct eng *e, struct inode *in, struct seal_view *v);
@@ -268,6 +277,10 @@ long eng_files_where(struct eng *e,
  */
 int file_load(struct eng *e, struct inode *in, uint32_t first,
 	      uint32_t last, const struct timespec *deadline);
+/* As file_load, but what is in this node's spill dir stays there: it is
+ * here already (a rebuild's load). */
+int file_load_missing(struct eng *e, struct inode *in, uint32_t first,
+		      uint32_t last, const struct timespec *deadline);
 /* The pieces of @in this node fetched are its own data now (a rebuild of
  * its owner's): kept, not a cache eviction may drop. */
 void file_keep_fetched(struct eng *e, struct inode *in);

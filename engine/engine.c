@@ -238,6 +238,13 @@ int eng_new(const struct eng_config *cfg, struct eng **out)
 		if (rc < 0)
 			goto fail;
 	}
+	/*
+	 * Alone, the namespace is known now: what the spill dir holds of it
+	 * is taken back (a group's, once it caught up with its log: its
+	 * ready step).  A failure only leaves the pieces where else they are.
+	 */
+	if (cfg->node < 0)
+		eng_spill_found(e);
 	*out = e;
 	return 0;
 fail:

@@ -495,7 +495,8 @@ struct eng_protect_stats {
 	uint64_t retries;
 	bool rebuilding;		  /* the rebuild runs */
 	uint64_t rebuild_files, rebuild_done; /* files of this node */
-	uint64_t rebuild_bytes;
+	uint64_t rebuild_bytes;		  /* fetched: not in memory nor the
+					     spill dir */
 	uint64_t rebuild_failed;	  /* not back yet: tried again */
 	int holder_dead;		  /* a holder of this node's copies
 					     that is dead; -1: none */
@@ -617,10 +618,12 @@ struct eng_stats {
 	uint32_t pass_waiting; /* sealed files waiting for the writes to stop */
 	/* spill tier: its budget and the bytes its files take on disk;
 	   pieces there now; since start, pieces written there, read back,
-	   failed their check when read (EIO), and failed writes */
+	   failed their check when read, and failed writes; pieces found
+	   there at start (an earlier daemon's) and taken back */
 	bool spill_enabled;
 	uint64_t spill_budget, spill_used, spill_pieces;
 	uint64_t spill_written, spill_read, spill_crc_errors, spill_errors;
+	uint64_t spill_found;
 	/* persist tier */
 	bool persist_enabled, persist_healthy;
 	/* written back since start */

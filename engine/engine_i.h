@@ -610,6 +610,12 @@ struct spill_source {
 	int (*read)(struct eng *e, uint64_t file_id, uint32_t idx,
 		    uint32_t fill, uint32_t len, uint32_t crc,
 		    uint32_t crc_len, uint8_t *buf);
+	/*
+	 * Take back what the dir holds from before this start, once the
+	 * namespace is known (eng_spill_found): the count of pieces, or
+	 * -errno.  No lock held.
+	 */
+	long (*found)(struct eng *e);
 };
 
 void eng_spill_source(struct eng *e, const struct spill_source *src);
@@ -903,6 +909,7 @@ uint32_t file_evictable_locked(const struct eng *e, const struct file *f,
 /* A piece the spill tier takes out of RAM (file_spill_pick_locked). */
 struct spill_pick {
 	uint64_t version;	/* the file's data version when picked */
+	uint64_t gseal;		/* the group's seal it is of (0 alone) */
 	uint32_t idx, chunk, len, crc;
 	uint32_t fill;		/* bytes of the chunk that are the piece's;
 				   zeros from there up to len */
@@ -925,6 +932,27 @@ uint32_t file_spill_pick_locked(struct eng *e, struct file *f,
  */
 bool file_spilled_locked(struct eng *e, struct file *f,
 			 const struct spill_pick *p);
+/* A piece the spill dir held at this start (spill.c's index). */
+struct spill_found {
+	uint64_t gseal;		/* the seal it was of (0 alone) */
+	uint32_t len, crc;	/* 0, 0: none at that index */
+};
+/*
+ * Take back pieces of @f that the spill dir holds from before this
+ * start, @v[i] for piece i: of this node's own file, not lost, not
+ * erasure-coded, each piece not in memory whose seal, length and final
+ * checksum are @v[i]'s becomes PIECE_SPILL.  How many.  f->lock held for
+ * writing.
+ */
+uint32_t file_spill_found_locked(struct eng *e, struct file *f,
+				 const struct spill_found *v, uint32_t n);
+/*
+ * Spilled piece @idx failed its read (its check): if its bytes are also
+ * on peers (the seal's holders) or in the persist dir, the slot says so
+ * and true (the caller loads again), else false (EIO).  f->lock held for
+ * writing.
+ */
+bool file_spill_failed_locked(struct eng *e, struct file *f, uint32_t idx);
 /* Take a snapshot; f->lock held (read is enough).  0 or -ENOMEM. */
 int file_snap_take_locked(struct eng *e, struct file *f,
 			  struct file_snap *fs);

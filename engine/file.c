@@ -456,8 +456,8 @@ uint32_t file_spill_pick_locked(struct eng *e, struct file *f,
 		    spare_fresh(s, spared))
 			continue;
 		store_get(&e->store, s->chunk);
-		v[n++] = (struct spill_pick){ f->version, i, s->chunk, len,
-					      s->crc,
+		v[n++] = (struct spill_pick){ f->version, f->gseal, i,
+					      s->chunk, len, s->crc,
 					      s->fill < len ? s->fill : len };
 	}
 	return n;
@@ -473,6 +473,51 @@ bool file_spilled_locked(struct eng *e, struct file *f,
 		return false;
 	slot_leave_ram(e, f, s, PIECE_SPILL);
 	s->fill = p->len;
+	return true;
+}
+
+uint32_t file_spill_found_locked(struct eng *e, struct file *f,
+				 const struct spill_found *v, uint32_t n)
+{
+	uint32_t found = 0;
+
+	if (f->owner != e->node || file_lost(f) || f->scheme)
+		return 0;
+	for (uint32_t i = 0; i < f->nslots && i < n; i++) {
+		struct slot *s = &f->slots[i];
+		uint32_t len = file_piece_len(e, f->size, i);
+
+		/*
+		 * Its holders' piece or the persisted copy's, which the log
+		 * or the persist dir's sums say: the same bytes, when the
+		 * seal and the final checksum are.  The read checks them
+		 * still (a piece spilled over after its index was written
+		 * fails, and is fetched: file_spill_failed_locked).
+		 */
+		if ((s->where != PIECE_PEER && s->where != PIECE_PERSIST) ||
+		    s->crc_len != len || v[i].len != len ||
+		    v[i].crc != s->crc || v[i].gseal != f->gseal)
+			continue;
+		s->where = PIECE_SPILL;
+		found++;
+	}
+	return found;
+}
+
+bool file_spill_failed_locked(struct eng *e, struct file *f, uint32_t idx)
+{
+	uint64_t self = e->node >= 0 && e->node < 64 ? 1ULL << e->node : 0;
+	struct slot *s = idx < f->nslots ? &f->slots[idx] : NULL;
+
+	if (!s || s->where != PIECE_SPILL)
+		return false;
+	/* Spilled files are not erasure-coded: holders hold copies. */
+	if (f->gseal && (f->holders & ~self))
+		s->where = PIECE_PEER;
+	else if (f->copy != COPY_NONE && file_data_persisted(f))
+		s->where = PIECE_PERSIST;
+	else
+		return false;
 	return true;
 }
 

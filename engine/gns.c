@@ -1222,6 +1222,12 @@ static int gns_ready(void *ctx, int timeout_ms)
 	if (rc < 0)
 		return rc;
 	g->lost_told = true;
+	/*
+	 * Its pieces on this node's disk, of seals that the LOST left whole
+	 * (a lost file stays lost, alike on every node): taken back, so the
+	 * rebuild fetches only the rest.
+	 */
+	eng_spill_found(g->e);
 	return protect_rebuild(g->prot);
 }
 

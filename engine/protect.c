@@ -1026,9 +1026,11 @@ static int rebuild_file(struct protect *p, struct inode *in, struct pacer *b)
 	if (v.lost)
 		return -ENODATA;
 	rc = 0;
-	if (v.npieces)
-		rc = !b || pace(p, b, v.size)
-			     ? file_load(p->e, in, 0, v.npieces - 1, NULL)
+	/* What is in this node's spill dir is here: not fetched. */
+	if (v.npieces && !v.all_here)
+		rc = !b || pace(p, b, v.bytes_away)
+			     ? file_load_missing(p->e, in, 0, v.npieces - 1,
+						 NULL)
 			     : -ECANCELED;
 	if (rc < 0)
 		return rc;
@@ -1036,7 +1038,7 @@ static int rebuild_file(struct protect *p, struct inode *in, struct pacer *b)
 	file_keep_fetched(p->e, in);
 	protect_file(p, in, v.gseal);
 	if (b)
-		atomic_fetch_add(&p->rebuild_bytes, v.size);
+		atomic_fetch_add(&p->rebuild_bytes, v.bytes_away);
 	return 0;
 }
 

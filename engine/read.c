@@ -185,9 +185,10 @@ static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
  * How a load takes memory: read-ahead only what is free; a reader what
  * eviction frees for it at once, never waiting (with none, the read is
  * served without keeping a copy); writers and the rebuild wait up to
- * --enospc-wait, as writes do.
+ * --enospc-wait, as writes do (the rebuild leaves spilled pieces where
+ * they are: LOAD_MISSING).
  */
-enum load_how { LOAD_WAIT, LOAD_READ, LOAD_AHEAD };
+enum load_how { LOAD_WAIT, LOAD_MISSING, LOAD_READ, LOAD_AHEAD };
 
 static int load_piece(struct eng *e, struct inode *in,
 		      const struct piece_loc *loc, uint32_t i,
@@ -205,7 +206,8 @@ static int load_piece(struct eng *e, struct inode *in,
 
 	file_rdlock(f);
 	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
-	    (f->slots[i].where == PIECE_PERSIST && !loc)) {
+	    (f->slots[i].where == PIECE_PERSIST && !loc) ||
+	    (f->slots[i].where == PIECE_SPILL && how == LOAD_MISSING)) {
 		file_unlock(f);
 		return 1;
 	}
@@ -215,7 +217,8 @@ static int load_piece(struct eng *e, struct inode *in,
 		return rc;
 	file_rdlock(f);
 	if (i >= f->nslots || !slot_remote(&f->slots[i]) ||
-	    (f->slots[i].where == PIECE_PERSIST && !loc)) {
+	    (f->slots[i].where == PIECE_PERSIST && !loc) ||
+	    (f->slots[i].where == PIECE_SPILL && how == LOAD_MISSING)) {
 		file_unlock(f);
 		loads_end(e, in, i);
 		return 1; /* the load before ours brought it */
@@ -308,6 +311,10 @@ static int load_piece(struct eng *e, struct inode *in,
 	    (i >= f->nslots || f->slots[i].where != PIECE_SPILL ||
 	     f->slots[i].crc != want.crc))
 		rc = 1;
+	/* Failed its check: its holders' copy or the persisted one, if any. */
+	if (rc == -EIO && want.where == PIECE_SPILL &&
+	    file_spill_failed_locked(e, f, i))
+		rc = 1;
 	if (rc == -EIO && (want.where == PIECE_PERSIST ||
 			   want.where == PIECE_SPILL)) {
 		f->crc_bad = true;
@@ -345,10 +352,15 @@ static int load_piece(struct eng *e, struct inode *in,
 			s->crc = new_crc;
 			s->crc_len = len;
 		}
+		/* From the spill dir, of a version the persist dir has:
+		 * the persisted copy's bytes too (evicted with no write). */
 		s->flags |= SLOT_FRESH |
-			    (want.where == PIECE_PEER	   ? SLOT_FETCHED
-			     : want.where == PIECE_PERSIST ? SLOT_CLEAN
-							   : 0);
+			    (want.where == PIECE_PEER ? SLOT_FETCHED
+			     : want.where == PIECE_PERSIST ||
+					     (f->copy != COPY_NONE &&
+					      file_data_persisted(f))
+				     ? SLOT_CLEAN
+				     : 0);
 		f->resident++;
 		id = RFT_NO_CHUNK;
 		if (want.where != PIECE_SPILL) { /* spill.c counts its own */
@@ -433,6 +445,12 @@ int file_load(struct eng *e, struct inode *in, uint32_t first, uint32_t last,
 	return load_range(e, in, first, last, deadline, LOAD_WAIT);
 }
 
+int file_load_missing(struct eng *e, struct inode *in, uint32_t first,
+		      uint32_t last, const struct timespec *deadline)
+{
+	return load_range(e, in, first, last, deadline, LOAD_MISSING);
+}
+
 int file_load_write(struct eng *e, struct inode *in, uint32_t i,
 		    unsigned *tries)
 {
@@ -479,6 +497,23 @@ void file_ahead(struct eng *e, struct inode *in, uint32_t last)
 }
 
 /* --- read --------------------------------------------------------------- */
+
+/*
+ * Spilled piece @i of @f, read with checksum @crc, failed its check: true
+ * when the read is to look again (its slot changed meanwhile, or says now
+ * where else its bytes are: file_spill_failed_locked).
+ */
+static bool spill_fell_back(struct eng *e, struct file *f, uint32_t i,
+			    uint32_t crc)
+{
+	bool again;
+
+	file_wrlock(f);
+	again = i >= f->nslots || f->slots[i].where != PIECE_SPILL ||
+		f->slots[i].crc != crc || file_spill_failed_locked(e, f, i);
+	file_unlock(f);
+	return again;
+}
 
 #define READ_IOV_STACK 16
 
@@ -588,10 +623,17 @@ static int read_direct(struct eng *e, struct inode *in, uint64_t pos,
 							want[i].crc,
 							want[i].crc_len,
 							buf + (size_t)i * cs);
+				if (rc == -EIO &&
+				    spill_fell_back(e, f, first + i,
+						    want[i].crc))
+					rc = -ENOENT; /* look again */
 			}
 		if (rc != -ENOENT)
 			break;
-		/* The copy moved meanwhile: let the name change finish. */
+		/*
+		 * The copy moved meanwhile (or a spilled piece is to be read
+		 * elsewhere): let the name change finish.
+		 */
 		eng_names_lock(e);
 		eng_names_unlock(e);
 	}

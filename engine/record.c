@@ -1440,8 +1440,10 @@ static void view_locked(const struct eng *e, const struct inode *in,
 	for (uint32_t i = 0; i < f->nslots; i++) {
 		/* In this node's spill dir: here, on its disk. */
 		if (slot_remote(&f->slots[i]) &&
-		    f->slots[i].where != PIECE_SPILL)
+		    f->slots[i].where != PIECE_SPILL) {
 			v->all_here = false;
+			v->bytes_away += file_piece_len(e, f->size, i);
+		}
 		if (f->slots[i].where == PIECE_PEER)
 			v->any_at_holders = true;
 		if (slot_in_ram(&f->slots[i]))

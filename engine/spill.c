@@ -13,13 +13,24 @@
  *
  * Layout: one sparse file per file of the namespace, DIR/<file id>.spill
  * (16 hex digits), piece i at i * chunk size, its bytes then zeros up to
- * the piece's length.  A piece spilled again (its file rewritten, sealed
- * and evicted anew) goes over the old bytes at the same offset, so a spill
- * file never outgrows its file; a file freed takes its spill file with it.
- * The budget counts the blocks the spill files take on disk.
+ * the piece's length; beside it its index, DIR/<file id>.sums, record i at
+ * i * SUMS_REC: the seal the piece is of, its length and its CRC32C,
+ * written and made durable after the bytes and before any slot says
+ * PIECE_SPILL.  A piece spilled again (its file rewritten, sealed and
+ * evicted anew) goes over the old bytes and record at the same offsets, so
+ * a spill file never outgrows its file; a file freed takes both with it.
+ * The budget counts the blocks they take on disk.
  *
- * What the directory holds is this daemon's alone: it is emptied at start
- * (a restart does not find its spilled pieces again yet; docs/design.md).
+ * A restart on the same dir takes back what it holds (spill_found): once
+ * the namespace is known (alone, from the persist dir's scan; in a group,
+ * from the log, after the LOST and before the rebuild), each piece of this
+ * node's files that is not in memory and whose seal, length and final
+ * checksum are its record's becomes PIECE_SPILL again.  A record written
+ * but whose bytes were spilled over after (a crash between the two) only
+ * fails the read's check, and the read goes to the holders' copy or the
+ * persisted one (file_spill_failed_locked).  Files no inode has any more
+ * go.  Alone without a persist dir nothing can be found again: the dir is
+ * emptied at start and at stop.
  *
  * Locks: spill->lock is a leaf (the budget, the files to remove, taken by
  * the EV_FREED listener under ns->lock); the disk is written by
@@ -38,10 +49,18 @@
 #include <unistd.h>
 
 #include "engine_i.h"
+#include "rft_le.h"
 #include "erasure.h"
 #include "spill.h"
 
 #define SPILL_SUFFIX ".spill"
+#define SUMS_SUFFIX ".sums"
+#define SPILL_NAME_LEN 16	/* the file id, in hex, before the suffix */
+
+/* One record of a .sums file: le64 seal, le32 length, le32 CRC32C of
+ * the piece, le32 SUMS_MAGIC, le32 CRC32C of the 20 bytes before. */
+#define SUMS_REC 24
+#define SUMS_MAGIC 0x31505352u /* "RSP1" */
 #define SPILL_GONE_MAX 4096	/* files to remove, queued; more: leaked
 				   until the next start empties the dir */
 
@@ -53,7 +72,7 @@ struct spill {
 	uint64_t gone[SPILL_GONE_MAX]; /* file ids freed: their spill files
 					  go at the next write; lock */
 	uint32_t ngone;		/* lock */
-	_Atomic uint64_t written, read, crc_errors, errors;
+	_Atomic uint64_t written, read, crc_errors, errors, found;
 };
 
 static void spill_name(uint64_t file_id, char *buf, size_t size)
@@ -61,9 +80,38 @@ static void spill_name(uint64_t file_id, char *buf, size_t size)
 	snprintf(buf, size, "%016" PRIx64 SPILL_SUFFIX, file_id);
 }
 
+static void sums_name(uint64_t file_id, char *buf, size_t size)
+{
+	snprintf(buf, size, "%016" PRIx64 SUMS_SUFFIX, file_id);
+}
+
 static uint64_t disk_bytes(const struct stat *st)
 {
 	return (uint64_t)st->st_blocks * 512;
+}
+
+/* Remove @name, taking its blocks off the budget. */
+static void remove_one(struct spill *sp, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(sp->dirfd, name, &st, 0) < 0 ||
+	    unlinkat(sp->dirfd, name, 0) < 0)
+		return; /* never spilled */
+	leaf_lock(&sp->lock, ENG_RANK_SPILL);
+	sp->used -= disk_bytes(&st) < sp->used ? disk_bytes(&st) : sp->used;
+	leaf_unlock(&sp->lock, ENG_RANK_SPILL);
+}
+
+/* Remove file @file_id's spill file and index. */
+static void remove_files(struct spill *sp, uint64_t file_id)
+{
+	char name[32];
+
+	spill_name(file_id, name, sizeof(name));
+	remove_one(sp, name);
+	sums_name(file_id, name, sizeof(name));
+	remove_one(sp, name);
 }
 
 /* Remove the spill files of the files freed since the last call. */
@@ -78,21 +126,8 @@ static void drop_gone(struct spill *sp)
 		sp->ngone -= n;
 		memcpy(ids, sp->gone + sp->ngone, n * sizeof(*ids));
 		leaf_unlock(&sp->lock, ENG_RANK_SPILL);
-		for (uint32_t i = 0; i < n; i++) {
-			char name[32];
-			struct stat st;
-
-			spill_name(ids[i], name, sizeof(name));
-			if (fstatat(sp->dirfd, name, &st, 0) < 0)
-				continue; /* never spilled */
-			if (unlinkat(sp->dirfd, name, 0) == 0) {
-				leaf_lock(&sp->lock, ENG_RANK_SPILL);
-				sp->used -= disk_bytes(&st) < sp->used
-						    ? disk_bytes(&st)
-						    : sp->used;
-				leaf_unlock(&sp->lock, ENG_RANK_SPILL);
-			}
-		}
+		for (uint32_t i = 0; i < n; i++)
+			remove_files(sp, ids[i]);
 	} while (n == 64);
 }
 
@@ -139,21 +174,62 @@ static int write_iov(int fd, struct iovec iov[2], off_t off)
 	return 0;
 }
 
+/* Record @p in the index open at @fd. */
+static int write_sum(int fd, const struct spill_pick *p)
+{
+	uint8_t rec[SUMS_REC];
+	struct iovec iov[2] = { { rec, sizeof(rec) }, { NULL, 0 } };
+
+	rft_put_le64(rec, p->gseal);
+	rft_put_le32(rec + 8, p->len);
+	rft_put_le32(rec + 12, p->crc);
+	rft_put_le32(rec + 16, SUMS_MAGIC);
+	rft_put_le32(rec + 20, ers_crc32c(0, rec, 20));
+	return write_iov(fd, iov, (off_t)p->idx * SUMS_REC);
+}
+
+/* Open @name in the dir for writing, its size before in *@st. */
+static int open_rw(struct spill *sp, const char *name, struct stat *st)
+{
+	int fd = openat(sp->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+	if (fd >= 0 && fstat(fd, st) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd < 0 ? -errno : fd;
+}
+
+/* Count @fd's growth since @before on the budget, and close it. */
+static void close_counted(struct spill *sp, int fd, const struct stat *before)
+{
+	struct stat after;
+
+	if (fstat(fd, &after) == 0) {
+		leaf_lock(&sp->lock, ENG_RANK_SPILL);
+		sp->used += disk_bytes(&after) - disk_bytes(before);
+		leaf_unlock(&sp->lock, ENG_RANK_SPILL);
+	}
+	close(fd);
+}
+
 int spill_write(struct eng *e, uint64_t file_id, const struct spill_pick *p,
 		uint32_t n)
 {
 	struct spill *sp = e->spill;
 	uint32_t done = 0;
-	struct stat before, after;
-	char name[32];
-	int fd, rc = 0;
+	struct stat before, sums_before;
+	char name[32], sname[32];
+	int fd, sfd = -1, rc = 0, wrc = 0;
 
 	spill_name(file_id, name, sizeof(name));
-	fd = openat(sp->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0 || fstat(fd, &before) < 0) {
-		rc = -errno;
+	sums_name(file_id, sname, sizeof(sname));
+	fd = rc = open_rw(sp, name, &before);
+	if (rc >= 0)
+		sfd = rc = open_rw(sp, sname, &sums_before);
+	if (rc < 0)
 		goto out;
-	}
+	rc = 0;
 	for (uint64_t more = 0; done < n; done++) {
 		/* The piece as the file shows it: its bytes, then zeros. */
 		struct iovec iov[2] = {
@@ -162,27 +238,33 @@ int spill_write(struct eng *e, uint64_t file_id, const struct spill_pick *p,
 		};
 
 		/* The budget, as if every piece took new blocks. */
-		more += p[done].len;
+		more += p[done].len + SUMS_REC;
 		if (!has_room(sp, more))
 			break;
-		rc = write_iov(fd, iov,
-			       (off_t)p[done].idx << e->store.chunk_shift);
-		if (rc < 0)
+		wrc = write_iov(fd, iov,
+				(off_t)p[done].idx << e->store.chunk_shift);
+		if (wrc < 0)
 			break;
 	}
-	/* Durable before any slot points here. */
-	if (done && fdatasync(fd) < 0) {
+	/*
+	 * The bytes durable, then their records (a restart takes back only
+	 * what a record names), all before any slot points here.
+	 */
+	if (done && fdatasync(fd) < 0)
 		rc = -errno;
+	for (uint32_t i = 0; rc >= 0 && i < done; i++)
+		rc = write_sum(sfd, &p[i]);
+	if (done && rc >= 0 && fdatasync(sfd) < 0)
+		rc = -errno;
+	if (rc < 0)
 		done = 0;
-	}
-	if (fstat(fd, &after) == 0) {
-		leaf_lock(&sp->lock, ENG_RANK_SPILL);
-		sp->used += disk_bytes(&after) - disk_bytes(&before);
-		leaf_unlock(&sp->lock, ENG_RANK_SPILL);
-	}
+	else
+		rc = wrc; /* those before it are in */
 out:
 	if (fd >= 0)
-		close(fd);
+		close_counted(sp, fd, &before);
+	if (sfd >= 0)
+		close_counted(sp, sfd, &sums_before);
 	if (rc < 0) {
 		atomic_fetch_add(&sp->errors, 1);
 		rft_warn("spill: cannot write to %s/%s: %s (the pieces stay "
@@ -231,12 +313,12 @@ static int spill_read(struct eng *e, uint64_t file_id, uint32_t idx,
 		return 0;
 	}
 	atomic_fetch_add(&sp->crc_errors, 1);
-	rft_err("spill: %s/%s: piece %u %s; EIO", e->cfg.spill_dir, name, idx,
+	rft_err("spill: %s/%s: piece %u %s (read from the holders or the "
+		"persist dir instead, where they have it; else EIO)",
+		e->cfg.spill_dir, name, idx,
 		got == have ? "fails its checksum" : "is short");
 	return -EIO;
 }
-
-static const struct spill_source spill_src = { .read = spill_read };
 
 void spill_forget(struct eng *e, uint64_t file_id)
 {
@@ -262,14 +344,36 @@ static void spill_on_event(struct eng *e, const struct eng_ev *ev, void *ctx)
 		spill_forget(e, ev->in->file.id);
 }
 
-/* Remove the spill files in the directory (@why: whose, for the log). */
-static int empty_dir(struct eng *e, struct spill *sp, const char *why)
+/* Is @name one of the tier's, and whose?  *@sums: an index. */
+static bool tier_name(const char *name, uint64_t *file_id, bool *sums)
+{
+	size_t len = strlen(name);
+	char *end;
+
+	if (len <= SPILL_NAME_LEN)
+		return false;
+	*sums = !strcmp(name + SPILL_NAME_LEN, SUMS_SUFFIX);
+	if (!*sums && strcmp(name + SPILL_NAME_LEN, SPILL_SUFFIX))
+		return false;
+	errno = 0;
+	*file_id = strtoull(name, &end, 16);
+	return !errno && end == name + SPILL_NAME_LEN;
+}
+
+/*
+ * The ids of the files the dir holds spilled pieces of, into *@ids (the
+ * caller frees), and the blocks all of the tier's files take into *@used.
+ * How many, or -errno.
+ */
+static long list_dir(struct spill *sp, uint64_t **ids, uint64_t *used)
 {
 	int fd = dup(sp->dirfd);
-	unsigned n = 0;
+	size_t n = 0, cap = 0;
 	struct dirent *d;
 	DIR *dir;
 
+	*ids = NULL;
+	*used = 0;
 	if (fd < 0)
 		return -errno;
 	dir = fdopendir(fd);
@@ -279,23 +383,216 @@ static int empty_dir(struct eng *e, struct spill *sp, const char *why)
 	}
 	rewinddir(dir); /* the offset is dirfd's, shared */
 	while ((d = readdir(dir))) {
-		size_t len = strlen(d->d_name);
+		uint64_t id;
+		struct stat st;
+		bool sums;
 
-		if (len == 16 + strlen(SPILL_SUFFIX) &&
-		    !strcmp(d->d_name + 16, SPILL_SUFFIX) &&
-		    unlinkat(sp->dirfd, d->d_name, 0) == 0)
-			n++;
+		if (!tier_name(d->d_name, &id, &sums) ||
+		    fstatat(sp->dirfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		*used += disk_bytes(&st);
+		if (sums)
+			continue;
+		if (n == cap) {
+			uint64_t *v = realloc(*ids, (cap = cap ? 2 * cap : 64) *
+							    sizeof(*v));
+
+			if (!v) {
+				closedir(dir);
+				free(*ids);
+				*ids = NULL;
+				return -ENOMEM;
+			}
+			*ids = v;
+		}
+		(*ids)[n++] = id;
 	}
 	closedir(dir);
-	if (n)
-		rft_info("spill dir %s: %u files %s removed", e->cfg.spill_dir,
+	return (long)n;
+}
+
+/* Remove every file of the tier in the dir (@why: whose, for the log). */
+static void empty_dir(struct eng *e, struct spill *sp, const char *why)
+{
+	uint64_t *ids, used;
+	long n = list_dir(sp, &ids, &used);
+
+	for (long i = 0; i < n; i++)
+		remove_files(sp, ids[i]);
+	free(ids);
+	if (n > 0)
+		rft_info("spill dir %s: %ld files %s removed", e->cfg.spill_dir,
 			 n, why);
+}
+
+/* --- a restart: what the dir holds, taken back ---------------------------- */
+
+/* A file the dir holds spilled pieces of, and its index. */
+struct held {
+	uint64_t id;
+	struct spill_found *v;	/* record i for piece i */
+	uint32_t n;
+	bool kept;		/* an inode has that id */
+};
+
+struct found_walk {
+	struct eng *e;
+	struct held *h;		/* sorted by id */
+	size_t n;
+	uint64_t pieces, files;
+};
+
+static int held_cmp(const void *a, const void *b)
+{
+	const struct held *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* File @h->id's index, read whole (bad records left 0: no piece). */
+static int read_sums(struct spill *sp, struct held *h)
+{
+	char name[32];
+	uint8_t *buf = NULL;
+	struct stat st;
+	size_t got = 0;
+	int fd, rc = 0;
+
+	sums_name(h->id, name, sizeof(name));
+	fd = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno; /* none: nothing in */
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	h->n = (uint32_t)((uint64_t)st.st_size / SUMS_REC);
+	buf = malloc((size_t)h->n * SUMS_REC + 1);
+	h->v = calloc(h->n ? h->n : 1, sizeof(*h->v));
+	if (!buf || !h->v) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	while (got < (size_t)h->n * SUMS_REC) {
+		ssize_t r = pread(fd, buf + got, (size_t)h->n * SUMS_REC - got,
+				  (off_t)got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	h->n = (uint32_t)(got / SUMS_REC);
+	for (uint32_t i = 0; i < h->n; i++) {
+		const uint8_t *r = buf + (size_t)i * SUMS_REC;
+
+		/* A hole (a piece never spilled) or a torn record: none. */
+		if (rft_get_le32(r + 16) != SUMS_MAGIC ||
+		    rft_get_le32(r + 20) != ers_crc32c(0, r, 20))
+			continue;
+		h->v[i] = (struct spill_found){ rft_get_le64(r),
+						rft_get_le32(r + 8),
+						rft_get_le32(r + 12) };
+	}
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+/* One inode; ns->lock held (read). */
+static int found_one(void *ctx, struct inode *in)
+{
+	struct found_walk *w = ctx;
+	struct held key = { .id = in->file.id }, *h;
+	uint32_t n;
+
+	if (!S_ISREG(in->mode))
+		return 0;
+	h = bsearch(&key, w->h, w->n, sizeof(*w->h), held_cmp);
+	if (!h)
+		return 0;
+	/*
+	 * Its spill file stays, whatever is taken back: a piece spilled this
+	 * run may be there already, and what is stale is written over.
+	 */
+	h->kept = true;
+	file_wrlock(&in->file);
+	n = file_spill_found_locked(w->e, &in->file, h->v, h->n);
+	file_unlock(&in->file);
+	w->pieces += n;
+	w->files += n != 0;
 	return 0;
 }
+
+static long spill_found(struct eng *e)
+{
+	struct spill *sp = e->spill;
+	struct found_walk w = { e, NULL, 0, 0, 0 };
+	uint64_t *ids, used;
+	long n = list_dir(sp, &ids, &used);
+	size_t kept = 0;
+	int rc = 0;
+
+	if (n < 0)
+		rc = (int)n;
+	else if (n && !(w.h = calloc((size_t)n, sizeof(*w.h))))
+		rc = -ENOMEM;
+	for (long i = 0; rc == 0 && i < n; i++) {
+		w.h[w.n] = (struct held){ .id = ids[i] };
+		rc = read_sums(sp, &w.h[w.n]);
+		if (rc < 0) {
+			rft_warn("spill dir %s: the index of %016" PRIx64
+				 ": %s (its pieces are not taken back)",
+				 e->cfg.spill_dir, ids[i], strerror(-rc));
+			free(w.h[w.n].v);
+			rc = 0;
+			continue;
+		}
+		w.n++;
+	}
+	if (rc == 0) {
+		qsort(w.h, w.n, sizeof(*w.h), held_cmp);
+		ns_rdlock(e);
+		ns_walk(&e->ns, found_one, &w);
+		ns_unlock(e);
+		/*
+		 * No inode has the id: nothing can spill into it again (ids
+		 * are never reused), so it goes with no race with eviction.
+		 */
+		for (size_t i = 0; i < w.n; i++)
+			if (!w.h[i].kept)
+				remove_files(sp, w.h[i].id);
+			else
+				kept++;
+		atomic_fetch_add(&sp->found, w.pieces);
+		if (n)
+			rft_info("spill dir %s: %llu pieces of %llu files "
+				 "taken back; %zu files of an earlier daemon "
+				 "removed (their files are gone)",
+				 e->cfg.spill_dir,
+				 (unsigned long long)w.pieces,
+				 (unsigned long long)w.files, (size_t)n - kept);
+	} else {
+		rft_warn("spill dir %s: %s: nothing of it is taken back",
+			 e->cfg.spill_dir, strerror(-rc));
+	}
+	for (size_t i = 0; i < w.n; i++)
+		free(w.h[i].v);
+	free(w.h);
+	free(ids);
+	return rc < 0 ? rc : (long)w.pieces;
+}
+
+static const struct spill_source spill_src = { .read = spill_read,
+					       .found = spill_found };
 
 int spill_new(struct eng *e)
 {
 	struct spill *sp;
+	uint64_t *ids;
+	long n;
 	int rc;
 
 	if (!e->cfg.spill_dir)
@@ -311,9 +608,10 @@ int spill_new(struct eng *e)
 		rft_err("spill dir %s: %s", e->cfg.spill_dir, strerror(-rc));
 		goto fail;
 	}
-	rc = empty_dir(e, sp, "of an earlier daemon");
-	if (rc == 0)
-		rc = eng_listen(e, spill_on_event, sp);
+	/* What an earlier daemon left stays until spill_found looks. */
+	n = list_dir(sp, &ids, &sp->used);
+	free(ids);
+	rc = n < 0 ? (int)n : eng_listen(e, spill_on_event, sp);
 	if (rc < 0)
 		goto fail;
 	e->spill = sp;
@@ -333,8 +631,13 @@ void spill_free(struct eng *e)
 
 	if (!sp)
 		return;
-	/* Nothing of it outlives this daemon (see above). */
-	empty_dir(e, sp, "at the stop");
+	/*
+	 * What it holds is found again by a restart that knows the files: a
+	 * group's (its log) or one with a persist dir (its scan).  Alone
+	 * without one, nothing could be.
+	 */
+	if (e->cfg.node < 0 && !e->persist_dir)
+		empty_dir(e, sp, "at the stop");
 	close(sp->dirfd);
 	pthread_mutex_destroy(&sp->lock);
 	free(sp);
@@ -356,4 +659,5 @@ void spill_get_stats(struct eng *e, struct eng_stats *s)
 	s->spill_read = atomic_load(&sp->read);
 	s->spill_crc_errors = atomic_load(&sp->crc_errors);
 	s->spill_errors = atomic_load(&sp->errors);
+	s->spill_found = atomic_load(&sp->found);
 }

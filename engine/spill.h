@@ -14,8 +14,8 @@
 struct eng;
 struct spill_pick;
 
-/* Open cfg->spill_dir (emptied of what an earlier daemon left) as e->spill;
- * 0 at once without one, -errno. */
+/* Open cfg->spill_dir as e->spill (what an earlier daemon left stays until
+ * struct spill_source's found looks); 0 at once without one, -errno. */
 int spill_new(struct eng *e);
 void spill_free(struct eng *e);
 /* Is there room for @bytes more?  (The files of files gone go first.) */

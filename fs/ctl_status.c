@@ -294,6 +294,7 @@ enum {
 	SP_READ,
 	SP_CRC_ERRORS,
 	SP_ERRORS,
+	SP_FOUND,
 	SP_N
 };
 
@@ -318,10 +319,15 @@ static const struct rep_field spill_fields[SP_N] = {
 		"Pieces read back from the spill dir."),
 	[SP_CRC_ERRORS] = REP_EXPORT("crc_errors", REP_COUNT, REP_COUNTER,
 		"reftfs_spill_crc_errors_total",
-		"Pieces of the spill dir that failed their check (EIO)."),
+		"Pieces of the spill dir that failed their check (read "
+		"from the holders or the persist dir instead, else EIO)."),
 	[SP_ERRORS] = REP_EXPORT("errors", REP_COUNT, REP_COUNTER,
 		"reftfs_spill_errors_total",
 		"Failed writes to the spill dir (the pieces stayed in RAM)."),
+	[SP_FOUND] = REP_EXPORT("found_pieces", REP_COUNT, REP_GAUGE,
+		"reftfs_spill_found_pieces",
+		"Pieces this daemon found in the spill dir at its start, "
+		"taken back instead of fetched."),
 };
 
 enum { CK_FLAG_KEEP = 1 << 0, CK_FLAG_PERSIST = 1 << 1 };
@@ -572,7 +578,7 @@ static const struct rep_text status_text[] = {
 	    "{spill.used_bytes} of {spill.budget_bytes} taken; "
 	    "{spill.written_pieces} written, {spill.read_pieces} read back, "
 	    "{spill.crc_errors} failed their check, {spill.errors} write "
-	    "errors"),
+	    "errors; {spill.found_pieces} found at start"),
 	TXT(NULL, "counters",
 	    "enospc {counters.enospc}, crc errors {counters.crc_errors}, "
 	    "evicted chunks {counters.evicted_chunks}, read-through "
@@ -762,6 +768,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, SP_READ, st.spill_read);
 	rep_set_u64(g, SP_CRC_ERRORS, st.spill_crc_errors);
 	rep_set_u64(g, SP_ERRORS, st.spill_errors);
+	rep_set_u64(g, SP_FOUND, st.spill_found);
 
 	rfs_ctl_fill_group(r, rep, rep_obj(top, ST_GROUP), top, ST_MEMBERS);
 

@@ -5,8 +5,9 @@
 # with one, the older checkpoints go there as memory runs short, and every
 # file reads back byte-identical, with ls showing them in tier spill, and
 # status and metrics counting the pieces.  A spilled piece corrupted on
-# disk reads EIO, never other bytes.  The directory is emptied when the
-# daemon starts and when it stops.  Bad --spill options are refused (exit 2).  (In a group:
+# disk reads EIO, never other bytes.  Alone without a persist dir nothing
+# spilled can be found again: the directory is emptied when the daemon
+# starts and when it stops.  Bad --spill options are refused (exit 2).  (In a group:
 # 262-group-spill.)
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -42,7 +43,7 @@ log "no spill dir: the third checkpoint of 40 MiB gets ENOSPC in a 64 MiB arena"
 echo stale >"$S/0123456789abcdef.spill"
 start_daemon "$MNT" --mem 64M --keep 1 --enospc-wait 200 --spill "$S:1G"
 [ -e "$S/0123456789abcdef.spill" ] && fail "a spill file of an earlier daemon is still there"
-grep -q "spill dir $S: 1 files of an earlier daemon removed" "$DAEMON_LOG" ||
+grep -q "spill dir $S: 0 pieces of 0 files taken back; 1 files of an earlier daemon removed" "$DAEMON_LOG" ||
 	fail "the removal of an earlier daemon's spill file is not in the log"
 write_ckpts 5 || fail "five checkpoints with a spill dir"
 for c in 1 2 3 4 5; do
@@ -97,7 +98,7 @@ except OSError as e:
     if e.errno != errno.EIO:
         sys.exit("%s, want EIO" % e)
 PYEOF
-grep -q "spill: .*fails its checksum; EIO" "$DAEMON_LOG" || fail "the daemon did not log the bad piece"
+grep -q "spill: .*fails its checksum" "$DAEMON_LOG" || fail "the daemon did not log the bad piece"
 admin "$MNT" metrics >"$T_TMP/metrics"
 expect_metric "$T_TMP/metrics" reftfs_spill_crc_errors_total -ge 1
 log "a spilled piece corrupted on disk: EIO, logged and counted"

@@ -99,6 +99,45 @@ static int spilled_cb(void *ctx, const struct eng_piece_info *pi)
 	return 0;
 }
 
+#define NCKPT 6
+#define CKPT_BASE (3 * MiB)
+
+/* Checkpoint @c's file @k: its length. */
+static size_t ckpt_len(int c, int k)
+{
+	return CKPT_BASE + (size_t)c * 4096 + (size_t)k;
+}
+
+/*
+ * Write checkpoints step_1..step_6 of files f0 and f1 (ckpt_len bytes,
+ * pattern @seed + 2c + k) into @data and the engine; their inodes into
+ * @ino.
+ */
+static void write_ckpts(struct eng *e, uint8_t *data[NCKPT][2],
+			uint64_t ino[NCKPT][2], unsigned seed)
+{
+	char name[32];
+	struct stat st;
+
+	for (int c = 0; c < NCKPT; c++) {
+		snprintf(name, sizeof(name), "step_%d", c + 1);
+		assert_int_equal(eng_mkdir(e, RFT_ROOT_INO, name, 0755, 0, 0,
+					   &st), 0);
+		for (int k = 0; k < 2; k++) {
+			size_t len = ckpt_len(c, k);
+
+			data[c][k] = malloc(len);
+			fx_fill(data[c][k], len, seed + (unsigned)(c * 2 + k));
+			snprintf(name, sizeof(name), "f%d", k);
+			ino[c][k] = fx_put(e, st.st_ino, name, data[c][k], len);
+			if (!ino[c][k])
+				fail_msg("step_%d/f%d not written: the arena "
+					 "is full and nothing spilled", c + 1,
+					 k);
+		}
+	}
+}
+
 /*
  * Six checkpoints of 2 files of about 3 MiB in a 16 MiB arena, --keep 1,
  * no persist dir: without the spill dir the fourth cannot be written
@@ -107,9 +146,8 @@ static int spilled_cb(void *ctx, const struct eng_piece_info *pi)
 static void test_spill_instead_of_enospc(void **state)
 {
 	struct fixture *fx = *state;
-	const size_t base = 3 * MiB;
-	uint8_t *data[6][2], *buf = malloc(base + 8 * 4096);
-	uint64_t ino[6][2];
+	uint8_t *data[NCKPT][2], *buf = malloc(ckpt_len(NCKPT, 2));
+	uint64_t ino[NCKPT][2];
 	char name[32], path[PATH_MAX + 64];
 	struct one_entry old;
 	struct eng_file *fp;
@@ -120,27 +158,10 @@ static void test_spill_instead_of_enospc(void **state)
 
 	fx->spill_bytes = 256ull * MiB;
 	assert_int_equal(fx_start(fx, 16 * MiB, false, 1), 0);
-	for (int c = 0; c < 6; c++) {
-		snprintf(name, sizeof(name), "step_%d", c + 1);
-		assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, name, 0755, 0,
-					   0, &st), 0);
+	write_ckpts(fx->e, data, ino, 1);
+	for (int c = 0; c < NCKPT; c++)
 		for (int k = 0; k < 2; k++) {
-			size_t len = base + (size_t)c * 4096 + (size_t)k;
-
-			data[c][k] = malloc(len);
-			fx_fill(data[c][k], len, (unsigned)(c * 2 + k + 1));
-			snprintf(name, sizeof(name), "f%d", k);
-			ino[c][k] = fx_put(fx->e, st.st_ino, name, data[c][k],
-					   len);
-			if (!ino[c][k])
-				fail_msg("step_%d/f%d not written: the arena "
-					 "is full and nothing spilled", c + 1,
-					 k);
-		}
-	}
-	for (int c = 0; c < 6; c++)
-		for (int k = 0; k < 2; k++) {
-			size_t len = base + (size_t)c * 4096 + (size_t)k;
+			size_t len = ckpt_len(c, k);
 
 			assert_int_equal(read_all(fx->e, ino[c][k], buf, len),
 					 0);
@@ -157,9 +178,9 @@ static void test_spill_instead_of_enospc(void **state)
 		assert_int_equal(eng_mkdir(fx->e, RFT_ROOT_INO, "step_7", 0755,
 					   0, 0, &st), 0);
 		assert_int_not_equal(fx_put(fx->e, st.st_ino, "f0", data[5][0],
-					    base), 0);
+					    CKPT_BASE), 0);
 		assert_int_not_equal(fx_put(fx->e, st.st_ino, "f1", data[5][1],
-					    base), 0);
+					    CKPT_BASE), 0);
 		old = entry(fx->e, "step_1/f1");
 	}
 	assert_true(!strcmp(old.tier, "spill") ||
@@ -193,10 +214,10 @@ static void test_spill_instead_of_enospc(void **state)
 	for (int k = 0; k < 3; k++) {
 		snprintf(name, sizeof(name), "f%d", k);
 		assert_int_not_equal(fx_put(fx->e, st.st_ino, name,
-					    data[4][k % 2], base), 0);
+					    data[4][k % 2], CKPT_BASE), 0);
 	}
 	assert_int_not_equal(access(path, F_OK), 0);
-	for (int c = 0; c < 6; c++)
+	for (int c = 0; c < NCKPT; c++)
 		for (int k = 0; k < 2; k++)
 			free(data[c][k]);
 	free(buf);
@@ -205,6 +226,137 @@ static void test_spill_instead_of_enospc(void **state)
 	snprintf(path, sizeof(path), "rmdir '%.2000s'", fx->spill);
 	assert_int_equal(system(path), 0);
 	mkdir(fx->spill, 0755);
+}
+
+/* Pieces of a file: those in the spill dir, in the persist dir, in all. */
+struct where_count {
+	uint32_t spill, persist, all;
+	int32_t first_spill;
+};
+
+static int where_cb(void *ctx, const struct eng_piece_info *pi)
+{
+	struct where_count *w = ctx;
+
+	w->all++;
+	if (!strcmp(pi->here, "spill")) {
+		if (!w->spill++)
+			w->first_spill = (int32_t)pi->index;
+	}
+	w->persist += !strcmp(pi->here, "persist");
+	return 0;
+}
+
+static struct where_count where(struct eng *e, const char *path)
+{
+	struct where_count w = { 0, 0, 0, -1 };
+
+	assert_int_equal(eng_list_pieces(e, path, where_cb, &w), 0);
+	return w;
+}
+
+static void spill_path(struct fixture *fx, uint64_t file_id,
+		       const char *suffix, char *buf, size_t size)
+{
+	snprintf(buf, size, "%s/%016llx%s", fx->spill,
+		 (unsigned long long)file_id, suffix);
+}
+
+/*
+ * A restart finds what the spill dir holds: six checkpoints spill with no
+ * write-back until the stop (whose last pass reads them from the spill
+ * dir); the next engine, whose persist scan knows the files again, takes
+ * the spilled pieces back instead of reading the persist dir.  Meanwhile a
+ * file was removed from the persist dir (its spill files go), a record of
+ * the index was torn (that piece is the persist dir's), and a spilled
+ * piece went bad on disk (its read fails its check and goes to the
+ * persist dir: the right bytes, no EIO).
+ */
+static void test_spill_restart(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *data[NCKPT][2], *buf = malloc(ckpt_len(NCKPT, 2));
+	uint64_t ino[NCKPT][2], id_gone, id_torn, id_bad;
+	char name[32], path[PATH_MAX + 64];
+	struct where_count torn, bad;
+	struct eng_stats s;
+	FILE *f;
+
+	fx->spill_bytes = 256ull * MiB;
+	fx->no_policy = true; /* nothing written back before the stop */
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 1), 0);
+	write_ckpts(fx->e, data, ino, 7);
+	eng_get_stats(fx->e, &s);
+	assert_true(s.spill_written > 0);
+	id_gone = entry(fx->e, "step_2/f0").file_id;
+	id_torn = entry(fx->e, "step_1/f1").file_id;
+	id_bad = entry(fx->e, "step_1/f0").file_id;
+	torn = where(fx->e, "step_1/f1");
+	bad = where(fx->e, "step_1/f0");
+	assert_true(where(fx->e, "step_2/f0").spill > 0);
+	assert_true(torn.spill > 0 && bad.spill > 1);
+	fx_stop(fx);
+
+	/* Kept at the stop: the persist dir's scan knows the files again. */
+	spill_path(fx, id_bad, ".spill", path, sizeof(path));
+	assert_int_equal(access(path, F_OK), 0);
+	/* step_2/f0 is removed while no daemon runs. */
+	snprintf(path, sizeof(path), "%s/step_2/f0", fx->persist);
+	assert_int_equal(unlink(path), 0);
+	snprintf(path, sizeof(path), "%s/step_2/.f0.rftsum", fx->persist);
+	unlink(path);
+	/* The record of step_1/f1's first spilled piece is torn. */
+	spill_path(fx, id_torn, ".sums", path, sizeof(path));
+	f = fopen(path, "r+b");
+	assert_non_null(f);
+	fseek(f, (long)torn.first_spill * 24 + 21, SEEK_SET);
+	fputc(0x5a, f);
+	fclose(f);
+	/* A byte of step_1/f0's first spilled piece goes bad. */
+	spill_path(fx, id_bad, ".spill", path, sizeof(path));
+	f = fopen(path, "r+b");
+	assert_non_null(f);
+	fseek(f, (long)bad.first_spill * MiB + 100, SEEK_SET);
+	fputc(data[0][0][(size_t)bad.first_spill * MiB + 100] ^ 0x5a, f);
+	fclose(f);
+
+	fx->no_policy = false;
+	assert_int_equal(fx_start(fx, 16 * MiB, true, 1), 0);
+	eng_get_stats(fx->e, &s);
+	assert_true(s.spill_found > 0);
+	assert_int_equal(s.spill_pieces, s.spill_found);
+	spill_path(fx, id_gone, ".spill", path, sizeof(path));
+	assert_int_not_equal(access(path, F_OK), 0);
+	spill_path(fx, id_gone, ".sums", path, sizeof(path));
+	assert_int_not_equal(access(path, F_OK), 0);
+	assert_int_equal(where(fx->e, "step_1/f0").spill, bad.spill);
+	assert_int_equal(where(fx->e, "step_1/f1").spill, torn.spill - 1);
+
+	/* By name: the scan made new inodes. */
+	for (int c = 0; c < NCKPT; c++)
+		for (int k = 0; k < 2; k++) {
+			size_t len = ckpt_len(c, k);
+
+			if (c == 1 && k == 0)
+				continue; /* removed */
+			snprintf(path, sizeof(path), "step_%d", c + 1);
+			snprintf(name, sizeof(name), "f%d", k);
+			ino[c][k] = lookup(fx->e, lookup(fx->e, RFT_ROOT_INO,
+							 path),
+					   name);
+			assert_int_equal(read_all(fx->e, ino[c][k], buf, len),
+					 0);
+			assert_memory_equal(buf, data[c][k], len);
+		}
+	eng_get_stats(fx->e, &s);
+	/* Each found piece read from the spill dir but the bad one. */
+	assert_int_equal(s.spill_read, s.spill_found - 1);
+	assert_int_equal(s.spill_crc_errors, 1);
+	assert_int_equal(s.crc_errors, 0);
+	for (int c = 0; c < NCKPT; c++)
+		for (int k = 0; k < 2; k++)
+			free(data[c][k]);
+	free(buf);
 }
 
 /* --- against a model ----------------------------------------------------- */
@@ -447,6 +599,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_spill_instead_of_enospc,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_spill_restart, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_spill_model, setup,
 						teardown),
 	};
