@@ -453,6 +453,7 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	/* Caches count with or without a persist dir. */
 	s->chunks_evictable = evict_count(e);
 	s->readthrough_bytes = atomic_load(&e->cnt.readthrough_bytes);
+	s->peer_bytes = atomic_load(&e->cnt.peer_bytes);
 	pass_get_stats(e, s);
 	s->pass_waiting = pass_waiting(e);
 	s->start_time = e->start_time;

@@ -596,6 +596,7 @@ struct eng_stats {
 	uint64_t write_ops, write_bytes, read_ops, read_bytes;
 	uint64_t enospc, crc_errors, evicted_chunks;
 	uint64_t readthrough_chunks, readthrough_bytes;
+	uint64_t peer_bytes;	/* brought in from peers (copies, decodes) */
 	uint64_t fetch_reads, fetch_timeouts; /* reads answered off FUSE threads */
 	/* Pieces brought in (from peers, the persist dir) while memory was
 	   full; reads served without keeping their copy, none evictable. */

@@ -145,6 +145,7 @@ enum {
 	CNT_EVICTED,
 	CNT_RT_CHUNKS,
 	CNT_RT_BYTES,
+	CNT_PEER_BYTES,
 	CNT_FETCH_READS,
 	CNT_FETCH_TIMEOUTS,
 	CNT_FETCH_STALLS,
@@ -178,6 +179,10 @@ static const struct rep_field cnt_fields[CNT_N] = {
 	[CNT_RT_BYTES] = REP_EXPORT("readthrough_bytes", REP_BYTES, REP_COUNTER,
 		"reftfs_readthrough_bytes_total",
 		"Bytes read back from the persist tier."),
+	[CNT_PEER_BYTES] = REP_EXPORT("peer_bytes", REP_BYTES, REP_COUNTER,
+		"reftfs_peer_fetched_bytes_total",
+		"Bytes of pieces brought into memory from peers: their "
+		"copies, or decoded from their stripes."),
 	[CNT_FETCH_READS] = REP_EXPORT("fetch_reads", REP_COUNT, REP_COUNTER,
 		"reftfs_fetch_reads_total",
 		"Reads answered from a fetch thread (data not in RAM)."),
@@ -723,6 +728,7 @@ static struct rep *status_report(struct ctl_req *r, struct rep_out *o)
 	rep_set_u64(g, CNT_EVICTED, st.evicted_chunks);
 	rep_set_u64(g, CNT_RT_CHUNKS, st.readthrough_chunks);
 	rep_set_u64(g, CNT_RT_BYTES, st.readthrough_bytes);
+	rep_set_u64(g, CNT_PEER_BYTES, st.peer_bytes);
 	rep_set_u64(g, CNT_FETCH_READS, st.fetch_reads);
 	rep_set_u64(g, CNT_FETCH_TIMEOUTS, st.fetch_timeouts);
 	rep_set_u64(g, CNT_FETCH_STALLS, st.fetch_stalls);

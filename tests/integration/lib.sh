@@ -348,7 +348,10 @@ _t_watchdog() {
 	_t_hang_report >&2
 	# A caller whose request the daemon has read waits it out, even past
 	# SIGKILL: only an aborted connection ends that wait, which a
-	# daemon's death does too (fusectl is not mounted everywhere).
+	# daemon's death does too, but for a daemon that cannot die
+	# (kill_daemon): fusectl, mounted if it is not.
+	[ -n "$(ls /sys/fs/fuse/connections 2>/dev/null)" ] ||
+		mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null
 	for c in $(_t_fuse_conns); do
 		[ -w /sys/fs/fuse/connections/"$c"/abort ] &&
 			echo 1 >/sys/fs/fuse/connections/"$c"/abort
@@ -685,11 +688,46 @@ stop_daemon() {
 	log "unmounted $m, daemon exited 0"
 }
 
+# _t_gone PID: no thread of PID runs or waits any more (gone, or a zombie).
+_t_gone() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		case $(awk '{ print $3 }' "$t/stat" 2>/dev/null) in
+		Z | X | "") ;;
+		*) return 1 ;;
+		esac
+	done
+	return 0
+}
+
+# _t_abort MNT: abort the FUSE connection of MNT (fusectl, mounted if it
+# is not): every request waiting on it fails ENOTCONN.
+_t_abort() {
+	local c
+	c=$(awk -v m="$1" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo | head -1)
+	[ -n "$c" ] || return 0
+	[ -e /sys/fs/fuse/connections/"$c" ] ||
+		mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null || true
+	[ -w /sys/fs/fuse/connections/"$c"/abort ] &&
+		echo 1 >/sys/fs/fuse/connections/"$c"/abort
+	log "aborted the FUSE connection of $1 (a thread of its killed daemon was stuck in the kernel)"
+}
+
 # kill_daemon MNT PID: SIGKILL and lazy unmount (simulated crash).  A
 # daemon a test's helper killed already is reaped and unmounted the same.
+# A killed daemon's thread may stay in the kernel, waiting for a lock
+# that a request the daemon will never answer holds (a reverse
+# invalidation, rft-inval, in a directory a rename is in): it holds
+# /dev/fuse open, so the connection never ends by itself, and only its
+# abort frees both (docs/operations.md, "A daemon that will not die").
 kill_daemon() {
-	local m=$1 pid=$2
+	local m=$1 pid=$2 i
 	kill -KILL "$pid" 2>/dev/null || true
+	for i in $(seq 1 30); do
+		_t_gone "$pid" && break
+		sleep 0.1
+	done
+	_t_gone "$pid" || _t_abort "$m"
 	wait "$pid" 2>/dev/null || true
 	fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 	is_mounted "$m" && fail "$m still mounted after lazy unmount"
