@@ -32,7 +32,8 @@
 #
 # usage: tests/bench/run_training_bench.sh [OUT]
 #        env: HIDDEN (2048) LAYERS (8) STEPS (20) EVERY (5) RESUME (5)
-#        RATE (250, MB/s) SCHEMES ("replicate:2 xor rs:2+1").  Root.
+#        RATE (250, MB/s) SCHEMES ("replicate:2 xor rs:2+1"), KEEP (set:
+#        the work dir, logs included, is kept).  Root.
 set -euo pipefail
 
 SRCDIR=$(cd "$(dirname "$0")/../.." && pwd)
@@ -77,7 +78,11 @@ cleanup() {
 			[ -s "$m" ] && { echo "--- $m (last 20 lines):" >&2; tail -20 "$m" >&2; }
 		done
 	fi
-	rm -rf "$WORK"
+	if [ -n "${KEEP:-}" ]; then
+		echo "kept: $WORK" >&2
+	else
+		rm -rf "$WORK"
+	fi
 	exit "$rc"
 }
 trap cleanup EXIT

@@ -67,9 +67,16 @@ class Paced(io.RawIOBase):
         return self.f.tell()
 
     def readinto(self, b):
-        n = self.f.readinto(memoryview(b)[:PIECE])
-        self._pace(n or 0)
-        return n
+        # Whole (torch's reader takes a short read for a failure).
+        b = memoryview(b)
+        done = 0
+        while done < len(b):
+            n = self.f.readinto(b[done:done + PIECE])
+            if not n:
+                break
+            done += n
+            self._pace(n)
+        return done
 
     def write(self, b):
         b = memoryview(b)
