@@ -31,7 +31,7 @@
 # checkpoint interval, reftfs beside shared storage alone) to OUT.
 #
 # usage: tests/bench/run_training_bench.sh [OUT]
-#        env: HIDDEN (2048) LAYERS (8) STEPS (20) EVERY (5) RESUME (5)
+#        env: HIDDEN (2048) LAYERS (8) STEPS (15) EVERY (5) RESUME (5)
 #        RATE (250, MB/s) SCHEMES ("replicate:2 xor rs:2+1"), KEEP (set:
 #        the work dir, logs included, is kept).  Root.
 set -euo pipefail
@@ -45,7 +45,7 @@ TRAIN=$SRCDIR/tests/integration/train_ddp.py
 OUT=$(mkdir -p "${1:-.}" && cd "${1:-.}" && pwd)
 HIDDEN=${HIDDEN:-2048}
 LAYERS=${LAYERS:-8}
-STEPS=${STEPS:-20}
+STEPS=${STEPS:-15}
 EVERY=${EVERY:-5}
 RESUME=${RESUME:-5}
 RATE=${RATE:-250}
@@ -57,9 +57,10 @@ SCHEMES=${SCHEMES:-replicate:2 xor rs:2+1}
 	{ apt-get install -y -q --no-install-recommends python3-matplotlib >/dev/null; }
 # One checkpoint of a rank: parameters and Adam's two moments.
 CKPT=$((3 * LAYERS * (HIDDEN * HIDDEN + HIDDEN) * 4))
-# Room for the newest two checkpoints of a rank, their copies or parity
-# for the others, and what a restart brings back.
-MEM=$((CKPT * 8 / 1048576 + 256))M
+# Room for every checkpoint of the run (write-back to the persist dir may
+# lag behind the saves, and until then nothing can be evicted), their
+# copies or parity for the others, and what a restart brings back.
+MEM=$((CKPT * ((STEPS + RESUME) / EVERY + 1) * 2 / 1048576 + 256))M
 
 WORK=$(mktemp -d /var/tmp/reftfs-tbench.XXXXXX)
 MOUNTS=()
