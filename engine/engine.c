@@ -461,6 +461,15 @@ void eng_get_stats(struct eng *e, struct eng_stats *s)
 	spill_get_stats(e, s);
 }
 
+/* The latest of @ms into *@acc: UINT64_MAX once one is 0 (not known). */
+static void latest(uint64_t *acc, bool there, uint64_t ms)
+{
+	if (!there || !ms)
+		*acc = UINT64_MAX;
+	else if (*acc != UINT64_MAX && ms > *acc)
+		*acc = ms;
+}
+
 /* Count regular file @in in @ci; ns->lock held. */
 static void ckpt_file(struct eng *e, struct inode *in,
 		      struct eng_ckpt_info *ci)
@@ -472,6 +481,11 @@ static void ckpt_file(struct eng *e, struct inode *in,
 	st = file_state(f);
 	ci->bytes += f->size;
 	ci->bytes_resident += file_ram_bytes(e, f);
+	latest(&ci->sealed_ms, st >= ENG_STATE_SEALED, f->dur.sealed_ms);
+	latest(&ci->protected_ms, st >= ENG_STATE_PROTECTED,
+	       f->dur.protected_ms);
+	latest(&ci->persisted_ms, st == ENG_STATE_PERSISTED,
+	       f->dur.persisted_ms);
 	file_unlock(f);
 	if (st < ci->state)
 		ci->state = st;
@@ -484,17 +498,36 @@ static void ckpt_file(struct eng *e, struct inode *in,
 }
 
 /* Weakest state and totals of the files below @dir; ns->lock held. */
-static void ckpt_tree(struct eng *e, struct inode *dir,
+static void ckpt_walk(struct eng *e, struct inode *dir,
 		      struct eng_ckpt_info *ci)
 {
 	for (struct dentry *de = dir->dir.first; de; de = de->next) {
 		struct inode *in = de->inode;
 
 		if (S_ISDIR(in->mode))
-			ckpt_tree(e, in, ci);
+			ckpt_walk(e, in, ci);
 		else if (S_ISREG(in->mode))
 			ckpt_file(e, in, ci);
 	}
+}
+
+/* @ci's times 0 where not every file has one. */
+static void ckpt_times_end(struct eng_ckpt_info *ci)
+{
+	if (ci->sealed_ms == UINT64_MAX || !ci->files)
+		ci->sealed_ms = 0;
+	if (ci->protected_ms == UINT64_MAX || !ci->files)
+		ci->protected_ms = 0;
+	if (ci->persisted_ms == UINT64_MAX || !ci->files)
+		ci->persisted_ms = 0;
+}
+
+/* The same as ckpt_walk, its times ended. */
+static void ckpt_tree(struct eng *e, struct inode *dir,
+		      struct eng_ckpt_info *ci)
+{
+	ckpt_walk(e, dir, ci);
+	ckpt_times_end(ci);
 }
 
 int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx)
@@ -529,6 +562,7 @@ int eng_list_checkpoints(struct eng *e, eng_ckpt_fn fn, void *ctx)
 		}
 		ci.seq = c->ckpt_seq;
 		ci.state = ENG_STATE_PERSISTED;
+		ci.born_ms = c->ckpt_born_ms;
 		ckpt_tree(e, c, &ci);
 		ci.in_keep_window = ns_in_keep_window(e, c->ckpt_seq);
 		ci.persist_selected = e->cfg.persist_every > 0 &&
@@ -651,6 +685,7 @@ static void tree_state(struct eng *e, struct inode *in,
 		}
 	} else if (S_ISREG(in->mode)) {
 		ckpt_file(e, in, ci);
+		ckpt_times_end(ci);
 	}
 }
 

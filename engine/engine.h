@@ -656,6 +656,12 @@ struct eng_ckpt_info {
 	uint64_t files_persisted; /* ... persisted */
 	bool in_keep_window;	/* among the newest cfg->keep */
 	bool persist_selected;	/* chosen by --persist-every */
+	/*
+	 * When it was made a checkpoint, and when the last of its files was
+	 * sealed, protected and persisted (rft_now_ms, on this node); 0 while
+	 * a file is not, or not known (a daemon that found it at start).
+	 */
+	uint64_t born_ms, sealed_ms, protected_ms, persisted_ms;
 };
 typedef int (*eng_ckpt_fn)(void *ctx, const struct eng_ckpt_info *ci);
 /* Report every checkpoint, oldest first; stops when @fn returns nonzero. */

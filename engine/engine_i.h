@@ -205,6 +205,9 @@ struct durability {
 	uint64_t persisted_data;  /* versions in the persisted copy; 0: none */
 	uint64_t persisted_meta;
 	uint64_t protected_data;  /* data version peers hold; 0: none */
+	/* When each became true of the version it names (rft_now_ms, on
+	 * this node); 0: not known (found in the persist dir at start). */
+	uint64_t sealed_ms, persisted_ms, protected_ms;
 };
 
 struct file;
@@ -489,6 +492,8 @@ struct inode {
 	struct dentry *dentry;
 
 	uint64_t ckpt_seq;	/* top-level directories: creation order */
+	uint64_t ckpt_born_ms;	/* ... and when this node made it one
+				   (rft_now_ms); 0: restored, not known */
 	dev_t rdev;		/* device nodes */
 	bool node_persisted;	/* symlinks, FIFOs, sockets, devices: in the
 				   persist dir under every name; ns->lock */

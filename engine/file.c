@@ -126,13 +126,16 @@ enum eng_crc_state file_crc_state_locked(const struct file *f)
 void file_dur_sealed(struct file *f)
 {
 	f->dur.sealed = f->version;
+	f->dur.sealed_ms = rft_now_ms();
 }
 
 void file_dur_protected(struct file *f, uint64_t version)
 {
 	if (version && version == f->version &&
-	    f->dur.protected_data != version)
+	    f->dur.protected_data != version) {
 		f->dur_news |= DUR_NEWS_PROTECTED;
+		f->dur.protected_ms = rft_now_ms();
+	}
 	f->dur.protected_data = version;
 }
 
@@ -142,8 +145,10 @@ void file_dur_persisted(struct file *f, uint64_t data, uint64_t meta)
 
 	f->dur.persisted_data = data;
 	f->dur.persisted_meta = meta;
-	if (!was && file_persisted(f))
+	if (!was && file_persisted(f)) {
 		f->dur_news |= DUR_NEWS_PERSISTED;
+		f->dur.persisted_ms = rft_now_ms();
+	}
 }
 
 void file_dur_found(struct file *f)
@@ -151,6 +156,7 @@ void file_dur_found(struct file *f)
 	f->dur.sealed = f->version;
 	f->dur.persisted_data = f->version;
 	f->dur.persisted_meta = f->meta_version;
+	f->dur.sealed_ms = f->dur.persisted_ms = 0; /* not known */
 }
 
 void file_dur_unlock(struct eng *e, struct inode *in)

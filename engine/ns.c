@@ -238,8 +238,10 @@ int ns_link_child(struct eng *e, struct inode *dir, const char *name,
 	}
 	if (S_ISDIR(child->mode)) {
 		d->nsubdirs++;
-		if (dir == e->ns.root && child->ckpt_seq == 0)
+		if (dir == e->ns.root && child->ckpt_seq == 0) {
 			child->ckpt_seq = ++e->ns.next_ckpt_seq;
+			child->ckpt_born_ms = rft_now_ms();
+		}
 	}
 	return 0;
 }

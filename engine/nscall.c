@@ -722,11 +722,15 @@ static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
 		/* The new name took the old one's place among src's names. */
 		unlink_dentry(e, sdir, sde, false);
 	}
-	if (ddir == e->ns.root && S_ISDIR(src->mode) && src->ckpt_seq == 0)
+	if (ddir == e->ns.root && S_ISDIR(src->mode) && src->ckpt_seq == 0) {
 		src->ckpt_seq = ++e->ns.next_ckpt_seq;
+		src->ckpt_born_ms = rft_now_ms();
+	}
 	if (sdir == e->ns.root && dst && S_ISDIR(dst->mode) &&
-	    dst->ckpt_seq == 0)
+	    dst->ckpt_seq == 0) {
 		dst->ckpt_seq = ++e->ns.next_ckpt_seq;
+		dst->ckpt_born_ms = rft_now_ms();
+	}
 	touch_dir(sdir, &op->now);
 	touch_dir(ddir, &op->now);
 	name_changed(src, &op->now);

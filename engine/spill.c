@@ -553,10 +553,12 @@ static long spill_found(struct eng *e)
 		w.n++;
 	}
 	if (rc == 0) {
-		qsort(w.h, w.n, sizeof(*w.h), held_cmp);
-		ns_rdlock(e);
-		ns_walk(&e->ns, found_one, &w);
-		ns_unlock(e);
+		if (w.n) {
+			qsort(w.h, w.n, sizeof(*w.h), held_cmp);
+			ns_rdlock(e);
+			ns_walk(&e->ns, found_one, &w);
+			ns_unlock(e);
+		}
 		/*
 		 * No inode has the id: nothing can spill into it again (ids
 		 * are never reused), so it goes with no race with eviction.

@@ -408,6 +408,10 @@ static const struct ctl_cmd ctl_cmds[] = {
 	  "until every file under PATH is so: exit 0, 1 once one is lost, "
 	  "3 at the timeout",
 	  rfs_ctl_cmd_wait },
+	{ "advise", CMD_JSON | CMD_MTBF, "[--mtbf HOURS] [--json]",
+	  "from this node's recent checkpoints: the interval that loses "
+	  "the least time, --persist-every, the odds of a loss",
+	  rfs_ctl_cmd_advise },
 	{ "metrics", CMD_JSON, "[--json]", "Prometheus text exposition",
 	  rfs_ctl_cmd_metrics },
 	{ "version", CMD_JSON, "[--json]", "daemon version",
@@ -460,6 +464,16 @@ static int parse_seconds(const char *a, unsigned *ms)
 	return 0;
 }
 
+/* "24", "0.5": hours, more than 0 and at most 10^6, into *@h. */
+static int parse_hours(const char *a, double *h)
+{
+	char *end;
+
+	errno = 0;
+	*h = strtod(a, &end);
+	return errno || end == a || *end || !(*h > 0) || *h > 1e6 ? -1 : 0;
+}
+
 static int parse_args(struct ctl_req *r, int argc, char **argv,
 		      struct rep_out *o)
 {
@@ -495,6 +509,13 @@ static int parse_args(struct ctl_req *r, int argc, char **argv,
 				    parse_seconds(argv[i], &r->timeout_ms) < 0)
 					return usage_error(
 						o, cmd, "bad --timeout",
+						i < argc ? argv[i] : "");
+			} else if ((cmd->opts & CMD_MTBF) &&
+				   !strcmp(a, "--mtbf")) {
+				if (++i == argc ||
+				    parse_hours(argv[i], &r->mtbf_h) < 0)
+					return usage_error(
+						o, cmd, "bad --mtbf",
 						i < argc ? argv[i] : "");
 			} else
 				return usage_error(o, cmd, "unknown option", a);

@@ -49,6 +49,7 @@ enum {
 #define CMD_WORDS (1u << 4) /* takes words after it (a subcommand) */
 #define CMD_STATE (1u << 5) /* takes --sealed, --protected or --persisted,
 			       and --timeout SECONDS */
+#define CMD_MTBF (1u << 6) /* takes --mtbf HOURS */
 #define CTL_MAX_WORDS 16
 
 struct ctl_req;
@@ -79,6 +80,7 @@ struct ctl_req {
 	bool json, wait, repair;
 	int want;	   /* CMD_STATE: the enum eng_state asked for, -1 */
 	unsigned timeout_ms; /* CMD_STATE: --timeout; 0: none */
+	double mtbf_h;	   /* CMD_MTBF: --mtbf HOURS; 0: not given */
 	const char *path; /* ls: NULL for the root */
 	const char *words[CTL_MAX_WORDS]; /* CMD_WORDS: the words after it */
 	int nwords;
@@ -167,6 +169,7 @@ int rfs_ctl_cmd_rebuild(struct ctl_req *r, struct rep_out *o);
 /* ctl_ckpt.c */
 int rfs_ctl_cmd_checkpoints(struct ctl_req *r, struct rep_out *o);
 int rfs_ctl_cmd_wait(struct ctl_req *r, struct rep_out *o);
+int rfs_ctl_cmd_advise(struct ctl_req *r, struct rep_out *o);
 
 /* --- the group, in "group" and in "status" (ctl_group.c) ---------------- */
 

@@ -280,7 +280,7 @@ full_tier() {
 		# engine's random operations and bad input; the rest of the
 		# suite runs the same code in build/.  The randomized ones with
 		# the quick tier's counts (lib.sh's by_tier), the differential
-		# test with a few more.
+		# test with 20 trials (half of build/'s).
 		local asan_tests=() asan_list t
 		asan_list=$(meson test -C build-asan --list 2>/dev/null)
 		for t in 010-basic-posix 045-truncate-race 065-persist-faults \
@@ -296,7 +296,7 @@ full_tier() {
 			105-mmap+direct; do
 			grep -q " / $t\$" <<<"$asan_list" && asan_tests+=("$t")
 		done
-		DIFF_TRIALS=${DIFF_TRIALS:-30} \
+		DIFF_TRIALS=${DIFF_TRIALS:-20} \
 		with_asan run_suite build-asan --timeout-multiplier 2 \
 			"${asan_tests[@]}"
 	else

@@ -6,7 +6,8 @@
 # checkpoint, exit 3 at its --timeout while a writer holds a file open
 # (or while it has no file yet), exit 0 once it is closed and written back;
 # user.reftfs.state says the same to getxattr.  The group's side (protected,
-# incomplete) is in 240-group-data and 258-group-lost.
+# incomplete) is in 240-group-data and 258-group-lost.  reftfs-admin
+# advise (issue 29) reads the same checkpoints' times.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
@@ -22,6 +23,12 @@ c = json.load(sys.stdin)
 k = {x["name"]: x for x in c["checkpoints"]}
 print(eval(sys.argv[1]))' "$1"
 }
+
+# advise (issue 29) with no checkpoint saved yet: it says so, exit 1.
+rc=0
+out=$(admin "$MNT" advise 2>&1) || rc=$?
+expect_eq "$rc" 1 "advise with no checkpoint"
+case $out in *"no checkpoint this daemon saw saved"*) ;; *) fail "advise: $out" ;; esac
 
 mkdir "$MNT/step_1"
 head -c 3000000 /dev/urandom >"$MNT/step_1/model.pt"
@@ -103,6 +110,27 @@ PYEOF
 )" "['persisted', 2, 2, 'persisted', 1, 0, ['user.reftfs.state'], 'ENODATA', 'ENODATA', 'ENOTSUP']" \
 	"user.reftfs.state by getxattr"
 fi
+
+# advise: from the checkpoints this daemon saw saved (step_1 and step_2;
+# step_3 has no file), the interval Young/Daly give for the save it
+# measured and --mtbf, and --persist-every; bad --mtbf is refused.
+for bad in 0 -1 soon 2000000; do
+	rc=0
+	admin "$MNT" advise --mtbf "$bad" >/dev/null 2>&1 || rc=$?
+	expect_eq "$rc" 2 "advise --mtbf $bad"
+done
+expect_eq "$(admin "$MNT" advise --mtbf 6 --json | "$PY" -c '
+import json, math, sys
+a = json.load(sys.stdin)
+d = max(a["save_ms"], 1) / 1000
+t = math.sqrt(2 * d * 6 * 3600) - d
+print(a["checkpoints_used"], a["mtbf_hours"], a["interval_ms"] > 0,
+      a["persisted_after_ms"] is not None, a["protected_after_ms"],
+      abs(a["interval_advised_seconds"] - t) <= 1,
+      a["persist_every_advised"] >= 1, a["exposed_one_in"] > 0)')" \
+	"2 6 True True None True True True" "advise --mtbf 6 --json"
+admin "$MNT" advise | grep -q "^advice    checkpoint every [0-9]* s (Young/Daly)" ||
+	fail "advise's text: $(admin "$MNT" advise)"
 
 # A file alone, and a path that is not there.
 admin "$MNT" wait /step_1/meta.json --sealed --timeout 5 >/dev/null ||
