@@ -160,9 +160,9 @@ mkdir -p "$WORK/shared/0" "$WORK/shared/1" "$WORK/shared/2"
 job shared "$WORK/shared/0" "$WORK/shared/1" "$WORK/shared/2" \
 	--steps "$STEPS" --every "$EVERY" --throttle "$RATE" --step-sleep 0
 job_wait
-t=$(date +%s.%N)
 sync
 echo 3 >/proc/sys/vm/drop_caches # the restarted job reads from storage
+t=$(date +%s.%N)
 job shared2 "$WORK/shared/0" "$WORK/shared/1" "$WORK/shared/2" \
 	--steps $((STEPS + RESUME)) --every "$EVERY" --throttle "$RATE" --resume
 job_wait
