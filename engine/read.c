@@ -190,6 +190,21 @@ static void say_fetch_failed(struct eng *e, struct inode *in, uint32_t i,
  */
 enum load_how { LOAD_WAIT, LOAD_MISSING, LOAD_READ, LOAD_AHEAD };
 
+/*
+ * Spilled piece @i of @f, read with checksum @crc, could not be read
+ * (spill_source's read fails only -EIO: unreadable or failing its check):
+ * true when the reader is to look again, the slot having changed meanwhile
+ * (spilled again, written) or saying now where else its bytes are (its
+ * holders' copy, the persisted one: file_spill_failed_locked); false: EIO.
+ * f->lock held for writing.
+ */
+static bool spill_look_again_locked(struct eng *e, struct file *f,
+				    uint32_t i, uint32_t crc)
+{
+	return i >= f->nslots || f->slots[i].where != PIECE_SPILL ||
+	       f->slots[i].crc != crc || file_spill_failed_locked(e, f, i);
+}
+
 static int load_piece(struct eng *e, struct inode *in,
 		      const struct piece_loc *loc, uint32_t i,
 		      const struct timespec *deadline, enum load_how how)
@@ -306,14 +321,8 @@ static int load_piece(struct eng *e, struct inode *in,
 	    (want.fill < len || want.crc_len != len))
 		new_crc = ers_crc32c(0, store_ptr(&e->store, id), len);
 	file_wrlock(f);
-	/* Spilled again, or written, meanwhile: the caller looks again. */
 	if (rc < 0 && want.where == PIECE_SPILL &&
-	    (i >= f->nslots || f->slots[i].where != PIECE_SPILL ||
-	     f->slots[i].crc != want.crc))
-		rc = 1;
-	/* Failed its check: its holders' copy or the persisted one, if any. */
-	if (rc == -EIO && want.where == PIECE_SPILL &&
-	    file_spill_failed_locked(e, f, i))
+	    spill_look_again_locked(e, f, i, want.crc))
 		rc = 1;
 	if (rc == -EIO && (want.where == PIECE_PERSIST ||
 			   want.where == PIECE_SPILL)) {
@@ -498,19 +507,14 @@ void file_ahead(struct eng *e, struct inode *in, uint32_t last)
 
 /* --- read --------------------------------------------------------------- */
 
-/*
- * Spilled piece @i of @f, read with checksum @crc, failed its check: true
- * when the read is to look again (its slot changed meanwhile, or says now
- * where else its bytes are: file_spill_failed_locked).
- */
+/* spill_look_again_locked, taking @f's lock. */
 static bool spill_fell_back(struct eng *e, struct file *f, uint32_t i,
 			    uint32_t crc)
 {
 	bool again;
 
 	file_wrlock(f);
-	again = i >= f->nslots || f->slots[i].where != PIECE_SPILL ||
-		f->slots[i].crc != crc || file_spill_failed_locked(e, f, i);
+	again = spill_look_again_locked(e, f, i, crc);
 	file_unlock(f);
 	return again;
 }
