@@ -402,6 +402,8 @@ struct eng_group_ops {
 	void (*kick)(void *ctx);
 	/* Protection and rebuild figures (see engine.h). */
 	void (*protect_stats)(void *ctx, struct eng_protect_stats *st);
+	/* The log's and peers' requests' figures (see engine.h). */
+	void (*log_stats)(void *ctx, struct eng_log_stats *st);
 	/* Wait until the namespace caught up with the group (see engine.h). */
 	int (*ready)(void *ctx, int timeout_ms);
 	/* A graceful stop, before the group stops (eng_group_leave). */
@@ -448,7 +450,10 @@ int eng_group_attach(struct eng *e, const struct eng_group_ops *ops,
 uint64_t eng_ns_count(struct eng *e);
 /* Copy an apply's outputs into the call. */
 void eng_call_take(struct eng_call *c, const struct nsop_out *out);
-/* Everything queued for the kernel delivered (or nobody to deliver it). */
+/*
+ * Every directory's name queued for the kernel delivered (or nobody to
+ * deliver it): a peer's wait for this node's names may be answered.
+ */
 bool eng_inval_idle(struct eng *e);
 
 /*

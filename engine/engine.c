@@ -329,6 +329,13 @@ void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
 	}
 }
 
+void eng_log_stats(struct eng *e, struct eng_log_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (e->gops && e->gops->log_stats)
+		e->gops->log_stats(e->gctx, st);
+}
+
 int eng_group_ready(struct eng *e, int timeout_ms)
 {
 	int rc = e->gops ? e->gops->ready(e->gctx, timeout_ms) : 0;

@@ -460,20 +460,23 @@ bool eng_in_group(const struct eng *e);
 
 /*
  * The kernel's cache of names, kept right when another node of the group
- * removes or moves a name (fs/ delivers FUSE entry invalidations).  The
- * kernel keeps a directory under one name only: a directory renamed on
- * another node and still cached here under its old name cannot be renamed
- * here under its new one (ESTALE) until that entry is gone.
+ * removes or moves a name (fs/ delivers FUSE entry invalidations).  In a
+ * group the kernel revalidates every cached name at its next use (entry
+ * timeout 0), so a stale name is never followed; what it cannot do is
+ * keep a directory under two names: a directory renamed on another node
+ * and still cached here under its old name cannot be renamed here under
+ * its new one (ESTALE) until that entry is gone.
  */
 struct eng_invalidator {
 	void *ctx;
 	/*
-	 * @name in directory @parent changed on another node.  Called from
-	 * the log's apply thread: queue it, never block (delivering it may
-	 * wait for a FUSE request that waits for the log).
+	 * @name in directory @parent changed on another node; @dir when it
+	 * named a directory that lives on under another name (its one
+	 * alias).  Called from the log's apply thread: queue it, never block
+	 * (delivering it may wait for a FUSE request that waits for the log).
 	 */
-	void (*entry)(void *ctx, uint64_t parent, const char *name);
-	/* true when everything queued has been delivered. */
+	void (*entry)(void *ctx, uint64_t parent, const char *name, bool dir);
+	/* true when no @dir entry queued is still to be delivered. */
 	bool (*idle)(void *ctx);
 };
 /* Before eng_start; @inv is copied. */
@@ -527,6 +530,23 @@ struct eng_protect_stats {
 
 /* Fill @st; zeros (copies 0) without a group or protection. */
 void eng_protect_stats(struct eng *e, struct eng_protect_stats *st);
+
+/* The group's namespace log as this node uses it, and peers' requests. */
+struct eng_log_stats {
+	uint64_t proposed;	/* changes this node put to the log */
+	uint64_t failed;	/* ... that the log did not take */
+	uint64_t waits;		/* peers' "applied N yet?" answered yes */
+	/*
+	 * ... before a directory's old name was out of this kernel's cache:
+	 * the invalidation waited longer than GNS_INVAL_WAIT_MS (behind a
+	 * FUSE request that holds the directory's lock here).
+	 */
+	uint64_t waits_capped;
+	uint64_t gets_served, gets_refused; /* peers' piece reads */
+};
+
+/* Fill @st; zeros without a group. */
+void eng_log_stats(struct eng *e, struct eng_log_stats *st);
 
 /*
  * The files in state lost (enum eng_state), only those this node owns

@@ -192,8 +192,9 @@ struct gns {
 	pthread_t servers[GNS_SERVERS];
 	pthread_t ticker;
 
-	/* Counters for reports. */
+	/* Counters for reports (struct eng_log_stats). */
 	_Atomic uint64_t proposed, failed, gets_served, gets_refused;
+	_Atomic uint64_t waits_answered, waits_capped;
 };
 
 /* --- copying ops ----------------------------------------------------------- */
@@ -883,8 +884,11 @@ static void answer_wait(struct gns *g, struct gns_job *j)
 {
 	uint8_t meta[8];
 	struct peer_frame rep = { .meta = meta, .meta_len = sizeof(meta) };
+	uint64_t applied = atomic_load(&g->applied);
 
-	rft_put_le64(meta, atomic_load(&g->applied));
+	if (applied >= rft_get_le64(j->meta))
+		atomic_fetch_add(&g->waits_answered, 1);
+	rft_put_le64(meta, applied);
 	peer_reply(g->x, j->node, &j->f, &rep, GNS_SEND_MS);
 }
 
@@ -994,6 +998,8 @@ static void *server_main(void *arg)
 			    (*pp)->until_ms <= now || g->stop) {
 				j = *pp;
 				*pp = j->next;
+				if (done && !inval_idle)
+					atomic_fetch_add(&g->waits_capped, 1);
 				break;
 			}
 			if ((*pp)->until_ms < next)
@@ -1428,6 +1434,18 @@ static void gns_protect_stats(void *ctx, struct eng_protect_stats *st)
 	protect_get_stats(g->prot, st);
 }
 
+static void gns_log_stats(void *ctx, struct eng_log_stats *st)
+{
+	struct gns *g = ctx;
+
+	st->proposed = atomic_load(&g->proposed);
+	st->failed = atomic_load(&g->failed);
+	st->waits = atomic_load(&g->waits_answered);
+	st->waits_capped = atomic_load(&g->waits_capped);
+	st->gets_served = atomic_load(&g->gets_served);
+	st->gets_refused = atomic_load(&g->gets_refused);
+}
+
 /* --- freshness ------------------------------------------------------------ */
 
 static void *ticker_main(void *arg)
@@ -1544,6 +1562,7 @@ static const struct eng_group_ops gns_ops = {
 	.fresh = gns_fresh,
 	.kick = gns_kick,
 	.protect_stats = gns_protect_stats,
+	.log_stats = gns_log_stats,
 	.ready = gns_ready,
 	.leave = gns_leave,
 	.verify = gns_verify,

@@ -601,7 +601,12 @@ static bool is_ancestor(const struct inode *a, const struct inode *b)
 	return false;
 }
 
-static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
+/*
+ * RENAME.  @moved_dir: set when a directory moved (the source, or the
+ * target of an exchange), whose old name another node's kernel must drop.
+ */
+static int apply_rename(struct eng *e, const struct nsop *op, bool remote,
+			bool *moved_dir)
 {
 	const char *name = op->name, *newname = op->newname;
 	unsigned flags = op->flags;
@@ -741,6 +746,8 @@ static int apply_rename(struct eng *e, const struct nsop *op, bool remote)
 	 */
 	if (dst)
 		name_changed(dst, &op->now);
+	*moved_dir = S_ISDIR(src->mode) ||
+		     (dst && (flags & ENG_RENAME_EXCHANGE) && S_ISDIR(dst->mode));
 out:
 	ns_unlock(e);
 	if (rc == 0 && mirror) {
@@ -762,7 +769,7 @@ out:
 }
 
 static int apply_one(struct eng *e, const struct nsop *op, uint64_t index,
-		     struct nsop_out *out, bool remote);
+		     struct nsop_out *out, bool remote, bool *moved_dir);
 
 int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 	     struct nsop_out *out)
@@ -779,22 +786,27 @@ int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
 {
 	int rc;
 
+	bool moved_dir = false;
+
 	if (out)
 		out->index = index;
-	rc = apply_one(e, op, index, out, remote);
+	rc = apply_one(e, op, index, out, remote, &moved_dir);
 	/*
 	 * Another node removed or moved a name: the kernel here may have it
-	 * cached (a directory's one alias, above all).
+	 * cached (a directory's one alias, above all: eng_invalidator).
 	 */
 	if (rc == 0 && remote && e->inval.entry) {
 		switch (op->kind) {
 		case NSOP_RENAME:
 			e->inval.entry(e->inval.ctx, op->newparent,
-				       op->newname);
-			/* fall through */
+				       op->newname, moved_dir);
+			e->inval.entry(e->inval.ctx, op->parent, op->name,
+				       moved_dir);
+			break;
 		case NSOP_UNLINK:
 		case NSOP_RMDIR:
-			e->inval.entry(e->inval.ctx, op->parent, op->name);
+			e->inval.entry(e->inval.ctx, op->parent, op->name,
+				       false);
 			break;
 		default:
 			break;
@@ -804,7 +816,7 @@ int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
 }
 
 static int apply_one(struct eng *e, const struct nsop *op, uint64_t index,
-		     struct nsop_out *out, bool remote)
+		     struct nsop_out *out, bool remote, bool *moved_dir)
 {
 	switch (op->kind) {
 	case NSOP_MKNOD:
@@ -817,7 +829,7 @@ static int apply_one(struct eng *e, const struct nsop *op, uint64_t index,
 	case NSOP_RMDIR:
 		return apply_remove(e, op, remote);
 	case NSOP_RENAME:
-		return apply_rename(e, op, remote);
+		return apply_rename(e, op, remote, moved_dir);
 	case NSOP_SETATTR:
 		return apply_setattr(e, op, out);
 	case NSOP_CREATE:

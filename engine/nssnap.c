@@ -980,7 +980,9 @@ int ns_snap_restore(struct eng *e, const void *buf, size_t len,
 		struct old_name *o = &rs.old[i];
 
 		if (o->gone && e->inval.entry)
-			e->inval.entry(e->inval.ctx, o->dir, o->name);
+			e->inval.entry(e->inval.ctx, o->dir, o->name,
+				       S_ISDIR(o->child->mode) &&
+				       o->child->nlink > 0);
 		ns_unhold(e, o->child);
 		free(o->name);
 		free(o->path);

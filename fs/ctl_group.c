@@ -125,6 +125,12 @@ enum {
 	GR_LOG_AUTH,
 	GR_LOG_BAD_HS,
 	GR_LOG_UNKNOWN,
+	GR_LOG_PROPOSED,
+	GR_LOG_FAILED,
+	GR_LOG_WAITS,
+	GR_LOG_WAITS_CAPPED,
+	GR_GETS_SERVED,
+	GR_GETS_REFUSED,
 	GR_PROT_COPIES,
 	GR_PROT_ON,
 	GR_PROT_SCHEME,
@@ -229,6 +235,27 @@ const struct rep_field rfs_ctl_group_fields[CTL_GROUP_NFIELDS] = {
 	[GR_LOG_UNKNOWN] = REP_EXPORT("log_addrs_unknown", REP_COUNT,
 		REP_GAUGE, "reftfs_group_log_addrs_unknown",
 		"Other nodes whose address the registry has not given yet."),
+	[GR_LOG_PROPOSED] = REP_EXPORT("log_proposed", REP_COUNT, REP_COUNTER,
+		"reftfs_group_log_proposed_total",
+		"Namespace changes this node put to the group's log."),
+	[GR_LOG_FAILED] = REP_EXPORT("log_failed", REP_COUNT, REP_COUNTER,
+		"reftfs_group_log_failed_total",
+		"Namespace changes the log did not take (EIO, or a seal "
+		"tried again)."),
+	[GR_LOG_WAITS] = REP_EXPORT("log_waits", REP_COUNT, REP_COUNTER,
+		"reftfs_group_log_waits_total",
+		"Peers' changes confirmed applied here (they return then)."),
+	[GR_LOG_WAITS_CAPPED] = REP_EXPORT("log_waits_capped", REP_COUNT,
+		REP_COUNTER, "reftfs_group_log_waits_capped_total",
+		"... confirmed before a moved directory's old name left this "
+		"kernel's cache: its invalidation waited 500 ms behind a "
+		"request here."),
+	[GR_GETS_SERVED] = REP_EXPORT("pieces_served", REP_COUNT, REP_COUNTER,
+		"reftfs_group_pieces_served_total",
+		"Pieces peers read from this node's memory."),
+	[GR_GETS_REFUSED] = REP_EXPORT("pieces_refused", REP_COUNT,
+		REP_COUNTER, "reftfs_group_pieces_refused_total",
+		"Peers' piece reads refused: not here, or another version."),
 	/* Protection (--protect replicate:R) and the rebuild. */
 	[GR_PROT_COPIES] = REP_FIELD("protect_copies", REP_COUNT),
 	[GR_PROT_ON] = REP_FIELD("protect_on", REP_BOOL),
@@ -306,6 +333,7 @@ void rfs_ctl_fill_group(const struct ctl_req *r, struct rep *rep,
 			unsigned tbl)
 {
 	struct eng_protect_stats ps;
+	struct eng_log_stats ls;
 	uint64_t there[64], here[64];
 	struct grp_member_info *m;
 	struct grp_info gi;
@@ -357,6 +385,13 @@ void rfs_ctl_fill_group(const struct ctl_req *r, struct rep *rep,
 		rep_set_u64(gobj, GR_LOG_BAD_HS, gi.log_bad_handshakes);
 		rep_set_u64(gobj, GR_LOG_UNKNOWN,
 			    (uint64_t)gi.log_addrs_unknown);
+		eng_log_stats(r->e, &ls);
+		rep_set_u64(gobj, GR_LOG_PROPOSED, ls.proposed);
+		rep_set_u64(gobj, GR_LOG_FAILED, ls.failed);
+		rep_set_u64(gobj, GR_LOG_WAITS, ls.waits);
+		rep_set_u64(gobj, GR_LOG_WAITS_CAPPED, ls.waits_capped);
+		rep_set_u64(gobj, GR_GETS_SERVED, ls.gets_served);
+		rep_set_u64(gobj, GR_GETS_REFUSED, ls.gets_refused);
 	}
 	eng_protect_stats(r->e, &ps);
 	rep_set_u64(gobj, GR_PROT_COPIES, ps.copies);

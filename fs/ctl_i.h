@@ -174,7 +174,7 @@ int rfs_ctl_cmd_advise(struct ctl_req *r, struct rep_out *o);
 /* --- the group, in "group" and in "status" (ctl_group.c) ---------------- */
 
 /* Fields of the group object, and of a row of its member table. */
-#define CTL_GROUP_NFIELDS 63
+#define CTL_GROUP_NFIELDS 69
 #define CTL_MEMBER_NFIELDS 17
 extern const struct rep_field rfs_ctl_group_fields[CTL_GROUP_NFIELDS];
 extern const struct rep_field rfs_ctl_member_fields[CTL_MEMBER_NFIELDS];

@@ -7,15 +7,22 @@
  * fuse_lowlevel_notify_inval_entry().  Never from the apply thread itself:
  * the kernel takes the directory's lock to drop the entry, and a FUSE
  * request that holds that lock may be waiting for the log, whose next
- * apply would then wait for us.  The group's answers to "have you applied
- * index N" wait (briefly) until everything queued is delivered, so a name
- * moved on one node is not stale in another's kernel when the change
- * returns.
+ * apply would then wait for us.
+ *
+ * The group's answers to "have you applied index N" wait (briefly) until
+ * every directory's old name queued is delivered, so a directory moved on
+ * one node can be moved again on another as soon as the change returns
+ * (eng_invalidator).  Other names are dropped as they come, unwaited: the
+ * kernel revalidates them at their next use anyway.  Waiting for them
+ * made two nodes renaming files in one directory wait for each other: each
+ * invalidation queued behind the other's rename, which holds the
+ * directory's lock in its kernel while it waits for the group.
  *
  * Locks: the queue's (rft_wq) is a leaf; the engine is called
  * (eng_invalidated, when the queue runs dry) with no lock held.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +33,7 @@ struct inval_item {
 	struct rft_wq_item w;	/* on q->wq */
 	struct rfs_inval *q;
 	uint64_t parent;
+	bool dir;		/* a directory's old name: counted in q->dirs */
 	char name[];
 };
 
@@ -34,6 +42,7 @@ struct rfs_inval {
 	struct eng *e;
 	struct fuse_session *se;
 	struct rft_wq *wq;
+	_Atomic uint64_t dirs;	/* dir items queued, not yet delivered */
 	bool started;
 };
 
@@ -50,18 +59,14 @@ static void inval_deliver(struct rft_wq_item *w, bool cancel)
 		fuse_lowlevel_notify_inval_entry(it->q->se,
 						 (fuse_ino_t)it->parent,
 						 it->name, strlen(it->name));
+	/* The last directory's name out: the engine's waiters look again. */
+	if (it->dir && atomic_fetch_sub(&it->q->dirs, 1) == 1 && !cancel)
+		eng_invalidated(it->q->e);
 	free(it);
 }
 
-/* The queue ran dry: the engine's waiters may look again. */
-static void inval_drained(void *arg)
-{
-	struct rfs_inval *q = arg;
-
-	eng_invalidated(q->e);
-}
-
-static void inval_entry(void *ctx, uint64_t parent, const char *name)
+static void inval_entry(void *ctx, uint64_t parent, const char *name,
+			bool dir)
 {
 	struct rfs_inval *q = ctx;
 	size_t len = strlen(name);
@@ -73,16 +78,23 @@ static void inval_entry(void *ctx, uint64_t parent, const char *name)
 	it->w.fn = inval_deliver;
 	it->q = q;
 	it->parent = parent;
+	it->dir = dir;
 	memcpy(it->name, name, len + 1);
-	if (rft_wq_queue(q->wq, &it->w, RFT_WQ_HIGH) < 0)
-		free(it); /* stopped: nobody is left to tell */
+	if (dir)
+		atomic_fetch_add(&q->dirs, 1);
+	if (rft_wq_queue(q->wq, &it->w, RFT_WQ_HIGH) < 0) {
+		/* stopped: nobody is left to tell */
+		if (dir)
+			atomic_fetch_sub(&q->dirs, 1);
+		free(it);
+	}
 }
 
 static bool inval_idle(void *ctx)
 {
 	struct rfs_inval *q = ctx;
 
-	return rft_wq_idle(q->wq);
+	return atomic_load(&q->dirs) == 0;
 }
 
 int rfs_inval_new(struct eng *e, struct fuse_session *se,
@@ -103,7 +115,6 @@ int rfs_inval_new(struct eng *e, struct fuse_session *se,
 		free(q);
 		return rc;
 	}
-	rft_wq_on_idle(q->wq, inval_drained, q);
 	inv.ctx = q;
 	eng_set_invalidator(e, &inv);
 	*out = q;

@@ -84,6 +84,56 @@ except FileExistsError:
 done
 log "makedirs(exist_ok) from 3 nodes at once, 10 O_EXCL races: one winner each"
 
+# Every node renames files in one directory at once (each rank's file, then
+# its tracker).  A peer confirms another's rename without waiting for its
+# kernel to drop the file's old name (the kernel revalidates it at its next
+# use): when it waited, each invalidation queued behind the peer's own
+# rename, which holds the directory's lock there while it waits for the
+# group, and every rename took the 500 ms cap.
+mkdir "${M[0]}/renames"
+pids=()
+for n in 0 1 2; do
+	$HANG "$PY" -c 'import os, sys, time
+d, n = sys.argv[1], sys.argv[2]
+for i in range(10):
+    tmp = os.path.join(d, "n%s.%d.tmp" % (n, i))
+    with open(tmp, "wb") as f:
+        f.write(b"%s %d" % (n.encode(), i))
+        f.flush()
+        os.fsync(f.fileno())
+    t = time.monotonic()
+    os.rename(tmp, os.path.join(d, "n%s.%d" % (n, i)))
+    print("%.4f" % (time.monotonic() - t))' "${M[$n]}/renames" "$n" \
+		>"$T_TMP/renames.$n" &
+	pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+[ "$rc" = 0 ] || fail "concurrent renames in one directory failed (exit $rc; 124: hung for 60 s)"
+log "renames in one directory from 3 nodes at once, seconds each: $(sort -n "$T_TMP"/renames.? | awk '{ a[NR] = $1 } END { printf "median %s, max %s", a[int((NR + 1) / 2)], a[NR] }')"
+for n in 0 1 2; do
+	expect_eq "$(ls "${M[$n]}/renames" | wc -l)" 30 "names in renames/ on node $n"
+	expect_eq "$(cat "${M[$n]}/renames/n2.9")" "2 9" "renames/n2.9 on node $n"
+	expect_eq "$(group_log "${M[$n]}" log_waits_capped)" 0 \
+		"node $n: peers' renames confirmed at the invalidation cap"
+	[ "$(group_log "${M[$n]}" log_waits)" -gt 0 ] ||
+		fail "node $n confirmed no peer's change"
+done
+# A directory moved to another parent on one node is moved back on another
+# right after: that one's kernel must have dropped the old name when the
+# first move returned (it keeps a directory under one name, and cannot
+# move that alias while its own rename holds the rename lock: ESTALE).
+mkdir -p "${M[1]}/renames/a/d0" "${M[1]}/renames/b"
+for k in 1 2 3 4 5; do
+	stat "${M[1]}/renames/a/d$((k - 1))" >/dev/null
+	mv "${M[0]}/renames/a/d$((k - 1))" "${M[0]}/renames/b/x$k"
+	mv "${M[1]}/renames/b/x$k" "${M[1]}/renames/a/d$k" ||
+		fail "a directory moved on node 0 could not be moved again on node 1"
+done
+[ -d "${M[2]}/renames/a/d5" ] || fail "renames/a/d5 missing on node 2"
+rm -r "${M[0]}/renames"
+log "30 renames in one directory from 3 nodes at once, none at the invalidation cap; a directory moved on two nodes in turn"
+
 # --- each rank writes its files on its own node --------------------------
 SIZES="0 100 4096 1048593 9437201"
 write_ranks tmp-checkpoint-1

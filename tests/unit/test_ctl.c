@@ -195,6 +195,14 @@ bool eng_group_caught_up(struct eng *e)
 	return !fake_in_group || !fake_behind;
 }
 
+void eng_log_stats(struct eng *e, struct eng_log_stats *st)
+{
+	(void)e;
+	memset(st, 0, sizeof(*st));
+	st->proposed = 7;
+	st->waits = 5;
+}
+
 void eng_protect_stats(struct eng *e, struct eng_protect_stats *st)
 {
 	unsigned n = fake_prot_calls++;
@@ -1003,6 +1011,10 @@ static void test_group_log_waiting(void **state)
 	a = ask(*state, "metrics\n");
 	assert_non_null(strstr(a, "reftfs_group_log_leader -1\n"));
 	assert_non_null(strstr(a, "reftfs_group_log_addrs_unknown 0\n"));
+	/* The log's counters, from eng_log_stats. */
+	assert_non_null(strstr(a, "reftfs_group_log_proposed_total 7\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_waits_total 5\n"));
+	assert_non_null(strstr(a, "reftfs_group_log_waits_capped_total 0\n"));
 	free(a);
 	fake_log_state = 0;
 }
