@@ -255,7 +255,7 @@ full_tier() {
 	# correct.  Where the system's is 3.16+ this runs the fast path again.
 	if prepare build-fuse-system -Dlibfuse=system -Dcuda=disabled; then
 		# Half the differential trials of build/: the same engine.
-		DIFF_TRIALS=${DIFF_TRIALS:-20} \
+		DIFF_TRIALS=${DIFF_TRIALS:-12} \
 			run_suite build-fuse-system --suite integration "$@"
 	else
 		echo "test: build-fuse-system: configure or build failed" >&2
@@ -280,7 +280,7 @@ full_tier() {
 		# engine's random operations and bad input; the rest of the
 		# suite runs the same code in build/.  The randomized ones with
 		# the quick tier's counts (lib.sh's by_tier), the differential
-		# test with 20 trials (half of build/'s).
+		# test with 12 trials (half of build/'s).
 		local asan_tests=() asan_list t
 		asan_list=$(meson test -C build-asan --list 2>/dev/null)
 		for t in 010-basic-posix 045-truncate-race 065-persist-faults \
@@ -289,14 +289,14 @@ full_tier() {
 			105-mmap 107-passthrough 112-io-uring 220-peer-fuzz \
 			232-group-log-snapshot 240-group-data 243-group-writers \
 			252-group-erasure 254-group-parity-faults \
-			256-group-writers 258-group-lost 264-group-cache \
+			256-group-writers 264-group-cache \
 			268-group-join 272-group-witness 274-group-force-remove \
 			276-group-fsync \
 			045-truncate-race+io_uring 107-passthrough+passthrough \
 			105-mmap+direct; do
 			grep -q " / $t\$" <<<"$asan_list" && asan_tests+=("$t")
 		done
-		DIFF_TRIALS=${DIFF_TRIALS:-20} \
+		DIFF_TRIALS=${DIFF_TRIALS:-12} \
 		with_asan run_suite build-asan --timeout-multiplier 2 \
 			"${asan_tests[@]}"
 	else

@@ -30,8 +30,9 @@ daemon_alive "$DAEMON_PID"
 # After the last truncate to zero, an extension must read as zeros only.
 truncate -s 0 "$F"
 truncate -s 64M "$F"
-nz=$(od -An -v -tx1 "$F" | tr -d ' \n' | tr -d 0 | wc -c)
-expect_eq "$nz" 0 "non-zero bytes after truncate 0 + extend"
+# (cmp against /dev/zero: od's hex dump of 64 MiB took 12 to 30 s.)
+cmp -n $((64 << 20)) "$F" /dev/zero >"$T_TMP/cmp.out" 2>&1 ||
+	fail "non-zero bytes after truncate 0 + extend: $(cat "$T_TMP/cmp.out")"
 
 # And the file still takes writes and reads them back.
 head -c 3M /dev/urandom >"$T_TMP/ref"

@@ -7,8 +7,8 @@
 # driver is diff_fuzz.py (its docstring says what is checked); it prints
 # its seed first and, for a failure, the trial's operations and a replay
 # command.  DIFF_SEED, DIFF_ONLY, DIFF_OPS,
-# DIFF_STOP: see diff_fuzz.py.  DIFF_TRIALS by RFT_TIER: quick 15,
-# full 40, soak 2000 (more than fit meson's timeout: tools/test.sh
+# DIFF_STOP: see diff_fuzz.py.  DIFF_TRIALS by RFT_TIER: quick 10,
+# full 24, soak 2000 (more than fit meson's timeout: tools/test.sh
 # --soak gives it the time).
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -16,7 +16,7 @@ need_fuse
 # --no-in-place or --no-passthrough (lib.sh).
 [ "${RFT_TEST_PASSTHROUGH:-0}" = 1 ] && need_passthrough
 
-export DIFF_TRIALS=${DIFF_TRIALS:-$(by_tier 10 40 2000)}
+export DIFF_TRIALS=${DIFF_TRIALS:-$(by_tier 10 24 2000)}
 MNT=$(new_dir mnt)
 # The driver starts and stops its daemons itself (as children, on $MNT);
 # registering the mount point makes lib.sh's trap unmount it and stop any

@@ -16,7 +16,7 @@ group_init 3
 # chmods per writer, 6 writers: past a snapshot (every 8192 entries) in
 # the quick tier too, with room to spare (1000 made 8184 entries once,
 # the seals and protect records being as many as the timing makes them).
-CHANGES=${SNAP_CHANGES:-$(by_tier 1400 4000 20000)}
+CHANGES=${SNAP_CHANGES:-$(by_tier 1400 2800 20000)}
 start_node() { group_node "$1" --mem 256M --protect replicate:2; }
 start_node 0
 start_node 1

@@ -21,7 +21,7 @@
 #
 # The seed is printed first; WRITERS_FUZZ_SEED=... replays it (the same
 # operations; their timing is the machine's).  WRITERS_FUZZ_ROUNDS and
-# WRITERS_FUZZ_KILLS (by RFT_TIER: quick 10 and 1, full 20 and 2, soak 400
+# WRITERS_FUZZ_KILLS (by RFT_TIER: quick 6 and 1, full 12 and 2, soak 400
 # and 12), WRITERS_FUZZ_FILES (6), WRITERS_FUZZ_MEM (96M),
 # WRITERS_FUZZ_BALLAST (28, MiB; 0: no memory pressure),
 # WRITERS_FUZZ_WRITERS (3: writers per file and round, at most) and
@@ -34,7 +34,7 @@ need_fuse
 SEED=${WRITERS_FUZZ_SEED:-$(od -An -N6 -tu8 /dev/urandom | tr -d ' ')}
 log "seed $SEED (WRITERS_FUZZ_SEED=$SEED replays it)"
 PROTECT=${WRITERS_FUZZ_PROTECT:-replicate:2}
-ROUNDS=${WRITERS_FUZZ_ROUNDS:-$(by_tier 6 20 400)}
+ROUNDS=${WRITERS_FUZZ_ROUNDS:-$(by_tier 6 12 400)}
 KILLS=${WRITERS_FUZZ_KILLS:-$(by_tier 1 2 12)}
 FILES=${WRITERS_FUZZ_FILES:-6}
 MEM=${WRITERS_FUZZ_MEM:-96M}
