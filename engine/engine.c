@@ -493,6 +493,17 @@ static void ckpt_file(struct eng *e, struct inode *in,
 	       f->dur.protected_ms);
 	latest(&ci->persisted_ms, st == ENG_STATE_PERSISTED,
 	       f->dur.persisted_ms);
+	/* Read here since its last seal, and closed: part of a load. */
+	if (in->readers) {
+		ci->load_to_ms = UINT64_MAX; /* being read: ended later */
+	} else if (in->read_to_ms && in->read_from_ms >= f->dur.sealed_ms &&
+		   ci->load_to_ms != UINT64_MAX) {
+		if (!ci->load_from_ms || in->read_from_ms < ci->load_from_ms)
+			ci->load_from_ms = in->read_from_ms;
+		if (in->read_to_ms > ci->load_to_ms)
+			ci->load_to_ms = in->read_to_ms;
+		ci->load_bytes += f->size;
+	}
 	file_unlock(f);
 	if (st < ci->state)
 		ci->state = st;
@@ -527,6 +538,8 @@ static void ckpt_times_end(struct eng_ckpt_info *ci)
 		ci->protected_ms = 0;
 	if (ci->persisted_ms == UINT64_MAX || !ci->files)
 		ci->persisted_ms = 0;
+	if (ci->load_to_ms == UINT64_MAX)
+		ci->load_from_ms = ci->load_to_ms = ci->load_bytes = 0;
 }
 
 /* The same as ckpt_walk, its times ended. */

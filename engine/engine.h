@@ -682,6 +682,12 @@ struct eng_ckpt_info {
 	 * a file is not, or not known (a daemon that found it at start).
 	 */
 	uint64_t born_ms, sealed_ms, protected_ms, persisted_ms;
+	/*
+	 * Its load here: of its files read on this node since their last
+	 * seal, the first opened for reading to the last closed, and their
+	 * bytes; 0 when none was, or one is open for reading now.
+	 */
+	uint64_t load_from_ms, load_to_ms, load_bytes;
 };
 typedef int (*eng_ckpt_fn)(void *ctx, const struct eng_ckpt_info *ci);
 /* Report every checkpoint, oldest first; stops when @fn returns nonzero. */

@@ -482,6 +482,14 @@ struct inode {
 	uint64_t nlookup;	/* kernel references; ns->lock */
 	unsigned opens;		/* open handles; ns->lock */
 	unsigned holds;		/* engine-internal references; ns->lock */
+	/*
+	 * Regular files: handles open for reading alone, and when the last
+	 * run of them began (its first open) and ended (its last release; 0
+	 * while one is open): what a load of it took here (rft_now_ms;
+	 * eng_ckpt_info's load_*).  ns->lock.
+	 */
+	unsigned readers;
+	uint64_t read_from_ms, read_to_ms;
 
 	/*
 	 * Its names: dentry is the primary one (the path persist and admin

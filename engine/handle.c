@@ -30,6 +30,8 @@ int eng_release(struct eng *e, struct eng_file *fp)
 		sealed = file_writer_gone(e, in, &ev);
 	ns_wrlock(e);
 	in->opens--;
+	if (!fp->writer && --in->readers == 0)
+		in->read_to_ms = rft_now_ms();
 	in->holds++;
 	ns_unlock(e);
 	if (sealed)

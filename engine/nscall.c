@@ -1231,6 +1231,10 @@ static int open_locked(struct eng *e, struct inode *in, int flags,
 	open_info(f, info);
 	file_unlock(f);
 	in->opens++;
+	if (!writer && in->readers++ == 0) {
+		in->read_from_ms = rft_now_ms();
+		in->read_to_ms = 0;
+	}
 	*fp = h;
 	return 0;
 }

@@ -9,10 +9,12 @@
  * The model (docs/operations.md, "How often to checkpoint"): a save stalls
  * the job for d (its directory made to its last file closed: under --sync
  * protect that includes the fsyncs' wait for protection); the job fails
- * every M (--mtbf) and then loses on average half an interval T of work.
- * The fraction of time lost, d / T + T / 2M, is least at Young's
- * sqrt(2 d M), Daly's sqrt(2 d M) - d to first order.  The restart's own
- * time adds the same to every T and does not move the optimum.
+ * every M (--mtbf) and then loses on average half an interval T of work
+ * and the load of the checkpoint it resumes from, R (what this node's
+ * reads of its newest checkpoints took, first opened to last closed).
+ * The fraction of time lost, d / T + (T / 2 + R) / M, is least at Young's
+ * sqrt(2 d M), Daly's sqrt(2 d M) - d to first order: R adds the same to
+ * every T and does not move the optimum.
  */
 #include <errno.h>
 #include <math.h>
@@ -35,6 +37,9 @@ struct ck_list {
 	struct ck_times v[ADVISE_LAST];
 	unsigned n;	/* the newest ADVISE_LAST, oldest first */
 	unsigned all;	/* checkpoints in all */
+	/* The newest ADVISE_LAST loads here, any daemon's checkpoints. */
+	uint64_t load_ms[ADVISE_LAST], load_bytes[ADVISE_LAST];
+	unsigned nload;
 };
 
 static int ck_row(void *ctx, const struct eng_ckpt_info *ci)
@@ -42,6 +47,17 @@ static int ck_row(void *ctx, const struct eng_ckpt_info *ci)
 	struct ck_list *l = ctx;
 
 	l->all++;
+	if (ci->load_from_ms) {
+		if (l->nload == ADVISE_LAST) {
+			memmove(l->load_ms, l->load_ms + 1,
+				(ADVISE_LAST - 1) * sizeof(l->load_ms[0]));
+			memmove(l->load_bytes, l->load_bytes + 1,
+				(ADVISE_LAST - 1) * sizeof(l->load_bytes[0]));
+			l->nload--;
+		}
+		l->load_ms[l->nload] = ci->load_to_ms - ci->load_from_ms;
+		l->load_bytes[l->nload++] = ci->load_bytes;
+	}
 	/* Made by this daemon, every file sealed: a save it saw whole. */
 	if (!ci->born_ms || !ci->sealed_ms || ci->files_lost)
 		return 0;
@@ -80,6 +96,10 @@ enum {
 	AD_PERSIST,
 	AD_INTERVAL,
 	AD_BYTES,
+	AD_LOADS,
+	AD_LOAD,
+	AD_LOAD_BYTES,
+	AD_LOAD_RATE,
 	AD_ADVISED,
 	AD_LOST_NOW,
 	AD_LOST_ADVISED,
@@ -98,6 +118,10 @@ static const struct rep_field ad_fields[AD_N] = {
 	[AD_PERSIST] = REP_FIELD("persisted_after_ms", REP_COUNT),
 	[AD_INTERVAL] = REP_FIELD("interval_ms", REP_COUNT),
 	[AD_BYTES] = REP_FIELD("bytes", REP_BYTES),
+	[AD_LOADS] = REP_FIELD("loads_used", REP_COUNT),
+	[AD_LOAD] = REP_FIELD("load_ms", REP_COUNT),
+	[AD_LOAD_BYTES] = REP_FIELD("load_bytes", REP_BYTES),
+	[AD_LOAD_RATE] = REP_FIELD("load_bytes_per_second", REP_BYTES),
 	[AD_ADVISED] = REP_FIELD("interval_advised_seconds", REP_COUNT),
 	[AD_LOST_NOW] = REP_FIELD("time_lost_now", REP_PERCENT),
 	[AD_LOST_ADVISED] = REP_FIELD("time_lost_advised", REP_PERCENT),
@@ -120,6 +144,10 @@ static const struct rep_text ad_text[] = {
 	TXT("persisted_after_ms", "persisted",
 	    "{persisted_after_ms} ms after the save"),
 	TXT("interval_ms", "interval", "{interval_ms} ms between checkpoints"),
+	TXT("load_ms", "load",
+	    "{load_ms} ms: of a checkpoint, the files read here, first "
+	    "opened to last closed ({load_bytes}, {load_bytes_per_second}/s; "
+	    "{loads_used} load{loads_used?|s})"),
 	TXT(NULL, "advice",
 	    "checkpoint every {interval_advised_seconds} s (Young/Daly): "
 	    "{time_lost_advised} of the job's time lost to saves and "
@@ -135,10 +163,13 @@ static const struct rep_text ad_text[] = {
 	    "checkpoints, one in {exposed_one_in}"),
 };
 
-/* Fraction of time lost at interval @t for stall @d and MTBF @m (s). */
-static double lost(double d, double t, double m)
+/*
+ * Fraction of time lost at interval @t for stall @d, load @r and MTBF @m
+ * (seconds).
+ */
+static double lost(double d, double t, double r, double m)
 {
-	return d / t + t / (2 * m);
+	return d / t + (t / 2 + r) / m;
 }
 
 int rfs_ctl_cmd_advise(struct ctl_req *r, struct rep_out *o)
@@ -148,7 +179,7 @@ int rfs_ctl_cmd_advise(struct ctl_req *r, struct rep_out *o)
 	uint64_t gap[ADVISE_LAST], bytes[ADVISE_LAST];
 	unsigned ns = 0, np = 0, nq = 0, ng = 0;
 	double mtbf_h = r->mtbf_h > 0 ? r->mtbf_h : ADVISE_MTBF_H;
-	double m = mtbf_h * 3600, d, t, w, p;
+	double m = mtbf_h * 3600, d, t, w, p, rl = 0;
 	bool group = false;
 	struct rep *rep;
 	struct rep_obj *top;
@@ -201,16 +232,26 @@ int rfs_ctl_cmd_advise(struct ctl_req *r, struct rep_out *o)
 		rep_set_u64(top, AD_PERSIST, median(pers, nq));
 	if (ng)
 		rep_set_u64(top, AD_INTERVAL, median(gap, ng));
+	if (l.nload) {
+		uint64_t lms = median(l.load_ms, l.nload),
+			 lb = median(l.load_bytes, l.nload);
+
+		rep_set_u64(top, AD_LOADS, l.nload);
+		rep_set_u64(top, AD_LOAD, lms);
+		rep_set_u64(top, AD_LOAD_BYTES, lb);
+		rep_set_u64(top, AD_LOAD_RATE, lb * 1000 / (lms ? lms : 1));
+		rl = lms / 1000.0;
+	}
 
 	/* A stall of at least 1 ms: the model wants d > 0. */
 	d = fmax(median(save, ns), 1) / 1000.0;
 	t = d < m / 2 ? sqrt(2 * d * m) - d : m;
 	rep_set_u64(top, AD_ADVISED, (uint64_t)(t + 0.5));
-	rep_set_pct(top, AD_LOST_ADVISED, 100 * lost(d, t, m));
+	rep_set_pct(top, AD_LOST_ADVISED, 100 * lost(d, t, rl, m));
 	if (ng)
 		rep_set_pct(top, AD_LOST_NOW,
 			    100 * lost(d, fmax(median(gap, ng), 1) / 1000.0,
-				       m));
+				       rl, m));
 	/* Write-back of one checkpoint over intervals of the advised T. */
 	if (nq)
 		rep_set_u64(top, AD_PERSIST_EVERY,

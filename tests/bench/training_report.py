@@ -40,6 +40,14 @@ def run(spec):
             saves[e["step"]] = max(saves.get(e["step"], 0), s)
     if saves:
         r["save_s"] = statistics.mean(saves.values())
+    # Of each rank's save: its tracker (write, fsync, rename), and its two
+    # renames (the checkpoint's and the tracker's).
+    tracker = [e["tracker"] for e in ev if e["event"] == "save" and "tracker" in e]
+    rename = [e["rename"] for e in ev if e["event"] == "save" and "rename" in e]
+    if tracker:
+        r["tracker_s"] = statistics.mean(tracker)
+        r["rename_s"] = statistics.mean(rename)
+        r["rename_max_s"] = max(rename)
     if rlog:
         rev = events(rlog)
         first = min(e["t"] for e in rev if e["event"] == "step")
@@ -96,6 +104,13 @@ def main():
             r["name"], r["step_s"], 100 * r["overhead"], r["save_s"],
             r["recovery_s"], r["restart_s"], r["lost_rank_load_s"], src,
             r["young_interval_s"]))
+    print()
+    print("of a rank's save, mean: its tracker (write, fsync, rename); its two "
+          "renames (the slowest):")
+    for r in runs:
+        if "tracker_s" in r:
+            print("  %-12s tracker %.3f s, renames %.3f s (%.3f s)" % (
+                r["name"], r["tracker_s"], r["rename_s"], r["rename_max_s"]))
     print()
     print("time lost per day (h), Gemini's model, at each run's own Young interval:")
     for r in runs:

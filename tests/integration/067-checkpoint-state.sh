@@ -67,7 +67,7 @@ grep -q "^/step_2: persisted: 2 files" "$T_TMP/wait.out" ||
 expect_eq "$(ckpts '(k["step_2"]["state"], k["step_2"]["persisted_files"], c["newest_persisted"])')" \
 	"('persisted', 2, 'step_2')" "checkpoints once step_2 is written back"
 admin "$MNT" metrics | grep -q '^reftfs_checkpoint_persisted_files{checkpoint="step_2"} 2$' ||
-	fail "metrics: no reftfs_checkpoint_persisted_files for step_2"
+	fail "metrics: no reftfs_checkpoint_persisted_files for step_2: $(admin "$MNT" metrics | grep 'step_2')"
 
 # An empty checkpoint (made, nothing written yet) is no loader's choice.
 mkdir "$MNT/step_3"
@@ -131,6 +131,40 @@ print(a["checkpoints_used"], a["mtbf_hours"], a["interval_ms"] > 0,
 	"2 6 True True None True True True" "advise --mtbf 6 --json"
 admin "$MNT" advise | grep -q "^advice    checkpoint every [0-9]* s (Young/Daly)" ||
 	fail "advise's text: $(admin "$MNT" advise)"
+# No checkpoint read yet: no load.  step_2 read whole (a.pt and b.pt),
+# then it is the load: its bytes, and the time lost counts it per failure
+# (d / T + (T / 2 + R) / M).
+expect_eq "$(admin "$MNT" advise --json | "$PY" -c '
+import json, sys
+print(json.load(sys.stdin).get("load_ms"))')" None "advise's load before any read"
+# The load is made to take a second (both files held open that long),
+# and the job to fail every 36 s: the load then weighs in the time lost.
+"$PY" - "$MNT/step_2" <<'PYEOF'
+import os, sys, time
+fs = [open(os.path.join(sys.argv[1], n), "rb") for n in ("a.pt", "b.pt")]
+for f in fs:
+    f.read()
+time.sleep(1)
+for f in fs:
+    f.close()
+PYEOF
+expect_eq "$(admin "$MNT" advise --mtbf 0.01 --json | "$PY" -c '
+import json, math, sys
+a = json.load(sys.stdin)
+m = 0.01 * 3600
+d = max(a["save_ms"], 1) / 1000
+t = math.sqrt(2 * d * m) - d
+r = a["load_ms"] / 1000
+lost = 100 * (d / t + (t / 2 + r) / m)
+print(a["loads_used"], a["load_bytes"], a["load_ms"] >= 1000,
+      a["load_bytes_per_second"] > 0,
+      abs(a["time_lost_advised"] - lost) < 0.2,
+      a["time_lost_advised"] - 100 * (d / t + t / 2 / m) > 2)')" \
+	"1 $(($(stat -c %s "$MNT/step_2/a.pt") + $(stat -c %s "$MNT/step_2/b.pt"))) True True True True" \
+	"advise's load of step_2"
+log "$(admin "$MNT" advise | grep "^load")"
+admin "$MNT" advise | grep -q "^load      [0-9]* ms: of a checkpoint, the files read here" ||
+	fail "advise's load line: $(admin "$MNT" advise)"
 
 # A file alone, and a path that is not there.
 admin "$MNT" wait /step_1/meta.json --sealed --timeout 5 >/dev/null ||

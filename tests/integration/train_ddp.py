@@ -89,11 +89,15 @@ class Paced(io.RawIOBase):
 
 
 def fsync_write(path, write, rate):
+    """Write @path by a temporary name, fsync, rename: the seconds the
+    rename took."""
     tmp = path + ".tmp"
     with open(tmp, "wb", buffering=0) as f:
         write(Paced(f, rate) if rate else f)
         os.fsync(f.fileno())
+    t = time.time()
     os.rename(tmp, path)
+    return time.time() - t
 
 
 def digest(model):
@@ -173,14 +177,18 @@ def main():
             os.makedirs(d, exist_ok=True)
             state = {"model": net.state_dict(), "optim": opt.state_dict(),
                      "step": step}
-            fsync_write(os.path.join(d, "rank%d.pt" % rank),
-                        lambda f: torch.save(state, f), rate)
+            rename = fsync_write(os.path.join(d, "rank%d.pt" % rank),
+                                 lambda f: torch.save(state, f), rate)
             secs = time.time() - t0
             dist.barrier()
-            fsync_write(os.path.join(a.dir, "latest.rank%d" % rank),
-                        lambda f: f.write(b"%d" % step), 0)
+            t1 = time.time()
+            rename += fsync_write(os.path.join(a.dir, "latest.rank%d" % rank),
+                                  lambda f: f.write(b"%d" % step), 0)
+            # barrier: the wait for the others and the tracker; tracker:
+            # the tracker alone; rename: both renames.
             say(event="save", step=step, secs=secs,
-                barrier=time.time() - t0 - secs)
+                barrier=time.time() - t0 - secs, tracker=time.time() - t1,
+                rename=rename)
     if a.out:
         with open(a.out, "w") as f:
             f.write(digest(net) + "\n")
