@@ -50,7 +50,7 @@ grep -q "not persisted after" <<<"$out" || fail "wait at its timeout: $out"
 grep -q "1 writing" <<<"$out" || fail "wait at its timeout does not count the writer: $out"
 expect_eq "$(ckpts '(k["step_2"]["state"], k["step_2"]["files"], k["step_2"]["writing_files"], c["newest_persisted"])')" \
 	"('writing', 2, 1, 'step_1')" "checkpoints with step_2 open"
-admin "$MNT" checkpoints | grep -q "^newest wholly persisted: step_1$" ||
+admin "$MNT" checkpoints | grep "^newest wholly persisted: step_1$" >/dev/null ||
 	fail "checkpoints text: $(admin "$MNT" checkpoints)"
 
 # Closed: the same wait, now without a timeout, ends with exit 0.
@@ -66,7 +66,7 @@ grep -q "^/step_2: persisted: 2 files" "$T_TMP/wait.out" ||
 	fail "wait's line: $(cat "$T_TMP/wait.out")"
 expect_eq "$(ckpts '(k["step_2"]["state"], k["step_2"]["persisted_files"], c["newest_persisted"])')" \
 	"('persisted', 2, 'step_2')" "checkpoints once step_2 is written back"
-admin "$MNT" metrics | grep -q '^reftfs_checkpoint_persisted_files{checkpoint="step_2"} 2$' ||
+admin "$MNT" metrics | grep '^reftfs_checkpoint_persisted_files{checkpoint="step_2"} 2$' >/dev/null ||
 	fail "metrics: no reftfs_checkpoint_persisted_files for step_2: $(admin "$MNT" metrics | grep 'step_2')"
 
 # An empty checkpoint (made, nothing written yet) is no loader's choice.
@@ -129,7 +129,7 @@ print(a["checkpoints_used"], a["mtbf_hours"], a["interval_ms"] > 0,
       abs(a["interval_advised_seconds"] - t) <= 1,
       a["persist_every_advised"] >= 1, a["exposed_one_in"] > 0)')" \
 	"2 6 True True None True True True" "advise --mtbf 6 --json"
-admin "$MNT" advise | grep -q "^advice    checkpoint every [0-9]* s (Young/Daly)" ||
+admin "$MNT" advise | grep "^advice    checkpoint every [0-9]* s (Young/Daly)" >/dev/null ||
 	fail "advise's text: $(admin "$MNT" advise)"
 # No checkpoint read yet: no load.  step_2 read whole (a.pt and b.pt),
 # then it is the load: its bytes, and the time lost counts it per failure
@@ -163,7 +163,7 @@ print(a["loads_used"], a["load_bytes"], a["load_ms"] >= 1000,
 	"1 $(($(stat -c %s "$MNT/step_2/a.pt") + $(stat -c %s "$MNT/step_2/b.pt"))) True True True True" \
 	"advise's load of step_2"
 log "$(admin "$MNT" advise | grep "^load")"
-admin "$MNT" advise | grep -q "^load      [0-9]* ms: of a checkpoint, the files read here" ||
+admin "$MNT" advise | grep "^load      [0-9]* ms: of a checkpoint, the files read here" >/dev/null ||
 	fail "advise's load line: $(admin "$MNT" advise)"
 
 # A file alone, and a path that is not there.

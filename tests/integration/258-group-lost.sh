@@ -114,7 +114,7 @@ expect_metric "$T_TMP/metrics" reftfs_files_lost -eq 2
 # EV_PROTECTED): the two lost, ck/kept protected.
 expect_metric "$T_TMP/metrics" reftfs_lost_versions_total -eq 2
 expect_metric "$T_TMP/metrics" reftfs_protected_versions_total -ge 1
-admin "${M[2]}" status | grep -q "lost .*2 files whose data is gone" ||
+admin "${M[2]}" status | grep "lost .*2 files whose data is gone" >/dev/null ||
 	fail "status on node 2 does not count the lost files"
 
 # rebuild --wait and protect --wait end, exit 1, and name the files.
