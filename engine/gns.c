@@ -576,6 +576,32 @@ static void finish(struct gns *g, struct gns_req *r, int rc)
 }
 
 /*
+ * Hand the waiting seals to the submitters: those of inode @ino, or with
+ * @ino 0 those due by @now.  Each leaves the list before it is queued:
+ * once queued, a submitter may run it and free it at once (reading its
+ * next after that was a SIGSEGV in 242-group-hung).  One not taken (the
+ * queue stopping) stays.  g->lock held.
+ */
+static void retry_now(struct gns *g, uint64_t now, uint64_t ino)
+{
+	for (struct gns_req **pp = &g->retry; *pp;) {
+		struct gns_req *r = *pp;
+
+		if (ino ? r->op.kind != NSOP_SEAL || r->op.ino != ino
+			: r->retry_at_ms > now) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		if (rft_wq_queue(g->subq, &r->w, RFT_WQ_HIGH) < 0) {
+			r->next = *pp;
+			*pp = r;
+			pp = &r->next;
+		}
+	}
+}
+
+/*
  * A seal or a persist record that could not commit goes again later
  * (until it does, or its apply finds it moot).
  */
@@ -753,15 +779,7 @@ static int fsm_apply(void *ctx, uint64_t index, const void *buf, size_t len)
 	 * retry later, while reads here meet a base nobody holds.
 	 */
 	if (op.kind == NSOP_SEAL && !(op.node == g->self && op.inc == g->inc))
-		for (struct gns_req **pp = &g->retry; *pp;) {
-			struct gns_req *q = *pp;
-
-			if (q->op.kind == NSOP_SEAL && q->op.ino == op.ino &&
-			    rft_wq_queue(g->subq, &q->w, RFT_WQ_HIGH) == 0)
-				*pp = q->next;
-			else
-				pp = &q->next;
-		}
+		retry_now(g, 0, op.ino);
 	leaf_unlock(&g->lock, ENG_RANK_GNS);
 	/*
 	 * A node back with empty memory gets its copies again; one that
@@ -1483,15 +1501,7 @@ static void *ticker_main(void *arg)
 			pp = &g->syncs; /* it may have changed meanwhile */
 		}
 		/* Seals due for another try go to the submitters. */
-		for (struct gns_req **pp = &g->retry; *pp;) {
-			struct gns_req *r = *pp;
-
-			if (r->retry_at_ms <= now &&
-			    rft_wq_queue(g->subq, &r->w, RFT_WQ_HIGH) == 0)
-				*pp = r->next;
-			else
-				pp = &r->next;
-		}
+		retry_now(g, now, 0);
 		rft_cond_wait_until(&g->tick_cv, &g->lock, now + GNS_TICK_MS);
 	}
 	leaf_unlock(&g->lock, ENG_RANK_GNS);
