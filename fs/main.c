@@ -49,7 +49,6 @@ struct opts {
 	char *mountpoint;
 	char *persist_dir;
 	char *spill_dir;	/* --spill DIR[:SIZE] */
-	char *ctl_path;	/* from -o ctl= */
 	const char *ctl; /* control socket; NULL: rfs_ctl_default_path */
 	bool foreground;
 	bool debug;
@@ -65,7 +64,10 @@ struct opts {
 	bool mem_given;	/* --mem or -o mem= */
 	unsigned stop_wait_ms; /* --stop-wait */
 	unsigned join_timeout_ms; /* --join-timeout; 0: none */
-	char *owned[16]; /* copies of option values (-o strings are freed) */
+	char *config_mountpoint; /* --config's mountpoint key */
+	bool check;	/* --check: the options checked, nothing mounted */
+	char *owned[64]; /* copies of option values (-o strings and a config
+			    file's lines are freed) */
 	unsigned nowned;
 	char fuse_opts[4096]; /* -o options for libfuse */
 };
@@ -167,6 +169,13 @@ static void usage(FILE *out)
 		"  --direct-read         libfuse < 3.16: read-only opens bypass the page\n"
 		"                        cache (faster reads; shared mmap of them fails)\n"
 		"\n"
+		"  --config FILE         options from FILE first, one per line: key =\n"
+		"                        value, or key alone for a flag; keys as -o takes\n"
+		"                        them, and mountpoint (e.g. /etc/reftfs/NAME.conf;\n"
+		"                        the command line overrides it; -o config=FILE\n"
+		"                        in fstab)\n"
+		"  --check               check the options (and --config's file), mount\n"
+		"                        nothing: exit 0, or 2 with the reason\n"
 		"  -o OPT[,OPT...]       mount options: the above as mem=, chunk_size=,\n"
 		"                        keep=, persist=, persist_every=, unmount_flush=,\n"
 		"                        enospc_wait=, retry=, ctl=, state_dir=,\n"
@@ -184,17 +193,27 @@ static void usage(FILE *out)
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Say what is wrong with the command line, then how to use it. */
+/* The config file and line bad() speaks of; NULL: the command line. */
+static const char *bad_file;
+static unsigned bad_line;
+
+/*
+ * Say what is wrong with the command line, then how to use it; or with a
+ * config file's line, and where.
+ */
 static int bad(const char *fmt, ...)
 {
 	va_list ap;
 
 	fprintf(stderr, "%s: ", prog);
+	if (bad_file)
+		fprintf(stderr, "%s:%u: ", bad_file, bad_line);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "\n");
-	usage(stderr);
+	if (!bad_file)
+		usage(stderr);
 	return -1;
 }
 
@@ -271,11 +290,31 @@ static int parse_seconds_ms(const char *s, unsigned *out)
 	return 0;
 }
 
-/* Apply one of our options, named as on the command line without "--". */
+/* Options that take no value (-o prefault=1 is refused). */
+static bool is_flag(const char *key)
+{
+	static const char *const flags[] = {
+		"prefault",	  "no-prefault", "lock-memory",
+		"direct-read",	  "io-uring",	 "no-passthrough",
+		"early-copy",	  "no-in-place", "witness",
+	};
+
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		if (!strcmp(key, flags[i]))
+			return true;
+	return false;
+}
+
+/*
+ * Apply one of our options, named as on the command line without "--".
+ * 0, -1 when refused (bad() said why), 1 when it is not ours.
+ */
 static int set_opt(struct opts *o, const char *key, const char *val)
 {
 	uint64_t size;
 
+	if (val && is_flag(key))
+		return bad("--%s takes no value", key);
 	if (!strcmp(key, "mem")) {
 		if (parse_size(val, &size) < 0)
 			return bad("bad --mem '%s': want a size like 512M or 8G",
@@ -343,7 +382,8 @@ static int set_opt(struct opts *o, const char *key, const char *val)
 	} else if (!strcmp(key, "ctl")) {
 		if (!val || !*val)
 			return bad("--ctl needs a path");
-		o->ctl = val;
+		if (!(o->ctl = keep_str(o, val)))
+			return bad("out of memory");
 	} else if (!strcmp(key, "prefault")) {
 		o->cfg.prefault = ENG_PREFAULT_START;
 	} else if (!strcmp(key, "no-prefault")) {
@@ -506,19 +546,168 @@ static int parse_o(struct opts *o, const char *arg)
 		    !strcmp(key, "user") || !strcmp(key, "nouser") ||
 		    !strcmp(key, "defaults"))
 			continue;
-		if (!strcmp(key, "ctl") && eq) {
-			/* Outlives the copy being split: keep one of our own. */
-			free(o->ctl_path);
-			o->ctl_path = strdup(eq + 1);
-			rc = o->ctl_path ? set_opt(o, key, o->ctl_path) : -1;
-			continue;
-		}
+		if (!strcmp(key, "config"))
+			continue; /* read first (find_config) */
 		rc = set_opt(o, key, eq ? eq + 1 : NULL);
 		if (rc == 1)
 			rc = add_fuse_opt(o, tok);
 	}
 	free(copy);
 	return rc;
+}
+
+/* @s without the blanks at either end (in place). */
+static char *trim(char *s)
+{
+	char *end;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	end = s + strlen(s);
+	while (end > s && (end[-1] == ' ' || end[-1] == '\t' ||
+			   end[-1] == '\n' || end[-1] == '\r'))
+		*--end = '\0';
+	return s;
+}
+
+/* FUSE's own mount options a config file may give (-o takes any). */
+static const char *const fuse_keys[] = { "allow_other", "allow_root",
+					 "default_permissions" };
+
+/*
+ * One line of a config file, blank or a comment already skipped: "key =
+ * value", or "key" alone for a flag.
+ */
+static int config_line(struct opts *o, char *line)
+{
+	char *eq = strchr(line, '='), *key = line, *val = NULL;
+	int rc;
+
+	if (eq) {
+		*eq = '\0';
+		key = trim(line);
+		val = trim(eq + 1);
+		if (!*val)
+			return bad("'%s =' has no value", key);
+	}
+	if (!*key)
+		return bad("a value with no key");
+	for (size_t i = 0; i < sizeof(fuse_keys) / sizeof(fuse_keys[0]);
+	     i++)
+		if (!strcmp(key, fuse_keys[i]))
+			return val ? bad("%s takes no value", key)
+				   : add_fuse_opt(o, key);
+	for (char *k = key; *k; k++)
+		if (*k == '_')
+			*k = '-';
+	if (!strcmp(key, "mountpoint")) {
+		if (!val || *val != '/')
+			return bad("mountpoint needs an absolute path");
+		return (o->config_mountpoint = (char *)keep_str(o, val))
+			       ? 0
+			       : bad("out of memory");
+	}
+	if (!strcmp(key, "config"))
+		return bad("a config file cannot name another");
+	rc = set_opt(o, key, val);
+	if (rc == 1)
+		return bad("unknown key '%s'", key);
+	return rc;
+}
+
+/*
+ * --config FILE: one option per line, "key = value" or "key" alone for a
+ * flag, keys as -o takes them (dashes or underscores), "mountpoint", and
+ * FUSE's allow_other, allow_root, default_permissions; a line whose first
+ * character past blanks is '#' is a comment.  Read before the command
+ * line, which overrides it.  A bad line stops it, named FILE:LINE.
+ */
+static int load_config(struct opts *o, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	int rc = 0;
+
+	if (!f) {
+		fprintf(stderr, "%s: --config %s: %s\n", prog, path,
+			strerror(errno));
+		return -1;
+	}
+	bad_file = path;
+	bad_line = 0;
+	while (rc == 0 && fgets(line, sizeof(line), f)) {
+		char *l;
+
+		bad_line++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			rc = bad("line longer than %zu bytes",
+				 sizeof(line) - 2);
+			break;
+		}
+		l = trim(line);
+		if (*l && *l != '#')
+			rc = config_line(o, l);
+	}
+	if (rc == 0 && ferror(f))
+		rc = bad("cannot read it: %s", strerror(errno));
+	fclose(f);
+	bad_file = NULL;
+	return rc < 0 ? -1 : 0;
+}
+
+/* The file of a "config=FILE" among -o's comma-separated @opts, or NULL. */
+static const char *o_config(struct opts *o, const char *opts)
+{
+	const char *p = opts;
+
+	while (p) {
+		const char *end = strchr(p, ',');
+
+		if (!strncmp(p, "config=", 7)) {
+			size_t n = end ? (size_t)(end - p) - 7 : strlen(p + 7);
+			char *f = strndup(p + 7, n);
+			const char *kept = f ? keep_str(o, f) : NULL;
+
+			free(f);
+			return kept;
+		}
+		p = end ? end + 1 : NULL;
+	}
+	return NULL;
+}
+
+/*
+ * The config file of the command line (--config FILE, --config=FILE, or
+ * -o config=FILE as fstab gives it), read first.  NULL and 0 for none;
+ * -1 when given twice or without a file.
+ */
+static int find_config(struct opts *o, int argc, char **argv,
+		       const char **file)
+{
+	*file = NULL;
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		const char *f = NULL;
+
+		if (!strcmp(argv[i], "--config")) {
+			if (i + 1 == argc)
+				return bad("--config needs a file");
+			f = argv[++i];
+		} else if (!strncmp(argv[i], "--config=", 9)) {
+			f = argv[i] + 9;
+		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+			f = o_config(o, argv[++i]);
+		} else if (!strncmp(argv[i], "-o", 2)) {
+			f = o_config(o, argv[i] + 2);
+		}
+		if (!f)
+			continue;
+		if (!*f)
+			return bad("--config needs a file");
+		if (*file)
+			return bad("--config given twice");
+		*file = f;
+	}
+	return 0;
 }
 
 /* Long options with no letter of their own. */
@@ -532,6 +721,8 @@ enum {
 	OPT_LOCK_MEMORY,
 	OPT_SYNC,
 	OPT_SPILL,
+	OPT_CONFIG,
+	OPT_CHECK,
 };
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -572,13 +763,18 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "sync", required_argument, NULL, OPT_SYNC },
 		{ "spill", required_argument, NULL, OPT_SPILL },
 		{ "codec", required_argument, NULL, 'G' },
+		{ "config", required_argument, NULL, OPT_CONFIG },
+		{ "check", no_argument, NULL, OPT_CHECK },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *pos[3];
+	const char *pos[3], *config;
 	int npos = 0, c;
 
+	if (find_config(o, argc, argv, &config) < 0 ||
+	    (config && load_config(o, config) < 0))
+		return -1;
 	opterr = 0;
 	/* "+": stop at nothing; "-": keep positionals in order. */
 	while ((c = getopt_long(argc, argv, "-o:fsdhV", longopts, NULL)) !=
@@ -611,6 +807,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			printf("reftfsd %s (libfuse %s)\n", RFT_VERSION,
 			       fuse_pkgversion());
 			exit(0);
+		case OPT_CONFIG:
+			continue; /* read first (find_config) */
+		case OPT_CHECK:
+			o->check = true;
+			continue;
 		case '?':
 			/* Long options report their internal letter: name them. */
 			if (optopt && strchr("o", optopt))
@@ -671,7 +872,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	if (o->in_place < 0)
 		o->in_place = o->passthrough && !o->early_copy;
 	if (o->grp.witness) {
-		if (npos)
+		if (npos || o->config_mountpoint)
 			return bad("--witness: a witness mounts nothing (no "
 				   "MOUNTPOINT)");
 		if (o->mem_given || o->persist_dir || o->spill_dir ||
@@ -681,6 +882,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				   "--lock-memory)");
 		return 0;
 	}
+	if (npos == 0 && o->config_mountpoint)
+		pos[npos++] = o->config_mountpoint;
 	if (npos == 0)
 		return bad("no mount point given");
 	if (npos == 3)
@@ -1360,6 +1563,12 @@ int main(int argc, char **argv)
 		    "--node and --peers or --registry)");
 		goto out;
 	}
+	if (o.check) {
+		/* The options alone: nothing on this host is looked at. */
+		printf("%s: the options are valid\n", prog);
+		status = 0;
+		goto out;
+	}
 	if (o.debug)
 		rft_log_max = RFT_LOG_DBG;
 	if (o.grp.witness) {
@@ -1541,7 +1750,6 @@ out:
 	free(o.mountpoint);
 	free(o.persist_dir);
 	free(o.spill_dir);
-	free(o.ctl_path);
 	while (o.nowned > 0)
 		free(o.owned[--o.nowned]);
 	return status;

@@ -119,6 +119,11 @@ static void usage(FILE *f)
 		"  metrics [--json]         Prometheus text exposition\n"
 		"  version [--json]         versions of %s and reftfsd\n"
 		"\n"
+		"Commands (no reftfsd asked):\n"
+		"  config --check FILE      check a config file (reftfs.conf(5))\n"
+		"                           with reftfsd's own parser: exit 0,\n"
+		"                           or 2 with FILE:LINE and the reason\n"
+		"\n"
 		"Options:\n"
 		"  -m, --mount MOUNTPOINT   the reftfs to ask (default: the "
 		"only one\n"
@@ -139,6 +144,31 @@ static void usage_err(const char *msg)
 {
 	fprintf(stderr, "%s: %s\n\n", prog, msg);
 	usage(stderr);
+}
+
+#ifndef RFT_REFTFSD
+#define RFT_REFTFSD "/usr/local/sbin/reftfsd"
+#endif
+
+/*
+ * config --check FILE: the daemon's binary checks it (reftfsd --config
+ * FILE --check), so that the file is read by the one parser that will
+ * read it; no running daemon is asked.  $REFTFSD names another binary.
+ * Its exit status: 0, or 2 with FILE:LINE and the reason.
+ */
+static int config_check(int argc, char **argv)
+{
+	const char *bin = getenv("REFTFSD");
+
+	if (argc != 2 || strcmp(argv[0], "--check")) {
+		usage_err("config --check FILE");
+		return EXIT_USAGE;
+	}
+	if (!bin || !*bin)
+		bin = RFT_REFTFSD;
+	execl(bin, "reftfsd", "--config", argv[1], "--check", (char *)NULL);
+	fprintf(stderr, "%s: cannot run %s: %s\n", prog, bin, strerror(errno));
+	return EXIT_FAIL;
 }
 
 static const char *fmt_bytes(char *buf, size_t size, uint64_t v)
@@ -708,6 +738,8 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
+	if (!strcmp(argv[optind], "config"))
+		return config_check(argc - optind - 1, argv + optind + 1);
 	for (i = optind + 1; i < argc; i++)
 		if (!strcmp(argv[i], "--json") && !dashdash)
 			json = true;
