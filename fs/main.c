@@ -64,7 +64,7 @@ struct opts {
 	bool mem_given;	/* --mem or -o mem= */
 	unsigned stop_wait_ms; /* --stop-wait */
 	unsigned join_timeout_ms; /* --join-timeout; 0: none */
-	char *config_mountpoint; /* --config's mountpoint key */
+	const char *config_mountpoint; /* --config's mountpoint key */
 	bool check;	/* --check: the options checked, nothing mounted */
 	char *owned[64]; /* copies of option values (-o strings and a config
 			    file's lines are freed) */
@@ -574,6 +574,20 @@ static char *trim(char *s)
 static const char *const fuse_keys[] = { "allow_other", "allow_root",
 					 "default_permissions" };
 
+/* @key (dashes for underscores) is FUSE's fuse_keys[i]: i, else -1. */
+static int fuse_key(const char *key)
+{
+	for (size_t i = 0; i < sizeof(fuse_keys) / sizeof(fuse_keys[0]); i++) {
+		const char *a = key, *b = fuse_keys[i];
+
+		while (*a && (*a == *b || (*a == '-' && *b == '_')))
+			a++, b++;
+		if (!*a && !*b)
+			return (int)i;
+	}
+	return -1;
+}
+
 /*
  * One line of a config file, blank or a comment already skipped: "key =
  * value", or "key" alone for a flag.
@@ -592,18 +606,16 @@ static int config_line(struct opts *o, char *line)
 	}
 	if (!*key)
 		return bad("a value with no key");
-	for (size_t i = 0; i < sizeof(fuse_keys) / sizeof(fuse_keys[0]);
-	     i++)
-		if (!strcmp(key, fuse_keys[i]))
-			return val ? bad("%s takes no value", key)
-				   : add_fuse_opt(o, key);
 	for (char *k = key; *k; k++)
 		if (*k == '_')
 			*k = '-';
+	if (fuse_key(key) >= 0)
+		return val ? bad("%s takes no value", fuse_keys[fuse_key(key)])
+			   : add_fuse_opt(o, fuse_keys[fuse_key(key)]);
 	if (!strcmp(key, "mountpoint")) {
 		if (!val || *val != '/')
 			return bad("mountpoint needs an absolute path");
-		return (o->config_mountpoint = (char *)keep_str(o, val))
+		return (o->config_mountpoint = keep_str(o, val))
 			       ? 0
 			       : bad("out of memory");
 	}

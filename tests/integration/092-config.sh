@@ -23,7 +23,7 @@ mem = 96M
 persist_every = 1
 keep = 3
 no-prefault
-allow_other
+allow-other
 EOF
 
 # --check: the file and the command line together, nothing mounted; the
