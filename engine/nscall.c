@@ -784,9 +784,8 @@ int ns_apply(struct eng *e, const struct nsop *op, uint64_t index,
 int ns_apply_as(struct eng *e, const struct nsop *op, uint64_t index,
 		struct nsop_out *out, bool remote)
 {
-	int rc;
-
 	bool moved_dir = false;
+	int rc;
 
 	if (out)
 		out->index = index;

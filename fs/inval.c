@@ -19,7 +19,8 @@
  * directory's lock in its kernel while it waits for the group.
  *
  * Locks: the queue's (rft_wq) is a leaf; the engine is called
- * (eng_invalidated, when the queue runs dry) with no lock held.
+ * (eng_invalidated, when the last directory's name queued is delivered)
+ * with no lock held.
  */
 #include <errno.h>
 #include <stdatomic.h>

@@ -290,18 +290,71 @@ static int parse_seconds_ms(const char *s, unsigned *out)
 	return 0;
 }
 
-/* Options that take no value (-o prefault=1 is refused). */
+/* Long options with no letter of their own. */
+enum {
+	OPT_NO_PASSTHROUGH = 0x100,
+	OPT_NO_IN_PLACE,
+	OPT_STOP_WAIT,
+	OPT_JOIN_TIMEOUT,
+	OPT_WITNESSES,
+	OPT_WITNESS,
+	OPT_LOCK_MEMORY,
+	OPT_SYNC,
+	OPT_SPILL,
+	OPT_CONFIG,
+	OPT_CHECK,
+};
+
+/* The long options (getopt_long); those with no_argument are flags. */
+static const struct option longopts[] = {
+	{ "mem", required_argument, NULL, 'M' },
+	{ "chunk-size", required_argument, NULL, 'C' },
+	{ "keep", required_argument, NULL, 'K' },
+	{ "persist", required_argument, NULL, 'P' },
+	{ "persist-every", required_argument, NULL, 'E' },
+	{ "unmount-flush", required_argument, NULL, 'U' },
+	{ "enospc-wait", required_argument, NULL, 'W' },
+	{ "retry", required_argument, NULL, 'R' },
+	{ "ctl", required_argument, NULL, 'S' },
+	{ "prefault", no_argument, NULL, 'F' },
+	{ "no-prefault", no_argument, NULL, 'N' },
+	{ "direct-read", no_argument, NULL, 'D' },
+	{ "io-uring", no_argument, NULL, 'I' },
+	{ "early-copy", no_argument, NULL, 'A' },
+	{ "no-passthrough", no_argument, NULL, OPT_NO_PASSTHROUGH },
+	{ "no-in-place", no_argument, NULL, OPT_NO_IN_PLACE },
+	{ "node", required_argument, NULL, 'n' },
+	{ "peers", required_argument, NULL, 'p' },
+	{ "registry", required_argument, NULL, 'r' },
+	{ "group", required_argument, NULL, 'g' },
+	{ "group-size", required_argument, NULL, 'z' },
+	{ "listen", required_argument, NULL, 'l' },
+	{ "secret-file", required_argument, NULL, 'k' },
+	{ "dead-after", required_argument, NULL, 't' },
+	{ "state-dir", required_argument, NULL, 'Y' },
+	{ "protect", required_argument, NULL, 'T' },
+	{ "protect-bw", required_argument, NULL, 'B' },
+	{ "stop-wait", required_argument, NULL, OPT_STOP_WAIT },
+	{ "join-timeout", required_argument, NULL, OPT_JOIN_TIMEOUT },
+	{ "witnesses", required_argument, NULL, OPT_WITNESSES },
+	{ "witness", no_argument, NULL, OPT_WITNESS },
+	{ "lock-memory", no_argument, NULL, OPT_LOCK_MEMORY },
+	{ "sync", required_argument, NULL, OPT_SYNC },
+	{ "spill", required_argument, NULL, OPT_SPILL },
+	{ "codec", required_argument, NULL, 'G' },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "check", no_argument, NULL, OPT_CHECK },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* @key takes no value (-o prefault=1 is refused): getopt's no_argument. */
 static bool is_flag(const char *key)
 {
-	static const char *const flags[] = {
-		"prefault",	  "no-prefault", "lock-memory",
-		"direct-read",	  "io-uring",	 "no-passthrough",
-		"early-copy",	  "no-in-place", "witness",
-	};
-
-	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
-		if (!strcmp(key, flags[i]))
-			return true;
+	for (const struct option *l = longopts; l->name; l++)
+		if (!strcmp(key, l->name))
+			return l->has_arg == no_argument;
 	return false;
 }
 
@@ -595,7 +648,7 @@ static int fuse_key(const char *key)
 static int config_line(struct opts *o, char *line)
 {
 	char *eq = strchr(line, '='), *key = line, *val = NULL;
-	int rc;
+	int rc, fk;
 
 	if (eq) {
 		*eq = '\0';
@@ -609,9 +662,10 @@ static int config_line(struct opts *o, char *line)
 	for (char *k = key; *k; k++)
 		if (*k == '_')
 			*k = '-';
-	if (fuse_key(key) >= 0)
-		return val ? bad("%s takes no value", fuse_keys[fuse_key(key)])
-			   : add_fuse_opt(o, fuse_keys[fuse_key(key)]);
+	fk = fuse_key(key);
+	if (fk >= 0)
+		return val ? bad("%s takes no value", fuse_keys[fk])
+			   : add_fuse_opt(o, fuse_keys[fk]);
 	if (!strcmp(key, "mountpoint")) {
 		if (!val || *val != '/')
 			return bad("mountpoint needs an absolute path");
@@ -722,65 +776,8 @@ static int find_config(struct opts *o, int argc, char **argv,
 	return 0;
 }
 
-/* Long options with no letter of their own. */
-enum {
-	OPT_NO_PASSTHROUGH = 0x100,
-	OPT_NO_IN_PLACE,
-	OPT_STOP_WAIT,
-	OPT_JOIN_TIMEOUT,
-	OPT_WITNESSES,
-	OPT_WITNESS,
-	OPT_LOCK_MEMORY,
-	OPT_SYNC,
-	OPT_SPILL,
-	OPT_CONFIG,
-	OPT_CHECK,
-};
-
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-	static const struct option longopts[] = {
-		{ "mem", required_argument, NULL, 'M' },
-		{ "chunk-size", required_argument, NULL, 'C' },
-		{ "keep", required_argument, NULL, 'K' },
-		{ "persist", required_argument, NULL, 'P' },
-		{ "persist-every", required_argument, NULL, 'E' },
-		{ "unmount-flush", required_argument, NULL, 'U' },
-		{ "enospc-wait", required_argument, NULL, 'W' },
-		{ "retry", required_argument, NULL, 'R' },
-		{ "ctl", required_argument, NULL, 'S' },
-		{ "prefault", no_argument, NULL, 'F' },
-		{ "no-prefault", no_argument, NULL, 'N' },
-		{ "direct-read", no_argument, NULL, 'D' },
-		{ "io-uring", no_argument, NULL, 'I' },
-		{ "early-copy", no_argument, NULL, 'A' },
-		{ "no-passthrough", no_argument, NULL, OPT_NO_PASSTHROUGH },
-		{ "no-in-place", no_argument, NULL, OPT_NO_IN_PLACE },
-		{ "node", required_argument, NULL, 'n' },
-		{ "peers", required_argument, NULL, 'p' },
-		{ "registry", required_argument, NULL, 'r' },
-		{ "group", required_argument, NULL, 'g' },
-		{ "group-size", required_argument, NULL, 'z' },
-		{ "listen", required_argument, NULL, 'l' },
-		{ "secret-file", required_argument, NULL, 'k' },
-		{ "dead-after", required_argument, NULL, 't' },
-		{ "state-dir", required_argument, NULL, 'Y' },
-		{ "protect", required_argument, NULL, 'T' },
-		{ "protect-bw", required_argument, NULL, 'B' },
-		{ "stop-wait", required_argument, NULL, OPT_STOP_WAIT },
-		{ "join-timeout", required_argument, NULL, OPT_JOIN_TIMEOUT },
-		{ "witnesses", required_argument, NULL, OPT_WITNESSES },
-		{ "witness", no_argument, NULL, OPT_WITNESS },
-		{ "lock-memory", no_argument, NULL, OPT_LOCK_MEMORY },
-		{ "sync", required_argument, NULL, OPT_SYNC },
-		{ "spill", required_argument, NULL, OPT_SPILL },
-		{ "codec", required_argument, NULL, 'G' },
-		{ "config", required_argument, NULL, OPT_CONFIG },
-		{ "check", no_argument, NULL, OPT_CHECK },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *pos[3], *config;
 	int npos = 0, c;
 
