@@ -59,6 +59,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -1022,8 +1023,11 @@ static void *copier_main(void *arg)
 {
 	struct eng *e = arg;
 
-	/* Below the job's threads: the copy is for a later reader. */
-	(void)nice(19);
+	/*
+	 * Below the job's threads: the copy is for a later reader.  (Linux
+	 * sets a thread's own nice value: 0 names the caller.)
+	 */
+	setpriority(PRIO_PROCESS, 0, 19);
 	pass_lock(e);
 	for (;;) {
 		struct timespec until;

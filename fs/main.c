@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -31,6 +32,7 @@
 #include "ctl_path.h"
 #include "group.h"
 #include "rfs.h"
+#include "rft_notify.h"
 
 #define EXIT_SETUP 2
 #define READ_AHEAD_KB 16384
@@ -1198,31 +1200,64 @@ static int check_lock(const struct opts *o)
 	return -1;
 }
 
-/* Is @path a mount point already?  (FUSE would happily stack on it.) */
-static bool is_mounted(const char *path)
+/*
+ * Is @path a mount point already?  (FUSE would happily stack on it.)  Its
+ * filesystem type into @type, when it is.
+ */
+static bool is_mounted(const char *path, char *type, size_t tlen)
 {
-	char line[8192], mnt[PATH_MAX];
+	char line[8192], mnt[PATH_MAX], fstype[64];
+	const char *sep;
 	bool found = false;
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 
 	if (!f)
 		return false;
 	while (!found && fgets(line, sizeof(line), f)) {
-		/* id parent major:minor root mountpoint ... */
+		/* id parent major:minor root mountpoint ... - type source ... */
 		if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) == 1 &&
-		    !strcmp(mnt, path))
+		    !strcmp(mnt, path)) {
 			found = true;
+			sep = strstr(line, " - ");
+			if (!sep || sscanf(sep, " - %63s", fstype) != 1)
+				fstype[0] = '\0';
+			snprintf(type, tlen, "%s", fstype);
+		}
 	}
 	fclose(f);
 	return found;
 }
 
+/*
+ * A reftfs mount whose daemon ended without unmounting (a crash, a
+ * SIGKILL) answers ENOTCONN to everything; a new daemon cannot mount over
+ * it.  Being that, and only that, it is cleared, so that a restart (the
+ * service manager's, or an operator's) needs no hand.  Needs root; 0 when
+ * cleared.
+ */
+static int clear_dead_mount(const char *path)
+{
+	char type[64];
+
+	if (path[0] != '/' || !is_mounted(path, type, sizeof(type)) ||
+	    strcmp(type, "fuse.reftfs") != 0)
+		return -1;
+	if (umount2(path, MNT_DETACH) < 0)
+		return -1;
+	rft_warn("mount point %s was a dead reftfs mount (its daemon ended "
+		 "without unmounting): cleared", path);
+	return 0;
+}
+
 static int check_mountpoint(struct opts *o)
 {
-	char real[PATH_MAX];
+	char real[PATH_MAX], type[64];
 	struct stat st;
+	int rc = stat(o->mountpoint, &st);
 
-	if (stat(o->mountpoint, &st) < 0) {
+	if (rc < 0 && errno == ENOTCONN && clear_dead_mount(o->mountpoint) == 0)
+		rc = stat(o->mountpoint, &st);
+	if (rc < 0) {
 		if (errno == ENOTCONN)
 			fprintf(stderr,
 				"%s: mount point %s is a dead FUSE mount; "
@@ -1243,7 +1278,7 @@ static int check_mountpoint(struct opts *o)
 			o->mountpoint, strerror(errno));
 		return -1;
 	}
-	if (is_mounted(real)) {
+	if (is_mounted(real, type, sizeof(type))) {
 		fprintf(stderr, "%s: mount point %s is busy: something is "
 			"mounted there already\n", prog, real);
 		return -1;
@@ -1403,6 +1438,8 @@ static void fuse_log_to_rft(enum fuse_log_level level, const char *fmt,
 struct joiner {
 	struct eng *e;
 	unsigned timeout_ms;	/* 0: none */
+	bool witness;		/* no mount */
+	char ready[PATH_MAX + 64]; /* the service manager's STATUS once in */
 	pthread_t thread;
 	bool started;
 	atomic_bool stop;	/* the loop ended: give up */
@@ -1423,16 +1460,21 @@ static void *join_main(void *arg)
 				"node in %u s (--join-timeout): %s; stopping",
 				j->timeout_ms / 1000, strerror(-rc));
 			atomic_store(&j->failed, true);
+			rft_notify("STATUS=the group's namespace log did not "
+				   "take this node in %u s (--join-timeout)",
+				   j->timeout_ms / 1000);
 			kill(getpid(), SIGTERM);
 			return NULL;
 		}
 		if (tries++ % 15 == 0)
-			rft_info("waiting for the group's namespace log (%s); "
-				 "meanwhile stat of the mount point answers, "
-				 "other calls EAGAIN after 10 s",
-				 strerror(-rc));
+			rft_info("waiting for the group's namespace log (%s)%s",
+				 strerror(-rc),
+				 j->witness ? "" :
+				 "; meanwhile stat of the mount point "
+				 "answers, other calls EAGAIN after 10 s");
 	}
 	rft_info("namespace caught up with the group's log");
+	rft_notify("READY=1\nSTATUS=%s", j->ready);
 	return NULL;
 }
 
@@ -1516,12 +1558,17 @@ static int run_witness(struct opts *o)
 		 o->grp.name, o->ctl ? o->ctl : sock);
 	join.e = e;
 	join.timeout_ms = o->join_timeout_ms;
+	join.witness = true;
+	snprintf(join.ready, sizeof(join.ready), "witness %d of group %s",
+		 o->grp.node, o->grp.name);
+	rft_notify("STATUS=joining the group's namespace log");
 	if ((rc = join_start(&join)) < 0) {
 		rft_err("cannot start the group's join: %s", strerror(-rc));
 		goto out_stop;
 	}
 	sigwait(&stop, &sig);
 	rft_info("witness %d: stopping (%s)", o->grp.node, strsignal(sig));
+	rft_notify("STOPPING=1\nSTATUS=stopping (%s)", strsignal(sig));
 	status = atomic_load(&join.failed) ? 1 : 0;
 out_stop:
 	join_stop(&join);
@@ -1558,8 +1605,7 @@ int main(int argc, char **argv)
 	memset(&rfs, 0, sizeof(rfs));
 	eng_config_defaults(&o.cfg);
 	grp_config_defaults(&o.grp);
-	if (parse_args(argc, argv, &o) < 0 ||
-	    (!o.grp.witness && (check_mem(&o) < 0 || check_lock(&o) < 0)))
+	if (parse_args(argc, argv, &o) < 0)
 		goto out;
 	if (grp_config_check(&o.grp, err, sizeof(err)) < 0) {
 		bad("%s", err);
@@ -1573,11 +1619,17 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (o.check) {
-		/* The options alone: nothing on this host is looked at. */
+		/*
+		 * The options alone: nothing on this host is looked at (its
+		 * memory, its mlock limit), so that a node's config checks on
+		 * any machine.
+		 */
 		printf("%s: the options are valid\n", prog);
 		status = 0;
 		goto out;
 	}
+	if (!o.grp.witness && (check_mem(&o) < 0 || check_lock(&o) < 0))
+		goto out;
 	if (o.debug)
 		rft_log_max = RFT_LOG_DBG;
 	if (o.grp.witness) {
@@ -1704,8 +1756,21 @@ int main(int argc, char **argv)
 		 o.cfg.chunk_size >> 10, o.persist_dir ? ", persist " : "",
 		 o.persist_dir ? o.persist_dir : "");
 
+	/*
+	 * Ready for the service manager when the mount serves: alone now, in
+	 * a group once the join has come (until then only stat answers).
+	 */
 	join.e = e;
 	join.timeout_ms = o.join_timeout_ms;
+	if (grp)
+		snprintf(join.ready, sizeof(join.ready),
+			 "mounted %s, node %d of group %s", o.mountpoint,
+			 o.grp.node, o.grp.name);
+	if (!grp)
+		rft_notify("READY=1\nSTATUS=mounted %s", o.mountpoint);
+	else
+		rft_notify("STATUS=mounted %s; joining the group's namespace "
+			   "log", o.mountpoint);
 	if (grp && (rc = join_start(&join)) < 0) {
 		rft_err("cannot start the group's join: %s", strerror(-rc));
 		goto out_unmount;
@@ -1725,6 +1790,7 @@ int main(int argc, char **argv)
 		rc = rfs_loop_run(se, WORKERS, rfs.max_write);
 	/* A positive value is the signal that ended the loop: a clean stop. */
 	status = rc < 0 || atomic_load(&join.failed) ? 1 : 0;
+	rft_notify("STOPPING=1\nSTATUS=unmounting %s", o.mountpoint);
 
 out_unmount:
 	join_stop(&join);
@@ -1736,12 +1802,17 @@ out_unmount:
 	 * log still run, and names what it cannot: its memory goes with it.
 	 * The control socket still answers meanwhile (protect --wait).
 	 */
-	if (grp && eng_group_caught_up(e) &&
-	    eng_group_leave(e, o.stop_wait_ms) > 0)
-		status = 1;
+	if (grp && eng_group_caught_up(e)) {
+		rft_notify("STATUS=protecting this node's sealed files before "
+			   "it leaves the group");
+		if (eng_group_leave(e, o.stop_wait_ms) > 0)
+			status = 1;
+	}
 	rfs_ctl_free(ctl); /* it reports on the engine: gone before it stops */
 	ctl = NULL;
 	grp_stop(grp);
+	if (o.persist_dir && o.cfg.unmount_flush != ENG_UNMOUNT_FLUSH_NONE)
+		rft_notify("STATUS=writing back to %s", o.persist_dir);
 	if (eng_stop(e) < 0)
 		status = 1;
 	rfs_inval_free(inval); /* the engine hands it nothing more */

@@ -24,6 +24,8 @@ PKGS=(
 	python3 python3-torch python3-numpy
 	fio psmisc util-linux mount
 	procps gdb	# the tests' watchdog: pgrep, and a hung daemon's stacks
+	debhelper systemd systemd-container	# the package, its units, and
+			# the container 098-package boots them in
 )
 
 SUDO=()

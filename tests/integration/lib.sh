@@ -79,6 +79,7 @@ _T_PIDS=()	# processes we started
 _T_RM=()	# extra directories to remove (outside $T_TMP)
 _T_CGROUPS=()	# cgroups we made: rmdir, once their processes are gone
 _T_NETNS=()	# network namespaces we made: deleted, once the daemons are gone
+_T_ATEXIT=()	# commands (eval'd) run first: what a test set up on its own
 _T_NDAEMON=0
 _T_LAST_LOG=""
 _T_URING_PARAM=/sys/module/fuse/parameters/enable_uring
@@ -179,6 +180,9 @@ _t_cleanup() {
 	set +e
 	trap - EXIT INT TERM
 	_t_watchdog_stop
+	for m in "${_T_ATEXIT[@]}"; do
+		eval "$m"
+	done
 	for m in "${_T_MOUNTS[@]}"; do
 		if is_mounted "$m"; then
 			fusermount3 -u "$m" 2>/dev/null ||

@@ -1,7 +1,8 @@
 /*
  * test_common.c - the common layer: clock and deadline arithmetic,
  * little-endian round trips, the work queue under concurrency, and the
- * lock-order bookkeeping (its report in a forked child).
+ * lock-order bookkeeping (its report in a forked child), and the service
+ * manager's messages (to a socket of the test's own, as systemd binds).
  *
  * The work-queue tests are randomized (thread counts, items, delays, the
  * moment of a stop): the seed is printed, and WQ_SEED=N replays it.
@@ -18,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <time.h>
@@ -28,6 +31,7 @@
 #include "rft_clock.h"
 #include "rft_le.h"
 #include "rft_lockrank.h"
+#include "rft_notify.h"
 #include "rft_wq.h"
 
 static uint64_t seed;
@@ -783,6 +787,81 @@ static void test_lockrank(void **state)
 	}
 }
 
+/* A datagram socket at @path ("@..." abstract), as systemd binds one. */
+static int notify_listen(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t plen = strlen(path);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	assert_true(plen < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, plen);
+	if (path[0] == '@')
+		sa.sun_path[0] = '\0';
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa,
+			      (socklen_t)(offsetof(struct sockaddr_un,
+						   sun_path) + plen)), 0);
+	return fd;
+}
+
+static void notify_expect(int fd, const char *want)
+{
+	char buf[2048];
+	ssize_t n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+
+	assert_true(n >= 0);
+	buf[n] = '\0';
+	assert_string_equal(buf, want);
+}
+
+static void test_notify(void **state)
+{
+	char dir[] = "/tmp/rft-notify.XXXXXX", path[64], abs[64], big[1100];
+	int fd;
+
+	(void)state;
+	/* No socket named: nothing to send, and no error. */
+	unsetenv("NOTIFY_SOCKET");
+	assert_int_equal(rft_notify("READY=1"), 0);
+	setenv("NOTIFY_SOCKET", "", 1);
+	assert_int_equal(rft_notify("READY=1"), 0);
+
+	/* A path: each call one datagram, the message whole. */
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/notify", dir);
+	fd = notify_listen(path);
+	setenv("NOTIFY_SOCKET", path, 1);
+	assert_int_equal(rft_notify("READY=1\nSTATUS=mounted %s", "/ckpt"), 0);
+	assert_int_equal(rft_notify("STOPPING=1"), 0);
+	notify_expect(fd, "READY=1\nSTATUS=mounted /ckpt");
+	notify_expect(fd, "STOPPING=1");
+	close(fd);
+
+	/* Nobody bound there any more: the error, not a hang. */
+	assert_int_equal(rft_notify("READY=1"), -ECONNREFUSED);
+	unlink(path);
+	assert_int_equal(rft_notify("READY=1"), -ENOENT);
+	rmdir(dir);
+
+	/* The abstract namespace: "@name". */
+	snprintf(abs, sizeof(abs), "@rft-notify-test-%d", (int)getpid());
+	fd = notify_listen(abs);
+	setenv("NOTIFY_SOCKET", abs, 1);
+	assert_int_equal(rft_notify("STATUS=%d%%", 50), 0);
+	notify_expect(fd, "STATUS=50%");
+	close(fd);
+
+	/* Neither a path nor "@", and a message cut short: refused. */
+	setenv("NOTIFY_SOCKET", "notify", 1);
+	assert_int_equal(rft_notify("READY=1"), -EAFNOSUPPORT);
+	setenv("NOTIFY_SOCKET", abs, 1);
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(rft_notify("STATUS=%s", big), -EMSGSIZE);
+	unsetenv("NOTIFY_SOCKET");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -797,6 +876,7 @@ int main(void)
 		cmocka_unit_test(test_wq_take_back),
 		cmocka_unit_test(test_wq_take_back_race),
 		cmocka_unit_test(test_lockrank),
+		cmocka_unit_test(test_notify),
 	};
 	const char *env = getenv("WQ_SEED");
 
