@@ -1,10 +1,21 @@
 /*
  * log.c - rft_err/warn/info/dbg.
+ *
+ * To syslog once the daemon is in the background; to stderr in the
+ * foreground, a line each with the time and the level.  Under systemd
+ * stderr is the journal's stream: then each line starts with its syslog
+ * priority, "<4>" and the like (sd-daemon(3)), which the journal takes
+ * as the line's priority (journalctl -p warning), and no time, which the
+ * journal keeps itself.
  */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "rft_lockrank.h"
@@ -16,6 +27,26 @@ static bool to_syslog;
 static void lock_report(const char *line)
 {
 	syslog(LOG_ERR, "%s", line);
+}
+
+static pthread_once_t journal_once = PTHREAD_ONCE_INIT;
+static bool to_journal;
+
+/*
+ * $JOURNAL_STREAM is "DEVICE:INODE" of the journal's stream that systemd
+ * gave the service as its stdout or stderr (systemd.exec(5)): is stderr
+ * that stream (not a file or pipe of another that inherited the variable)?
+ */
+static void journal_check(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	to_journal = js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 &&
+		     fstat(STDERR_FILENO, &st) == 0 &&
+		     (unsigned long long)st.st_dev == dev &&
+		     (unsigned long long)st.st_ino == ino;
 }
 
 void rft_log_syslog(const char *ident)
@@ -40,8 +71,13 @@ void rft_logv(int level, const char *func, int line, const char *fmt,
 	if (rft_log_max >= RFT_LOG_DBG)
 		n = snprintf(msg, sizeof(msg), "%s:%d: ", func, line);
 	vsnprintf(msg + n, sizeof(msg) - n, fmt, ap);
+	pthread_once(&journal_once, journal_check);
 	if (to_syslog) {
 		syslog(level, "%s", msg);
+	} else if (to_journal) {
+		/* The levels are syslog's (engine.h). */
+		fprintf(stderr, "<%d>%s: %s\n", level,
+			names[level] ? names[level] : "", msg);
 	} else {
 		struct timespec ts;
 		struct tm tm;

@@ -16,7 +16,10 @@
 #     hardened as the units ship; a checkpoint saved on one node loads on
 #     the other;
 #   - a node killed (SIGKILL) is restarted by systemd (Restart=on-failure)
-#     over the dead mount it left, and reads the checkpoint again;
+#     over the dead mount it left (its warning in the journal at priority
+#     warning), and reads the checkpoint again;
+#   - a rolling restart (systemctl restart, rebuild --wait, one node at a
+#     time) keeps the checkpoint on both;
 #   - `systemctl stop` ends each cleanly, its mount gone; dpkg -r removes
 #     the package.
 . "$(dirname "$0")/lib.sh"
@@ -181,6 +184,7 @@ C sh -c 'head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n" >/etc/reftfs/g.secr
 G="peers = 127.0.0.1:7700,127.0.0.1:7710
 witnesses = 127.0.0.1:7720
 secret_file = /etc/reftfs/g.secret
+protect = replicate:2
 dead_after = 2"
 for n in 0 1; do
 	printf 'mountpoint = /ckpt/n%s\nnode = %s\nmem = 128M\nno-prefault\n%s\n' \
@@ -212,7 +216,24 @@ expect_eq "$(C systemctl show -p NRestarts --value reftfsd@n1)" 1 "reftfsd@n1's 
 expect_eq "$(C systemctl is-active reftfsd@n1)" active "reftfsd@n1 after its restart"
 C /usr/bin/python3 /share/ckpt.py load /ckpt/n1/step_2/model.pt >/dev/null ||
 	fail "the restarted node 1 does not load the checkpoint"
+# Its warning, at the journal's warning priority (the "<4>" on the line).
+C journalctl -u reftfsd@n1 -p warning -o cat | grep -F "warning: mount point /ckpt/n1 was a dead reftfs mount" >/dev/null ||
+	fail "the restart's warning is not in the journal at priority warning: $(C journalctl -u reftfsd@n1 -p warning -o cat)"
 log "reftfsd@n1 killed, restarted by systemd, loads the checkpoint again"
+
+# A rolling restart, as docs/operations.md gives it: one node at a time,
+# `systemctl restart` (back once the node has rejoined), then `rebuild
+# --wait` (its files back from its peers) before the next.
+for n in 0 1; do
+	C timeout 120 systemctl restart reftfsd@n$n || fail "systemctl restart reftfsd@n$n"
+	C timeout 120 reftfs-admin -m /ckpt/n$n rebuild --wait >/dev/null ||
+		fail "reftfs-admin rebuild --wait on node $n after its restart"
+done
+for n in 0 1; do
+	C /usr/bin/python3 /share/ckpt.py load /ckpt/n$n/step_2/model.pt >/dev/null ||
+		fail "node $n does not load the checkpoint after the rolling restart"
+done
+log "rolling restart of both nodes: the checkpoint loads on each"
 
 C timeout 120 systemctl stop reftfsd@n0 reftfsd@n1 reftfs-witness@w ||
 	fail "systemctl stop"
