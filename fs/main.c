@@ -1280,7 +1280,7 @@ static int check_mountpoint(struct opts *o)
 	}
 	if (is_mounted(real, type, sizeof(type))) {
 		fprintf(stderr, "%s: mount point %s is busy: something is "
-			"mounted there already\n", prog, real);
+			"mounted there already (%s)\n", prog, real, type);
 		return -1;
 	}
 	free(o->mountpoint);
@@ -1762,15 +1762,15 @@ int main(int argc, char **argv)
 	 */
 	join.e = e;
 	join.timeout_ms = o.join_timeout_ms;
-	if (grp)
+	if (grp) {
 		snprintf(join.ready, sizeof(join.ready),
 			 "mounted %s, node %d of group %s", o.mountpoint,
 			 o.grp.node, o.grp.name);
-	if (!grp)
-		rft_notify("READY=1\nSTATUS=mounted %s", o.mountpoint);
-	else
 		rft_notify("STATUS=mounted %s; joining the group's namespace "
 			   "log", o.mountpoint);
+	} else {
+		rft_notify("READY=1\nSTATUS=mounted %s", o.mountpoint);
+	}
 	if (grp && (rc = join_start(&join)) < 0) {
 		rft_err("cannot start the group's join: %s", strerror(-rc));
 		goto out_unmount;
