@@ -233,7 +233,9 @@ with_asan() {
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$@"
 }
-with_tsan() { TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$@"; }
+with_tsan() {
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp "$@"
+}
 
 # The quick tier: every unit test, every integration test once (suite
 # quick), in build/.  Unit tests run in parallel; integration tests are
@@ -310,10 +312,11 @@ full_tier() {
 	# 'stress' (randomized concurrent operations).  They drive the
 	# engine's threads directly, in seconds; the integration suite
 	# against the TSan daemon is the soak tier's.
-	# nssnap's log is 30000 entries here: in longer runs TSan reports
-	# libuv racing with itself on a reused descriptor (its thread pool
-	# closes files by a raw close(2), which TSan does not see), and a
-	# suppression of libuv's calls hides its locks too (tried).  parity
+	# nssnap's log is 30000 entries here (a million in the soak tier).
+	# TSan reports libuv racing with itself on a reused descriptor (its
+	# thread pool closes files by a raw close(2), which TSan does not
+	# see); tests/tsan.supp suppresses that report alone, since
+	# suppressing libuv's calls would hide its locks too (tried).  parity
 	# runs two of its schemes here, rs:2+2 and rs:2+1 on four nodes (the
 	# same holders, folds, drops, orphans and decodes as the others, one
 	# and two parity rows): 33 s, against 89 s for all five; build/ and
