@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Running as a system service (issue 31).
 #
-# The units (packaging/, as meson configured them): systemd-analyze verify
-# finds no fault in either, and `systemd-analyze security` rates the
-# witness's hardening better than the mount's, which may not have a mount
-# namespace of its own.  The example configs pass reftfsd --check.
+# The units (packaging/, as meson configured them), and the metrics timer
+# docs/operations.md gives: systemd-analyze verify finds no fault in them,
+# and `systemd-analyze security` rates the witness's hardening better than
+# the mount's, which may not have a mount namespace of its own (neither
+# may get worse than it is).  The example configs pass reftfsd --check.
 #
 # sd_notify, against a socket of the test's own as systemd binds for a
 # Type=notify service ($NOTIFY_SOCKET):
@@ -40,6 +41,20 @@ for u in reftfsd@ckpt.service reftfs-witness@ckpt.service; do
 		fail "systemd-analyze verify $u: $out"
 	# It warns of an unknown key or a bad value and still exits 0.
 	[ -z "$out" ] || fail "systemd-analyze verify $u said: $out"
+done
+# The metrics timer that docs/operations.md gives ("Logs and metrics"),
+# as it is written there.
+awk '/^# \/etc\/systemd\/system\/reftfs-metrics@\.service$/ { f = 1; next }
+	/^# \/etc\/systemd\/system\/reftfs-metrics@\.timer$/ { f = 2; next }
+	/^```/ { f = 0 }
+	f == 1 { print > svc } f == 2 { print > tim }' \
+	svc="$UNITS/reftfs-metrics@.service" tim="$UNITS/reftfs-metrics@.timer" \
+	"$SRCDIR/docs/operations.md"
+[ -s "$UNITS/reftfs-metrics@.service" ] && [ -s "$UNITS/reftfs-metrics@.timer" ] ||
+	fail "no reftfs-metrics@ units found in docs/operations.md"
+for u in reftfs-metrics@ckpt.service reftfs-metrics@ckpt.timer; do
+	out=$(systemd-analyze verify "$UNITS/$u" 2>&1) || fail "systemd-analyze verify $u (docs/operations.md): $out"
+	[ -z "$out" ] || fail "systemd-analyze verify $u (docs/operations.md) said: $out"
 done
 # exposure UNIT: systemd's rating of its hardening, 0 (best) to 10.
 exposure() {
