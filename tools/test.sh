@@ -8,7 +8,7 @@
 #                 every feature once, in the build that ships (build/):
 #                 suites unit and quick (every integration test once, and
 #                 112-io-uring), RFT_TIER=quick: the randomized tests do
-#                 a few trials each.  About 13 minutes on 2 cores.
+#                 a few trials each.  About 14 minutes on 2 cores.
 #   bash tools/test.sh --full   what CI runs (.ci/run), about 35 minutes (35 the aim):
 #     build/      unit + integration + io_uring + passthrough + direct:
 #                 the build that ships, with libfuse 3.16+ (the system's,
